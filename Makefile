@@ -1,0 +1,35 @@
+# Convenience front end over CMake. The two README commands are `make demo` and `make test`.
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+
+.PHONY: all deps build demo test test-plain test-asan bench clean
+
+all: build
+
+deps:
+	bash deploy/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	$(BUILD)/kmproxy demo
+
+test-plain: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKM_SANITIZE=ON >/dev/null
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+
+test: test-plain test-asan
+
+bench: build
+	cmake --build $(BUILD) -j $(JOBS) --target benches
+	$(BUILD)/bench/run-benches
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,11 @@
+/* km_cli.h - the kmproxy subcommands, one entry point each (argv[0] is the subcommand).
+ * Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input. */
+#ifndef KM_CLI_H
+#define KM_CLI_H
+
+int km_cli_wire(int argc, char **argv);      /* proxy/cli_wire.c */
+int km_cli_metadata(int argc, char **argv);  /* proxy/cli_metadata.c */
+int km_cli_zk(int argc, char **argv);        /* proxy/cli_zk.c */
+int km_cli_demo(int argc, char **argv);      /* proxy/cli_demo.c */
+
+#endif

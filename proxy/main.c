@@ -1,0 +1,53 @@
+/* kmproxy: subcommand dispatch. */
+#include "km_cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#ifndef KM_VERSION
+#define KM_VERSION "0.1.0"
+#endif
+
+typedef struct km_subcommand {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} km_subcommand;
+
+static const km_subcommand SUBCOMMANDS[] = {
+    {"wire", km_cli_wire, "decode/encode one Kafka message body as JSON"},
+    {"metadata", km_cli_metadata, "dump, inspect or generate a KRaft __cluster_metadata log"},
+    {"zk", km_cli_zk, "mirror a KRaft metadata image into ZooKeeper (sync, diff)"},
+    {"demo", km_cli_demo, "run the end-to-end demo on an embedded default"},
+};
+#define N_SUBCOMMANDS (sizeof SUBCOMMANDS / sizeof SUBCOMMANDS[0])
+
+static void usage(FILE *to)
+{
+    fprintf(to, "usage: kmproxy <command> [options]\n       kmproxy --help | --version\n\ncommands:\n");
+    for (size_t i = 0; i < N_SUBCOMMANDS; i++)
+        fprintf(to, "  %-10s %s\n", SUBCOMMANDS[i].name, SUBCOMMANDS[i].summary);
+    fprintf(to, "\n'kmproxy <command> --help' describes a command.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("kmproxy %s\n", KM_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < N_SUBCOMMANDS; i++)
+        if (!strcmp(argv[1], SUBCOMMANDS[i].name))
+            return SUBCOMMANDS[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "kmproxy: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,22 @@
+/* km_testsupport.h - helpers shared by the Criterion suites (paths, servers, simulators). */
+#ifndef KM_TESTSUPPORT_H
+#define KM_TESTSUPPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* ../shared next to the checkout; corpus tests skip when it is absent. */
+const char *km_test_shared_dir(void);
+/* Path of the built kmproxy binary. */
+const char *km_test_binary(void);
+/* The source tree root. */
+const char *km_test_source_dir(void);
+/* A fresh empty directory under $TMPDIR (removed by km_test_rmtree). */
+char *km_test_tmpdir(const char *tag);
+void km_test_rmtree(const char *path);
+/* Runs argv with stdin from `in` (may be NULL); captures stdout/stderr (malloc'd, NUL-terminated).
+ * Returns the exit status, or -1 if it could not run. */
+int km_test_run(char *const argv[], const void *in, size_t in_len,
+                char **out, size_t *out_len, char **err_out);
+
+#endif
