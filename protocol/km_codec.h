@@ -58,6 +58,10 @@ typedef struct km_raw_tag {  /* a tagged field this build does not know; kept fo
 typedef KM_ARRAY_OF(km_raw_tag) km_raw_tags;
 
 km_str km_cstr(const char *s);     /* wraps a C string (NULL gives the null string) */
+/* Standard base64 with padding (bytes in Kafka's JSON).  out needs 4*ceil(n/3)+1 bytes. */
+size_t km_base64_encode(const uint8_t *p, size_t n, char *out, bool url_nopad);
+/* Decodes standard or url-safe base64 (padding optional); returns bytes written or -1. */
+int64_t km_base64_decode(const char *s, size_t n, uint8_t *out);
 bool km_str_eq(km_str a, const char *s);
 bool km_uuid_is_zero(km_uuid u);
 /* Kafka's Uuid.toString(): base64url without padding, 22 chars + NUL. */
@@ -84,6 +88,7 @@ typedef struct km_buf {
     size_t len;
     size_t cap;
     bool oom;              /* set on allocation failure; later writes are dropped */
+    bool count_only;       /* sizing mode: len counts, nothing is stored */
 } km_buf;
 
 void km_buf_init(km_buf *b);

@@ -3,9 +3,11 @@
 #ifndef KM_CLI_H
 #define KM_CLI_H
 
-int km_cli_wire(int argc, char **argv);      /* proxy/cli_wire.c */
-int km_cli_metadata(int argc, char **argv);  /* proxy/cli_metadata.c */
-int km_cli_zk(int argc, char **argv);        /* proxy/cli_zk.c */
-int km_cli_demo(int argc, char **argv);      /* proxy/cli_demo.c */
+/* Weak, so a command whose module has not landed yet reads "not available" instead of breaking the link. */
+#define KM_CLI_ENTRY __attribute__((weak))
+KM_CLI_ENTRY int km_cli_wire(int argc, char **argv);      /* proxy/cli_wire.c */
+KM_CLI_ENTRY int km_cli_metadata(int argc, char **argv);  /* proxy/cli_metadata.c */
+KM_CLI_ENTRY int km_cli_zk(int argc, char **argv);        /* proxy/cli_zk.c */
+KM_CLI_ENTRY int km_cli_demo(int argc, char **argv);      /* proxy/cli_demo.c */
 
 #endif

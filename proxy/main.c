@@ -44,9 +44,15 @@ int main(int argc, char **argv)
         printf("kmproxy %s\n", KM_VERSION);
         return 0;
     }
-    for (size_t i = 0; i < N_SUBCOMMANDS; i++)
-        if (!strcmp(argv[1], SUBCOMMANDS[i].name))
-            return SUBCOMMANDS[i].run(argc - 1, argv + 1);
+    for (size_t i = 0; i < N_SUBCOMMANDS; i++) {
+        if (strcmp(argv[1], SUBCOMMANDS[i].name))
+            continue;
+        if (!SUBCOMMANDS[i].run) {
+            fprintf(stderr, "kmproxy: '%s' is not available in this build yet\n", argv[1]);
+            return 1;
+        }
+        return SUBCOMMANDS[i].run(argc - 1, argv + 1);
+    }
     fprintf(stderr, "kmproxy: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;
