@@ -288,3 +288,24 @@ Test(tls, server_without_certificate_is_a_config_error)
     cr_assert_null(km_tls_server_ctx_new(&need_ca, &err));
     cr_assert(strstr(err.msg, "ca_file"), "%s", err.msg);
 }
+
+/* Criterion counts a SIGPIPE as a crash, so this also proves writes cannot raise one. */
+Test(tls, write_to_vanished_peer_is_an_error_not_sigpipe)
+{
+    km_tls_ctx *sctx = server_ctx(pki.server_cert, pki.server_key, false);
+    km_tls_ctx *cctx = client_ctx(pki.ca, NULL, NULL);
+    side c, s;
+    start(&c, &s, cctx, sctx, "localhost");
+    cr_assert_eq(s.st, KM_TLS_OK, "%s", s.err.msg);
+    km_tls_stream_free(c.s);
+    close(fds[0]);
+    fds[0] = -1;
+    km_tls_status st = KM_TLS_OK;
+    size_t n = 0;
+    for (int i = 0; i < 100 && st == KM_TLS_OK; i++)
+        st = km_tls_write(s.s, "data", 4, &n, &s.err);
+    cr_assert_eq(st, KM_TLS_ERROR);
+    cr_assert(strstr(s.err.msg, "TLS write with test-client: Broken pipe"), "%s", s.err.msg);
+    km_tls_stream_free(s.s);
+    km_tls_ctx_free(cctx); km_tls_ctx_free(sctx);
+}

@@ -10,6 +10,9 @@
  * certificate.  Every failure fills a km_err naming the file or peer and
  * OpenSSL's own reason ("certificate has expired", "no such file", ...).
  * Nothing here prints, aborts or keeps global state of its own.
+ *
+ * Socket I/O uses send(MSG_NOSIGNAL)/recv, so a vanished peer is an error
+ * return and never a SIGPIPE.  A context must outlive its streams.
  */
 #ifndef KM_TLS_H
 #define KM_TLS_H

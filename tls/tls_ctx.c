@@ -177,6 +177,12 @@ static km_tls_ctx *ctx_new(const km_tls_config *cfg, bool server, km_err *err)
         free(ctx);
         return NULL;
     }
+    ctx->sock = km_tls_sock_method_new();
+    if (!ctx->sock) {
+        km_tls_fail_openssl(err, "TLS: cannot create the socket BIO method");
+        km_tls_ctx_free(ctx);
+        return NULL;
+    }
     set_policy(ctx->ssl, cfg, server);
     if ((cfg->cert_file && load_identity(ctx->ssl, cfg, err)) || load_trust(ctx->ssl, cfg, server, err)) {
         km_tls_ctx_free(ctx);
@@ -194,5 +200,6 @@ void km_tls_ctx_free(km_tls_ctx *ctx)
     if (!ctx)
         return;
     SSL_CTX_free(ctx->ssl);
+    BIO_meth_free(ctx->sock);
     free(ctx);
 }

@@ -8,8 +8,13 @@
 
 struct km_tls_ctx {
     SSL_CTX *ssl;
+    BIO_METHOD *sock;      /* socket I/O with MSG_NOSIGNAL; outlives every stream */
     bool server;
 };
+
+/* tls_bio.c: a socket BIO whose writes cannot raise SIGPIPE. */
+BIO_METHOD *km_tls_sock_method_new(void);
+BIO *km_tls_sock_bio_new(BIO_METHOD *m, int fd);
 
 /* km_fail with "prefix: <OpenSSL reasons>", draining this thread's OpenSSL
  * error queue so a later call does not report a stale reason. */

@@ -47,11 +47,13 @@ km_tls_stream *km_tls_stream_new(km_tls_ctx *ctx, int fd, const char *peer, km_e
     s->server = ctx->server;
     snprintf(s->peer, sizeof s->peer, "%s", peer ? peer : "(unnamed peer)");
     s->ssl = SSL_new(ctx->ssl);
-    if (!s->ssl || SSL_set_fd(s->ssl, fd) != 1) {
+    BIO *bio = s->ssl ? km_tls_sock_bio_new(ctx->sock, fd) : NULL;
+    if (!bio) {
         km_tls_fail_openssl(err, "TLS peer %s: cannot create a session on fd %d", s->peer, fd);
         km_tls_stream_free(s);
         return NULL;
     }
+    SSL_set_bio(s->ssl, bio, bio);
     if (s->server) {
         SSL_set_accept_state(s->ssl);
     } else {
