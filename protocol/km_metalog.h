@@ -201,8 +201,9 @@ typedef struct km_metalog_writer km_metalog_writer;
 typedef struct km_metalog_writer_opts {
     int32_t leader_epoch;         /* stamped on every batch */
     km_ml_compression compression;
-    uint64_t segment_bytes;       /* roll after a segment reaches this; 0: 1 GiB (Kafka's default) */
-    bool fsync;                   /* fsync after every append (and on close) */
+    uint64_t segment_bytes;       /* roll before a batch would pass this; 0: 1 GiB (Kafka's segment.bytes) */
+    int64_t timestamp;            /* batch timestamps in ms; 0: the wall clock at each append */
+    bool fsync;                   /* fsync after every append (and on finish) */
 } km_metalog_writer_opts;
 
 /* Appends to the `__cluster_metadata-0` style directory `dir` (created if

@@ -82,6 +82,11 @@ int km_ml_decode_control(int16_t type, km_bytes value, const km_message_desc **d
  * generated struct member names. */
 int km_ml_set_int_field(const km_struct_desc *sd, void *obj, const char *name, int64_t v, km_err *err);
 
+/* `<20 digits>.log` -> base offset, else -1. */
+int64_t km_ml_segment_base(const char *name);
+/* `<20 digits>-<10 digits>.checkpoint` -> end offset and epoch. */
+bool km_ml_snapshot_parse(const char *name, int64_t *end, int32_t *epoch);
+
 /* Wall-clock milliseconds, Kafka's timestamp unit. */
 int64_t km_ml_now_ms(void);
 

@@ -89,16 +89,14 @@ static bool all_digits(const char *s, size_t n)
     return true;
 }
 
-/* `<20 digits>.log` -> base offset, else -1. */
-static int64_t segment_base(const char *name)
+int64_t km_ml_segment_base(const char *name)
 {
     if (strlen(name) != 24 || strcmp(name + 20, ".log") != 0 || !all_digits(name, 20))
         return -1;
     return strtoll(name, NULL, 10);
 }
 
-/* `<20 digits>-<10 digits>.checkpoint` -> end offset and epoch. */
-static bool snapshot_id(const char *name, int64_t *end, int32_t *epoch)
+bool km_ml_snapshot_parse(const char *name, int64_t *end, int32_t *epoch)
 {
     if (strlen(name) != 42 || name[20] != '-' || strcmp(name + 31, ".checkpoint") != 0 ||
         !all_digits(name, 20) || !all_digits(name + 21, 10))
@@ -296,7 +294,7 @@ km_metalog *km_metalog_open_file(const char *path, const km_metalog_opts *opts, 
     }
     const char *name = base_name(path);
     km_ml_source src = ends_with(name, ".checkpoint") ? KM_ML_FROM_SNAPSHOT : KM_ML_FROM_LOG;
-    if (add_file(m, path, src, segment_base(name), err) < 0) {
+    if (add_file(m, path, src, km_ml_segment_base(name), err) < 0) {
         km_metalog_close(m);
         return NULL;
     }
@@ -636,13 +634,13 @@ static int list_dir(const char *dir, ml_listing *l, km_err *err)
     while ((e = readdir(d))) {
         int64_t end;
         int32_t epoch;
-        int64_t base = segment_base(e->d_name);
+        int64_t base = km_ml_segment_base(e->d_name);
         if (base >= 0 && listing_add(l, base) < 0) {
             closedir(d);
             free(l->bases);
             return km_fail(err, "%s: out of memory", dir);
         }
-        if (snapshot_id(e->d_name, &end, &epoch) &&
+        if (km_ml_snapshot_parse(e->d_name, &end, &epoch) &&
             (!l->have_snap || end > l->snap_end || (end == l->snap_end && epoch > l->snap_epoch))) {
             l->have_snap = true;
             l->snap_end = end;
