@@ -1,0 +1,114 @@
+/* km_net.h - Kafka connections on a libev loop: connect/accept, optional TLS,
+ * size-prefixed frames in, a bounded write queue out.
+ *
+ * Used by the broker channels (client side) and by the broker simulator and
+ * the inline proxy (server side).  Everything runs on the loop's thread; no
+ * call blocks except name resolution in km_net_connect (getaddrinfo), which is
+ * instant for IP literals and /etc/hosts names.
+ *
+ * Lifetime: a connection ends exactly one of two ways.  Either the owner calls
+ * km_net_close (no callback follows), or the connection fails or the peer
+ * closes and on_close runs once; in both cases the km_net_conn is freed and
+ * must not be used afterwards.  km_net_close and km_net_send are safe from
+ * inside any callback.
+ *
+ * SIGPIPE: writes use MSG_NOSIGNAL (plain) or km_tls' socket I/O (TLS), so a
+ * vanished peer is an error return, never a signal.
+ */
+#ifndef KM_NET_H
+#define KM_NET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "km_codec.h" /* km_err, KM_MAX_FRAME_DEFAULT */
+#include "km_tls.h"
+
+struct ev_loop;
+
+#define KM_NET_WRITE_LIMIT_DEFAULT (64u * 1024u * 1024u)
+#define KM_NET_CONNECT_TIMEOUT_DEFAULT 10.0
+
+typedef struct km_net_conn km_net_conn;
+typedef struct km_net_listener km_net_listener;
+
+typedef struct km_net_opts {
+    size_t max_frame;       /* largest payload accepted; 0: KM_MAX_FRAME_DEFAULT */
+    size_t write_limit;     /* bytes the write queue may hold; 0: KM_NET_WRITE_LIMIT_DEFAULT */
+    double connect_timeout; /* seconds for TCP connect plus TLS handshake (also for accepted
+                             * TLS handshakes); 0: KM_NET_CONNECT_TIMEOUT_DEFAULT */
+    km_tls_ctx *tls;        /* NULL: plaintext.  A client ctx for connect, a server ctx for accept. */
+    const char *tls_name;   /* connect: name to verify; NULL: the host dialled */
+} km_net_opts;
+
+typedef struct km_net_handlers {
+    /* Connected (and TLS established).  Frames sent earlier are flushed now. */
+    void (*on_ready)(km_net_conn *c, void *ud);
+    /* One whole frame: the payload after the 4-byte size, valid only during the call. */
+    void (*on_frame)(km_net_conn *c, const uint8_t *payload, size_t len, void *ud);
+    /* The write queue has just become empty: callers waiting for room resume here. */
+    void (*on_drain)(km_net_conn *c, void *ud);
+    /* The end: why is NULL when the peer closed cleanly between frames, else the
+     * reason (refused, timed out, oversized frame, EOF mid-frame, TLS failure...). */
+    void (*on_close)(km_net_conn *c, const km_err *why, void *ud);
+} km_net_handlers;
+
+/* Starts a non-blocking connect to host:port, trying each resolved address in
+ * turn.  Failures after this returns arrive through on_close.  NULL + err only
+ * for bad arguments, resolution failure or resource exhaustion. */
+km_net_conn *km_net_connect(struct ev_loop *loop, const char *host, uint16_t port, const km_net_opts *opts,
+                            const km_net_handlers *h, void *ud, km_err *err);
+/* Wraps an accepted fd (ownership passes in, also on failure).  With opts->tls
+ * (a server ctx) the TLS handshake runs first; on_ready follows either way. */
+km_net_conn *km_net_accept(struct ev_loop *loop, int fd, const char *peer, const km_net_opts *opts,
+                           const km_net_handlers *h, void *ud, km_err *err);
+
+/* Queue bytes that are already framed (e.g. km_frame_request output). */
+int km_net_send(km_net_conn *c, const void *data, size_t len, km_err *err);
+/* Queue a payload; the 4-byte big-endian size is prepended. */
+int km_net_send_frame(km_net_conn *c, const void *payload, size_t len, km_err *err);
+/* Both fail without queuing anything when the bytes would pass write_limit
+ * (back-pressure: wait for on_drain) or the connection is closing. */
+size_t km_net_queued(const km_net_conn *c);
+size_t km_net_room(const km_net_conn *c);
+
+/* Stops (or resumes) delivering frames, e.g. while a downstream queue is full. */
+void km_net_pause(km_net_conn *c, bool paused);
+/* Closes now, dropping anything queued; on_close is not called. */
+void km_net_close(km_net_conn *c);
+
+bool km_net_is_ready(const km_net_conn *c);
+const char *km_net_peer(const km_net_conn *c); /* "host:port" */
+int km_net_fd(const km_net_conn *c);
+void km_net_set_userdata(km_net_conn *c, void *ud);
+
+/* ---- listener ------------------------------------------------------------------ */
+
+/* Gets each accepted fd (non-blocking, close-on-exec) and its "ip:port";
+ * usually hands both to km_net_accept. */
+typedef void (*km_net_accept_fn)(km_net_listener *l, int fd, const char *peer, void *ud);
+
+/* Listens on host:port (port 0: any free port, see km_net_listener_port). */
+km_net_listener *km_net_listen(struct ev_loop *loop, const char *host, uint16_t port, km_net_accept_fn fn,
+                               void *ud, km_err *err);
+uint16_t km_net_listener_port(const km_net_listener *l);
+void km_net_listener_free(km_net_listener *l);
+
+/* ---- reconnect backoff ------------------------------------------------------------ */
+
+/* Exponential backoff with "equal jitter": attempt n waits a uniformly random
+ * time in [d/2, d] where d = min(max, base * 2^n).  The jitter keeps a fleet of
+ * channels from reconnecting in lockstep; the d/2 floor keeps it from retrying
+ * immediately.  The generator state lives in the struct (no globals). */
+typedef struct km_backoff {
+    double base, max;       /* seconds */
+    unsigned attempt;
+    uint64_t rng;
+} km_backoff;
+
+void km_backoff_init(km_backoff *b, double base, double max, uint64_t seed);
+double km_backoff_next(km_backoff *b); /* seconds to wait before the next attempt */
+void km_backoff_reset(km_backoff *b);  /* after a connection proved healthy */
+
+#endif

@@ -1,0 +1,281 @@
+/* km_net data path: framed reading into a bounded buffer, the bounded write queue. */
+#include "net_private.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#define RBUF_INITIAL (64u * 1024u)
+#define RBUF_SHRINK (1024u * 1024u) /* give back big-frame buffers once they are done */
+#define READ_BUDGET 16              /* reads per event, so one busy peer cannot starve the rest */
+#define WRITEV_MAX 16
+
+static uint32_t be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+void km_net__free_buffers(km_net_conn *c)
+{
+    free(c->rbuf);
+    c->rbuf = NULL;
+    for (net_chunk *k = c->head, *next; k; k = next) {
+        next = k->next;
+        free(k);
+    }
+    c->head = c->tail = NULL;
+    c->queued = 0;
+}
+
+static void fail_msg(km_net_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail_msg(km_net_conn *c, const char *fmt, ...)
+{
+    km_err e;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.msg, sizeof e.msg, fmt, ap);
+    va_end(ap);
+    km_net__fail(c, &e);
+}
+
+/* Size prefix at rbuf[off]: 0 and the payload size, or -1 after failing c. */
+static int frame_size(km_net_conn *c, size_t off, size_t *size)
+{
+    uint32_t raw = be32(c->rbuf + off);
+    uint64_t at = c->rx_offset + off;
+    if (raw > INT32_MAX) {
+        fail_msg(c, "frame from %s at stream byte %llu: size %d is negative", c->peer, (unsigned long long)at,
+                 (int32_t)raw);
+        return -1;
+    }
+    if (raw > c->opts.max_frame) {
+        fail_msg(c, "frame from %s at stream byte %llu: size %u exceeds the %zu byte frame limit", c->peer,
+                 (unsigned long long)at, raw, c->opts.max_frame);
+        return -1;
+    }
+    *size = raw;
+    return 0;
+}
+
+static void consume(km_net_conn *c, size_t off)
+{
+    if (off == 0)
+        return;
+    memmove(c->rbuf, c->rbuf + off, c->rlen - off);
+    c->rlen -= off;
+    c->rx_offset += off;
+    if (c->rcap > RBUF_SHRINK && c->rlen <= RBUF_INITIAL) {
+        uint8_t *smaller = realloc(c->rbuf, RBUF_INITIAL);
+        if (smaller) {
+            c->rbuf = smaller;
+            c->rcap = RBUF_INITIAL;
+        }
+    }
+}
+
+/* Hands every complete frame in rbuf to on_frame; false once c is dead. */
+static bool deliver_frames(km_net_conn *c)
+{
+    size_t off = 0, size = 0;
+    while (!c->paused && c->rlen - off >= 4) {
+        if (frame_size(c, off, &size))
+            return false;
+        if (c->rlen - off - 4 < size)
+            break;
+        km_net__enter(c);
+        if (c->h.on_frame)
+            c->h.on_frame(c, c->rbuf + off + 4, size, c->ud);
+        if (!km_net__leave(c))
+            return false;
+        off += 4 + size;
+    }
+    consume(c, off);
+    return true;
+}
+
+/* Grows rbuf geometrically, never past the frame being assembled, so a peer
+ * announcing a huge frame only costs memory as its bytes actually arrive. */
+static bool ensure_room(km_net_conn *c)
+{
+    if (c->rlen < c->rcap)
+        return true;
+    size_t want = c->rcap * 2, need = 4 + (size_t)be32(c->rbuf); /* rlen == rcap >= 4 here */
+    if (want > need)
+        want = need;
+    uint8_t *grown = realloc(c->rbuf, want);
+    if (!grown) {
+        fail_msg(c, "frame from %s: out of memory buffering %zu bytes", c->peer, want);
+        return false;
+    }
+    c->rbuf = grown;
+    c->rcap = want;
+    return true;
+}
+
+static km_tls_status raw_read(km_net_conn *c, size_t *n, km_err *err)
+{
+    uint8_t *dst = c->rbuf + c->rlen;
+    size_t cap = c->rcap - c->rlen;
+    if (c->tls)
+        return km_tls_read(c->tls, dst, cap, n, err);
+    for (;;) {
+        ssize_t got = recv(c->fd, dst, cap, 0);
+        if (got > 0) {
+            *n = (size_t)got;
+            return KM_TLS_OK;
+        }
+        if (got == 0)
+            return KM_TLS_CLOSED;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return KM_TLS_WANT_READ;
+        km_fail(err, "read from %s: %s", c->peer, strerror(errno));
+        return KM_TLS_ERROR;
+    }
+}
+
+static void peer_closed(km_net_conn *c)
+{
+    if (c->rlen == 0)
+        km_net__fail(c, NULL);
+    else if (c->rlen < 4)
+        fail_msg(c, "peer %s closed the connection inside a frame's size prefix (%zu of 4 bytes, stream byte %llu)",
+                 c->peer, c->rlen, (unsigned long long)c->rx_offset);
+    else
+        fail_msg(c, "peer %s closed the connection mid-frame: %zu of %u payload bytes received (frame at stream byte %llu)",
+                 c->peer, c->rlen - 4, be32(c->rbuf), (unsigned long long)c->rx_offset);
+}
+
+void km_net__read_ready(km_net_conn *c)
+{
+    if (!deliver_frames(c)) /* frames held back by a pause come first */
+        return;
+    for (int i = 0; i < READ_BUDGET; i++) {
+        if (c->paused || !ensure_room(c))
+            return;
+        km_err e = {{0}};
+        size_t n = 0;
+        km_tls_status st = raw_read(c, &n, &e);
+        if (st == KM_TLS_WANT_READ || st == KM_TLS_WANT_WRITE) {
+            c->read_block = st;
+            return;
+        }
+        if (st == KM_TLS_CLOSED) {
+            peer_closed(c);
+            return;
+        }
+        if (st == KM_TLS_ERROR) {
+            km_net__fail(c, &e);
+            return;
+        }
+        c->rlen += n;
+        if (!deliver_frames(c))
+            return;
+    }
+    ev_feed_event(c->loop, &c->rio, EV_READ); /* budget spent: continue next loop iteration */
+}
+
+int km_net__enqueue(km_net_conn *c, const uint8_t *prefix, size_t plen, const void *data, size_t len, km_err *err)
+{
+    if (c->state == NET_DEAD)
+        return km_fail(err, "send to %s: the connection is closed", c->peer);
+    size_t total = plen + len;
+    if (total > c->opts.write_limit - c->queued)
+        return km_fail(err, "send to %s: write queue full (%zu of %zu bytes queued, %zu more refused)", c->peer,
+                       c->queued, c->opts.write_limit, total);
+    if (total == 0)
+        return 0;
+    net_chunk *k = malloc(sizeof *k + total);
+    if (!k)
+        return km_fail(err, "send to %s: out of memory queuing %zu bytes", c->peer, total);
+    k->next = NULL;
+    k->len = total;
+    if (plen)
+        memcpy(k->data, prefix, plen);
+    if (len)
+        memcpy(k->data + plen, data, len);
+    if (c->tail)
+        c->tail->next = k;
+    else
+        c->head = k;
+    c->tail = k;
+    c->queued += total;
+    if (c->depth == 0) /* inside a handler the handler's exit does this */
+        km_net__update_watchers(c);
+    return 0;
+}
+
+static km_tls_status raw_write(km_net_conn *c, size_t *n, km_err *err)
+{
+    if (c->tls)
+        return km_tls_write(c->tls, c->head->data + c->head_off, c->head->len - c->head_off, n, err);
+    struct iovec iov[WRITEV_MAX];
+    int cnt = 0;
+    for (net_chunk *k = c->head; k && cnt < WRITEV_MAX; k = k->next, cnt++) {
+        size_t skip = cnt == 0 ? c->head_off : 0;
+        iov[cnt] = (struct iovec){k->data + skip, k->len - skip};
+    }
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
+    for (;;) {
+        ssize_t put = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+        if (put >= 0) {
+            *n = (size_t)put;
+            return KM_TLS_OK;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return KM_TLS_WANT_WRITE;
+        km_fail(err, "write to %s: %s", c->peer, strerror(errno));
+        return KM_TLS_ERROR;
+    }
+}
+
+static void advance(km_net_conn *c, size_t n)
+{
+    c->queued -= n;
+    while (n && c->head) {
+        size_t left = c->head->len - c->head_off;
+        if (n < left) {
+            c->head_off += n;
+            return;
+        }
+        n -= left;
+        net_chunk *done = c->head;
+        c->head = done->next;
+        c->head_off = 0;
+        free(done);
+    }
+    if (!c->head)
+        c->tail = NULL;
+}
+
+void km_net__write_ready(km_net_conn *c)
+{
+    while (c->head) {
+        km_err e = {{0}};
+        size_t n = 0;
+        km_tls_status st = raw_write(c, &n, &e);
+        if (st == KM_TLS_WANT_READ || st == KM_TLS_WANT_WRITE) {
+            c->write_block = st;
+            return;
+        }
+        if (st == KM_TLS_CLOSED)
+            km_fail(&e, "write to %s: the peer closed the TLS session", c->peer);
+        if (st != KM_TLS_OK) {
+            km_net__fail(c, &e);
+            return;
+        }
+        advance(c, n);
+    }
+    c->write_block = KM_TLS_WANT_WRITE;
+    km_net__enter(c);
+    if (c->h.on_drain)
+        c->h.on_drain(c, c->ud);
+    km_net__leave(c);
+}

@@ -1,0 +1,59 @@
+/* net_private.h - shared by the proxy/net*.c sources only; not part of km_net's API. */
+#ifndef KM_NET_PRIVATE_H
+#define KM_NET_PRIVATE_H
+
+#include <ev.h>
+#include <netdb.h>
+
+#include "km_net.h"
+
+typedef struct net_chunk {
+    struct net_chunk *next;
+    size_t len;
+    uint8_t data[];
+} net_chunk;
+
+typedef enum net_state { NET_CONNECTING, NET_HANDSHAKE, NET_READY, NET_DEAD } net_state;
+
+struct km_net_conn {
+    struct ev_loop *loop;
+    ev_io rio, wio;
+    ev_timer timer;            /* connect + handshake deadline */
+    int fd;
+    net_state state;
+    km_tls_stream *tls;
+    km_net_opts opts;          /* defaults filled in; tls_name not kept */
+    km_net_handlers h;
+    void *ud;
+    char peer[300];
+    char tls_name[300];        /* connect: the name the server certificate must carry */
+    km_err last_err;           /* connect: why the previous address failed */
+    struct addrinfo *addrs, *next_addr; /* remaining connect candidates */
+    km_tls_status hs_want;     /* handshake: which readiness it waits for */
+    /* reading */
+    uint8_t *rbuf;
+    size_t rlen, rcap;
+    uint64_t rx_offset;        /* stream bytes before rbuf[0], for error messages */
+    bool paused;
+    km_tls_status read_block;  /* what the last read waited for */
+    /* writing */
+    net_chunk *head, *tail;
+    size_t head_off, queued;
+    km_tls_status write_block;
+    /* callbacks may close us: free only once the outermost handler returns */
+    int depth;
+};
+
+/* net_io.c */
+void km_net__read_ready(km_net_conn *c);
+void km_net__write_ready(km_net_conn *c);
+void km_net__free_buffers(km_net_conn *c);
+/* Queues prefix (may be empty) then data as one unit, or fails leaving the queue as it was. */
+int km_net__enqueue(km_net_conn *c, const uint8_t *prefix, size_t plen, const void *data, size_t len, km_err *err);
+/* net_conn.c */
+void km_net__fail(km_net_conn *c, const km_err *why);
+void km_net__update_watchers(km_net_conn *c);
+bool km_net__enter(km_net_conn *c);
+bool km_net__leave(km_net_conn *c);   /* false: c was freed */
+
+#endif
