@@ -222,11 +222,13 @@ static int dec_known_tag(dec *d, const km_field *f, void *obj, size_t size)
 static int dec_tagged(dec *d, const km_struct_desc *sd, void *obj)
 {
     km_err *err = d->err;
+    size_t count_at = here(d);
     uint32_t n;
     if (km_read_uvarint(d->r, &n, "tagged field count", err))
         return colon(err);
     if (n > km_reader_left(d->r) / 2)
-        return km_fail(err, ": %u tagged fields cannot fit in %zu bytes", n, km_reader_left(d->r));
+        return km_fail(err, ": %u tagged fields at offset %zu cannot fit in %zu bytes", n, count_at,
+                       km_reader_left(d->r));
     km_raw_tags *unknown = (km_raw_tags *)((char *)obj + sd->unknown_tags_offset);
     int64_t prev = -1;
     for (uint32_t i = 0; i < n; i++) {

@@ -27,7 +27,7 @@ bool km_str_eq(km_str a, const char *s)
 {
     if (!s || a.len < 0)
         return !s && a.len < 0;
-    return strlen(s) == (size_t)a.len && memcmp(a.ptr, s, (size_t)a.len) == 0;
+    return strlen(s) == (size_t)a.len && (a.len == 0 || memcmp(a.ptr, s, (size_t)a.len) == 0);
 }
 
 bool km_uuid_is_zero(km_uuid u)

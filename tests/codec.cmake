@@ -1,0 +1,7 @@
+# Codec: generated tables, engine, JSON and the wire CLI.
+km_add_test(test_codec_roundtrip SOURCES ${CMAKE_CURRENT_LIST_DIR}/codec/test_codec_roundtrip.c
+                                         ${CMAKE_CURRENT_LIST_DIR}/codec/codec_fill.c)
+km_add_test(test_codec_golden SOURCES ${CMAKE_CURRENT_LIST_DIR}/codec/test_codec_golden.c)
+km_add_test(test_codec_errors SOURCES ${CMAKE_CURRENT_LIST_DIR}/codec/test_codec_errors.c
+                                      ${CMAKE_CURRENT_LIST_DIR}/codec/codec_fill.c)
+km_add_test(test_wire_cli SOURCES ${CMAKE_CURRENT_LIST_DIR}/codec/test_wire_cli.c)
