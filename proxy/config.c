@@ -1,0 +1,162 @@
+/* Kafka-style .properties parsing for the daemon, strict about every key. */
+#include "km_config.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum key_kind { K_STRING, K_INT, K_BOOL, K_LEVEL } key_kind;
+
+typedef struct key_def {
+    const char *key;
+    key_kind kind;
+    size_t offset;
+    int64_t lo, hi;   /* K_INT bounds */
+} key_def;
+
+#define STR(k, f) {k, K_STRING, offsetof(km_config, f), 0, 0}
+#define INT(k, f, lo, hi) {k, K_INT, offsetof(km_config, f), lo, hi}
+#define BOOL(k, f) {k, K_BOOL, offsetof(km_config, f), 0, 0}
+
+static const key_def KEYS[] = {
+    STR("metadata.dir", metadata_dir),
+    STR("cluster.id", cluster_id),
+    INT("kraft.controller.id", kraft_controller_id, -1, INT32_MAX),
+    STR("zookeeper.connect", zk_connect),
+    INT("zookeeper.session.timeout.ms", zk_session_timeout_ms, 2000, 600000),
+    INT("zk.write.behind.max.records", zk_max_pending_records, 1, 10000000),
+    BOOL("brokers.enabled", brokers_enabled),
+    STR("broker.listener", broker_listener),
+    INT("broker.request.timeout.ms", broker_request_timeout_ms, 100, 3600000),
+    INT("broker.queue.max.requests", broker_max_queued, 1, 1000000),
+    BOOL("broker.tls.enabled", broker_tls),
+    STR("broker.tls.ca.file", broker_tls_ca),
+    STR("broker.tls.cert.file", broker_tls_cert),
+    STR("broker.tls.key.file", broker_tls_key),
+    STR("metrics.listen", metrics_listen),
+    STR("capture.pcapng", capture_pcapng),
+    STR("capture.jsonl", capture_jsonl),
+    {"log.level", K_LEVEL, offsetof(km_config, log_level), 0, 0},
+};
+#define N_KEYS (sizeof KEYS / sizeof KEYS[0])
+
+void km_config_defaults(km_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->kraft_controller_id = -1;
+    c->zk_session_timeout_ms = 18000;      /* Kafka's zookeeper.session.timeout.ms */
+    c->zk_max_pending_records = 10000;
+    c->brokers_enabled = true;
+    c->broker_request_timeout_ms = 30000;  /* Kafka's controller.socket.timeout.ms */
+    c->broker_max_queued = 1000;
+    c->log_level = strdup("info");
+}
+
+static int set_string(char **slot, const char *value, const char *where, const char *key, km_err *err)
+{
+    char *copy = strdup(value);
+    if (!copy)
+        return km_fail(err, "%s: %s: out of memory", where, key);
+    free(*slot);
+    *slot = *value ? copy : (free(copy), NULL);
+    return 0;
+}
+
+static int parse_value(const key_def *k, km_config *c, const char *value, const char *where, km_err *err)
+{
+    void *slot = (char *)c + k->offset;
+    switch (k->kind) {
+    case K_STRING: return set_string(slot, value, where, k->key, err);
+    case K_LEVEL:
+        if (strcmp(value, "error") && strcmp(value, "warn") && strcmp(value, "info") && strcmp(value, "debug"))
+            return km_fail(err, "%s: %s must be error, warn, info or debug, not '%s'", where, k->key, value);
+        return set_string(slot, value, where, k->key, err);
+    case K_BOOL:
+        if (strcmp(value, "true") && strcmp(value, "false"))
+            return km_fail(err, "%s: %s must be true or false, not '%s'", where, k->key, value);
+        *(bool *)slot = !strcmp(value, "true");
+        return 0;
+    case K_INT: {
+        char *end;
+        errno = 0;
+        long long v = strtoll(value, &end, 10);
+        if (!*value || *end || errno || v < k->lo || v > k->hi)
+            return km_fail(err, "%s: %s must be an integer in [%lld, %lld], not '%s'", where, k->key,
+                           (long long)k->lo, (long long)k->hi, value);
+        *(int32_t *)slot = (int32_t)v;
+        return 0;
+    }
+    }
+    return km_fail(err, "%s: %s: unknown kind", where, k->key);
+}
+
+int km_config_set(km_config *c, const char *key, const char *value, const char *where, km_err *err)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (!strcmp(KEYS[i].key, key))
+            return parse_value(&KEYS[i], c, value, where, err);
+    return km_fail(err, "%s: unknown key '%s'", where, key);
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n'))
+        s[--n] = '\0';
+    return s;
+}
+
+int km_config_load(km_config *c, const char *path, km_err *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return km_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    char line[4096], where[512];
+    int rc = 0;
+    for (int lineno = 1; !rc && fgets(line, sizeof line, f); lineno++) {
+        snprintf(where, sizeof where, "%s:%d", path, lineno);
+        if (!strchr(line, '\n') && !feof(f)) {
+            rc = km_fail(err, "%s: line longer than %zu bytes", where, sizeof line - 1);
+            break;
+        }
+        char *s = trim(line);
+        if (!*s || *s == '#' || *s == '!')
+            continue;
+        char *eq = strpbrk(s, "=:");
+        if (!eq) {
+            rc = km_fail(err, "%s: expected key=value, got '%s'", where, s);
+            break;
+        }
+        *eq = '\0';
+        rc = km_config_set(c, trim(s), trim(eq + 1), where, err);
+    }
+    if (!rc && ferror(f))
+        rc = km_fail(err, "%s: read error: %s", path, strerror(errno));
+    fclose(f);
+    return rc;
+}
+
+int km_config_validate(const km_config *c, km_err *err)
+{
+    if (!c->metadata_dir)
+        return km_fail(err, "metadata.dir is required (the __cluster_metadata-0 directory)");
+    if (c->broker_tls && !c->broker_tls_ca)
+        return km_fail(err, "broker.tls.enabled=true needs broker.tls.ca.file");
+    if (!c->broker_tls_cert != !c->broker_tls_key)
+        return km_fail(err, "broker.tls.cert.file and broker.tls.key.file go together");
+    if (!c->zk_connect && !c->brokers_enabled)
+        return km_fail(err, "nothing to do: set zookeeper.connect or brokers.enabled=true");
+    return 0;
+}
+
+void km_config_free(km_config *c)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (KEYS[i].kind == K_STRING || KEYS[i].kind == K_LEVEL)
+            free(*(char **)((char *)c + KEYS[i].offset));
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,2 @@
+# The daemon: configuration, wiring of log -> image -> ZooKeeper/brokers, the demo.
+km_add_test(test_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/daemon/test_config.c)

@@ -1,0 +1,97 @@
+/* The daemon's .properties: defaults, every kind of value, and errors that name file, line and key. */
+#include "km_config.h"
+#include "km_testsupport.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *write_file(const char *text)
+{
+    char *dir = km_test_tmpdir("config"), *path = NULL;
+    cr_assert(asprintf(&path, "%s/kmproxy.properties", dir) > 0);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    free(dir);
+    return path;
+}
+
+static int load(const char *text, km_config *c, km_err *err)
+{
+    char *path = write_file(text);
+    km_config_defaults(c);
+    int rc = km_config_load(c, path, err);
+    free(path);
+    return rc;
+}
+
+Test(config, parses_every_kind_and_keeps_defaults)
+{
+    km_config c;
+    km_err err = {{0}};
+    cr_assert_eq(load("# comment\n! also a comment\n\nmetadata.dir = /var/lib/kafka/__cluster_metadata-0\n"
+                      "zookeeper.connect=127.0.0.1:2181/kafka\nbroker.tls.enabled: true\n"
+                      "broker.tls.ca.file=/etc/ca.pem\nzk.write.behind.max.records=500\r\n",
+                      &c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.metadata_dir, "/var/lib/kafka/__cluster_metadata-0");
+    cr_assert_str_eq(c.zk_connect, "127.0.0.1:2181/kafka");
+    cr_assert(c.broker_tls);
+    cr_assert_eq(c.zk_max_pending_records, 500);
+    cr_assert_eq(c.zk_session_timeout_ms, 18000);
+    cr_assert_eq(c.kraft_controller_id, -1);
+    cr_assert_str_eq(c.log_level, "info");
+    cr_assert_eq(km_config_validate(&c, &err), 0, "%s", err.msg);
+    km_config_free(&c);
+}
+
+Test(config, errors_name_file_line_and_key)
+{
+    km_config c;
+    km_err err = {{0}};
+    cr_assert_eq(load("metadata.dir=/x\nzk.write.behind.max.record=5\n", &c, &err), -1);
+    cr_assert(strstr(err.msg, "kmproxy.properties:2: unknown key 'zk.write.behind.max.record'"), "%s", err.msg);
+    km_config_free(&c);
+    cr_assert_eq(load("zk.write.behind.max.records=0\n", &c, &err), -1);
+    cr_assert(strstr(err.msg, ":1: zk.write.behind.max.records must be an integer in [1, 10000000], not '0'"), "%s",
+              err.msg);
+    km_config_free(&c);
+    cr_assert_eq(load("brokers.enabled=yes\n", &c, &err), -1);
+    cr_assert(strstr(err.msg, "brokers.enabled must be true or false"), "%s", err.msg);
+    km_config_free(&c);
+    cr_assert_eq(load("just words\n", &c, &err), -1);
+    cr_assert(strstr(err.msg, ":1: expected key=value"), "%s", err.msg);
+    km_config_free(&c);
+    cr_assert_eq(load("log.level=loud\n", &c, &err), -1);
+    cr_assert(strstr(err.msg, "log.level must be error, warn, info or debug"), "%s", err.msg);
+    km_config_free(&c);
+}
+
+Test(config, validation_of_the_whole)
+{
+    km_config c;
+    km_err err = {{0}};
+    cr_assert_eq(load("zookeeper.connect=127.0.0.1:2181\n", &c, &err), 0);
+    cr_assert_eq(km_config_validate(&c, &err), -1);
+    cr_assert(strstr(err.msg, "metadata.dir is required"), "%s", err.msg);
+    km_config_free(&c);
+    cr_assert_eq(load("metadata.dir=/x\nbroker.tls.enabled=true\n", &c, &err), 0);
+    cr_assert_eq(km_config_validate(&c, &err), -1);
+    cr_assert(strstr(err.msg, "broker.tls.ca.file"), "%s", err.msg);
+    km_config_free(&c);
+    cr_assert_eq(load("metadata.dir=/x\nbroker.tls.cert.file=/c.pem\n", &c, &err), 0);
+    cr_assert_eq(km_config_validate(&c, &err), -1);
+    cr_assert(strstr(err.msg, "go together"), "%s", err.msg);
+    km_config_free(&c);
+}
+
+Test(config, missing_file)
+{
+    km_config c;
+    km_err err = {{0}};
+    km_config_defaults(&c);
+    cr_assert_eq(km_config_load(&c, "/nonexistent/kmproxy.properties", &err), -1);
+    cr_assert(strstr(err.msg, "/nonexistent/kmproxy.properties: cannot open"), "%s", err.msg);
+    km_config_free(&c);
+}
