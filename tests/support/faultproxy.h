@@ -1,0 +1,43 @@
+/* faultproxy.h - a TCP proxy between a ZooKeeper client and one server that understands ZooKeeper's
+ * framing (4-byte length; requests: xid, type; replies: xid, zxid, err) and injects the fault behind
+ * KAFKA-21062: it lets the server commit a write, then drops the reply and cuts the connection.
+ * It runs on its own thread; the client (zkbridge on libev) runs on the test's thread. */
+#ifndef KM_FAULTPROXY_H
+#define KM_FAULTPROXY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct km_fp km_fp;
+
+typedef enum km_fp_match {
+    KM_FP_MULTI_CHECKPOINT, /* a multi (opcode 14) holding a setData on the watched path (/migration) */
+    KM_FP_MULTI_DATA,       /* a multi that does not write the watched path */
+    KM_FP_MULTI_ANY,        /* any multi */
+    KM_FP_SETDATA_PATH,     /* a plain setData (opcode 5) on the watched path */
+} km_fp_match;
+
+typedef enum km_fp_action {
+    KM_FP_DROP_REPLY,   /* forward the request, let the server commit, drop its reply, cut */
+    KM_FP_DROP_REQUEST, /* cut before the request reaches the server */
+} km_fp_action;
+
+/* Listens on 127.0.0.1 (free port) and forwards every connection to 127.0.0.1:upstream_port. */
+km_fp *km_fp_start(int upstream_port, char *err, size_t errlen);
+void km_fp_stop(km_fp *fp);
+int km_fp_port(const km_fp *fp);
+/* "127.0.0.1:<proxy port>" */
+const char *km_fp_hosts(km_fp *fp);
+/* Arms one fault: the (skip+1)-th matching request gets `action`. `path` is the full server-side path
+ * (with any chroot) that KM_FP_MULTI_CHECKPOINT/KM_FP_SETDATA_PATH look for. Re-arming replaces it. */
+void km_fp_arm(km_fp *fp, km_fp_match match, km_fp_action action, const char *path, int skip);
+void km_fp_disarm(km_fp *fp);
+/* Faults injected so far, and requests of opcode 14 seen so far. */
+int km_fp_fired(km_fp *fp);
+int km_fp_multis_seen(km_fp *fp);
+/* Cuts every open connection now (no request dropped on purpose). */
+void km_fp_cut_all(km_fp *fp);
+/* While refusing, new connections are closed as soon as they are accepted. */
+void km_fp_refuse(km_fp *fp, bool refuse);
+
+#endif

@@ -1,0 +1,584 @@
+/* Real ZooKeeper servers (standalone or quorum) for the zkbridge tests. */
+#include "zkserver.h"
+#include "km_testsupport.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct km_zks_one {
+    pid_t pid;
+    int client_port, peer_port, elect_port;
+    char *dir; /* holds zoo.cfg, data/, server.log */
+} km_zks_one;
+
+struct km_zks {
+    int n;
+    int maxbuffer;
+    char *root;
+    km_zks_one s[KM_ZKS_MAX];
+    char hosts[KM_ZKS_MAX + 1][64 * KM_ZKS_MAX];
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A port the kernel just handed out; another process could take it before the server binds, which
+ * is rare enough on a test machine and shows up as a start failure, not as a wrong result. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (!bind(fd, (struct sockaddr *)&a, sizeof a) && !getsockname(fd, (struct sockaddr *)&a, &len))
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+/* Sends a four-letter word and returns the answer (NUL-terminated) or -1. */
+static int four_letter(int port, const char *cmd, char *buf, size_t buflen)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {.tv_sec = 2};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    size_t got = 0;
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) || write(fd, cmd, 4) != 4) {
+        close(fd);
+        return -1;
+    }
+    ssize_t r;
+    while (got + 1 < buflen && (r = read(fd, buf + got, buflen - 1 - got)) > 0)
+        got += (size_t)r;
+    buf[got] = '\0';
+    close(fd);
+    return 0;
+}
+
+const char *km_zks_mode(const km_zks *zs, int idx, char *buf, size_t buflen)
+{
+    char answer[2048];
+    if (four_letter(zs->s[idx].client_port, "srvr", answer, sizeof answer))
+        return NULL;
+    const char *m = strstr(answer, "Mode: ");
+    if (!m)
+        return NULL;
+    m += 6;
+    size_t len = strcspn(m, "\r\n");
+    if (len + 1 > buflen)
+        return NULL;
+    memcpy(buf, m, len);
+    buf[len] = '\0';
+    return buf;
+}
+
+static int write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    int rc = fputs(text, f) < 0 ? -1 : 0;
+    return fclose(f) ? -1 : rc;
+}
+
+static int copy_file(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+    char buf[65536];
+    size_t n;
+    int rc = in && out ? 0 : -1;
+    while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n)
+            rc = -1;
+    if (in)
+        fclose(in);
+    if (out && fclose(out))
+        rc = -1;
+    return rc;
+}
+
+/* zoo.cfg with a short tick so elections and session expiry happen quickly in tests. */
+static int write_config(km_zks *zs, int idx)
+{
+    km_zks_one *o = &zs->s[idx];
+    char path[1024], cfg[4096];
+    int len = snprintf(cfg, sizeof cfg,
+                       "tickTime=200\ninitLimit=50\nsyncLimit=10\ndataDir=%s/data\nclientPort=%d\n"
+                       "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n"
+                       "maxClientCnxns=0\nminSessionTimeout=400\nmaxSessionTimeout=60000\n"
+                       "snapCount=1000000\npreAllocSize=4096\nforceSync=no\n",
+                       o->dir, o->client_port);
+    for (int i = 0; zs->n > 1 && i < zs->n; i++)
+        len += snprintf(cfg + len, sizeof cfg - (size_t)len, "server.%d=127.0.0.1:%d:%d\n", i + 1,
+                        zs->s[i].peer_port, zs->s[i].elect_port);
+    snprintf(path, sizeof path, "%s/zoo.cfg", o->dir);
+    if (write_file(path, cfg))
+        return -1;
+    char myid[16];
+    snprintf(myid, sizeof myid, "%d\n", idx + 1);
+    snprintf(path, sizeof path, "%s/data/myid", o->dir);
+    return zs->n > 1 ? write_file(path, myid) : 0;
+}
+
+static void exec_server(km_zks *zs, int idx)
+{
+    km_zks_one *o = &zs->s[idx];
+    char cfg[1024], log[1024], maxbuf[64];
+    snprintf(cfg, sizeof cfg, "%s/zoo.cfg", o->dir);
+    snprintf(log, sizeof log, "%s/server.log", o->dir);
+    snprintf(maxbuf, sizeof maxbuf, "-Djute.maxbuffer=%d", zs->maxbuffer > 0 ? zs->maxbuffer : 1048575);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+    }
+    const char *main_class = zs->n > 1 ? "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+                                       : "org.apache.zookeeper.server.ZooKeeperServerMain";
+    char *argv[] = {"java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+                    maxbuf, "-Dzookeeper.admin.enableServer=false",
+                    "-cp",
+                    "/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:"
+                    "/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar",
+                    (char *)main_class, cfg, NULL};
+    execvp("java", argv);
+    _exit(127);
+}
+
+static int wait_serving(km_zks *zs, int idx, int timeout_ms)
+{
+    char mode[64];
+    int64_t deadline = now_ms() + timeout_ms;
+    while (now_ms() < deadline) {
+        if (km_zks_mode(zs, idx, mode, sizeof mode) &&
+            (!strcmp(mode, "leader") || !strcmp(mode, "follower") || !strcmp(mode, "standalone")))
+            return 0;
+        int status;
+        if (waitpid(zs->s[idx].pid, &status, WNOHANG) == zs->s[idx].pid) {
+            zs->s[idx].pid = 0;
+            return -1;
+        }
+        usleep(50 * 1000);
+    }
+    return -1;
+}
+
+static int spawn(km_zks *zs, int idx)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0)
+        exec_server(zs, idx);
+    zs->s[idx].pid = pid;
+    return 0;
+}
+
+static int prepare_dirs(km_zks *zs, const char *snapshot, char *err, size_t errlen)
+{
+    for (int i = 0; i < zs->n; i++) {
+        km_zks_one *o = &zs->s[i];
+        char path[1024];
+        if (asprintf(&o->dir, "%s/s%d", zs->root, i + 1) < 0)
+            return -1;
+        const char *subs[] = {"", "/data", "/data/version-2"};
+        for (int k = 0; k < 3; k++) {
+            snprintf(path, sizeof path, "%s%s", o->dir, subs[k]);
+            if (mkdir(path, 0755))
+                return set_err(err, errlen, "zkserver: cannot create %s: %s", path, strerror(errno)), -1;
+        }
+        if (snapshot) {
+            const char *base = strrchr(snapshot, '/') ? strrchr(snapshot, '/') + 1 : snapshot;
+            const char *dot = strstr(base, "snapshot.");
+            snprintf(path, sizeof path, "%s/data/version-2/%s", o->dir, dot ? dot : "snapshot.0");
+            if (copy_file(snapshot, path))
+                return set_err(err, errlen, "zkserver: cannot copy snapshot %s", snapshot), -1;
+        }
+        o->client_port = free_port();
+        o->peer_port = free_port();
+        o->elect_port = free_port();
+        if (o->client_port < 0 || o->peer_port < 0 || o->elect_port < 0)
+            return set_err(err, errlen, "zkserver: no free port"), -1;
+    }
+    return 0;
+}
+
+km_zks *km_zks_start(int n, const char *snapshot, int maxbuffer, char *err, size_t errlen)
+{
+    if (n < 1 || n > KM_ZKS_MAX || n == 2)
+        return set_err(err, errlen, "zkserver: %d servers: want 1 or 3..%d", n, KM_ZKS_MAX), NULL;
+    km_zks *zs = calloc(1, sizeof *zs);
+    if (!zs)
+        return NULL;
+    zs->n = n;
+    zs->maxbuffer = maxbuffer;
+    zs->root = km_test_tmpdir("zk");
+    if (!zs->root || prepare_dirs(zs, snapshot, err, errlen))
+        goto fail;
+    for (int i = 0; i < n; i++)
+        if (write_config(zs, i) || spawn(zs, i))
+            goto fail_msg;
+    for (int i = 0; i < n; i++)
+        if (wait_serving(zs, i, 60000))
+            goto fail_msg;
+    return zs;
+fail_msg:
+    set_err(err, errlen, "zkserver: servers under %s did not start (see s*/server.log)", zs->root);
+fail:
+    km_zks_stop(zs);
+    return NULL;
+}
+
+int km_zks_kill_one(km_zks *zs, int idx)
+{
+    km_zks_one *o = &zs->s[idx];
+    if (o->pid <= 0)
+        return 0;
+    kill(o->pid, SIGCONT);
+    kill(o->pid, SIGKILL);
+    waitpid(o->pid, NULL, 0);
+    o->pid = 0;
+    return 0;
+}
+
+int km_zks_start_one(km_zks *zs, int idx)
+{
+    if (zs->s[idx].pid > 0)
+        return 0;
+    /* The old process's port can linger in TIME_WAIT; ZooKeeper sets SO_REUSEADDR, so retry a few times. */
+    for (int attempt = 0; attempt < 3; attempt++) {
+        if (spawn(zs, idx))
+            return -1;
+        if (!wait_serving(zs, idx, 60000))
+            return 0;
+        km_zks_kill_one(zs, idx);
+    }
+    return -1;
+}
+
+int km_zks_restart(km_zks *zs, int idx)
+{
+    km_zks_kill_one(zs, idx);
+    return km_zks_start_one(zs, idx);
+}
+
+int km_zks_pause(km_zks *zs, int idx, bool paused)
+{
+    return zs->s[idx].pid > 0 ? kill(zs->s[idx].pid, paused ? SIGSTOP : SIGCONT) : -1;
+}
+
+void km_zks_stop(km_zks *zs)
+{
+    if (!zs)
+        return;
+    for (int i = 0; i < zs->n; i++) {
+        km_zks_kill_one(zs, i);
+        free(zs->s[i].dir);
+    }
+    if (zs->root && !getenv("KM_KEEP_ZK"))
+        km_test_rmtree(zs->root);
+    free(zs->root);
+    free(zs);
+}
+
+int km_zks_count(const km_zks *zs) { return zs->n; }
+int km_zks_port(const km_zks *zs, int idx) { return zs->s[idx].client_port; }
+
+const char *km_zks_hosts(km_zks *zs, int idx)
+{
+    char *out = zs->hosts[idx < 0 ? KM_ZKS_MAX : idx];
+    size_t len = 0, cap = sizeof zs->hosts[0];
+    out[0] = '\0';
+    for (int i = 0; i < zs->n; i++)
+        if (idx < 0 || i == idx)
+            len += (size_t)snprintf(out + len, cap - len, "%s127.0.0.1:%d", len ? "," : "", zs->s[i].client_port);
+    return out;
+}
+
+int km_zks_follower(const km_zks *zs)
+{
+    char mode[64];
+    for (int i = 0; i < zs->n; i++)
+        if (km_zks_mode(zs, i, mode, sizeof mode) && !strcmp(mode, "follower"))
+            return i;
+    return -1;
+}
+
+/* ---- blocking test client ---- */
+
+struct km_zkc {
+    zhandle_t *zh;
+    int state;
+};
+
+typedef struct zkc_call {
+    bool done;
+    int rc;
+    char *data;
+    int len;
+    struct Stat st;
+    char **names;
+    int count;
+} zkc_call;
+
+static void zkc_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh; (void)path;
+    if (type == ZOO_SESSION_EVENT)
+        ((km_zkc *)ctx)->state = state;
+}
+
+/* Drives the client until *done or the deadline; returns 0 or ZOPERATIONTIMEOUT. */
+static int zkc_pump(km_zkc *c, const bool *done, int timeout_ms)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    while (!*done) {
+        int64_t left = deadline - now_ms();
+        if (left <= 0)
+            return ZOPERATIONTIMEOUT;
+        int fd = -1, interest = 0;
+        struct timeval tv = {0, 0};
+        zookeeper_interest(c->zh, &fd, &interest, &tv);
+        int64_t wait = (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+        if (wait > left || wait <= 0)
+            wait = wait <= 0 ? 1 : left;
+        struct pollfd p = {fd, (short)(((interest & ZOOKEEPER_READ) ? POLLIN : 0) |
+                                       ((interest & ZOOKEEPER_WRITE) ? POLLOUT : 0)), 0};
+        poll(&p, fd >= 0 ? 1 : 0, (int)wait);
+        int ev = ((p.revents & (POLLIN | POLLHUP | POLLERR)) ? ZOOKEEPER_READ : 0) |
+                 ((p.revents & POLLOUT) ? ZOOKEEPER_WRITE : 0);
+        zookeeper_process(c->zh, ev);
+    }
+    return 0;
+}
+
+static int zkc_wait(km_zkc *c, zkc_call *call, int rc)
+{
+    if (rc != ZOK)
+        return rc;
+    if (zkc_pump(c, &call->done, 20000))
+        return ZOPERATIONTIMEOUT;
+    return call->rc;
+}
+
+km_zkc *km_zkc_open(const char *hosts, const clientid_t *id, int timeout_ms)
+{
+    km_zkc *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+    c->zh = zookeeper_init(hosts, zkc_watcher, timeout_ms, id, c, 0);
+    int64_t deadline = now_ms() + 20000;
+    while (c->zh && c->state != ZOO_CONNECTED_STATE && c->state != ZOO_EXPIRED_SESSION_STATE &&
+           now_ms() < deadline) {
+        bool never = false;
+        zkc_pump(c, &never, 50);
+    }
+    if (!c->zh || c->state != ZOO_CONNECTED_STATE) {
+        km_zkc_close(c);
+        return NULL;
+    }
+    return c;
+}
+
+void km_zkc_close(km_zkc *c)
+{
+    if (!c)
+        return;
+    if (c->zh)
+        zookeeper_close(c->zh);
+    free(c);
+}
+
+zhandle_t *km_zkc_handle(km_zkc *c) { return c->zh; }
+
+static void on_data(int rc, const char *value, int len, const struct Stat *st, const void *d)
+{
+    zkc_call *call = (zkc_call *)d;
+    call->rc = rc;
+    if (rc == ZOK) {
+        call->len = len < 0 ? 0 : len;
+        call->data = malloc((size_t)call->len + 1);
+        if (call->data) {
+            memcpy(call->data, value ? value : "", (size_t)call->len);
+            call->data[call->len] = '\0';
+        }
+        call->st = *st;
+    }
+    call->done = true;
+}
+
+int km_zkc_get(km_zkc *c, const char *path, char **data, int *len, struct Stat *st)
+{
+    zkc_call call = {0};
+    int rc = zkc_wait(c, &call, zoo_aget(c->zh, path, 0, on_data, &call));
+    if (rc == ZOK) {
+        if (data) *data = call.data; else free(call.data);
+        if (len) *len = call.len;
+        if (st) *st = call.st;
+    }
+    return rc;
+}
+
+static void on_stat(int rc, const struct Stat *st, const void *d)
+{
+    zkc_call *call = (zkc_call *)d;
+    call->rc = rc;
+    if (rc == ZOK && st)
+        call->st = *st;
+    call->done = true;
+}
+
+int km_zkc_set(km_zkc *c, const char *path, const char *data, int version, struct Stat *st)
+{
+    zkc_call call = {0};
+    int rc = zkc_wait(c, &call, zoo_aset(c->zh, path, data, data ? (int)strlen(data) : -1, version,
+                                         on_stat, &call));
+    if (rc == ZOK && st)
+        *st = call.st;
+    return rc;
+}
+
+static void on_string(int rc, const char *value, const void *d)
+{
+    (void)value;
+    zkc_call *call = (zkc_call *)d;
+    call->rc = rc;
+    call->done = true;
+}
+
+int km_zkc_create(km_zkc *c, const char *path, const char *data, int flags)
+{
+    zkc_call call = {0};
+    return zkc_wait(c, &call, zoo_acreate(c->zh, path, data, data ? (int)strlen(data) : -1,
+                                          &ZOO_OPEN_ACL_UNSAFE, flags, on_string, &call));
+}
+
+static void on_void(int rc, const void *d)
+{
+    zkc_call *call = (zkc_call *)d;
+    call->rc = rc;
+    call->done = true;
+}
+
+int km_zkc_delete(km_zkc *c, const char *path, int version)
+{
+    zkc_call call = {0};
+    return zkc_wait(c, &call, zoo_adelete(c->zh, path, version, on_void, &call));
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void on_children(int rc, const struct String_vector *v, const void *d)
+{
+    zkc_call *call = (zkc_call *)d;
+    call->rc = rc;
+    if (rc == ZOK) {
+        call->names = calloc((size_t)v->count + 1, sizeof *call->names);
+        for (int i = 0; call->names && i < v->count; i++)
+            call->names[i] = strdup(v->data[i]);
+        call->count = call->names ? v->count : 0;
+        if (call->names)
+            qsort(call->names, (size_t)call->count, sizeof *call->names, cmp_str);
+    }
+    call->done = true;
+}
+
+int km_zkc_children(km_zkc *c, const char *path, char ***out, int *count)
+{
+    zkc_call call = {0};
+    int rc = zkc_wait(c, &call, zoo_aget_children(c->zh, path, 0, on_children, &call));
+    if (rc == ZOK) {
+        *out = call.names;
+        *count = call.count;
+    }
+    return rc;
+}
+
+void km_zkc_free_strings(char **v, int count)
+{
+    for (int i = 0; v && i < count; i++)
+        free(v[i]);
+    free(v);
+}
+
+int km_zkc_delete_tree(km_zkc *c, const char *path)
+{
+    char **kids = NULL;
+    int n = 0, rc = km_zkc_children(c, path, &kids, &n);
+    if (rc == ZNONODE)
+        return ZOK;
+    for (int i = 0; rc == ZOK && i < n; i++) {
+        char child[1024];
+        snprintf(child, sizeof child, "%s/%s", strcmp(path, "/") ? path : "", kids[i]);
+        if (strcmp(child, "/zookeeper"))
+            rc = km_zkc_delete_tree(c, child);
+    }
+    km_zkc_free_strings(kids, n);
+    if (rc == ZOK && strcmp(path, "/")) {
+        rc = km_zkc_delete(c, path, -1);
+        rc = rc == ZNONODE ? ZOK : rc;
+    }
+    return rc;
+}
+
+int km_zkc_mkdirs(km_zkc *c, const char *path)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char saved = *p;
+            *p = '\0';
+            int rc = km_zkc_create(c, buf, NULL, 0);
+            if (rc != ZOK && rc != ZNODEEXISTS)
+                return rc;
+            *p = saved;
+            if (!saved)
+                return ZOK;
+        }
+    }
+}
+
+int km_zks_expire_session(const char *hosts, const clientid_t *id)
+{
+    km_zkc *twin = km_zkc_open(hosts, id, 10000);
+    if (!twin)
+        return -1;
+    km_zkc_close(twin); /* closing the shared session ends it for the owner too */
+    return 0;
+}

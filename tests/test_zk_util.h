@@ -1,0 +1,36 @@
+/* test_zk_util.h - helpers shared by the zkbridge suites: a libev loop driven until a condition
+ * holds (with a generous real-time guard so a bug fails instead of hanging), and a writer harness
+ * that records events. */
+#ifndef KM_TEST_ZK_UTIL_H
+#define KM_TEST_ZK_UTIL_H
+
+#include "faultproxy.h"
+#include "km_zkbridge.h"
+#include "zkserver.h"
+
+#include <ev.h>
+#include <stdbool.h>
+
+typedef struct zkt_writer {
+    struct ev_loop *loop;
+    km_zkw *w;
+    int claimed, confirmed, drained, resync, fenced, refused;
+    int errors_logged;
+    char last_error[1024];
+} zkt_writer;
+
+/* Runs the loop until pred(ctx) is true; false if guard_ms of wall time passed first. */
+bool zkt_run_until(struct ev_loop *loop, bool (*pred)(void *), void *ctx, int guard_ms);
+void zkt_spin(struct ev_loop *loop, int ms);
+
+/* A writer (controller id/epoch as given) on hosts, with event counters; starts the claim. */
+zkt_writer *zkt_writer_new(const char *hosts, int32_t id, int32_t epoch, const km_zkw_config *base);
+void zkt_writer_free(zkt_writer *t);
+bool zkt_wait_state(zkt_writer *t, km_zkw_state st, int guard_ms);
+/* Waits until the writer is READY with nothing pending. */
+bool zkt_wait_drained(zkt_writer *t, int guard_ms);
+
+/* Reads path's data into a static-per-call malloc'd string (caller frees); NULL when absent. */
+char *zkt_get(km_zkc *c, const char *path, int *version);
+
+#endif

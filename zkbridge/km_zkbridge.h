@@ -1,0 +1,133 @@
+/* km_zkbridge.h - keeps ZooKeeper equal to the KRaft image for ZK-mode brokers (KIP-866 dual write).
+ *
+ * Layers:
+ *  - km_zkw, the writer: one ZooKeeper session (single-threaded C client driven from a libev loop),
+ *    the leadership claim on /controller + /controller_epoch, the /migration protocol and a pipelined
+ *    multi writer over a neutral interface: "these znode ops, then /migration := (offset, epoch)".
+ *    Every multi carries check(/controller_epoch) and check(/migration) (the batch's last one sets
+ *    /migration instead). It is immune to KAFKA-21062 (a lost ack makes the resend fail BADVERSION:
+ *    we re-read after sync() and adopt our own write) and KAFKA-16667 (a stale follower read of
+ *    /migration: we learn its zkVersion by writing it, after sync()).
+ *  - km_zkb, the bridge on top (full sync, delta dual-write, rendering in Kafka 3.9's formats).
+ *
+ * Nothing here blocks, prints (except through the log callback), aborts or uses globals. */
+#ifndef KM_ZKBRIDGE_H
+#define KM_ZKBRIDGE_H
+
+#include "km_codec.h" /* km_err */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ev_loop;
+
+/* ---- writer states (also the exported migration-driver state) ---- */
+typedef enum km_zkw_state {
+    KM_ZKW_CONNECTING,  /* no session yet (or a new one after expiry) */
+    KM_ZKW_CLAIMING,    /* BECOME_CONTROLLER: claim multi, then learning /migration's zkVersion */
+    KM_ZKW_READY,       /* claimed: writes flow */
+    KM_ZKW_RECOVERING,  /* connection lost or a check failed: verifying what landed before resending */
+    KM_ZKW_FENCED,      /* another writer owns ZooKeeper now: nothing more is written, ever */
+    KM_ZKW_REFUSED,     /* the claim was refused: a higher KRaft epoch holds /controller */
+    KM_ZKW_CLOSED,
+} km_zkw_state;
+const char *km_zkw_state_name(km_zkw_state s);
+
+typedef enum km_zkw_event {
+    KM_ZKW_EV_CLAIMED,      /* leadership held and /migration known: (re)do the full sync now */
+    KM_ZKW_EV_CONFIRMED,    /* a batch's /migration write succeeded: confirmed offset advanced */
+    KM_ZKW_EV_DRAINED,      /* nothing pending any more */
+    KM_ZKW_EV_RESYNC,       /* ZooKeeper's data differed from what we predicted: redo the full sync */
+    KM_ZKW_EV_FENCED,       /* terminal; km_zkw_fence_reason() says why */
+    KM_ZKW_EV_REFUSED,      /* terminal */
+} km_zkw_event;
+
+typedef enum km_log_level { KM_LOG_ERROR = 1, KM_LOG_WARN, KM_LOG_INFO, KM_LOG_DEBUG } km_log_level;
+
+typedef struct km_zkw km_zkw;
+
+typedef struct km_zkw_config {
+    const char *hosts;              /* "h1:p1,h2:p2[/chroot]" */
+    int session_timeout_ms;         /* 0: 10000 */
+    int32_t controller_id;          /* our KRaft node id */
+    int32_t controller_epoch;       /* our KRaft leader epoch */
+    size_t max_multi_bytes;         /* 0: 512 KiB; keep well under the server's jute.maxbuffer */
+    int max_multi_ops;              /* 0: 1000 */
+    int max_inflight;               /* multis outstanding at once; 0: 64 */
+    size_t max_pending_ops;         /* write-behind bound in znode ops (records); 0: 100000 */
+    void (*on_event)(km_zkw *w, km_zkw_event ev, void *ctx);
+    void (*log)(km_log_level level, const char *msg, void *ctx); /* NULL: stderr, WARN and up */
+    void *ctx;
+} km_zkw_config;
+
+km_zkw *km_zkw_new(struct ev_loop *loop, const km_zkw_config *cfg, km_err *err);
+/* Closes the session (pending writes are dropped: they are behind the log, which still has them). */
+void km_zkw_free(km_zkw *w);
+km_zkw_state km_zkw_get_state(const km_zkw *w);
+const char *km_zkw_fence_reason(const km_zkw *w);
+
+/* ---- the neutral write interface ---- */
+typedef enum km_zop_kind {
+    KM_ZOP_CREATE,     /* persistent; fails if present */
+    KM_ZOP_CREATE_SEQ, /* persistent sequential (change notifications); must be joined to a versioned op */
+    KM_ZOP_SET,        /* setData at the zkVersion the writer knows */
+    KM_ZOP_DELETE,     /* delete at the zkVersion the writer knows */
+} km_zop_kind;
+
+typedef struct km_zop {
+    km_zop_kind kind;
+    const char *path;  /* absolute, below the chroot */
+    const char *data;  /* may be NULL for empty */
+    int len;
+    bool join_next;    /* keep this op in the same multi as the next one (atomic unit) */
+} km_zop;
+
+/* Queues ops (copied) ending with /migration := (offset, epoch). Versions of SET/DELETE come from
+ * the writer's version cache (filled by km_zkw_cache_put and by its own writes). Fails when not
+ * READY, when a path's version is unknown, or when a unit cannot fit one multi. n may be 0
+ * (only /migration moves, e.g. after NoOpRecords). */
+int km_zkw_submit(km_zkw *w, const km_zop *ops, size_t n, int64_t offset, int32_t epoch, km_err *err);
+/* Write-behind bound: false while pending ops >= max_pending_ops (the caller stops reading the
+ * log); the time spent refused is counted as blocking time. */
+bool km_zkw_can_accept(km_zkw *w);
+size_t km_zkw_pending_ops(const km_zkw *w);
+/* READY with no multi queued or outstanding. */
+bool km_zkw_idle(const km_zkw *w);
+/* The last offset the caller has seen in the log (for the lag metric). */
+void km_zkw_note_log_offset(km_zkw *w, int64_t offset);
+
+/* Version cache: the zkVersion of each znode the writer manages. */
+void km_zkw_cache_put(km_zkw *w, const char *path, int version);
+void km_zkw_cache_forget_all(km_zkw *w);
+/* Returns the cached version or -1 when absent/unknown. */
+int km_zkw_cache_get(const km_zkw *w, const char *path);
+
+/* What /migration held when we claimed, then what we confirmed since. */
+int64_t km_zkw_confirmed_offset(const km_zkw *w);
+int32_t km_zkw_confirmed_epoch(const km_zkw *w);
+int km_zkw_migration_version(const km_zkw *w);
+/* The ZooKeeper controller epoch we hold (for RPCs to ZK-mode brokers). */
+int32_t km_zkw_zk_controller_epoch(const km_zkw *w);
+/* The raw handle, for async reads by the bridge (never for writes); NULL without a session. */
+struct _zhandle *km_zkw_handle(km_zkw *w);
+
+typedef struct km_zkw_metrics {
+    int64_t write_behind_lag;       /* ZkWriteBehindLag: log offset - confirmed offset */
+    int64_t blocking_kraft_ms;      /* total time the log reader was held back by the bound */
+    int64_t write_delta_time_ms;    /* ZkWriteDeltaTimeMs: last delta batch, submit to confirm */
+    int64_t write_snapshot_time_ms; /* ZkWriteSnapshotTimeMs: last full sync (set by the bridge) */
+    km_zkw_state state;
+    uint64_t multis_ok, multis_resent, lost_acks_adopted, sessions, claims;
+    uint64_t znodes_created, znodes_updated, znodes_deleted;
+} km_zkw_metrics;
+void km_zkw_get_metrics(const km_zkw *w, km_zkw_metrics *m);
+void km_zkw_set_snapshot_time(km_zkw *w, int64_t ms);
+/* Renders the metrics as a JSON object (caller frees with free()). */
+char *km_zkw_metrics_json(const km_zkw *w);
+
+/* Kafka's /migration value (compact JSON, the field order Kafka's readers accept). */
+int km_zk_migration_json(char *out, size_t cap, int32_t ctrl_id, int32_t ctrl_epoch, int64_t offset,
+                         int32_t epoch);
+
+#endif

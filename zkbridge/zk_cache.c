@@ -1,0 +1,134 @@
+/* The writer's zkVersion cache: every conditional write needs the version it expects, and a
+ * resent multi whose version no longer matches is how we recognise our own landed write. */
+#include "zk_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TOMBSTONE ((char *)1)
+
+int64_t zk_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t zk_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint64_t hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    while (*s)
+        h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+    return h;
+}
+
+/* Slot holding path, or the first free slot for it when absent (free_slot may be NULL). */
+static size_t find(const zk_vcache *c, const char *path, size_t *free_slot, int *found)
+{
+    size_t mask = c->cap - 1, i = hash(path) & mask;
+    *found = 0;
+    if (free_slot)
+        *free_slot = (size_t)-1;
+    for (size_t probes = 0; probes < c->cap; probes++, i = (i + 1) & mask) {
+        char *k = c->keys[i];
+        if (!k) {
+            if (free_slot && *free_slot == (size_t)-1)
+                *free_slot = i;
+            return i;
+        }
+        if (k == TOMBSTONE) {
+            if (free_slot && *free_slot == (size_t)-1)
+                *free_slot = i;
+        } else if (!strcmp(k, path)) {
+            *found = 1;
+            return i;
+        }
+    }
+    return (size_t)-1;
+}
+
+static int grow(zk_vcache *c)
+{
+    zk_vcache next = {0};
+    next.cap = c->cap ? c->cap * 2 : 1024;
+    next.keys = calloc(next.cap, sizeof *next.keys);
+    next.vals = calloc(next.cap, sizeof *next.vals);
+    if (!next.keys || !next.vals) {
+        free(next.keys);
+        free(next.vals);
+        return -1;
+    }
+    for (size_t i = 0; i < c->cap; i++) {
+        if (!c->keys[i] || c->keys[i] == TOMBSTONE)
+            continue;
+        size_t slot;
+        int found;
+        find(&next, c->keys[i], &slot, &found);
+        next.keys[slot] = c->keys[i];
+        next.vals[slot] = c->vals[i];
+        next.used++;
+    }
+    free(c->keys);
+    free(c->vals);
+    *c = next;
+    return 0;
+}
+
+int zk_vcache_put(zk_vcache *c, const char *path, int version)
+{
+    if ((c->used + 1) * 2 > c->cap && grow(c))
+        return -1;
+    size_t slot;
+    int found;
+    size_t i = find(c, path, &slot, &found);
+    if (found) {
+        c->vals[i] = version;
+        return 0;
+    }
+    char *k = strdup(path);
+    if (!k)
+        return -1;
+    c->keys[slot] = k;
+    c->vals[slot] = version;
+    c->used++;
+    return 0;
+}
+
+int zk_vcache_get(const zk_vcache *c, const char *path)
+{
+    if (!c->cap)
+        return -1;
+    int found;
+    size_t i = find(c, path, NULL, &found);
+    return found ? c->vals[i] : -1;
+}
+
+void zk_vcache_del(zk_vcache *c, const char *path)
+{
+    if (!c->cap)
+        return;
+    int found;
+    size_t i = find(c, path, NULL, &found);
+    if (found) {
+        free(c->keys[i]);
+        c->keys[i] = TOMBSTONE; /* used stays: tombstones count against the load factor */
+    }
+}
+
+void zk_vcache_clear(zk_vcache *c)
+{
+    for (size_t i = 0; i < c->cap; i++)
+        if (c->keys[i] && c->keys[i] != TOMBSTONE)
+            free(c->keys[i]);
+    free(c->keys);
+    free(c->vals);
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,458 @@
+/* BECOME_CONTROLLER: claim /controller + /controller_epoch, then learn /migration's true zkVersion.
+ *
+ * Every step that reads starts with sync(): a follower may answer from behind the leader, and a
+ * stale /migration version is what wedged Kafka in KAFKA-16667. The version we finally trust comes
+ * from our own conditional write of /migration. A write whose ack was lost is verified by reading
+ * back (after sync) and comparing with exactly what we wrote. */
+#include "zk_writer.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct claim_call claim_call;
+typedef struct read_slot {
+    claim_call *c;
+    int idx;
+} read_slot;
+
+struct claim_call {
+    km_zkw *w;
+    unsigned generation;
+    int waiting;          /* replies still due for this step */
+    int rc[2];
+    char *data[2];
+    int len[2];
+    struct Stat st[2];
+    zoo_op_t ops[4];
+    zoo_op_result_t res[4];
+    struct Stat set_stat;
+    char payload[256];
+    read_slot slots[2];
+};
+
+static void claim_step(km_zkw *w);
+static void resume(km_zkw *w);
+
+static claim_call *call_new(km_zkw *w, int waiting)
+{
+    claim_call *c = calloc(1, sizeof *c);
+    if (c) {
+        c->w = w;
+        c->generation = w->sess.generation;
+        c->waiting = waiting;
+        c->slots[0] = (read_slot){c, 0};
+        c->slots[1] = (read_slot){c, 1};
+    }
+    return c;
+}
+
+static void call_free(claim_call *c)
+{
+    free(c->data[0]);
+    free(c->data[1]);
+    free(c);
+}
+
+/* True when the reply belongs to a dead handle or the session is gone: the session watcher
+ * restarts the whole claim, so the step just stops here. */
+static bool stale(claim_call *c, int rc)
+{
+    return c->generation != c->w->sess.generation || rc == ZCLOSING || rc == ZSESSIONEXPIRED ||
+           rc == ZINVALIDSTATE || c->w->state != KM_ZKW_CLAIMING;
+}
+
+/* A lost connection during the claim: the session watcher resumes us when it is back. */
+static void lost(km_zkw *w, zkw_claim_step resume_at)
+{
+    w->step = resume_at;
+    w->recover_wanted = true;
+    if (zoo_state(w->sess.zh) == ZOO_CONNECTED_STATE) {
+        w->recover_wanted = false;
+        resume(w);
+    }
+}
+
+static void fail_call(km_zkw *w, int rc, const char *what)
+{
+    zkw_log(w, KM_LOG_WARN, "zk claim: %s failed: %s; retrying the claim from the start", what, zerror(rc));
+    if (++w->claim_attempts > 20) {
+        w->state = KM_ZKW_REFUSED;
+        zkw_log(w, KM_LOG_ERROR, "zk claim: gave up after %d attempts (last: %s: %s)", w->claim_attempts, what,
+                zerror(rc));
+        zkw_emit(w, KM_ZKW_EV_REFUSED);
+        return;
+    }
+    w->step = CL_SYNC;
+    resume(w);
+}
+
+static void on_synced(int rc, const char *value, const void *data)
+{
+    (void)value;
+    claim_call *c = (claim_call *)data;
+    km_zkw *w = c->w;
+    bool is_stale = stale(c, rc);
+    call_free(c);
+    if (is_stale)
+        return;
+    if (rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT)
+        return lost(w, w->step);
+    if (rc != ZOK)
+        return fail_call(w, rc, "sync");
+    claim_step(w);
+}
+
+/* Issues sync() and then the reads of step `reads_step` (the reads go out after the sync reply). */
+static void sync_then(km_zkw *w, zkw_claim_step reads_step)
+{
+    claim_call *c = call_new(w, 1);
+    if (!c)
+        return fail_call(w, ZSYSTEMERROR, "sync (out of memory)");
+    w->step = reads_step;
+    int rc = zoo_async(w->sess.zh, "/migration", on_synced, c);
+    if (rc != ZOK) {
+        call_free(c);
+        w->recover_wanted = true; /* not connected: the session watcher resumes us */
+    }
+}
+
+static void after_reads(km_zkw *w, claim_call *c);
+
+static void on_read(int rc, const char *value, int len, const struct Stat *st, const void *data)
+{
+    const read_slot *slot = data;
+    claim_call *c = slot->c;
+    int i = slot->idx;
+    c->rc[i] = rc;
+    if (rc == ZOK) {
+        c->len[i] = len < 0 ? 0 : len;
+        c->data[i] = malloc((size_t)c->len[i] + 1);
+        if (c->data[i]) {
+            memcpy(c->data[i], value ? value : "", (size_t)c->len[i]);
+            c->data[i][c->len[i]] = '\0';
+        }
+        c->st[i] = *st;
+    }
+    if (--c->waiting > 0)
+        return;
+    km_zkw *w = c->w;
+    bool is_stale = stale(c, c->rc[0]) || stale(c, c->rc[1]);
+    if (!is_stale)
+        after_reads(w, c);
+    call_free(c);
+}
+
+/* Reads one or two znodes; after_reads() gets both results once the last one is in. */
+static void read_two(km_zkw *w, const char *p0, const char *p1)
+{
+    claim_call *c = call_new(w, p1 ? 2 : 1);
+    if (!c)
+        return fail_call(w, ZSYSTEMERROR, "read (out of memory)");
+    if (zoo_aget(w->sess.zh, p0, 0, on_read, &c->slots[0]) != ZOK) {
+        call_free(c);
+        return lost(w, w->step);
+    }
+    if (p1 && zoo_aget(w->sess.zh, p1, 0, on_read, &c->slots[1]) != ZOK) {
+        c->waiting = 1; /* the first one is queued and will fail with the connection */
+        c->rc[1] = ZCONNECTIONLOSS;
+    }
+}
+
+static bool is_loss(int rc) { return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT; }
+
+/* The first op that failed in a multi (the others report OK or RUNTIMEINCONSISTENCY). */
+int zkw_failed_op(const zoo_op_result_t *res, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (res[i].err != ZOK && res[i].err != ZRUNTIMEINCONSISTENCY)
+            return i;
+    return -1;
+}
+
+/* Kafka's rule: any KRaft epoch beats a ZK epoch; among KRaft controllers the higher epoch wins,
+ * and the same epoch belongs to one node only. */
+static int check_controller(km_zkw *w, const char *json)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(json, 0, &jerr);
+    if (!root)
+        return 0; /* unreadable: a ZK-era leftover; the claim overwrites it */
+    json_t *ke = json_object_get(root, "kraftControllerEpoch");
+    json_t *id = json_object_get(root, "brokerid");
+    int refuse = 0;
+    if (json_is_integer(ke)) {
+        json_int_t epoch = json_integer_value(ke);
+        if (epoch > w->cfg.controller_epoch ||
+            (epoch == w->cfg.controller_epoch && json_is_integer(id) && json_integer_value(id) != w->cfg.controller_id))
+            refuse = 1;
+        if (refuse)
+            snprintf(w->fence_reason, sizeof w->fence_reason,
+                     "/controller is held by KRaft controller %lld at epoch %lld, not lower than our epoch %d (node %d)",
+                     json_is_integer(id) ? (long long)json_integer_value(id) : -1LL, (long long)epoch,
+                     w->cfg.controller_epoch, w->cfg.controller_id);
+    }
+    json_decref(root);
+    return refuse;
+}
+
+static void on_claim_multi(int rc, const void *data);
+
+static void send_claim(km_zkw *w)
+{
+    claim_call *c = call_new(w, 1);
+    if (!c)
+        return fail_call(w, ZSYSTEMERROR, "claim (out of memory)");
+    snprintf(c->payload, sizeof c->payload, "%d", w->zk_epoch + 1);
+    snprintf(w->ctrl_json, sizeof w->ctrl_json,
+             "{\"version\":2,\"brokerid\":%d,\"timestamp\":\"%lld\",\"kraftControllerEpoch\":%d}",
+             w->cfg.controller_id, (long long)zk_wall_ms(), w->cfg.controller_epoch);
+    int n = 0;
+    if (w->epoch_exists)
+        zoo_set_op_init(&c->ops[n++], "/controller_epoch", c->payload, (int)strlen(c->payload),
+                        w->ctrl_epoch_version, &c->set_stat);
+    else
+        zoo_create_op_init(&c->ops[n++], "/controller_epoch", c->payload, (int)strlen(c->payload),
+                           &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+    if (w->ctrl_exists)
+        zoo_delete_op_init(&c->ops[n++], "/controller", w->ctrl_version);
+    zoo_create_op_init(&c->ops[n++], "/controller", w->ctrl_json, (int)strlen(w->ctrl_json),
+                       &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+    c->waiting = n; /* op count, kept for on_claim_multi */
+    w->step = CL_CLAIM;
+    if (zoo_amulti(w->sess.zh, n, c->ops, c->res, on_claim_multi, c) != ZOK) {
+        call_free(c);
+        lost(w, CL_VERIFY_CLAIM);
+    }
+}
+
+static void on_claim_multi(int rc, const void *data)
+{
+    claim_call *c = (claim_call *)data;
+    km_zkw *w = c->w;
+    int n = c->waiting, failed = zkw_failed_op(c->res, n);
+    bool is_stale = stale(c, rc);
+    int new_version = w->epoch_exists ? c->set_stat.version : 0;
+    call_free(c);
+    if (is_stale)
+        return;
+    if (is_loss(rc))
+        return lost(w, CL_VERIFY_CLAIM);
+    if (rc == ZOK) {
+        w->ctrl_epoch_version = new_version;
+        w->zk_epoch++;
+        w->m.claims++;
+        zkw_log(w, KM_LOG_INFO, "zk claim: /controller_epoch is now %d (zkVersion %d)", w->zk_epoch, new_version);
+        return sync_then(w, CL_MIG_READ);
+    }
+    /* After a lost ack our own first attempt makes the resend fail: verify before deciding. */
+    zkw_log(w, KM_LOG_INFO, "zk claim: claim multi failed at op %d: %s; verifying", failed, zerror(rc));
+    sync_then(w, CL_VERIFY_CLAIM);
+}
+
+/* Did the claim multi we sent land (lost ack)? Compare exactly with what we wrote. */
+static void verify_claim(km_zkw *w, claim_call *c)
+{
+    char want[32];
+    snprintf(want, sizeof want, "%d", w->zk_epoch + 1);
+    if (c->rc[0] == ZOK && c->rc[1] == ZOK && !strcmp(c->data[0], want) && !strcmp(c->data[1], w->ctrl_json)) {
+        w->ctrl_epoch_version = c->st[0].version;
+        w->zk_epoch++;
+        w->m.claims++;
+        zkw_log(w, KM_LOG_INFO, "zk claim: our claim had landed (lost ack); /controller_epoch %d zkVersion %d",
+                w->zk_epoch, w->ctrl_epoch_version);
+        return sync_then(w, CL_MIG_READ);
+    }
+    fail_call(w, ZBADVERSION, "claim (someone else changed /controller or /controller_epoch)");
+}
+
+static void decide_claim(km_zkw *w, claim_call *c)
+{
+    if (c->rc[0] != ZOK && c->rc[0] != ZNONODE)
+        return fail_call(w, c->rc[0], "read /controller");
+    if (c->rc[1] != ZOK && c->rc[1] != ZNONODE)
+        return fail_call(w, c->rc[1], "read /controller_epoch");
+    w->ctrl_exists = c->rc[0] == ZOK;
+    w->ctrl_version = w->ctrl_exists ? c->st[0].version : -1;
+    if (w->ctrl_exists && check_controller(w, c->data[0])) {
+        w->state = KM_ZKW_REFUSED;
+        zkw_log(w, KM_LOG_ERROR, "zk claim refused: %s", w->fence_reason);
+        return zkw_emit(w, KM_ZKW_EV_REFUSED);
+    }
+    w->epoch_exists = c->rc[1] == ZOK;
+    w->ctrl_epoch_version = w->epoch_exists ? c->st[1].version : -1;
+    w->zk_epoch = w->epoch_exists ? (int32_t)strtol(c->data[1], NULL, 10) : 0;
+    send_claim(w);
+}
+
+int km_zk_migration_json(char *out, size_t cap, int32_t ctrl_id, int32_t ctrl_epoch, int64_t offset,
+                         int32_t epoch)
+{
+    int n = snprintf(out, cap,
+                     "{\"version\":0,\"kraft_controller_id\":%d,\"kraft_controller_epoch\":%d,"
+                     "\"kraft_metadata_offset\":%lld,\"kraft_metadata_epoch\":%d}",
+                     ctrl_id, ctrl_epoch, (long long)offset, epoch);
+    return n < 0 || (size_t)n >= cap ? -1 : n;
+}
+
+static int parse_migration(km_zkw *w, const char *json, int64_t *offset, int32_t *epoch)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(json, 0, &jerr);
+    json_t *o = root ? json_object_get(root, "kraft_metadata_offset") : NULL;
+    json_t *e = root ? json_object_get(root, "kraft_metadata_epoch") : NULL;
+    int rc = json_is_integer(o) && json_is_integer(e) ? 0 : -1;
+    if (!rc) {
+        *offset = json_integer_value(o);
+        *epoch = (int32_t)json_integer_value(e);
+    } else {
+        zkw_log(w, KM_LOG_ERROR, "zk claim: /migration holds %s: want kraft_metadata_offset/epoch integers", json);
+    }
+    json_decref(root);
+    return rc;
+}
+
+static void on_mig_multi(int rc, const void *data);
+
+/* One multi guarded by our /controller_epoch: create or conditionally set /migration. */
+static void send_mig(km_zkw *w, bool create, int64_t offset, int32_t epoch, int version)
+{
+    claim_call *c = call_new(w, 2);
+    if (!c)
+        return fail_call(w, ZSYSTEMERROR, "/migration write (out of memory)");
+    w->mig_len = km_zk_migration_json(w->mig, sizeof w->mig, w->cfg.controller_id, w->cfg.controller_epoch,
+                                      offset, epoch);
+    w->confirmed_offset = offset;
+    w->confirmed_epoch = epoch;
+    zoo_check_op_init(&c->ops[0], "/controller_epoch", w->ctrl_epoch_version);
+    if (create)
+        zoo_create_op_init(&c->ops[1], "/migration", w->mig, w->mig_len, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+    else
+        zoo_set_op_init(&c->ops[1], "/migration", w->mig, w->mig_len, version, &c->set_stat);
+    c->rc[1] = create;
+    w->step = CL_MIG_WRITE;
+    if (zoo_amulti(w->sess.zh, 2, c->ops, c->res, on_mig_multi, c) != ZOK) {
+        call_free(c);
+        lost(w, CL_MIG_VERIFY);
+    }
+}
+
+static void claimed(km_zkw *w, int version)
+{
+    w->mig_version = version;
+    w->next_check = version;
+    w->state = KM_ZKW_READY;
+    w->step = CL_DONE;
+    w->claim_attempts = 0;
+    zkw_log(w, KM_LOG_INFO, "zk claim: done; /migration zkVersion %d at offset %lld epoch %d", version,
+            (long long)w->confirmed_offset, w->confirmed_epoch);
+    zkw_emit(w, KM_ZKW_EV_CLAIMED);
+    zkw_pump(w);
+}
+
+static void on_mig_multi(int rc, const void *data)
+{
+    claim_call *c = (claim_call *)data;
+    km_zkw *w = c->w;
+    bool created = c->rc[1], is_stale = stale(c, rc);
+    int failed = zkw_failed_op(c->res, 2), version = created ? 0 : c->set_stat.version;
+    call_free(c);
+    if (is_stale)
+        return;
+    if (is_loss(rc))
+        return lost(w, CL_MIG_VERIFY);
+    if (rc == ZOK)
+        return claimed(w, version);
+    if (failed == 0)
+        return zkw_fence(w, "/controller_epoch moved while we wrote /migration: another controller claimed (%s)",
+                         zerror(rc));
+    sync_then(w, CL_MIG_VERIFY);
+}
+
+static void after_mig_read(km_zkw *w, claim_call *c)
+{
+    if (c->rc[0] == ZNONODE)
+        return send_mig(w, true, -1, -1, -1);
+    if (c->rc[0] != ZOK)
+        return fail_call(w, c->rc[0], "read /migration");
+    int64_t offset;
+    int32_t epoch;
+    if (parse_migration(w, c->data[0], &offset, &epoch))
+        return zkw_fence(w, "/migration is not Kafka's migration znode: %.200s", c->data[0]);
+    send_mig(w, false, offset, epoch, c->st[0].version);
+}
+
+/* A /migration write whose outcome we do not know: ours iff it holds exactly what we wrote. */
+static void after_mig_verify(km_zkw *w, claim_call *c)
+{
+    if (c->rc[0] == ZOK && c->len[0] == w->mig_len && !memcmp(c->data[0], w->mig, (size_t)w->mig_len)) {
+        w->m.lost_acks_adopted++;
+        zkw_log(w, KM_LOG_INFO, "zk claim: our /migration write had landed (lost ack): adopting zkVersion %d",
+                c->st[0].version);
+        return claimed(w, c->st[0].version);
+    }
+    if (c->rc[0] == ZNONODE)
+        return sync_then(w, CL_MIG_READ);
+    zkw_fence(w, "/migration was written by someone else during our claim: it holds %.200s (zkVersion %d)",
+              c->rc[0] == ZOK ? c->data[0] : zerror(c->rc[0]), c->rc[0] == ZOK ? c->st[0].version : -1);
+}
+
+static void after_reads(km_zkw *w, claim_call *c)
+{
+    bool loss = is_loss(c->rc[0]) || is_loss(c->rc[1]);
+    if (loss)
+        return lost(w, w->step);
+    switch (w->step) {
+    case CL_READ: return decide_claim(w, c);
+    case CL_VERIFY_CLAIM: return verify_claim(w, c);
+    case CL_MIG_READ: return after_mig_read(w, c);
+    case CL_MIG_VERIFY: return after_mig_verify(w, c);
+    default: return;
+    }
+}
+
+/* Runs the reads of w->step; only ever called once its sync() has answered. */
+static void claim_step(km_zkw *w)
+{
+    if (w->state != KM_ZKW_CLAIMING || !w->sess.zh)
+        return;
+    switch (w->step) {
+    case CL_READ: return read_two(w, "/controller", "/controller_epoch");
+    case CL_VERIFY_CLAIM: return read_two(w, "/controller_epoch", "/controller");
+    case CL_MIG_READ: return read_two(w, "/migration", NULL);
+    case CL_MIG_VERIFY: return read_two(w, "/migration", NULL);
+    default: return;
+    }
+}
+
+/* (Re)starts from w->step after a sync: a read step reads again, a write step whose outcome is
+ * unknown verifies instead of blindly resending. */
+static void resume(km_zkw *w)
+{
+    if (w->state != KM_ZKW_CLAIMING || !w->sess.zh)
+        return;
+    switch (w->step) {
+    case CL_SYNC: case CL_READ: return sync_then(w, CL_READ);
+    case CL_CLAIM: case CL_VERIFY_CLAIM: return sync_then(w, CL_VERIFY_CLAIM);
+    case CL_MIG_READ: case CL_MIG_CREATE: return sync_then(w, CL_MIG_READ);
+    case CL_MIG_WRITE: case CL_MIG_VERIFY: return sync_then(w, CL_MIG_VERIFY);
+    case CL_DONE: return;
+    }
+}
+
+void zkw_claim_start(km_zkw *w)
+{
+    w->state = KM_ZKW_CLAIMING;
+    w->recover_wanted = false;
+    w->step = CL_SYNC;
+    resume(w);
+}
+
+void zkw_claim_resume(km_zkw *w)
+{
+    if (w->state == KM_ZKW_CLAIMING && w->recover_wanted) {
+        w->recover_wanted = false;
+        resume(w);
+    }
+}

@@ -1,0 +1,25 @@
+/* zk_internal.h - shared by the zkbridge .c files only. */
+#ifndef KM_ZK_INTERNAL_H
+#define KM_ZK_INTERNAL_H
+
+#include "km_zkbridge.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* path -> zkVersion, open addressing. Grows by doubling; memory is bounded by the managed tree. */
+typedef struct zk_vcache {
+    char **keys;
+    int *vals;
+    size_t cap, used;
+} zk_vcache;
+
+int zk_vcache_put(zk_vcache *c, const char *path, int version); /* -1 on OOM */
+int zk_vcache_get(const zk_vcache *c, const char *path);        /* -1 when absent */
+void zk_vcache_del(zk_vcache *c, const char *path);
+void zk_vcache_clear(zk_vcache *c);
+
+int64_t zk_now_ms(void);  /* monotonic */
+int64_t zk_wall_ms(void); /* epoch ms, for /controller's timestamp */
+
+#endif

@@ -1,0 +1,384 @@
+/* Batches -> multis -> the wire, and recovery (see the comment at the top of zk_writer.c). */
+#include "zk_writer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Serialized size of one op inside a multi request: header (9) + path + data + version/ACL/flags. */
+static size_t op_bytes(const km_zop *op)
+{
+    size_t n = 9 + 4 + strlen(op->path) + 4;
+    if (op->kind == KM_ZOP_CREATE || op->kind == KM_ZOP_CREATE_SEQ)
+        return n + 4 + (size_t)(op->len > 0 ? op->len : 0) + 4 + 4 + 4 + 5 + 4 + 6 + 4;
+    return n + (op->kind == KM_ZOP_SET ? 4 + (size_t)(op->len > 0 ? op->len : 0) : 0);
+}
+
+/* The guards (two checks or check + set /migration) and the request/multi framing. */
+#define MULTI_FIXED_BYTES 512
+
+/* Length of the unit starting at ops[i] (ops joined by join_next), checked for a versioned op. */
+static int unit_len(const km_zop *ops, size_t n, size_t i, size_t *bytes, km_err *err)
+{
+    size_t k = i;
+    bool versioned = false;
+    *bytes = 0;
+    for (;; k++) {
+        if (k >= n)
+            return km_fail(err, "zk submit: op %zu (%s) has join_next set but is the last op", k - 1, ops[k - 1].path);
+        if (!ops[k].path || ops[k].path[0] != '/')
+            return km_fail(err, "zk submit: op %zu: path must be absolute", k);
+        versioned |= ops[k].kind != KM_ZOP_CREATE_SEQ;
+        *bytes += op_bytes(&ops[k]);
+        if (!ops[k].join_next)
+            break;
+    }
+    /* A lone sequential create would succeed again on resend, writing a duplicate notification. */
+    if (!versioned)
+        return km_fail(err, "zk submit: ops %zu..%zu: a sequential create must share a multi with a "
+                            "conditional op", i, k);
+    return (int)(k - i + 1);
+}
+
+static zkw_batch *batch_new(km_zkw *w, int64_t offset, int32_t epoch)
+{
+    zkw_batch *b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->offset = offset;
+    b->epoch = epoch;
+    b->check_version = -1;
+    b->submitted_ms = zk_now_ms();
+    b->mig_len = km_zk_migration_json(b->mig, sizeof b->mig, w->cfg.controller_id, w->cfg.controller_epoch,
+                                      offset, epoch);
+    return b;
+}
+
+static zkw_multi *multi_new(km_zkw *w, zkw_batch *b, int nops)
+{
+    zkw_multi *m = calloc(1, sizeof *m);
+    if (!m || !(m->ops = calloc((size_t)(nops ? nops : 1), sizeof *m->ops))) {
+        free(m);
+        return NULL;
+    }
+    m->w = w;
+    m->batch = b;
+    return m;
+}
+
+/* Copies op into m, predicting the zkVersion it will find and leave behind. */
+static int add_op(km_zkw *w, zkw_multi *m, const km_zop *op, km_err *err)
+{
+    zkw_op *o = &m->ops[m->nops];
+    o->kind = op->kind;
+    o->len = op->data ? op->len : 0;
+    o->path = strdup(op->path);
+    o->data = malloc((size_t)o->len + 1);
+    if (!o->path || !o->data) {
+        free(o->path);
+        free(o->data);
+        return km_fail(err, "zk submit: out of memory copying %s", op->path);
+    }
+    memcpy(o->data, op->data ? op->data : "", (size_t)o->len);
+    m->nops++;
+    int have = zk_vcache_get(&w->cache, op->path);
+    switch (op->kind) {
+    case KM_ZOP_CREATE:
+        if (have >= 0)
+            return km_fail(err, "zk submit: create %s, which exists (zkVersion %d)", op->path, have);
+        o->version = -1;
+        return zk_vcache_put(&w->cache, op->path, 0);
+    case KM_ZOP_CREATE_SEQ:
+        o->version = -1;
+        return 0;
+    case KM_ZOP_SET:
+        if (have < 0)
+            return km_fail(err, "zk submit: setData %s: zkVersion unknown (not read by the full sync)", op->path);
+        o->version = have;
+        return zk_vcache_put(&w->cache, op->path, have + 1);
+    case KM_ZOP_DELETE:
+        if (have < 0)
+            return km_fail(err, "zk submit: delete %s: zkVersion unknown", op->path);
+        o->version = have;
+        zk_vcache_del(&w->cache, op->path);
+        return 0;
+    }
+    return km_fail(err, "zk submit: op kind %d", (int)op->kind);
+}
+
+static void append_multi(km_zkw *w, zkw_multi *m)
+{
+    if (w->tail)
+        w->tail->next = m;
+    else
+        w->head = m;
+    w->tail = m;
+    if (!w->next_send)
+        w->next_send = m;
+    w->pending_ops += (size_t)m->nops;
+}
+
+/* Drops the (unsent) multis queued after `keep` - a submit that failed half way. */
+static void unqueue_after(km_zkw *w, zkw_multi *keep)
+{
+    zkw_multi *m = keep ? keep->next : w->head;
+    if (keep)
+        keep->next = NULL;
+    else
+        w->head = NULL;
+    if (w->next_send && w->next_send->batch == (m ? m->batch : NULL))
+        w->next_send = NULL;
+    w->tail = keep;
+    while (m) {
+        zkw_multi *next = m->next;
+        w->pending_ops -= (size_t)m->nops;
+        if (w->next_send == m)
+            w->next_send = NULL;
+        zkw_free_multi(m);
+        m = next;
+    }
+}
+
+/* Splits ops into multis under max_multi_bytes / max_multi_ops without splitting a unit. */
+static int split(km_zkw *w, zkw_batch *b, const km_zop *ops, size_t n, km_err *err)
+{
+    size_t i = 0;
+    while (i < n || b->multis_left == 0) {
+        size_t bytes = MULTI_FIXED_BYTES, count = 0, j = i, ub;
+        while (j < n) {
+            int len = unit_len(ops, n, j, &ub, err);
+            if (len < 0)
+                return -1;
+            if (count && (bytes + ub > w->cfg.max_multi_bytes || count + (size_t)len > (size_t)w->cfg.max_multi_ops))
+                break;
+            if (bytes + ub > w->cfg.max_multi_bytes)
+                return km_fail(err, "zk submit: op %zu (%s): %zu bytes cannot fit one multi of %zu", j,
+                               ops[j].path, ub, w->cfg.max_multi_bytes);
+            bytes += ub;
+            count += (size_t)len;
+            j += (size_t)len;
+        }
+        zkw_multi *m = multi_new(w, b, (int)count);
+        if (!m)
+            return km_fail(err, "zk submit: out of memory");
+        for (size_t k = i; k < j; k++)
+            if (add_op(w, m, &ops[k], err)) {
+                zkw_free_multi(m);
+                return -1;
+            }
+        b->multis_left++;
+        append_multi(w, m);
+        i = j;
+    }
+    w->tail->is_last = true;
+    return 0;
+}
+
+int km_zkw_submit(km_zkw *w, const km_zop *ops, size_t n, int64_t offset, int32_t epoch, km_err *err)
+{
+    if (w->state != KM_ZKW_READY)
+        return km_fail(err, "zk submit: writer is %s, not DUAL_WRITE", km_zkw_state_name(km_zkw_get_state(w)));
+    zkw_batch *b = batch_new(w, offset, epoch);
+    if (!b)
+        return km_fail(err, "zk submit: out of memory");
+    b->ops = n;
+    zkw_multi *before = w->tail;
+    if (split(w, b, ops, n, err)) {
+        unqueue_after(w, before);
+        free(b);
+        /* Its version predictions are half applied: the cache is void, a full sync rebuilds it. */
+        zk_vcache_clear(&w->cache);
+        zkw_emit(w, KM_ZKW_EV_RESYNC);
+        return -1;
+    }
+    if (w->btail)
+        w->btail->next = b;
+    else
+        w->bhead = b;
+    w->btail = b;
+    km_zkw_note_log_offset(w, offset);
+    zkw_pump(w);
+    return 0;
+}
+
+static void on_multi(int rc, const void *data);
+
+static void release_wire(zkw_multi *m)
+{
+    free(m->zops);
+    free(m->res);
+    free(m->stats);
+    m->zops = NULL;
+    m->res = NULL;
+    m->stats = NULL;
+}
+
+/* [check /controller_epoch, check or set /migration, data ops...]: the guards first, so a failed
+ * multi's first error tells a foreign writer (guards) from our own landed write (data op). */
+static int send_multi(km_zkw *w, zkw_multi *m)
+{
+    zkw_batch *b = m->batch;
+    int n = m->nops + 2;
+    release_wire(m);
+    m->zops = calloc((size_t)n, sizeof *m->zops);
+    m->res = calloc((size_t)n, sizeof *m->res);
+    m->stats = calloc((size_t)n, sizeof *m->stats);
+    if (!m->zops || !m->res || !m->stats)
+        return -1;
+    if (b->check_version < 0)
+        b->check_version = w->next_check;
+    zoo_check_op_init(&m->zops[0], "/controller_epoch", w->ctrl_epoch_version);
+    if (m->is_last)
+        zoo_set_op_init(&m->zops[1], "/migration", b->mig, b->mig_len, b->check_version, &m->mig_stat);
+    else
+        zoo_check_op_init(&m->zops[1], "/migration", b->check_version);
+    for (int i = 0; i < m->nops; i++) {
+        zkw_op *o = &m->ops[i];
+        zoo_op_t *z = &m->zops[i + 2];
+        if (o->kind == KM_ZOP_CREATE || o->kind == KM_ZOP_CREATE_SEQ)
+            zoo_create_op_init(z, o->path, o->data, o->len, &ZOO_OPEN_ACL_UNSAFE,
+                               o->kind == KM_ZOP_CREATE_SEQ ? ZOO_PERSISTENT_SEQUENTIAL : ZOO_PERSISTENT, NULL, 0);
+        else if (o->kind == KM_ZOP_SET)
+            zoo_set_op_init(z, o->path, o->data, o->len, o->version, &m->stats[i + 2]);
+        else
+            zoo_delete_op_init(z, o->path, o->version);
+    }
+    if (zoo_amulti(w->sess.zh, n, m->zops, m->res, on_multi, m) != ZOK)
+        return -1;
+    if (m->is_last)
+        w->next_check = b->check_version + 1;
+    m->st = M_SENT;
+    m->generation = w->sess.generation;
+    w->inflight++;
+    return 0;
+}
+
+void zkw_pump(km_zkw *w)
+{
+    if (w->state != KM_ZKW_READY || w->recover_wanted || !w->sess.zh)
+        return;
+    while (w->next_send && w->inflight < w->cfg.max_inflight) {
+        zkw_multi *m = w->next_send;
+        if (send_multi(w, m)) {
+            w->recover_wanted = true; /* not connected: the session watcher starts recovery */
+            return;
+        }
+        w->next_send = m->next;
+    }
+}
+
+static void count_ops(km_zkw *w, const zkw_multi *m)
+{
+    for (int i = 0; i < m->nops; i++) {
+        km_zop_kind k = m->ops[i].kind;
+        if (k == KM_ZOP_CREATE || k == KM_ZOP_CREATE_SEQ) w->m.znodes_created++;
+        else if (k == KM_ZOP_SET) w->m.znodes_updated++;
+        else w->m.znodes_deleted++;
+    }
+}
+
+/* A batch is confirmed only now, after its /migration write is known to have succeeded (the
+ * ordering Kafka got wrong in its dualWriteOffset metric). */
+static void confirm_batch(km_zkw *w, zkw_batch *b, int version)
+{
+    w->mig_version = version;
+    memcpy(w->mig, b->mig, (size_t)b->mig_len + 1);
+    w->mig_len = b->mig_len;
+    w->confirmed_offset = b->offset;
+    w->confirmed_epoch = b->epoch;
+    w->m.write_delta_time_ms = zk_now_ms() - b->submitted_ms;
+}
+
+void zkw_ack(km_zkw *w, zkw_multi *m, bool adopted, int mig_version)
+{
+    m->st = M_ACKED;
+    count_ops(w, m);
+    if (adopted)
+        w->m.lost_acks_adopted++;
+    else
+        w->m.multis_ok++;
+    if (m->is_last)
+        confirm_batch(w, m->batch, mig_version);
+}
+
+/* Frees the acknowledged prefix; emits CONFIRMED / DRAINED as batches complete. */
+void zkw_pop_acked(km_zkw *w)
+{
+    bool confirmed = false;
+    while (w->head && w->head->st == M_ACKED) {
+        zkw_multi *m = w->head;
+        w->head = m->next;
+        if (w->tail == m)
+            w->tail = NULL;
+        if (w->next_send == m)
+            w->next_send = m->next;
+        w->pending_ops -= (size_t)m->nops;
+        if (--m->batch->multis_left == 0 && m->batch == w->bhead) {
+            w->bhead = m->batch->next;
+            if (w->btail == m->batch)
+                w->btail = NULL;
+            free(m->batch);
+            confirmed = true;
+        }
+        zkw_free_multi(m);
+    }
+    if (confirmed)
+        zkw_emit(w, KM_ZKW_EV_CONFIRMED);
+    if (confirmed && !w->head && w->state == KM_ZKW_READY)
+        zkw_emit(w, KM_ZKW_EV_DRAINED);
+}
+
+static bool session_gone(int rc)
+{
+    return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT || rc == ZCLOSING || rc == ZSESSIONEXPIRED ||
+           rc == ZINVALIDSTATE;
+}
+
+/* A failed multi: ops 0/1 are the guards (verify, then adopt or fence); a data op failing on a
+ * resend of a non-final multi means its first attempt landed; otherwise ZooKeeper has drifted
+ * from our predictions and only a full sync can say how. */
+static void on_failed(km_zkw *w, zkw_multi *m, int rc)
+{
+    int f = zkw_failed_op(m->res, m->nops + 2);
+    if (f >= 2 && m->resent && !m->is_last) {
+        zkw_log(w, KM_LOG_INFO, "zk write: resent multi hit %s on %s: its first attempt had landed",
+                zerror(m->res[f].err), m->ops[f - 2].path);
+        zkw_ack(w, m, true, 0);
+        return;
+    }
+    m->st = M_UNKNOWN;
+    w->recover_wanted = true;
+    if (f >= 2) {
+        zkw_log(w, KM_LOG_WARN, "zk write: %s on %s (expected zkVersion %d): ZooKeeper differs from the "
+                "image's last sync; re-syncing", zerror(m->res[f].err), m->ops[f - 2].path, m->ops[f - 2].version);
+        w->resync_wanted = true;
+        return;
+    }
+    zkw_log(w, KM_LOG_INFO, "zk write: guard %s failed (%s); verifying before anything else",
+            f == 0 ? "/controller_epoch" : "/migration", zerror(rc));
+}
+
+static void on_multi(int rc, const void *data)
+{
+    zkw_multi *m = (zkw_multi *)data;
+    km_zkw *w = m->w;
+    w->inflight--;
+    if (w->state == KM_ZKW_CLOSED || w->state == KM_ZKW_FENCED) {
+        m->st = M_UNKNOWN;
+        return;
+    }
+    if (rc == ZOK) {
+        zkw_ack(w, m, false, m->mig_stat.version);
+    } else if (session_gone(rc)) {
+        m->st = M_UNKNOWN;
+        w->recover_wanted = true;
+    } else {
+        on_failed(w, m, rc);
+    }
+    zkw_pop_acked(w);
+    if (w->recover_wanted && w->inflight == 0 && w->state == KM_ZKW_READY &&
+        zoo_state(w->sess.zh) == ZOO_CONNECTED_STATE)
+        zkw_recover_start(w);
+    else
+        zkw_pump(w);
+}

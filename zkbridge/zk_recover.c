@@ -1,0 +1,172 @@
+/* Recovery after a lost connection or a failed guard: sync(), read /controller_epoch and
+ * /migration, and decide from exactly what they hold (KAFKA-21062's fix, generalised to many
+ * outstanding multis):
+ *  - /controller_epoch's zkVersion moved: someone claimed after us -> FENCED.
+ *  - /migration is what we last confirmed: no batch end landed; resend what is unconfirmed.
+ *  - /migration is what batch b meant to write, at b's version + 1: b and everything before it
+ *    landed (ZooKeeper applies a session's requests in order): adopt, resend the rest.
+ *  - anything else: a second writer -> FENCED. Never a blind retry. */
+#include "zk_writer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct rec_call {
+    km_zkw *w;
+    unsigned generation;
+    int waiting;
+    int rc[2];
+    struct Stat st[2];
+    char *data[2];
+    int len[2];
+    struct rec_slot { struct rec_call *c; int idx; } slot[2];
+} rec_call;
+
+static void rec_free(rec_call *c)
+{
+    free(c->data[0]);
+    free(c->data[1]);
+    free(c);
+}
+
+/* Retry later: the session watcher calls zkw_recover_start again on the next CONNECTED. */
+static void rec_abort(km_zkw *w)
+{
+    w->verify_running = false;
+    w->recover_wanted = true;
+}
+
+static zkw_batch *landed_batch(km_zkw *w, const rec_call *c)
+{
+    for (zkw_batch *b = w->bhead; b; b = b->next)
+        if (b->check_version >= 0 && c->st[1].version == b->check_version + 1 && c->len[1] == b->mig_len &&
+            !memcmp(c->data[1], b->mig, (size_t)b->mig_len))
+            return b;
+    return NULL;
+}
+
+/* Marks batches up to and including `upto` as landed. */
+static void adopt_upto(km_zkw *w, zkw_batch *upto, int version)
+{
+    for (zkw_multi *m = w->head; m; m = m->next) {
+        zkw_batch *b = m->batch;
+        if (m->st != M_ACKED)
+            zkw_ack(w, m, true, version);
+        if (b == upto && m->is_last)
+            break;
+    }
+    zkw_pop_acked(w);
+}
+
+/* Everything not acknowledged goes out again, in order, on versions re-derived from now. */
+static void requeue(km_zkw *w)
+{
+    for (zkw_multi *m = w->head; m; m = m->next)
+        if (m->st == M_UNKNOWN || m->st == M_SENT) {
+            m->st = M_QUEUED;
+            m->resent = true;
+            w->m.multis_resent++;
+        }
+    for (zkw_batch *b = w->bhead; b; b = b->next)
+        b->check_version = -1;
+    w->next_check = w->mig_version;
+    w->next_send = w->head;
+}
+
+static void decide(km_zkw *w, rec_call *c)
+{
+    if (c->rc[0] != ZOK || c->st[0].version != w->ctrl_epoch_version)
+        return zkw_fence(w, "/controller_epoch is %s at zkVersion %d, we claimed zkVersion %d: another "
+                         "controller claimed ZooKeeper", c->rc[0] == ZOK ? c->data[0] : zerror(c->rc[0]),
+                         c->rc[0] == ZOK ? c->st[0].version : -1, w->ctrl_epoch_version);
+    if (c->rc[1] != ZOK)
+        return zkw_fence(w, "/migration cannot be read back (%s)", zerror(c->rc[1]));
+    bool unchanged = c->st[1].version == w->mig_version && c->len[1] == w->mig_len &&
+                     !memcmp(c->data[1], w->mig, (size_t)w->mig_len);
+    zkw_batch *b = unchanged ? NULL : landed_batch(w, c);
+    if (!unchanged && !b)
+        return zkw_fence(w, "/migration holds %.200s at zkVersion %d; our last confirmed write left zkVersion %d "
+                         "(%.200s): a second writer", c->data[1], c->st[1].version, w->mig_version, w->mig);
+    if (b) {
+        zkw_log(w, KM_LOG_INFO, "zk recover: our /migration write to offset %lld had landed (lost ack); "
+                "adopting zkVersion %d", (long long)b->offset, c->st[1].version);
+        adopt_upto(w, b, c->st[1].version);
+    }
+    requeue(w);
+    w->verify_running = false;
+    w->recover_wanted = false;
+    if (w->resync_wanted) {
+        w->resync_wanted = false;
+        zkw_drop_pipeline(w);
+        zkw_emit(w, KM_ZKW_EV_RESYNC);
+        return;
+    }
+    zkw_pump(w);
+}
+
+static void on_rec_read(int rc, const char *value, int len, const struct Stat *st, const void *data)
+{
+    const struct rec_slot *s = data;
+    rec_call *c = s->c;
+    c->rc[s->idx] = rc;
+    if (rc == ZOK) {
+        c->len[s->idx] = len < 0 ? 0 : len;
+        c->data[s->idx] = calloc(1, (size_t)c->len[s->idx] + 1);
+        if (c->data[s->idx])
+            memcpy(c->data[s->idx], value ? value : "", (size_t)c->len[s->idx]);
+        c->st[s->idx] = *st;
+    }
+    if (--c->waiting)
+        return;
+    km_zkw *w = c->w;
+    bool ok_state = c->generation == w->sess.generation && w->state == KM_ZKW_READY;
+    bool failed = c->rc[0] != ZOK && c->rc[0] != ZNONODE;
+    failed |= c->rc[1] != ZOK && c->rc[1] != ZNONODE;
+    if (ok_state && failed)
+        rec_abort(w);
+    else if (ok_state)
+        decide(w, c);
+    rec_free(c);
+}
+
+static void on_rec_sync(int rc, const char *value, const void *data)
+{
+    (void)value;
+    rec_call *c = (rec_call *)data;
+    km_zkw *w = c->w;
+    if (c->generation != w->sess.generation || w->state != KM_ZKW_READY) {
+        rec_free(c);
+        return;
+    }
+    if (rc != ZOK) {
+        rec_free(c);
+        return rec_abort(w);
+    }
+    c->waiting = 2;
+    if (zoo_aget(w->sess.zh, "/controller_epoch", 0, on_rec_read, &c->slot[0]) != ZOK) {
+        rec_free(c);
+        return rec_abort(w);
+    }
+    if (zoo_aget(w->sess.zh, "/migration", 0, on_rec_read, &c->slot[1]) != ZOK) {
+        c->waiting = 1;
+        c->rc[1] = ZCONNECTIONLOSS;
+    }
+}
+
+void zkw_recover_start(km_zkw *w)
+{
+    if (w->verify_running || w->state != KM_ZKW_READY)
+        return;
+    rec_call *c = calloc(1, sizeof *c);
+    if (!c)
+        return;
+    c->w = w;
+    c->generation = w->sess.generation;
+    c->slot[0] = (struct rec_slot){c, 0};
+    c->slot[1] = (struct rec_slot){c, 1};
+    w->verify_running = true;
+    if (zoo_async(w->sess.zh, "/migration", on_rec_sync, c) != ZOK) {
+        rec_free(c);
+        rec_abort(w);
+    }
+}

@@ -1,0 +1,121 @@
+/* The ZooKeeper session on libev: the single-threaded C client tells us which fd and events it
+ * wants and by when (zookeeper_interest); we wake it on those (zookeeper_process). An ev_prepare
+ * re-reads its interest before every loop iteration, so requests queued from any callback are
+ * flushed without the caller having to poke the loop. */
+#include "zk_writer.h"
+
+#include <ev.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void zk_process(zk_session *s, int events)
+{
+    if (!s->zh)
+        return;
+    s->in_process = true;
+    zookeeper_process(s->zh, events);
+    s->in_process = false;
+}
+
+static void on_io(struct ev_loop *loop, ev_io *io, int revents)
+{
+    (void)loop;
+    zk_session *s = io->data;
+    zk_process(s, ((revents & EV_READ) ? ZOOKEEPER_READ : 0) | ((revents & EV_WRITE) ? ZOOKEEPER_WRITE : 0));
+}
+
+static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop; (void)revents;
+    zk_process(t->data, 0);
+}
+
+/* Re-arms the io and timer watchers from the client's current interest. */
+static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
+{
+    (void)revents;
+    zk_session *s = p->data;
+    if (s->restart_pending)
+        zk_session_restart_now(s);
+    if (!s->zh)
+        return;
+    int fd = -1, interest = 0;
+    struct timeval tv = {0, 0};
+    zookeeper_interest(s->zh, &fd, &interest, &tv);
+    int events = ((interest & ZOOKEEPER_READ) ? EV_READ : 0) | ((interest & ZOOKEEPER_WRITE) ? EV_WRITE : 0);
+    if (fd != s->io.fd || events != (s->io.events & (EV_READ | EV_WRITE)) || !ev_is_active(&s->io)) {
+        ev_io_stop(loop, &s->io);
+        if (fd >= 0 && events) {
+            ev_io_set(&s->io, fd, events);
+            ev_io_start(loop, &s->io);
+        }
+    }
+    double after = (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+    ev_timer_stop(loop, &s->timer);
+    ev_timer_set(&s->timer, after > 0 ? after : 0.001, 0.);
+    ev_timer_start(loop, &s->timer);
+}
+
+static void on_watch(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh; (void)path;
+    zk_session *s = ctx;
+    if (type == ZOO_SESSION_EVENT && s->on_state)
+        s->on_state(s, state);
+}
+
+int zk_session_open(zk_session *s, km_err *err)
+{
+    zoo_set_debug_level((ZooLogLevel)0); /* quiet: our own log says what matters */
+    s->zh = zookeeper_init(s->hosts, on_watch, s->timeout_ms, NULL, s, 0);
+    if (!s->zh)
+        return km_fail(err, "zk session: zookeeper_init(%s) failed (bad host list?)", s->hosts);
+    s->generation++;
+    return 0;
+}
+
+int zk_session_start(zk_session *s, struct ev_loop *loop, km_err *err)
+{
+    s->loop = loop;
+    ev_io_init(&s->io, on_io, -1, 0);
+    s->io.data = s;
+    ev_timer_init(&s->timer, on_timer, 0., 0.);
+    s->timer.data = s;
+    ev_prepare_init(&s->prepare, on_prepare);
+    s->prepare.data = s;
+    ev_prepare_start(loop, &s->prepare);
+    return zk_session_open(s, err);
+}
+
+/* Closing fires every pending completion (ZCLOSING) before it returns, which is why it must never
+ * run inside zookeeper_process: we defer it to the next ev_prepare. */
+void zk_session_restart(zk_session *s)
+{
+    s->restart_pending = true;
+}
+
+void zk_session_restart_now(zk_session *s)
+{
+    s->restart_pending = false;
+    ev_io_stop(s->loop, &s->io);
+    ev_timer_stop(s->loop, &s->timer);
+    if (s->zh)
+        zookeeper_close(s->zh);
+    s->zh = NULL;
+    km_err err = {{0}};
+    if (zk_session_open(s, &err) && s->on_state)
+        s->on_state(s, ZOO_EXPIRED_SESSION_STATE);
+}
+
+void zk_session_close(zk_session *s)
+{
+    if (s->loop) {
+        ev_io_stop(s->loop, &s->io);
+        ev_timer_stop(s->loop, &s->timer);
+        ev_prepare_stop(s->loop, &s->prepare);
+    }
+    if (s->zh)
+        zookeeper_close(s->zh);
+    s->zh = NULL;
+}

@@ -1,0 +1,227 @@
+/* The pipelined multi writer.
+ *
+ * A batch (one image delta, or one slice of the full sync) becomes one or more multis, sent without
+ * waiting for each other. Each multi is [check /controller_epoch, check /migration V, data ops...];
+ * the batch's last one sets /migration (V -> V+1) instead of checking it, so ZooKeeper holds the
+ * batch's offset only once everything in it is there. ZooKeeper applies a session's requests in
+ * order, so after a lost connection what landed is a prefix of what we sent. We never resend
+ * blindly: we stop, let every outstanding reply come back, sync() and re-read /migration and
+ * /controller_epoch, adopt what is ours, fence on anything foreign, then resend the rest. Data ops
+ * are all conditional (create / setData at version / delete at version), so a resent multi whose
+ * first attempt had landed fails on its data op while both guards pass: that is our own write,
+ * told apart from a second writer (who would have moved a guard). */
+#include "zk_writer.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void default_log(km_log_level lvl, const char *msg, void *ctx)
+{
+    (void)ctx;
+    static const char *names[] = {"", "ERROR", "WARN", "INFO", "DEBUG"};
+    if (lvl <= KM_LOG_WARN)
+        fprintf(stderr, "kmproxy zk %s: %s\n", names[lvl], msg);
+}
+
+void zkw_log(km_zkw *w, km_log_level lvl, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    (w->cfg.log ? w->cfg.log : default_log)(lvl, msg, w->cfg.ctx);
+}
+
+void zkw_emit(km_zkw *w, km_zkw_event ev)
+{
+    if (w->cfg.on_event)
+        w->cfg.on_event(w, ev, w->cfg.ctx);
+}
+
+/* Terminal: from here on nothing is sent. Loud, because a fenced mirror needs an operator. */
+void zkw_fence(km_zkw *w, const char *fmt, ...)
+{
+    if (w->state == KM_ZKW_FENCED)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->fence_reason, sizeof w->fence_reason, fmt, ap);
+    va_end(ap);
+    w->state = KM_ZKW_FENCED;
+    zkw_log(w, KM_LOG_ERROR, "FENCED, writing nothing more to ZooKeeper: %s", w->fence_reason);
+    zkw_emit(w, KM_ZKW_EV_FENCED);
+}
+
+const char *km_zkw_state_name(km_zkw_state s)
+{
+    static const char *names[] = {"CONNECTING", "BECOME_CONTROLLER", "DUAL_WRITE", "RECOVERING",
+                                  "FENCED", "REFUSED", "CLOSED"};
+    return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
+}
+
+void zkw_free_multi(zkw_multi *m)
+{
+    for (int i = 0; i < m->nops; i++) {
+        free(m->ops[i].path);
+        free(m->ops[i].data);
+    }
+    free(m->ops);
+    free(m->zops);
+    free(m->res);
+    free(m->stats);
+    free(m);
+}
+
+/* Forgets everything queued: used when the session died (the full re-sync after the new claim
+ * rewrites whatever these would have written) and on free. */
+void zkw_drop_pipeline(km_zkw *w)
+{
+    while (w->head) {
+        zkw_multi *m = w->head;
+        w->head = m->next;
+        zkw_free_multi(m);
+    }
+    while (w->bhead) {
+        zkw_batch *b = w->bhead;
+        w->bhead = b->next;
+        free(b);
+    }
+    w->tail = w->next_send = NULL;
+    w->btail = NULL;
+    w->inflight = 0;
+    w->pending_ops = 0;
+    zk_vcache_clear(&w->cache); /* predictions for dropped writes are void */
+}
+
+static void on_session(zk_session *s, int state)
+{
+    km_zkw *w = s->owner;
+    if (w->state == KM_ZKW_FENCED || w->state == KM_ZKW_REFUSED || w->state == KM_ZKW_CLOSED)
+        return;
+    if (state == ZOO_EXPIRED_SESSION_STATE) {
+        zkw_log(w, KM_LOG_WARN, "zk session expired: new session, re-claim, full re-sync");
+        w->state = KM_ZKW_CONNECTING;
+        zk_session_restart(&w->sess);
+        return;
+    }
+    if (state != ZOO_CONNECTED_STATE)
+        return;
+    if (w->state == KM_ZKW_CONNECTING) {
+        w->m.sessions++;
+        zkw_drop_pipeline(w);
+        zkw_claim_start(w);
+    } else if (w->state == KM_ZKW_CLAIMING) {
+        zkw_claim_resume(w);
+    } else if (w->recover_wanted && w->inflight == 0) {
+        zkw_recover_start(w);
+    }
+}
+
+km_zkw *km_zkw_new(struct ev_loop *loop, const km_zkw_config *cfg, km_err *err)
+{
+    if (!cfg || !cfg->hosts || !*cfg->hosts)
+        return km_fail(err, "zk writer: no ZooKeeper host list"), NULL;
+    km_zkw *w = calloc(1, sizeof *w);
+    if (!w || !(w->hosts = strdup(cfg->hosts))) {
+        free(w);
+        return km_fail(err, "zk writer: out of memory"), NULL;
+    }
+    w->cfg = *cfg;
+    w->cfg.hosts = w->hosts;
+    if (!w->cfg.session_timeout_ms) w->cfg.session_timeout_ms = 10000;
+    if (!w->cfg.max_multi_bytes) w->cfg.max_multi_bytes = 512 * 1024;
+    if (!w->cfg.max_multi_ops) w->cfg.max_multi_ops = 1000;
+    if (!w->cfg.max_inflight) w->cfg.max_inflight = 64;
+    if (!w->cfg.max_pending_ops) w->cfg.max_pending_ops = 100000;
+    w->state = KM_ZKW_CONNECTING;
+    w->log_offset = -1;
+    w->confirmed_offset = -1;
+    w->sess.hosts = w->hosts;
+    w->sess.timeout_ms = w->cfg.session_timeout_ms;
+    w->sess.on_state = on_session;
+    w->sess.owner = w;
+    if (zk_session_start(&w->sess, loop, err)) {
+        free(w->hosts);
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+void km_zkw_free(km_zkw *w)
+{
+    if (!w)
+        return;
+    w->state = KM_ZKW_CLOSED;
+    zk_session_close(&w->sess); /* fires pending completions (ZCLOSING) while multis still exist */
+    zkw_drop_pipeline(w);
+    free(w->hosts);
+    free(w);
+}
+
+km_zkw_state km_zkw_get_state(const km_zkw *w)
+{
+    return w->state == KM_ZKW_READY && w->recover_wanted ? KM_ZKW_RECOVERING : w->state;
+}
+const char *km_zkw_fence_reason(const km_zkw *w) { return w->fence_reason; }
+int64_t km_zkw_confirmed_offset(const km_zkw *w) { return w->confirmed_offset; }
+int32_t km_zkw_confirmed_epoch(const km_zkw *w) { return w->confirmed_epoch; }
+int km_zkw_migration_version(const km_zkw *w) { return w->mig_version; }
+int32_t km_zkw_zk_controller_epoch(const km_zkw *w) { return w->zk_epoch; }
+struct _zhandle *km_zkw_handle(km_zkw *w) { return w->sess.zh; }
+size_t km_zkw_pending_ops(const km_zkw *w) { return w->pending_ops; }
+bool km_zkw_idle(const km_zkw *w) { return km_zkw_get_state(w) == KM_ZKW_READY && !w->head; }
+void km_zkw_cache_put(km_zkw *w, const char *path, int version) { zk_vcache_put(&w->cache, path, version); }
+void km_zkw_cache_forget_all(km_zkw *w) { zk_vcache_clear(&w->cache); }
+int km_zkw_cache_get(const km_zkw *w, const char *path) { return zk_vcache_get(&w->cache, path); }
+void km_zkw_set_snapshot_time(km_zkw *w, int64_t ms) { w->m.write_snapshot_time_ms = ms; }
+
+void km_zkw_note_log_offset(km_zkw *w, int64_t offset)
+{
+    if (offset > w->log_offset)
+        w->log_offset = offset;
+}
+
+bool km_zkw_can_accept(km_zkw *w)
+{
+    bool full = w->pending_ops >= w->cfg.max_pending_ops;
+    int64_t now = zk_now_ms();
+    if (full && !w->blocked_since)
+        w->blocked_since = now;
+    if (!full && w->blocked_since) {
+        w->blocked_total += now - w->blocked_since;
+        w->blocked_since = 0;
+    }
+    return !full;
+}
+
+void km_zkw_get_metrics(const km_zkw *w, km_zkw_metrics *m)
+{
+    *m = w->m;
+    int64_t lag = w->log_offset - w->confirmed_offset;
+    m->write_behind_lag = w->log_offset < 0 || lag < 0 ? 0 : lag;
+    m->blocking_kraft_ms = w->blocked_total + (w->blocked_since ? zk_now_ms() - w->blocked_since : 0);
+    m->state = km_zkw_get_state(w);
+}
+
+char *km_zkw_metrics_json(const km_zkw *w)
+{
+    km_zkw_metrics m;
+    km_zkw_get_metrics(w, &m);
+    char *out = NULL;
+    if (asprintf(&out,
+                 "{\"zk_write_behind_lag\":%lld,\"zk_blocking_kraft_ms\":%lld,\"zk_write_delta_time_ms\":%lld,"
+                 "\"zk_write_snapshot_time_ms\":%lld,\"zk_migration_state\":\"%s\",\"zk_fence_reason\":\"%s\","
+                 "\"zk_multis_ok\":%llu,\"zk_multis_resent\":%llu,\"zk_lost_acks_adopted\":%llu,"
+                 "\"zk_sessions\":%llu,\"zk_claims\":%llu}",
+                 (long long)m.write_behind_lag, (long long)m.blocking_kraft_ms, (long long)m.write_delta_time_ms,
+                 (long long)m.write_snapshot_time_ms, km_zkw_state_name(m.state),
+                 w->state == KM_ZKW_FENCED ? "see log" : "", (unsigned long long)m.multis_ok,
+                 (unsigned long long)m.multis_resent, (unsigned long long)m.lost_acks_adopted,
+                 (unsigned long long)m.sessions, (unsigned long long)m.claims) < 0)
+        return NULL;
+    return out;
+}

@@ -1,0 +1,127 @@
+/* zk_writer.h - internals of the session and the writer (zkbridge only). */
+#ifndef KM_ZK_WRITER_H
+#define KM_ZK_WRITER_H
+
+#include "zk_internal.h"
+
+#include <ev.h>
+#include <zookeeper/zookeeper.h>
+
+typedef struct zk_session zk_session;
+struct zk_session {
+    struct ev_loop *loop;
+    zhandle_t *zh;
+    const char *hosts;
+    int timeout_ms;
+    unsigned generation; /* bumps with every new handle, so stale completions can be told apart */
+    bool in_process, restart_pending;
+    ev_io io;
+    ev_timer timer;
+    ev_prepare prepare;
+    void (*on_state)(zk_session *s, int state);
+    void *owner;
+};
+
+int zk_session_start(zk_session *s, struct ev_loop *loop, km_err *err);
+int zk_session_open(zk_session *s, km_err *err);
+void zk_session_restart(zk_session *s); /* deferred: safe from inside callbacks */
+void zk_session_restart_now(zk_session *s);
+void zk_session_close(zk_session *s);
+
+typedef enum zkw_mstate { M_QUEUED, M_SENT, M_ACKED, M_UNKNOWN } zkw_mstate;
+
+typedef struct zkw_op {
+    km_zop_kind kind;
+    char *path;
+    char *data;
+    int len;
+    int version;         /* expected zkVersion for SET/DELETE, predicted when queued */
+} zkw_op;
+
+typedef struct zkw_batch zkw_batch;
+
+typedef struct zkw_multi {
+    struct zkw_multi *next;
+    zkw_batch *batch;
+    zkw_op *ops;
+    int nops;
+    bool is_last;        /* sets /migration */
+    bool resent;         /* a previous attempt's outcome is unknown */
+    zkw_mstate st;
+    unsigned generation; /* session generation it was sent on */
+    /* live while sent: */
+    zoo_op_t *zops;
+    zoo_op_result_t *res;
+    struct Stat mig_stat;
+    struct Stat *stats;
+    struct km_zkw *w;
+} zkw_multi;
+
+struct zkw_batch {
+    struct zkw_batch *next;
+    int64_t offset;
+    int32_t epoch;
+    char mig[256];        /* the /migration value this batch ends with */
+    int mig_len;
+    int check_version;    /* /migration zkVersion its multis check; -1 until the first is sent */
+    size_t ops;
+    int multis_left;
+    int64_t submitted_ms;
+};
+
+typedef enum zkw_claim_step {
+    CL_SYNC, CL_READ, CL_CLAIM, CL_VERIFY_CLAIM, CL_MIG_READ, CL_MIG_CREATE, CL_MIG_WRITE,
+    CL_MIG_VERIFY, CL_DONE,
+} zkw_claim_step;
+
+struct km_zkw {
+    km_zkw_config cfg;
+    char *hosts;
+    zk_session sess;
+    km_zkw_state state;
+    char fence_reason[512];
+    zk_vcache cache;
+    /* the claim */
+    zkw_claim_step step;
+    int ctrl_version, ctrl_epoch_version; /* zkVersions of /controller and /controller_epoch */
+    int32_t zk_epoch;                      /* /controller_epoch value we hold */
+    bool ctrl_exists, epoch_exists;
+    char ctrl_json[256];
+    int claim_attempts;
+    /* /migration */
+    int mig_version;                       /* confirmed zkVersion */
+    char mig[256];                         /* confirmed content */
+    int mig_len;
+    int64_t confirmed_offset;
+    int32_t confirmed_epoch;
+    int next_check;                        /* predicted version for the next batch sent */
+    /* the pipeline */
+    zkw_multi *head, *tail, *next_send;
+    zkw_batch *bhead, *btail;
+    int inflight;
+    size_t pending_ops;
+    bool recover_wanted;                   /* stop sending; verify once everything is back */
+    bool verify_running;
+    bool resync_wanted;
+    /* metrics */
+    int64_t log_offset;
+    int64_t blocked_since, blocked_total;
+    km_zkw_metrics m;
+};
+
+void zkw_log(km_zkw *w, km_log_level lvl, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void zkw_fence(km_zkw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void zkw_emit(km_zkw *w, km_zkw_event ev);
+/* zk_claim.c */
+void zkw_claim_start(km_zkw *w);
+void zkw_claim_resume(km_zkw *w);
+int zkw_failed_op(const zoo_op_result_t *res, int n);
+/* zk_writer.c */
+void zkw_pump(km_zkw *w);
+void zkw_recover_start(km_zkw *w);
+void zkw_drop_pipeline(km_zkw *w);
+void zkw_free_multi(zkw_multi *m);
+void zkw_ack(km_zkw *w, zkw_multi *m, bool adopted, int mig_version);
+void zkw_pop_acked(km_zkw *w);
+
+#endif
