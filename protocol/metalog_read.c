@@ -648,7 +648,8 @@ static int list_dir(const char *dir, ml_listing *l, km_err *err)
         }
     }
     closedir(d);
-    qsort(l->bases, l->n, sizeof *l->bases, cmp_i64);
+    if (l->n > 1)
+        qsort(l->bases, l->n, sizeof *l->bases, cmp_i64);
     return 0;
 }
 

@@ -1,0 +1,170 @@
+/* Follow mode: torn tails are waited on, batches arrive whole, segments roll, corruption stops. */
+#include "test_metalog.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static km_metalog *follow_dir(const char *dir)
+{
+    km_metalog_opts o = {.follow = true};
+    km_err err;
+    km_metalog *m = km_metalog_open_dir(dir, &o, &err);
+    cr_assert(m, "%s", err.msg);
+    return m;
+}
+
+static int count_segments(const char *dir)
+{
+    DIR *d = opendir(dir);
+    cr_assert(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strlen(e->d_name) == 24 && strcmp(e->d_name + 20, ".log") == 0;
+    closedir(d);
+    return n;
+}
+
+static long drain_ok(km_metalog *m, int64_t *last)
+{
+    long n = 0;
+    km_err err;
+    cr_assert_eq(tm_drain_checked(m, &n, last, true, &err), 1, "%s", err.msg);
+    return n;
+}
+
+Test(metalog_follow, half_written_batch_is_delivered_once_complete)
+{
+    char *dir = km_test_tmpdir("ml-half");
+    tm_write_topics(dir, KM_ML_NONE, 2, 2, 0);
+    km_metalog *m = follow_dir(dir);
+    int64_t last = -1;
+    cr_assert_eq(drain_ok(m, &last), 4);
+    cr_assert_eq(last, 3);
+
+    km_buf b;
+    km_buf_init(&b);
+    tm_topic_batch(4, 3, KM_ML_SNAPPY, &b);
+    char *seg = tm_path(dir, "00000000000000000000.log");
+    size_t half = b.len / 2;
+    tm_append(seg, b.data, half);
+    if (km_metalog_fd(m) >= 0) { /* the wake-up fires for the write */
+        struct pollfd p = {km_metalog_fd(m), POLLIN, 0};
+        cr_assert_eq(poll(&p, 1, 10000), 1);
+    }
+    km_metalog_record r;
+    km_err err;
+    cr_assert_eq(km_metalog_next(m, &r, &err), 0, "half a batch must not be delivered: %s", err.msg);
+    cr_assert_eq(km_metalog_next(m, &r, &err), 0, "%s", err.msg);
+    tm_append(seg, b.data + half, b.len - half);
+    cr_assert_eq(drain_ok(m, &last), 3);
+    cr_assert_eq(last, 6);
+    cr_assert_eq(km_metalog_next_offset(m), 7);
+    km_metalog_close(m);
+    km_buf_free(&b);
+    km_test_rmtree(dir);
+    free(seg);
+    free(dir);
+}
+
+Test(metalog_follow, segment_roll)
+{
+    char *dir = km_test_tmpdir("ml-roll");
+    tm_write_topics(dir, KM_ML_NONE, 1, 5, 0);
+    km_metalog *m = follow_dir(dir);
+    int64_t last = -1;
+    cr_assert_eq(drain_ok(m, &last), 5);
+    /* tiny segments: every batch after the first rolls */
+    tm_write_topics(dir, KM_ML_GZIP, 6, 2, 300);
+    cr_assert_eq(drain_ok(m, &last), 12);
+    cr_assert_eq(last, 16);
+    cr_assert_geq(count_segments(dir), 4, "the writer should have rolled");
+    tm_write_topics(dir, KM_ML_NONE, 1, 1, 300);
+    cr_assert_eq(drain_ok(m, &last), 1);
+    cr_assert_eq(last, 17);
+    km_metalog_close(m);
+    km_test_rmtree(dir);
+    free(dir);
+}
+
+Test(metalog_follow, empty_dir_then_first_segment)
+{
+    char *dir = km_test_tmpdir("ml-empty");
+    km_metalog *m = follow_dir(dir);
+    int64_t last = -1;
+    cr_assert_eq(drain_ok(m, &last), 0);
+    tm_write_topics(dir, KM_ML_ZSTD, 2, 2, 0);
+    cr_assert_eq(drain_ok(m, &last), 4);
+    cr_assert_eq(last, 3);
+    km_metalog_close(m);
+    km_test_rmtree(dir);
+    free(dir);
+}
+
+Test(metalog_follow, corrupt_batch_mid_log_stops_with_error)
+{
+    char *dir = km_test_tmpdir("ml-corrupt");
+    tm_write_topics(dir, KM_ML_NONE, 1, 2, 0);
+    km_metalog *m = follow_dir(dir);
+    int64_t last = -1;
+    cr_assert_eq(drain_ok(m, &last), 2);
+    km_buf b;
+    km_buf_init(&b);
+    tm_topic_batch(2, 2, KM_ML_NONE, &b);
+    size_t second = b.len;
+    tm_topic_batch(4, 2, KM_ML_NONE, &b);
+    b.data[second - 3] ^= 0x40; /* corrupt the first appended batch; another follows it */
+    char *seg = tm_path(dir, "00000000000000000000.log");
+    tm_append(seg, b.data, b.len);
+    km_metalog_record r;
+    km_err err;
+    cr_assert_eq(km_metalog_next(m, &r, &err), -1);
+    cr_assert(strstr(err.msg, seg), "%s", err.msg);
+    cr_assert(strstr(err.msg, "(offset 2): CRC32C mismatch"), "%s", err.msg);
+    cr_assert_eq(km_metalog_next(m, &r, &err), -1, "the failure is sticky");
+    km_metalog_close(m);
+    km_buf_free(&b);
+    km_test_rmtree(dir);
+    free(seg);
+    free(dir);
+}
+
+Test(metalog_follow, truncation_under_the_reader_is_an_error)
+{
+    char *dir = km_test_tmpdir("ml-shrink");
+    tm_write_topics(dir, KM_ML_NONE, 3, 1, 0);
+    km_metalog *m = follow_dir(dir);
+    int64_t last = -1;
+    cr_assert_eq(drain_ok(m, &last), 3);
+    char *seg = tm_path(dir, "00000000000000000000.log");
+    cr_assert_eq(truncate(seg, 10), 0);
+    km_metalog_record r;
+    km_err err;
+    cr_assert_eq(km_metalog_next(m, &r, &err), -1);
+    cr_assert(strstr(err.msg, "truncated under the reader"), "%s", err.msg);
+    km_metalog_close(m);
+    km_test_rmtree(dir);
+    free(seg);
+    free(dir);
+}
+
+Test(metalog_follow, writer_refuses_to_extend_a_torn_segment)
+{
+    char *dir = km_test_tmpdir("ml-torn-w");
+    tm_write_topics(dir, KM_ML_NONE, 2, 1, 0);
+    char *seg = tm_path(dir, "00000000000000000000.log");
+    tm_append(seg, "\0\0\0\0\0\0\0\2\0\0", 10);
+    km_metalog_writer_opts o = {0};
+    km_err err;
+    cr_assert_null(km_metalog_writer_open_dir(dir, &o, &err));
+    cr_assert(strstr(err.msg, "truncated batch"), "%s", err.msg);
+    km_test_rmtree(dir);
+    free(seg);
+    free(dir);
+}
