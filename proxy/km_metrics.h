@@ -1,0 +1,30 @@
+/* km_metrics.h - Prometheus text exposition over a minimal HTTP/1.0 endpoint on the libev loop.
+ *
+ * The daemon renders its modules' metrics (zkbridge, broker channels, image) on each scrape;
+ * this module only serves the bytes.  Connections are bounded in number, size and time, so a
+ * misbehaving scraper can never hold the loop. */
+#ifndef KM_METRICS_H
+#define KM_METRICS_H
+
+#include "km_codec.h" /* km_err, km_buf */
+
+#include <stdint.h>
+
+struct ev_loop;
+
+typedef struct km_metrics_server km_metrics_server;
+/* Appends the exposition text for one scrape. */
+typedef void (*km_metrics_render_fn)(km_buf *out, void *ud);
+
+/* Listens on "host:port" (port 0: any free port). */
+km_metrics_server *km_metrics_listen(struct ev_loop *loop, const char *host_port, km_metrics_render_fn render,
+                                     void *ud, km_err *err);
+uint16_t km_metrics_port(const km_metrics_server *s);
+void km_metrics_free(km_metrics_server *s);
+
+/* One sample with its HELP and TYPE lines; type is "gauge" or "counter".  labels may be NULL or
+ * e.g. "broker=\"1\"" (HELP/TYPE are written only when labels is NULL or first is true). */
+void km_metrics_sample(km_buf *out, const char *name, const char *type, const char *help, const char *labels,
+                       bool first, double value);
+
+#endif

@@ -1,0 +1,224 @@
+/* A deliberately small HTTP/1.0 server: GET /metrics answers the exposition text, anything
+ * else 404; one request per connection, then close. */
+#include "km_metrics.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ev.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MAX_REQUEST 8192
+#define MAX_CLIENTS 16
+#define CLIENT_TIMEOUT 5.0
+
+typedef struct metrics_client metrics_client;
+
+struct km_metrics_server {
+    struct ev_loop *loop;
+    ev_io accept_io;
+    int fd;
+    uint16_t port;
+    km_metrics_render_fn render;
+    void *ud;
+    metrics_client *clients;
+    int n_clients;
+};
+
+struct metrics_client {
+    km_metrics_server *srv;
+    metrics_client *next;
+    ev_io io;
+    ev_timer timer;
+    char req[MAX_REQUEST];
+    size_t req_len;
+    km_buf resp;
+    size_t sent;
+};
+
+static void client_free(metrics_client *c)
+{
+    km_metrics_server *s = c->srv;
+    for (metrics_client **p = &s->clients; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    s->n_clients--;
+    ev_io_stop(s->loop, &c->io);
+    ev_timer_stop(s->loop, &c->timer);
+    close(c->io.fd);
+    km_buf_free(&c->resp);
+    free(c);
+}
+
+static void build_response(metrics_client *c)
+{
+    bool ok = !strncmp(c->req, "GET /metrics ", 13) || !strncmp(c->req, "GET / ", 6);
+    km_buf body;
+    km_buf_init(&body);
+    if (ok)
+        c->srv->render(&body, c->srv->ud);
+    else
+        km_buf_put(&body, "not found\n", 10);
+    char head[160];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.0 %s\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n\r\n", ok ? "200 OK" : "404 Not Found", body.len);
+    km_buf_put(&c->resp, head, (size_t)n);
+    km_buf_put(&c->resp, body.data, body.len);
+    km_buf_free(&body);
+}
+
+static void client_write(metrics_client *c)
+{
+    while (c->sent < c->resp.len) {
+        ssize_t n = send(c->io.fd, c->resp.data + c->sent, c->resp.len - c->sent, MSG_NOSIGNAL);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        if (n <= 0) {
+            client_free(c);
+            return;
+        }
+        c->sent += (size_t)n;
+    }
+    client_free(c);
+}
+
+static void client_read(metrics_client *c)
+{
+    ssize_t n = recv(c->io.fd, c->req + c->req_len, sizeof c->req - 1 - c->req_len, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0 || c->req_len + (size_t)n >= sizeof c->req - 1) {  /* gone, or an absurd request */
+        client_free(c);
+        return;
+    }
+    c->req_len += (size_t)n;
+    c->req[c->req_len] = '\0';
+    if (!strstr(c->req, "\r\n\r\n") && !strstr(c->req, "\n\n"))
+        return;
+    build_response(c);
+    ev_io_stop(c->srv->loop, &c->io);
+    ev_io_set(&c->io, c->io.fd, EV_WRITE);
+    ev_io_start(c->srv->loop, &c->io);
+}
+
+static void client_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)loop;
+    metrics_client *c = w->data;
+    if (revents & EV_READ)
+        client_read(c);
+    else if (revents & EV_WRITE)
+        client_write(c);
+}
+
+static void client_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop; (void)revents;
+    client_free(t->data);
+}
+
+static void accept_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)revents;
+    km_metrics_server *s = w->data;
+    int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+        return;
+    metrics_client *c = s->n_clients < MAX_CLIENTS ? calloc(1, sizeof *c) : NULL;
+    if (!c) {
+        close(fd);  /* over the bound: the scraper retries */
+        return;
+    }
+    c->srv = s;
+    km_buf_init(&c->resp);
+    c->next = s->clients;
+    s->clients = c;
+    s->n_clients++;
+    ev_io_init(&c->io, client_cb, fd, EV_READ);
+    c->io.data = c;
+    ev_io_start(loop, &c->io);
+    ev_timer_init(&c->timer, client_timeout_cb, CLIENT_TIMEOUT, 0);
+    c->timer.data = c;
+    ev_timer_start(loop, &c->timer);
+}
+
+static int parse_host_port(const char *hp, struct sockaddr_in *sa, km_err *err)
+{
+    const char *colon = strrchr(hp, ':');
+    char host[64];
+    char *end;
+    long port = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (!colon || (size_t)(colon - hp) >= sizeof host || !colon[1] || *end || port < 0 || port > 65535)
+        return km_fail(err, "metrics.listen '%s': expected IPv4-HOST:PORT", hp);
+    memcpy(host, hp, (size_t)(colon - hp));
+    host[colon - hp] = '\0';
+    memset(sa, 0, sizeof *sa);
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
+        return km_fail(err, "metrics.listen '%s': '%s' is not an IPv4 address", hp, host);
+    return 0;
+}
+
+km_metrics_server *km_metrics_listen(struct ev_loop *loop, const char *host_port, km_metrics_render_fn render,
+                                     void *ud, km_err *err)
+{
+    struct sockaddr_in sa;
+    if (parse_host_port(host_port, &sa, err))
+        return NULL;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    socklen_t len = sizeof sa;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) || listen(fd, 16) ||
+        getsockname(fd, (struct sockaddr *)&sa, &len)) {
+        km_fail(err, "metrics.listen %s: %s", host_port, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    km_metrics_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        close(fd);
+        km_fail(err, "metrics: out of memory");
+        return NULL;
+    }
+    *s = (km_metrics_server){.loop = loop, .fd = fd, .port = ntohs(sa.sin_port), .render = render, .ud = ud};
+    ev_io_init(&s->accept_io, accept_cb, fd, EV_READ);
+    s->accept_io.data = s;
+    ev_io_start(loop, &s->accept_io);
+    return s;
+}
+
+uint16_t km_metrics_port(const km_metrics_server *s) { return s->port; }
+
+void km_metrics_free(km_metrics_server *s)
+{
+    if (!s)
+        return;
+    while (s->clients)
+        client_free(s->clients);
+    ev_io_stop(s->loop, &s->accept_io);
+    close(s->fd);
+    free(s);
+}
+
+void km_metrics_sample(km_buf *out, const char *name, const char *type, const char *help, const char *labels,
+                       bool first, double value)
+{
+    char line[512];
+    int n;
+    if (!labels || first) {
+        n = snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+        km_buf_put(out, line, (size_t)n);
+    }
+    n = labels ? snprintf(line, sizeof line, "%s{%s} %.17g\n", name, labels, value)
+               : snprintf(line, sizeof line, "%s %.17g\n", name, value);
+    km_buf_put(out, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1));
+}
