@@ -70,6 +70,7 @@ typedef struct km_metalog km_metalog;
 typedef struct km_metalog_opts {
     bool follow;              /* at the end wait for more (km_metalog_next returns 0) instead of finishing */
     bool raw;                 /* do not decode record values (desc/msg stay NULL) */
+    bool no_inotify;          /* follow by polling only (km_metalog_fd() is -1) */
     size_t max_batch;         /* largest batch accepted on disk; 0: KM_ML_MAX_BATCH_DEFAULT */
     size_t max_inflated;      /* largest decompressed records section; 0: KM_ML_MAX_INFLATED_DEFAULT */
     size_t arena_limit;       /* per-batch decode arena; 0: 4 * max_inflated */

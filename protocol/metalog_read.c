@@ -276,7 +276,7 @@ void km_metalog_close(km_metalog *m)
 /* inotify is only a wake-up; the reader rechecks files itself, so losing it costs latency only. */
 static void watch(km_metalog *m, const char *path, uint32_t mask)
 {
-    if (!m->o.follow)
+    if (!m->o.follow || m->o.no_inotify)
         return;
     m->ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (m->ino >= 0 && inotify_add_watch(m->ino, path, mask) < 0) {

@@ -10,14 +10,16 @@
 #include <string.h>
 #include <unistd.h>
 
-static km_metalog *follow_dir(const char *dir)
+static km_metalog *follow_dir_opts(const char *dir, bool no_inotify)
 {
-    km_metalog_opts o = {.follow = true};
+    km_metalog_opts o = {.follow = true, .no_inotify = no_inotify};
     km_err err;
     km_metalog *m = km_metalog_open_dir(dir, &o, &err);
     cr_assert(m, "%s", err.msg);
     return m;
 }
+
+static km_metalog *follow_dir(const char *dir) { return follow_dir_opts(dir, false); }
 
 static int count_segments(const char *dir)
 {
@@ -73,11 +75,12 @@ Test(metalog_follow, half_written_batch_is_delivered_once_complete)
     free(dir);
 }
 
-Test(metalog_follow, segment_roll)
+static void segment_roll(bool no_inotify)
 {
     char *dir = km_test_tmpdir("ml-roll");
     tm_write_topics(dir, KM_ML_NONE, 1, 5, 0);
-    km_metalog *m = follow_dir(dir);
+    km_metalog *m = follow_dir_opts(dir, no_inotify);
+    cr_assert(no_inotify ? km_metalog_fd(m) == -1 : true);
     int64_t last = -1;
     cr_assert_eq(drain_ok(m, &last), 5);
     /* tiny segments: every batch after the first rolls */
@@ -92,6 +95,9 @@ Test(metalog_follow, segment_roll)
     km_test_rmtree(dir);
     free(dir);
 }
+
+Test(metalog_follow, segment_roll) { segment_roll(false); }
+Test(metalog_follow, segment_roll_polling) { segment_roll(true); }
 
 Test(metalog_follow, empty_dir_then_first_segment)
 {

@@ -528,3 +528,83 @@ Test(metalog_truncation, every_cut_point)
     free(dir);
     km_buf_free(&b);
 }
+
+/* ---- control records in a log ------------------------------------------------------------ */
+
+Test(metalog_roundtrip, control_records_as_typed_events)
+{
+    char *dir = km_test_tmpdir("ml-ctrl");
+    km_err err;
+    km_metalog_writer_opts o = {.leader_epoch = 4, .timestamp = 77};
+    km_metalog_writer *w = km_metalog_writer_open_dir(dir, &o, &err);
+    cr_assert(w, "%s", err.msg);
+    km_leader_change_message lc;
+    km_leader_change_message_init(&lc);
+    km_leader_change_message_voter voters[2] = {{.voter_id = 1}, {.voter_id = 2}};
+    lc.leader_id = 2;
+    lc.voters.count = 2;
+    lc.voters.items = voters;
+    lc.granting_voters.count = 1;
+    lc.granting_voters.items = &voters[1];
+    km_kraft_version_record kv;
+    km_kraft_version_record_init(&kv);
+    kv.kraft_version = 1;
+    km_metalog_entry ctl[2] = {
+        {.desc = km_ml_control_desc(KM_ML_CTRL_LEADER_CHANGE), .msg = &lc, .control_type = KM_ML_CTRL_LEADER_CHANGE},
+        {.desc = km_ml_control_desc(KM_ML_CTRL_KRAFT_VERSION), .msg = &kv, .control_type = KM_ML_CTRL_KRAFT_VERSION},
+    };
+    cr_assert_eq(km_metalog_writer_append(w, ctl, 2, NULL, &err), 0, "%s", err.msg);
+    km_metalog_entry mixed[2] = {ctl[0], {.desc = &km_topic_record_desc, .msg = &kv, .control_type = -1}};
+    cr_assert_eq(km_metalog_writer_append(w, mixed, 2, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "only control or only metadata"), "%s", err.msg);
+    cr_assert_eq(km_metalog_writer_finish(w, &err), 0, "%s", err.msg);
+
+    km_metalog *m = km_metalog_open_dir(dir, NULL, &err);
+    km_metalog_record r;
+    cr_assert_eq(km_metalog_next(m, &r, &err), 1, "%s", err.msg);
+    cr_assert(r.control && r.batch->control && r.type == KM_ML_CTRL_LEADER_CHANGE && r.version == 0);
+    cr_assert_str_eq(km_ml_control_name(r.type), "LeaderChange");
+    const km_leader_change_message *got = r.msg;
+    cr_assert_eq(got->leader_id, 2);
+    cr_assert_eq(got->voters.count, 2);
+    cr_assert_eq(got->voters.items[1].voter_id, 2);
+    cr_assert_eq(got->granting_voters.count, 1);
+    cr_assert_eq(km_metalog_next(m, &r, &err), 1, "%s", err.msg);
+    cr_assert_eq(r.type, KM_ML_CTRL_KRAFT_VERSION);
+    cr_assert_eq(((const km_kraft_version_record *)r.msg)->kraft_version, 1);
+    cr_assert(r.last_in_batch);
+    cr_assert_eq(km_metalog_next(m, &r, &err), 0, "%s", err.msg);
+    km_metalog_close(m);
+    km_test_rmtree(dir);
+    free(dir);
+}
+
+Test(metalog_hostile, unknown_control_type)
+{
+    km_buf b;
+    km_buf_init(&b);
+    tm_topic_batch(0, 1, KM_ML_NONE, &b);
+    /* turn it into a control batch whose record key says type 42: key was null (-1 => 0x01) */
+    b.data[22] |= 0x20;
+    km_buf c;
+    km_buf_init(&c);
+    km_buf_put(&c, b.data, 61);
+    km_buf body;
+    km_buf_init(&body);
+    km_buf_put_i8(&body, 0);
+    km_buf_put_varlong(&body, 0);
+    km_buf_put_varint(&body, 0);
+    km_buf_put_varint(&body, 4);
+    km_buf_put_i16(&body, 0);
+    km_buf_put_i16(&body, 42);
+    km_buf_put_varint(&body, 0);
+    km_buf_put_varint(&body, 0);
+    km_buf_put_varint(&c, (int32_t)body.len);
+    km_buf_put(&c, body.data, body.len);
+    km_buf_patch_i32(&c, 8, (int32_t)(c.len - 12));
+    tm_fix_crc(c.data);
+    expect_error(c.data, c.len, "unknown control record type 42", NULL);
+    km_buf_free(&b);
+    km_buf_free(&c);
+    km_buf_free(&body);
+}
