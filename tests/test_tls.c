@@ -309,3 +309,20 @@ Test(tls, write_to_vanished_peer_is_an_error_not_sigpipe)
     km_tls_stream_free(s.s);
     km_tls_ctx_free(cctx); km_tls_ctx_free(sctx);
 }
+
+Test(tls, not_yet_valid_certificate_is_refused_at_load)
+{
+    km_err err = {{0}};
+    km_tls_config cfg = {.cert_file = pki.future_cert, .key_file = pki.future_key};
+    cr_assert_null(km_tls_server_ctx_new(&cfg, &err));
+    cr_assert(strstr(err.msg, pki.future_cert) && strstr(err.msg, "not yet valid"), "%s", err.msg);
+}
+
+/* OpenSSL would prompt on the terminal for the password and hang a daemon. */
+Test(tls, encrypted_key_fails_instead_of_prompting, .timeout = 20)
+{
+    km_err err = {{0}};
+    km_tls_config cfg = {.cert_file = pki.server_cert, .key_file = pki.encrypted_key};
+    cr_assert_null(km_tls_server_ctx_new(&cfg, &err));
+    cr_assert(strstr(err.msg, pki.encrypted_key) && strstr(err.msg, "unencrypted PEM private key"), "%s", err.msg);
+}

@@ -74,6 +74,15 @@ static int write_pem(const char *path, X509 *x, EVP_PKEY *k)
     return (fclose(f) == 0 && ok) ? 0 : -1;
 }
 
+static int write_encrypted(const char *path, EVP_PKEY *k)
+{
+    FILE *f = k ? fopen(path, "w") : NULL;
+    if (!f)
+        return -1;
+    int ok = PEM_write_PrivateKey(f, k, EVP_aes_256_cbc(), (const unsigned char *)"secret", 6, NULL, NULL);
+    return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
 static void path_in(char *out, const char *dir, const char *name)
 {
     snprintf(out, PATH_MAX, "%s/%s", dir, name);
@@ -106,11 +115,14 @@ static int make_files(km_test_pki *p)
     cert_spec server = {"localhost", "DNS:localhost,IP:127.0.0.1", false, -3600, 86400};
     cert_spec client = {"km-test-client", NULL, false, -3600, 86400};
     cert_spec expired = {"localhost", "DNS:localhost,IP:127.0.0.1", false, -2 * 86400, -86400};
+    cert_spec future = {"localhost", "DNS:localhost,IP:127.0.0.1", false, 86400, 2 * 86400};
     int rc = make_ca("km-test-ca", p->ca, &ca, &ca_key) | make_ca("km-other-ca", p->other_ca, &other, &other_key);
     if (!rc)
         rc = make_leaf(&server, ca, ca_key, p->server_cert, p->server_key) |
              make_leaf(&client, ca, ca_key, p->client_cert, p->client_key) |
              make_leaf(&expired, ca, ca_key, p->expired_cert, p->expired_key) |
+             make_leaf(&future, ca, ca_key, p->future_cert, p->future_key) |
+             write_encrypted(p->encrypted_key, stray) |
              (stray ? write_pem(p->other_key, NULL, stray) : -1);
     FILE *g = fopen(p->garbage, "w");
     if (!g || fputs("this is not a PEM file\n", g) < 0 || fclose(g) != 0)
@@ -135,6 +147,9 @@ int km_test_pki_make(km_test_pki *p)
     path_in(p->expired_cert, p->dir, "expired.pem");
     path_in(p->expired_key, p->dir, "expired.key");
     path_in(p->other_key, p->dir, "other.key");
+    path_in(p->future_cert, p->dir, "future.pem");
+    path_in(p->future_key, p->dir, "future.key");
+    path_in(p->encrypted_key, p->dir, "encrypted.key");
     path_in(p->garbage, p->dir, "garbage.pem");
     path_in(p->missing, p->dir, "no-such-file.pem");
     if (make_files(p)) {

@@ -11,6 +11,8 @@ typedef struct km_test_pki {
     char server_cert[PATH_MAX], server_key[PATH_MAX];   /* CN=localhost, SAN localhost + 127.0.0.1 */
     char client_cert[PATH_MAX], client_key[PATH_MAX];   /* CN=km-test-client */
     char expired_cert[PATH_MAX], expired_key[PATH_MAX]; /* same names as server, validity in the past */
+    char future_cert[PATH_MAX], future_key[PATH_MAX];   /* validity starts tomorrow */
+    char encrypted_key[PATH_MAX];     /* server key, AES-encrypted with a password */
     char other_key[PATH_MAX];         /* a key matching no certificate */
     char garbage[PATH_MAX];           /* not PEM at all */
     char missing[PATH_MAX];           /* a path that does not exist */

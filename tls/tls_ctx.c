@@ -12,26 +12,25 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
-/* Appends "; reason" for every queued OpenSSL error, oldest first. */
+/* Appends ": reason" for every queued OpenSSL error, oldest first, skipping
+ * repeats (OpenSSL often queues the same reasons at several levels). */
 static void append_openssl_reasons(char *msg, size_t cap)
 {
     const char *file, *func, *data;
     int line, flags;
     unsigned long e;
-    size_t used = strlen(msg);
     while ((e = ERR_get_error_all(&file, &line, &func, &data, &flags)) != 0) {
         const char *reason = ERR_reason_error_string(e);
-        char code[64];
-        if (!reason) {
-            snprintf(code, sizeof code, "OpenSSL error 0x%lx", e);
-            reason = code;
-        }
+        char piece[256];
         bool has_data = (flags & ERR_TXT_STRING) && data && *data;
-        if (used + 1 < cap)
-            used += (size_t)snprintf(msg + used, cap - used, "%s%s%s%s%s", used ? ": " : "", reason,
-                                     has_data ? " (" : "", has_data ? data : "", has_data ? ")" : "");
-        if (used >= cap)
-            used = cap - 1;
+        if (reason)
+            snprintf(piece, sizeof piece, "%s%s%s%s", reason, has_data ? " (" : "", has_data ? data : "",
+                     has_data ? ")" : "");
+        else
+            snprintf(piece, sizeof piece, "OpenSSL error 0x%lx", e);
+        size_t used = strlen(msg);
+        if (!strstr(msg, piece) && used + 1 < cap)
+            snprintf(msg + used, cap - used, ": %s", piece);
     }
 }
 
