@@ -97,10 +97,48 @@ km_ml_scan km_ml_scan_batch(const uint8_t *p, size_t avail, size_t max_batch,
 
 /* ---- records ------------------------------------------------------------------ */
 
+/* Record headers are a handful of varints each, so they are decoded inline
+ * here; anything unusual (too few bytes left, an over-long varint) falls
+ * back to the codec's reader, which produces the error message. */
+static inline bool fast_uvarint64(km_reader *r, int maxb, uint64_t *v)
+{
+    const uint8_t *p = r->p + r->pos;
+    size_t left = r->len - r->pos;
+    uint64_t x = 0;
+    for (int i = 0; i < maxb && (size_t)i < left; i++) {
+        x |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+        if (!(p[i] & 0x80)) {
+            r->pos += (size_t)i + 1;
+            *v = x;
+            return true;
+        }
+    }
+    return false;
+}
+
+static inline int rd_varint(km_reader *r, int32_t *v, const char *what, km_err *err)
+{
+    uint64_t u;
+    if (!fast_uvarint64(r, 5, &u))
+        return km_read_varint(r, v, what, err);
+    uint32_t z = (uint32_t)u;
+    *v = (int32_t)(z >> 1) ^ -(int32_t)(z & 1);
+    return 0;
+}
+
+static inline int rd_varlong(km_reader *r, int64_t *v, const char *what, km_err *err)
+{
+    uint64_t u;
+    if (!fast_uvarint64(r, 10, &u))
+        return km_read_varlong(r, v, what, err);
+    *v = (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
+    return 0;
+}
+
 static int read_bytes(km_reader *r, km_bytes *out, bool nullable, const char *what, km_err *err)
 {
     int32_t n;
-    if (km_read_varint(r, &n, what, err) < 0)
+    if (rd_varint(r, &n, what, err) < 0)
         return -1;
     if (n < 0) {
         if (n == -1 && nullable) {
@@ -109,8 +147,13 @@ static int read_bytes(km_reader *r, km_bytes *out, bool nullable, const char *wh
         }
         return km_fail(err, "%s: invalid length %d at byte %zu", what, n, r->base + r->pos);
     }
+    if ((size_t)n > r->len - r->pos)
+        return km_fail(err, "%s: %d bytes at byte %zu overrun the record (%zu left)", what, n, r->base + r->pos,
+                       r->len - r->pos);
+    out->ptr = r->p + r->pos;
     out->len = n;
-    return km_read_raw(r, (size_t)n, &out->ptr, what, err);
+    r->pos += (size_t)n;
+    return 0;
 }
 
 static int skip_headers(km_reader *r, int32_t count, km_err *err)
@@ -128,28 +171,28 @@ int km_ml_parse_record(km_reader *r, km_ml_raw_record *out, km_err *err)
 {
     int32_t len;
     size_t at = r->base + r->pos;
-    if (km_read_varint(r, &len, "record length", err) < 0)
+    if (rd_varint(r, &len, "record length", err) < 0)
         return -1;
-    if (len < 0 || (size_t)len > km_reader_left(r))
+    if (len < 0 || (size_t)len > r->len - r->pos)
         return km_fail(err, "record length %d at byte %zu does not fit the %zu bytes left", len, at,
-                       km_reader_left(r));
-    km_reader sub;
-    km_reader_init(&sub, r->p + r->pos, (size_t)len);
-    sub.base = r->base + r->pos;
+                       r->len - r->pos);
+    km_reader sub = {.p = r->p + r->pos, .len = (size_t)len, .pos = 0, .base = r->base + r->pos};
     r->pos += (size_t)len;
-    if (km_read_i8(&sub, &out->attributes, "record attributes", err) < 0 ||
-        km_read_varlong(&sub, &out->timestamp_delta, "record timestampDelta", err) < 0 ||
-        km_read_varint(&sub, &out->offset_delta, "record offsetDelta", err) < 0 ||
+    if (sub.len < 1)
+        return km_fail(err, "record at byte %zu is empty", at);
+    out->attributes = (int8_t)sub.p[sub.pos++];
+    if (rd_varlong(&sub, &out->timestamp_delta, "record timestampDelta", err) < 0 ||
+        rd_varint(&sub, &out->offset_delta, "record offsetDelta", err) < 0 ||
         read_bytes(&sub, &out->key, true, "record key", err) < 0 ||
         read_bytes(&sub, &out->value, true, "record value", err) < 0 ||
-        km_read_varint(&sub, &out->header_count, "record header count", err) < 0)
+        rd_varint(&sub, &out->header_count, "record header count", err) < 0)
         return -1;
     if (out->header_count < 0)
         return km_fail(err, "negative record header count %d in record at byte %zu", out->header_count, at);
     if (skip_headers(&sub, out->header_count, err) < 0)
         return -1;
-    if (km_reader_left(&sub) != 0)
-        return km_fail(err, "record at byte %zu has %zu bytes past its headers", at, km_reader_left(&sub));
+    if (sub.pos != sub.len)
+        return km_fail(err, "record at byte %zu has %zu bytes past its headers", at, sub.len - sub.pos);
     return 0;
 }
 
@@ -241,8 +284,26 @@ static int read_short_uvarint(km_reader *r, int16_t *v, const char *what, km_err
     return 0;
 }
 
+static const km_message_desc *metadata_desc(km_ml_desc_cache *c, int16_t api_key)
+{
+    if (!c || api_key < 0 || api_key >= KM_ML_DESC_CACHE)
+        return km_find_message(KM_K_METADATA, api_key);
+    if (!c->looked[api_key]) {
+        c->desc[api_key] = km_find_message(KM_K_METADATA, api_key);
+        c->looked[api_key] = true;
+    }
+    return c->desc[api_key];
+}
+
 int km_ml_decode_frame(const uint8_t *p, size_t len, int16_t *api_key, int16_t *version,
                        const km_message_desc **desc, void **msg, km_arena *arena, km_err *err)
+{
+    return km_ml_decode_frame_cached(NULL, p, len, api_key, version, desc, msg, arena, err);
+}
+
+int km_ml_decode_frame_cached(km_ml_desc_cache *cache, const uint8_t *p, size_t len, int16_t *api_key,
+                              int16_t *version, const km_message_desc **desc, void **msg, km_arena *arena,
+                              km_err *err)
 {
     km_reader r;
     int16_t frame = -1;
@@ -257,7 +318,7 @@ int km_ml_decode_frame(const uint8_t *p, size_t len, int16_t *api_key, int16_t *
         return km_fail(err, "unknown metadata record frame version %d (only 1 exists)", frame);
     if (read_short_uvarint(&r, api_key, "type", err) < 0 || read_short_uvarint(&r, version, "version", err) < 0)
         return -1;
-    const km_message_desc *md = km_find_message(KM_K_METADATA, *api_key);
+    const km_message_desc *md = metadata_desc(cache, *api_key);
     if (!md)
         return km_fail(err, "unknown metadata record type %d (version %d)", *api_key, *version);
     if (!km_version_in(md->valid, *version))

@@ -71,6 +71,19 @@ typedef struct km_ml_raw_record {
 /* Parses the record at r (advancing it past the record). */
 int km_ml_parse_record(km_reader *r, km_ml_raw_record *out, km_err *err);
 
+/* Metadata record descriptors by api key, looked up once per reader
+ * (km_find_message walks every message the codec knows). */
+#define KM_ML_DESC_CACHE 128
+typedef struct km_ml_desc_cache {
+    const km_message_desc *desc[KM_ML_DESC_CACHE];
+    bool looked[KM_ML_DESC_CACHE];
+} km_ml_desc_cache;
+
+/* km_ml_decode_frame with a cache (NULL: none). */
+int km_ml_decode_frame_cached(km_ml_desc_cache *cache, const uint8_t *p, size_t len, int16_t *api_key,
+                              int16_t *version, const km_message_desc **desc, void **msg, km_arena *arena,
+                              km_err *err);
+
 /* Decodes a control record key (version, type). */
 int km_ml_parse_control_key(km_bytes key, int16_t *version, int16_t *type, km_err *err);
 /* Decodes a control record value as its data message. */

@@ -47,6 +47,7 @@ struct km_metalog {
     int32_t idx;
     km_buf inflated;
     km_arena arena;
+    km_ml_desc_cache descs;
     bool snap_header, snap_footer;
     int64_t expect;          /* base offset the next batch must have; -1: any */
     int64_t log_expect;      /* where the previous segment ended; -1: unknown */
@@ -405,8 +406,8 @@ static int decode_metadata(km_metalog *m, const km_ml_raw_record *rr, km_metalog
         out->type = out->version = -1;
         return 0;
     }
-    return km_ml_decode_frame(rr->value.ptr, (size_t)rr->value.len, &out->type, &out->version, &out->desc,
-                              &out->msg, &m->arena, err);
+    return km_ml_decode_frame_cached(&m->descs, rr->value.ptr, (size_t)rr->value.len, &out->type, &out->version,
+                                     &out->desc, &out->msg, &m->arena, err);
 }
 
 /* Snapshots open with SnapshotHeader and close with SnapshotFooter (RecordsSnapshotReader's rules). */
