@@ -1,0 +1,372 @@
+/* Control-request builders: what AbstractControllerBrokerRequestBatch and the request
+ * Builders of Kafka 3.9 put on the wire, for every version a ZK-mode broker may speak. */
+#include "km_broker.h"
+
+#include <librdkafka/rdkafka.h>
+#include <string.h>
+
+const char *km_broker_err_name(int16_t code)
+{
+    /* librdkafka's positive codes are Kafka's; -1 is UNKNOWN in both */
+    return code == 0 ? "NONE" : rd_kafka_err2name((rd_kafka_resp_err_t)code);
+}
+
+#define SET_INTS(dst, list) ((dst).count = (list).n, (dst).items = (int32_t *)(list).v)
+
+/* Topic of each part as a group index (first appearance order); returns the group count. */
+static size_t group_topics(const km_bp_part *parts, const km_bp_stop *stops, size_t n, size_t *group,
+                           size_t *first)
+{
+    size_t ng = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *t = parts ? parts[i].topic : stops[i].topic;
+        size_t g = ng;
+        /* partitions of a topic usually come together: try the last group first */
+        if (ng && !strcmp(t, parts ? parts[first[ng - 1]].topic : stops[first[ng - 1]].topic))
+            g = ng - 1;
+        for (size_t k = 0; g == ng && k < ng; k++)
+            if (!strcmp(t, parts ? parts[first[k]].topic : stops[first[k]].topic))
+                g = k;
+        if (g == ng)
+            first[ng++] = i;
+        group[i] = g;
+    }
+    return ng;
+}
+
+static int scratch(km_arena *a, size_t n, size_t **group, size_t **first, size_t **count)
+{
+    size_t m = n ? n : 1;
+    *group = km_arena_alloc(a, sizeof **group * m);
+    *first = km_arena_alloc(a, sizeof **first * m);
+    *count = km_arena_alloc(a, sizeof **count * m);
+    return *group && *first && *count ? 0 : -1;
+}
+
+static void count_groups(const size_t *group, size_t n, size_t *count)
+{
+    memset(count, 0, sizeof *count * (n ? n : 1));
+    for (size_t i = 0; i < n; i++)
+        count[group[i]]++;
+}
+
+/* ---- LeaderAndIsr ----------------------------------------------------------------------- */
+
+static void lisr_state(int16_t v, const km_bp_part *p, km_leader_and_isr_request_partition_state *ps)
+{
+    memset(ps, 0, sizeof *ps);
+    ps->topic_name = km_cstr(p->topic);
+    ps->partition_index = p->partition;
+    ps->controller_epoch = p->controller_epoch;
+    ps->leader = p->leader;
+    ps->leader_epoch = p->leader_epoch;
+    ps->partition_epoch = p->partition_epoch;
+    SET_INTS(ps->isr, p->isr);
+    SET_INTS(ps->replicas, p->replicas);
+    SET_INTS(ps->adding_replicas, p->adding);
+    SET_INTS(ps->removing_replicas, p->removing);
+    ps->is_new = p->is_new;
+    /* not ignorable: Kafka sets it only where the version has it (metadata.version 3.2+) */
+    ps->leader_recovery_state = v >= 6 ? p->leader_recovery_state : 0;
+}
+
+static int lisr_group(const km_bp_part *parts, size_t n, km_leader_and_isr_request_partition_state *ps,
+                      km_arena *a, km_leader_and_isr_request *out)
+{
+    size_t *group, *first, *count;
+    if (scratch(a, n, &group, &first, &count))
+        return -1;
+    size_t ng = group_topics(parts, NULL, n, group, first);
+    km_leader_and_isr_request_topic_state *ts = km_arena_alloc(a, sizeof *ts * (ng ? ng : 1));
+    if (!ts)
+        return -1;
+    count_groups(group, n, count);
+    for (size_t g = 0; g < ng; g++) {
+        memset(&ts[g], 0, sizeof ts[g]);
+        ts[g].topic_name = km_cstr(parts[first[g]].topic);
+        ts[g].topic_id = parts[first[g]].topic_id;
+        ts[g].partition_states.items = km_arena_alloc(a, sizeof *ps * count[g]);
+        if (!ts[g].partition_states.items)
+            return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        km_leader_and_isr_request_topic_state *t = &ts[group[i]];
+        t->partition_states.items[t->partition_states.count++] = ps[i];
+    }
+    out->topic_states.count = (int32_t)ng;
+    out->topic_states.items = ts;
+    return 0;
+}
+
+static const km_endpoint *endpoint_named(const km_broker *b, const char *listener)
+{
+    for (int32_t e = 0; e < b->n_endpoints; e++)
+        if (!strcmp(b->endpoints[e].name, listener))
+            return &b->endpoints[e];
+    return NULL;
+}
+
+static bool leads_any(const km_bp_part *parts, size_t n, int32_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (parts[i].leader == id)
+            return true;
+    return false;
+}
+
+static int live_leaders(const km_bp_part *parts, size_t n, const km_broker *const *brokers, size_t nb,
+                        const char *listener, km_arena *a, km_leader_and_isr_request *out)
+{
+    km_leader_and_isr_request_live_leader *ll = km_arena_alloc(a, sizeof *ll * (nb ? nb : 1));
+    if (!ll)
+        return -1;
+    int32_t k = 0;
+    for (size_t i = 0; i < nb; i++) {
+        const km_endpoint *ep = leads_any(parts, n, brokers[i]->id) ? endpoint_named(brokers[i], listener) : NULL;
+        if (!ep)
+            continue; /* Kafka's Broker.node() would throw: such a leader is unreachable anyway */
+        memset(&ll[k], 0, sizeof ll[k]);
+        ll[k].broker_id = brokers[i]->id;
+        ll[k].host_name = km_cstr(ep->host);
+        ll[k].port = ep->port;
+        k++;
+    }
+    out->live_leaders.count = k;
+    out->live_leaders.items = ll;
+    return 0;
+}
+
+int km_bp_leader_and_isr(int16_t v, const km_bp_ctl *ctl, const km_bp_part *parts, size_t n,
+                         const km_broker *const *brokers, size_t nb, const char *listener, km_arena *a,
+                         km_leader_and_isr_request *out, km_err *err)
+{
+    if (!km_version_in(km_leader_and_isr_request_desc.valid, v))
+        return km_fail(err, "LeaderAndIsr: no version %d", v);
+    km_leader_and_isr_request_init(out);
+    out->controller_id = ctl->controller_id;
+    out->is_kraft_controller = v >= 7 && ctl->kraft;
+    out->controller_epoch = ctl->controller_epoch;
+    out->broker_epoch = ctl->broker_epoch;
+    out->type = v >= 5 ? ctl->type : 0;
+    km_leader_and_isr_request_partition_state *ps = km_arena_alloc(a, sizeof *ps * (n ? n : 1));
+    if (!ps)
+        return km_fail(err, "LeaderAndIsr v%d: out of memory for %zu partitions", v, n);
+    for (size_t i = 0; i < n; i++)
+        lisr_state(v, &parts[i], &ps[i]);
+    if (v < 2) {
+        out->ungrouped_partition_states.count = (int32_t)n;
+        out->ungrouped_partition_states.items = ps;
+    } else if (lisr_group(parts, n, ps, a, out)) {
+        return km_fail(err, "LeaderAndIsr v%d: out of memory grouping %zu partitions", v, n);
+    }
+    if (live_leaders(parts, n, brokers, nb, listener, a, out))
+        return km_fail(err, "LeaderAndIsr v%d: out of memory for live leaders", v);
+    return 0;
+}
+
+/* ---- UpdateMetadata ------------------------------------------------------------------------- */
+
+static void umr_state(const km_bp_part *p, km_update_metadata_request_partition_state *ps)
+{
+    memset(ps, 0, sizeof *ps);
+    ps->topic_name = km_cstr(p->topic);
+    ps->partition_index = p->partition;
+    ps->controller_epoch = p->controller_epoch;
+    ps->leader = p->leader;
+    ps->leader_epoch = p->leader_epoch;
+    SET_INTS(ps->isr, p->isr);
+    ps->zk_version = p->partition_epoch; /* Kafka puts the partition epoch in ZkVersion */
+    SET_INTS(ps->replicas, p->replicas);
+    SET_INTS(ps->offline_replicas, p->offline);
+}
+
+static int umr_group(const km_bp_part *parts, size_t n, km_update_metadata_request_partition_state *ps,
+                     km_arena *a, km_update_metadata_request *out)
+{
+    size_t *group, *first, *count;
+    if (scratch(a, n, &group, &first, &count))
+        return -1;
+    size_t ng = group_topics(parts, NULL, n, group, first);
+    km_update_metadata_request_topic_state *ts = km_arena_alloc(a, sizeof *ts * (ng ? ng : 1));
+    if (!ts)
+        return -1;
+    count_groups(group, n, count);
+    for (size_t g = 0; g < ng; g++) {
+        memset(&ts[g], 0, sizeof ts[g]);
+        ts[g].topic_name = km_cstr(parts[first[g]].topic);
+        ts[g].topic_id = parts[first[g]].topic_id;
+        ts[g].partition_states.items = km_arena_alloc(a, sizeof *ps * count[g]);
+        if (!ts[g].partition_states.items)
+            return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        km_update_metadata_request_topic_state *t = &ts[group[i]];
+        t->partition_states.items[t->partition_states.count++] = ps[i];
+    }
+    out->topic_states.count = (int32_t)ng;
+    out->topic_states.items = ts;
+    return 0;
+}
+
+static const char *protocol_name(int16_t sp)
+{
+    static const char *const names[] = { "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL" };
+    return sp >= 0 && sp < 4 ? names[sp] : "";
+}
+
+/* v0 carries one PLAINTEXT host:port; v1-2 cannot name listeners, so only endpoints
+ * whose listener is named after its protocol fit (Kafka's builder throws otherwise). */
+static int umr_broker(int16_t v, const km_broker *b, km_update_metadata_request_broker *ub, km_arena *a)
+{
+    memset(ub, 0, sizeof *ub);
+    ub->id = b->id;
+    ub->rack = v >= 2 ? km_cstr(b->rack) : km_cstr(NULL);
+    ub->v0_host = km_cstr("");
+    ub->endpoints.items = km_arena_alloc(a, sizeof *ub->endpoints.items * (size_t)(b->n_endpoints + 1));
+    if (!ub->endpoints.items)
+        return -1;
+    for (int32_t e = 0; e < b->n_endpoints; e++) {
+        const km_endpoint *ep = &b->endpoints[e];
+        bool std_name = !strcmp(ep->name, protocol_name(ep->security_protocol));
+        if (v == 0 && std_name && ep->security_protocol == 0) {
+            ub->v0_host = km_cstr(ep->host);
+            ub->v0_port = ep->port;
+            return 1;
+        }
+        if (v == 0 || (v < 3 && !std_name))
+            continue;
+        km_update_metadata_request_endpoint *ue = &ub->endpoints.items[ub->endpoints.count++];
+        memset(ue, 0, sizeof *ue);
+        ue->port = ep->port;
+        ue->host = km_cstr(ep->host);
+        ue->listener = km_cstr(ep->name);
+        ue->security_protocol = ep->security_protocol;
+    }
+    return v == 0 ? 0 : 1;
+}
+
+static int umr_brokers(int16_t v, const km_broker *const *brokers, size_t nb, km_arena *a,
+                       km_update_metadata_request *out)
+{
+    km_update_metadata_request_broker *ub = km_arena_alloc(a, sizeof *ub * (nb ? nb : 1));
+    if (!ub)
+        return -1;
+    int32_t k = 0;
+    for (size_t i = 0; i < nb; i++) {
+        int rc = umr_broker(v, brokers[i], &ub[k], a);
+        if (rc < 0)
+            return -1;
+        k += rc; /* 0: no PLAINTEXT endpoint for v0; the broker cannot be described */
+    }
+    out->live_brokers.count = k;
+    out->live_brokers.items = ub;
+    return 0;
+}
+
+int km_bp_update_metadata(int16_t v, const km_bp_ctl *ctl, const km_bp_part *parts, size_t n,
+                          const km_broker *const *brokers, size_t nb, km_arena *a,
+                          km_update_metadata_request *out, km_err *err)
+{
+    if (!km_version_in(km_update_metadata_request_desc.valid, v))
+        return km_fail(err, "UpdateMetadata: no version %d", v);
+    km_update_metadata_request_init(out);
+    out->controller_id = ctl->controller_id;
+    out->is_kraft_controller = v >= 8 && ctl->kraft;
+    out->type = v >= 8 ? ctl->type : 0;
+    out->controller_epoch = ctl->controller_epoch;
+    out->broker_epoch = ctl->broker_epoch;
+    km_update_metadata_request_partition_state *ps = km_arena_alloc(a, sizeof *ps * (n ? n : 1));
+    if (!ps)
+        return km_fail(err, "UpdateMetadata v%d: out of memory for %zu partitions", v, n);
+    for (size_t i = 0; i < n; i++)
+        umr_state(&parts[i], &ps[i]);
+    if (v < 5) {
+        out->ungrouped_partition_states.count = (int32_t)n;
+        out->ungrouped_partition_states.items = ps;
+    } else if (umr_group(parts, n, ps, a, out)) {
+        return km_fail(err, "UpdateMetadata v%d: out of memory grouping %zu partitions", v, n);
+    }
+    if (umr_brokers(v, brokers, nb, a, out))
+        return km_fail(err, "UpdateMetadata v%d: out of memory for %zu live brokers", v, nb);
+    return 0;
+}
+
+/* ---- StopReplica ----------------------------------------------------------------------------- */
+
+static int sr_grouped(int16_t v, const km_bp_stop *stops, size_t n, km_arena *a, km_stop_replica_request *out)
+{
+    size_t *group, *first, *count;
+    if (scratch(a, n, &group, &first, &count))
+        return -1;
+    size_t ng = group_topics(NULL, stops, n, group, first);
+    km_stop_replica_request_topic_v1 *t1 = km_arena_alloc(a, sizeof *t1 * (ng ? ng : 1));
+    km_stop_replica_request_topic_state *t3 = km_arena_alloc(a, sizeof *t3 * (ng ? ng : 1));
+    if (!t1 || !t3)
+        return -1;
+    count_groups(group, n, count);
+    for (size_t g = 0; g < ng; g++) {
+        memset(&t1[g], 0, sizeof t1[g]);
+        memset(&t3[g], 0, sizeof t3[g]);
+        t1[g].name = t3[g].topic_name = km_cstr(stops[first[g]].topic);
+        t1[g].partition_indexes.items = km_arena_alloc(a, sizeof(int32_t) * count[g]);
+        t3[g].partition_states.items = km_arena_alloc(a, sizeof *t3[g].partition_states.items * count[g]);
+        if (!t1[g].partition_indexes.items || !t3[g].partition_states.items)
+            return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        km_stop_replica_request_topic_v1 *a1 = &t1[group[i]];
+        a1->partition_indexes.items[a1->partition_indexes.count++] = stops[i].partition;
+        km_stop_replica_request_topic_state *a3 = &t3[group[i]];
+        km_stop_replica_request_partition_state *ps = &a3->partition_states.items[a3->partition_states.count++];
+        memset(ps, 0, sizeof *ps);
+        ps->partition_index = stops[i].partition;
+        ps->leader_epoch = stops[i].leader_epoch;
+        ps->delete_partition = stops[i].delete_partition;
+    }
+    if (v >= 3) {
+        out->topic_states.count = (int32_t)ng;
+        out->topic_states.items = t3;
+    } else {
+        out->topics.count = (int32_t)ng;
+        out->topics.items = t1;
+    }
+    return 0;
+}
+
+static int sr_ungrouped(const km_bp_stop *stops, size_t n, km_arena *a, km_stop_replica_request *out)
+{
+    km_stop_replica_request_partition_v0 *p = km_arena_alloc(a, sizeof *p * (n ? n : 1));
+    if (!p)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        memset(&p[i], 0, sizeof p[i]);
+        p[i].topic_name = km_cstr(stops[i].topic);
+        p[i].partition_index = stops[i].partition;
+    }
+    out->ungrouped_partitions.count = (int32_t)n;
+    out->ungrouped_partitions.items = p;
+    return 0;
+}
+
+int km_bp_stop_replica(int16_t v, const km_bp_ctl *ctl, const km_bp_stop *stops, size_t n, km_arena *a,
+                       km_stop_replica_request *out, km_err *err)
+{
+    if (!km_version_in(km_stop_replica_request_desc.valid, v))
+        return km_fail(err, "StopReplica: no version %d", v);
+    km_stop_replica_request_init(out);
+    out->controller_id = ctl->controller_id;
+    out->is_kraft_controller = v >= 4 && ctl->kraft;
+    out->controller_epoch = ctl->controller_epoch;
+    out->broker_epoch = ctl->broker_epoch;
+    if (v < 3) {
+        for (size_t i = 1; i < n; i++)
+            if (stops[i].delete_partition != stops[0].delete_partition)
+                return km_fail(err, "StopReplica v%d: partitions %s-%d and %s-%d disagree on DeletePartition; "
+                                    "before v3 it is one flag per request", v, stops[0].topic, stops[0].partition,
+                               stops[i].topic, stops[i].partition);
+        out->delete_partitions = n ? stops[0].delete_partition : false;
+    }
+    if ((v == 0 ? sr_ungrouped(stops, n, a, out) : sr_grouped(v, stops, n, a, out)))
+        return km_fail(err, "StopReplica v%d: out of memory for %zu partitions", v, n);
+    return 0;
+}

@@ -1,0 +1,5 @@
+# tests/broker.cmake: ZK-mode broker channels, the propagator and the broker simulator.
+set(KM_BROKER_TESTS ${CMAKE_CURRENT_LIST_DIR})
+add_subdirectory(${KM_BROKER_TESTS}/brokersim ${CMAKE_BINARY_DIR}/tests/brokersim)
+km_add_test(test_broker_sim SOURCES ${KM_BROKER_TESTS}/test_broker_sim.c ${KM_BROKER_TESTS}/test_broker_client.c)
+target_link_libraries(test_broker_sim PRIVATE km_brokersim)

@@ -1,0 +1,102 @@
+/* bsim_internal.h - shared by the broker simulator's sources only. */
+#ifndef KM_BSIM_INTERNAL_H
+#define KM_BSIM_INTERNAL_H
+
+#include "km_brokersim.h"
+#include "km_net.h"
+
+#include <pthread.h>
+
+typedef struct bsim_ivec { int32_t n; int32_t *v; } bsim_ivec;
+
+/* A partition the replica manager hosts (kafka.cluster.Partition, the parts we model). */
+typedef struct bsim_part {
+    char *topic;
+    int32_t partition;
+    km_uuid topic_id;                 /* zero: none known */
+    int32_t leader, leader_epoch, partition_epoch, controller_epoch;
+    int8_t lrs;
+    bsim_ivec isr, replicas, adding, removing;
+    bool stopped;                     /* StopReplica without delete */
+} bsim_part;
+
+/* A partition in the metadata cache (UpdateMetadataPartitionState). */
+typedef struct bsim_mpart {
+    char *topic;
+    int32_t partition;
+    int32_t controller_epoch, leader, leader_epoch, zk_version;
+    bsim_ivec isr, replicas, offline;
+} bsim_mpart;
+
+typedef struct bsim_topic_id { char *name; km_uuid id; } bsim_topic_id;
+
+typedef struct bsim_ep { char *listener, *host; int32_t port; int16_t security_protocol; } bsim_ep;
+typedef struct bsim_broker { int32_t id; char *rack; int32_t n_eps; bsim_ep *eps; } bsim_broker;
+
+#define BSIM_MAX_ERRCODE 128
+
+typedef struct bsim_state {
+    int32_t broker_id;
+    int64_t kraft_epoch, zk_epoch;
+    int32_t controller_epoch;          /* ReplicaManager.controllerEpoch; starts at 0 as in Kafka */
+    size_t n_parts, cap_parts;
+    bsim_part **parts;
+    size_t n_mparts, cap_mparts;
+    bsim_mpart **mparts;
+    size_t n_tids, cap_tids;
+    bsim_topic_id *tids;
+    size_t n_brokers;
+    bsim_broker *brokers;
+    int32_t md_controller_id;          /* -1: none */
+    bool md_kraft_controller;
+    uint64_t req_count[KM_BSIM_APIS][16];
+    uint64_t api_versions_count;
+    uint64_t err_count[BSIM_MAX_ERRCODE];
+    uint64_t rejected, total;
+    char last_rejection[512];
+} bsim_state;
+
+struct km_bsim {
+    struct ev_loop *loop;
+    bool own_loop;
+    km_net_listener *listener;
+    pthread_mutex_t mu;
+    pthread_t thread;
+    bool threaded;
+    struct ev_async *stop_async;
+    km_bsim_config cfg;
+    char *dump_path;
+    struct bsim_conn *conns;           /* open connections (doubly linked) */
+    bsim_state st;
+};
+
+/* bsim_state.c: state handlers.  Each decodes nothing: it gets the decoded request
+ * and fills the response struct (allocating from arena). */
+void bsim_state_init(bsim_state *st, const km_bsim_config *cfg);
+void bsim_state_free(bsim_state *st);
+int bsim_leader_and_isr(bsim_state *st, int16_t v, const km_leader_and_isr_request *rq,
+                        km_leader_and_isr_response *rs, km_arena *a, km_err *err);
+int bsim_update_metadata(bsim_state *st, int16_t v, const km_update_metadata_request *rq,
+                         km_update_metadata_response *rs, km_arena *a, km_err *err);
+int bsim_stop_replica(bsim_state *st, int16_t v, const km_stop_replica_request *rq,
+                      km_stop_replica_response *rs, km_arena *a, km_err *err);
+void bsim_count_error(bsim_state *st, int16_t code);
+
+/* bsim_api.c: writes the dump with s->mu held. */
+int km_bsim_dump_locked(km_bsim *s, const char *path, km_err *err);
+
+/* bsim_json.c */
+struct json_t *bsim_state_to_json(const bsim_state *st);
+
+/* bsim_util.c */
+char *bsim_strdup(km_str s);
+int bsim_ivec_set(bsim_ivec *dst, const int32_t *v, int32_t n);
+void bsim_ivec_free(bsim_ivec *v);
+bool bsim_ivec_has(const int32_t *v, int32_t n, int32_t x);
+bsim_part *bsim_find_part(const bsim_state *st, const char *topic, int32_t partition, size_t *idx);
+bsim_mpart *bsim_find_mpart(const bsim_state *st, const char *topic, int32_t partition, size_t *idx);
+void bsim_remove_part(bsim_state *st, size_t idx);
+void bsim_remove_mpart(bsim_state *st, size_t idx);
+int bsim_push(void ***arr, size_t *n, size_t *cap, void *item);
+
+#endif

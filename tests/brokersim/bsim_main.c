@@ -1,0 +1,84 @@
+/* kmproxy-brokersim: the broker simulator as a process, for the demo and for tests.
+ *   kmproxy-brokersim --broker-id N [--port P] [--host H] [--broker-epoch E]
+ *                     [--max-version api=ver,...] [--state-dump PATH]
+ * Prints "listening on HOST:PORT" once ready.  The state is rewritten to PATH after every
+ * request and on SIGUSR1; SIGTERM/SIGINT stop it. */
+#include "km_brokersim.h"
+
+#include <ev.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct app { km_bsim *sim; const char *dump; } app;
+
+static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    (void)revents;
+    app *a = w->data;
+    if (w->signum == SIGUSR1) {
+        km_err err;
+        if (a->dump && km_bsim_dump(a->sim, a->dump, &err))
+            fprintf(stderr, "kmproxy-brokersim: %s\n", err.msg);
+        return;
+    }
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static int parse_args(int argc, char **argv, km_bsim_config *cfg, km_err *err)
+{
+    static const struct option opts[] = {
+        { "port", required_argument, 0, 'p' },         { "host", required_argument, 0, 'H' },
+        { "broker-id", required_argument, 0, 'b' },    { "broker-epoch", required_argument, 0, 'e' },
+        { "max-version", required_argument, 0, 'm' },  { "state-dump", required_argument, 0, 's' },
+        { 0, 0, 0, 0 } };
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'p': cfg->port = (uint16_t)atoi(optarg); break;
+        case 'H': cfg->host = optarg; break;
+        case 'b': cfg->broker_id = atoi(optarg); break;
+        case 'e': cfg->kraft_broker_epoch = strtoll(optarg, NULL, 10); break;
+        case 'm':
+            if (km_bsim_parse_max_versions(cfg, optarg, err))
+                return -1;
+            break;
+        case 's': cfg->state_dump = optarg; break;
+        default: return km_fail(err, "usage: kmproxy-brokersim --broker-id N [--port P] [--host H] "
+                                     "[--broker-epoch E] [--max-version api=ver,...] [--state-dump PATH]");
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    km_bsim_config cfg;
+    km_bsim_config_init(&cfg);
+    km_err err;
+    if (parse_args(argc, argv, &cfg, &err)) {
+        fprintf(stderr, "kmproxy-brokersim: %s\n", err.msg);
+        return 2;
+    }
+    struct ev_loop *loop = EV_DEFAULT;
+    app a = { km_bsim_new(loop, &cfg, &err), cfg.state_dump };
+    if (!a.sim) {
+        fprintf(stderr, "kmproxy-brokersim: %s\n", err.msg);
+        return 1;
+    }
+    ev_signal sigs[3];
+    int nums[3] = { SIGTERM, SIGINT, SIGUSR1 };
+    for (int i = 0; i < 3; i++) {
+        ev_signal_init(&sigs[i], on_signal, nums[i]);
+        sigs[i].data = &a;
+        ev_signal_start(loop, &sigs[i]);
+    }
+    if (a.dump && km_bsim_dump(a.sim, a.dump, &err))
+        fprintf(stderr, "kmproxy-brokersim: %s\n", err.msg);
+    printf("listening on %s:%u\n", cfg.host ? cfg.host : "127.0.0.1", km_bsim_port(a.sim));
+    fflush(stdout);
+    ev_run(loop, 0);
+    km_bsim_free(a.sim);
+    return 0;
+}

@@ -1,0 +1,253 @@
+/* Broker simulator: listener, connections, strict request decoding and dispatch. */
+#include "bsim_internal.h"
+
+#include <ev.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BSIM_ARENA_LIMIT (256u * 1024u * 1024u)
+#define E_UNSUPPORTED_VERSION 35
+
+typedef struct bsim_conn {
+    km_bsim *s;
+    km_net_conn *c;
+    struct bsim_conn *prev, *next;
+} bsim_conn;
+
+static void unlink_conn(bsim_conn *bc)
+{
+    if (bc->prev)
+        bc->prev->next = bc->next;
+    else
+        bc->s->conns = bc->next;
+    if (bc->next)
+        bc->next->prev = bc->prev;
+    free(bc);
+}
+
+/* A broker closes a connection whose request it cannot parse; so do we, and remember why. */
+static void reject(bsim_conn *bc, const char *why)
+{
+    bsim_state *st = &bc->s->st;
+    st->rejected++;
+    snprintf(st->last_rejection, sizeof st->last_rejection, "%s", why);
+    km_net_close(bc->c);
+    unlink_conn(bc);
+}
+
+static int16_t max_version(const km_bsim *s, int16_t api)
+{
+    if (api == KM_API_API_VERSIONS)
+        return s->cfg.max_api_versions;
+    return api >= 0 && api < KM_BSIM_APIS ? s->cfg.max_version[api] : -1;
+}
+
+static int api_versions_body(const km_bsim *s, int16_t code, km_api_versions_response *rs, km_arena *a)
+{
+    static const int16_t apis[] = { KM_API_LEADER_AND_ISR, KM_API_STOP_REPLICA, KM_API_UPDATE_METADATA,
+                                    KM_API_API_VERSIONS };
+    km_api_versions_response_init(rs);
+    rs->error_code = code;
+    rs->api_keys.items = km_arena_alloc(a, sizeof *rs->api_keys.items * 4);
+    if (!rs->api_keys.items)
+        return -1;
+    rs->api_keys.count = 4;
+    for (int i = 0; i < 4; i++) {
+        km_api_versions_response_api_version *av = &rs->api_keys.items[i];
+        memset(av, 0, sizeof *av);
+        av->api_key = apis[i];
+        av->min_version = 0;
+        av->max_version = max_version(s, apis[i]);
+    }
+    return 0;
+}
+
+/* Kafka answers an ApiVersions version it does not know with v0 and UNSUPPORTED_VERSION,
+ * listing what it supports, so the client can retry. */
+static int serve_api_versions(bsim_conn *bc, const km_request_header_view *h, km_reader *r, km_buf *out,
+                              km_arena *a, km_err *err)
+{
+    km_bsim *s = bc->s;
+    km_api_versions_response rs;
+    int16_t v = h->api_version;
+    if (v > s->cfg.max_api_versions || v < 0) {
+        if (api_versions_body(s, E_UNSUPPORTED_VERSION, &rs, a))
+            return km_fail(err, "brokersim: out of memory");
+        s->st.err_count[E_UNSUPPORTED_VERSION]++;
+        return km_frame_response(KM_API_API_VERSIONS, 0, h->correlation_id, &rs, out, err);
+    }
+    km_api_versions_request rq;
+    if (km_decode(&km_api_versions_request_desc, v, r->p + r->pos, km_reader_left(r), &rq, a, NULL, err))
+        return -1;
+    if (api_versions_body(s, 0, &rs, a))
+        return km_fail(err, "brokersim: out of memory");
+    s->st.api_versions_count++;
+    return km_frame_response(KM_API_API_VERSIONS, v, h->correlation_id, &rs, out, err);
+}
+
+typedef union control_req {
+    km_leader_and_isr_request lisr;
+    km_update_metadata_request umr;
+    km_stop_replica_request sr;
+} control_req;
+
+typedef union control_resp {
+    km_leader_and_isr_response lisr;
+    km_update_metadata_response umr;
+    km_stop_replica_response sr;
+} control_resp;
+
+static int dispatch(bsim_state *st, int16_t api, int16_t v, const control_req *rq, control_resp *rs, km_arena *a,
+                    km_err *err)
+{
+    switch (api) {
+    case KM_API_LEADER_AND_ISR:
+        km_leader_and_isr_response_init(&rs->lisr);
+        return bsim_leader_and_isr(st, v, &rq->lisr, &rs->lisr, a, err);
+    case KM_API_UPDATE_METADATA:
+        km_update_metadata_response_init(&rs->umr);
+        return bsim_update_metadata(st, v, &rq->umr, &rs->umr, a, err);
+    default:
+        km_stop_replica_response_init(&rs->sr);
+        return bsim_stop_replica(st, v, &rq->sr, &rs->sr, a, err);
+    }
+}
+
+static int serve_control(bsim_conn *bc, const km_request_header_view *h, km_reader *r, km_buf *out, km_arena *a,
+                         km_err *err)
+{
+    int16_t api = h->api_key, v = h->api_version;
+    if (v < 0 || v > max_version(bc->s, api))
+        return km_fail(err, "%s v%d is not supported (this broker advertises up to v%d)", km_api_name(api), v,
+                       max_version(bc->s, api));
+    control_req rq;
+    const km_message_desc *md = km_find_message(KM_K_REQUEST, api);
+    /* consumed == NULL: the body must fill the frame exactly, no trailing bytes */
+    if (km_decode(md, v, r->p + r->pos, km_reader_left(r), &rq, a, NULL, err))
+        return -1;
+    control_resp rs;
+    if (dispatch(&bc->s->st, api, v, &rq, &rs, a, err))
+        return -1;
+    bc->s->st.req_count[api][v < 16 ? v : 15]++;
+    return km_frame_response(api, v, h->correlation_id, &rs, out, err);
+}
+
+static int serve(bsim_conn *bc, const uint8_t *payload, size_t len, km_buf *out, km_arena *a, km_err *err)
+{
+    km_reader r;
+    km_reader_init(&r, payload, len);
+    km_request_header_view h;
+    if (km_parse_request_header(&r, &h, a, err))
+        return -1;
+    bc->s->st.total++;
+    if (h.api_key == KM_API_API_VERSIONS)
+        return serve_api_versions(bc, &h, &r, out, a, err);
+    if (h.api_key == KM_API_LEADER_AND_ISR || h.api_key == KM_API_UPDATE_METADATA ||
+        h.api_key == KM_API_STOP_REPLICA)
+        return serve_control(bc, &h, &r, out, a, err);
+    return km_fail(err, "api %s (%d) is not served by this simulator", km_api_name(h.api_key) ? km_api_name(h.api_key) : "?",
+                   h.api_key);
+}
+
+static void on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *ud)
+{
+    (void)c;
+    bsim_conn *bc = ud;
+    km_bsim *s = bc->s;
+    km_arena a;
+    km_arena_init(&a, BSIM_ARENA_LIMIT);
+    km_buf out;
+    km_buf_init(&out);
+    km_err err = { "" };
+    pthread_mutex_lock(&s->mu);
+    int rc = serve(bc, payload, len, &out, &a, &err);
+    if (rc || out.oom)
+        reject(bc, rc ? err.msg : "out of memory encoding a response");
+    else if (km_net_send(bc->c, out.data, out.len, &err))
+        reject(bc, err.msg);
+    if (s->dump_path && km_bsim_dump_locked(s, s->dump_path, &err))
+        fprintf(stderr, "brokersim %d: %s\n", s->cfg.broker_id, err.msg);
+    pthread_mutex_unlock(&s->mu);
+    km_buf_free(&out);
+    km_arena_free(&a);
+}
+
+static void on_close(km_net_conn *c, const km_err *why, void *ud)
+{
+    (void)c;
+    (void)why;
+    unlink_conn(ud);
+}
+
+static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
+{
+    (void)l;
+    km_bsim *s = ud;
+    static const km_net_handlers h = { .on_frame = on_frame, .on_close = on_close };
+    bsim_conn *bc = calloc(1, sizeof *bc);
+    km_err err;
+    km_net_opts opts = { 0 };
+    if (!bc) {
+        close(fd);
+        return;
+    }
+    bc->s = s;
+    bc->c = km_net_accept(s->loop, fd, peer, &opts, &h, bc, &err);
+    if (!bc->c) {
+        free(bc);
+        return;
+    }
+    bc->next = s->conns;
+    if (s->conns)
+        s->conns->prev = bc;
+    s->conns = bc;
+}
+
+void km_bsim_drop_connections(km_bsim *s)
+{
+    while (s->conns) {
+        km_net_close(s->conns->c);
+        unlink_conn(s->conns);
+    }
+}
+
+km_bsim *km_bsim_new(struct ev_loop *loop, const km_bsim_config *cfg, km_err *err)
+{
+    km_bsim *s = calloc(1, sizeof *s);
+    if (!s)
+        return km_fail(err, "brokersim: out of memory"), NULL;
+    s->loop = loop;
+    s->cfg = *cfg;
+    s->cfg.host = NULL;
+    s->cfg.state_dump = NULL;
+    if (cfg->state_dump && !(s->dump_path = strdup(cfg->state_dump))) {
+        free(s);
+        return km_fail(err, "brokersim: out of memory"), NULL;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    bsim_state_init(&s->st, cfg);
+    s->listener = km_net_listen(loop, cfg->host ? cfg->host : "127.0.0.1", cfg->port, on_accept, s, err);
+    if (!s->listener) {
+        km_bsim_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void km_bsim_free(km_bsim *s)
+{
+    if (!s)
+        return;
+    km_bsim_drop_connections(s);
+    if (s->listener)
+        km_net_listener_free(s->listener);
+    bsim_state_free(&s->st);
+    pthread_mutex_destroy(&s->mu);
+    free(s->dump_path);
+    free(s);
+}
+
+uint16_t km_bsim_port(const km_bsim *s) { return km_net_listener_port(s->listener); }
+int32_t km_bsim_broker_id(const km_bsim *s) { return s->cfg.broker_id; }

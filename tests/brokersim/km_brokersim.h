@@ -1,0 +1,89 @@
+/* km_brokersim.h - a ZooKeeper-mode Kafka broker as far as its controller can see.
+ *
+ * It speaks ApiVersions, LeaderAndIsr, UpdateMetadata and StopReplica, decodes
+ * every request strictly with the codec (no trailing bytes, only the versions it
+ * advertises) and keeps the state Kafka 3.9's ZK-mode broker keeps for them:
+ *  - the replica manager: hosted partitions with leader, leader/partition epochs,
+ *    ISR, replicas, and the controller epoch (ReplicaManager.controllerEpoch);
+ *  - the metadata cache: alive brokers, topic ids, partition states, controller id.
+ * The epoch rules are Kafka's (KafkaApis + ReplicaManager + Partition + ZkMetadataCache):
+ *  - BrokerEpoch -1 is never stale; otherwise a request from a KRaft controller is
+ *    stale below the KRaft registration epoch, one from a ZK controller below the
+ *    ZK epoch (ZkBrokerEpochManager) -> STALE_BROKER_EPOCH (77);
+ *  - ControllerEpoch below the last seen -> STALE_CONTROLLER_EPOCH (11), all three APIs;
+ *  - LeaderAndIsr per partition: a higher leader epoch wins; an equal one wins only from a
+ *    KRaft controller; otherwise STALE_CONTROLLER_EPOCH per partition.  A lower partition
+ *    epoch is skipped silently (Partition.makeLeader).  Not in the replicas:
+ *    UNKNOWN_TOPIC_OR_PARTITION; topic id mismatch: INCONSISTENT_TOPIC_ID.
+ *    Type=FULL from a KRaft controller first drops stray partitions;
+ *  - StopReplica per partition: leader epoch -2, -1 or >= current is accepted, else
+ *    FENCED_LEADER_EPOCH (74);
+ *  - UpdateMetadata Type=FULL (v8, KRaft controller) deletes topics/partitions absent
+ *    from it; leader -2 deletes a partition.
+ * Anything it cannot decode closes the connection (as a broker does) and is counted.
+ *
+ * Threads: a simulator runs on one libev loop; km_bsim_state_json and the setters lock,
+ * so a test may run the loop in another thread (km_bsim_start_thread).
+ */
+#ifndef KM_BROKERSIM_H
+#define KM_BROKERSIM_H
+
+#include "km_codec.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct ev_loop;
+struct json_t;
+
+typedef struct km_bsim km_bsim;
+
+#define KM_BSIM_APIS 7 /* api keys 0..6 cover LeaderAndIsr (4), StopReplica (5), UpdateMetadata (6) */
+
+typedef struct km_bsim_config {
+    int32_t broker_id;
+    int64_t kraft_broker_epoch; /* epoch of its KRaft registration (BrokerLifecycleManager); -1: none */
+    int64_t zk_broker_epoch;    /* czxid of its /brokers/ids znode; 0 if unused */
+    const char *host;           /* listen address; NULL: 127.0.0.1 */
+    uint16_t port;              /* 0: any free port */
+    /* Highest version advertised per API (-1: the codec's maximum).  Indexed by api key. */
+    int16_t max_version[KM_BSIM_APIS];
+    int16_t max_api_versions;   /* highest ApiVersions version; -1: 3 (Kafka 3.9) */
+    const char *state_dump;     /* if set, the state is rewritten there (atomically) after each request */
+} km_bsim_config;
+
+void km_bsim_config_init(km_bsim_config *cfg);
+/* Parses "LeaderAndIsr=3,UpdateMetadata=5,StopReplica=1" (names as in the spec, Kafka's
+ * upper-snake names or numeric api keys; ApiVersions too) into cfg. */
+int km_bsim_parse_max_versions(km_bsim_config *cfg, const char *spec, km_err *err);
+
+km_bsim *km_bsim_new(struct ev_loop *loop, const km_bsim_config *cfg, km_err *err);
+void km_bsim_free(km_bsim *s);
+uint16_t km_bsim_port(const km_bsim *s);
+int32_t km_bsim_broker_id(const km_bsim *s);
+
+/* Runs a simulator on its own loop in a new thread (for tests with blocking clients). */
+km_bsim *km_bsim_start_thread(const km_bsim_config *cfg, km_err *err);
+void km_bsim_stop_thread(km_bsim *s);
+
+/* A broker restart with a new registration: later requests need at least this epoch. */
+void km_bsim_set_kraft_broker_epoch(km_bsim *s, int64_t epoch);
+/* Drops every open connection (simulates a network blip; the state is kept). */
+void km_bsim_drop_connections(km_bsim *s);
+
+/* The whole state as JSON (new reference):
+ * {"brokerId", "kraftBrokerEpoch", "controllerEpoch",
+ *  "partitions": [{"topic","partition","topicId","leader","leaderEpoch","partitionEpoch",
+ *                  "controllerEpoch","isr","replicas","addingReplicas","removingReplicas",
+ *                  "leaderRecoveryState","stopped"}...] sorted by topic, partition,
+ *  "metadata": {"controllerId","isKRaftController","brokers":[{"id","rack","endpoints":[...]}],
+ *               "topics":[{"name","topicId","partitions":[{"partition","leader","leaderEpoch",
+ *               "isr","zkVersion","replicas","offlineReplicas","controllerEpoch"}]}]},
+ *  "requests": {"LEADER_AND_ISR": {"7": n}, ...}, "errors": {"STALE_BROKER_EPOCH": n, ...},
+ *  "rejected": n (requests that closed the connection), "lastRejection": "..."} */
+struct json_t *km_bsim_state_json(km_bsim *s);
+int km_bsim_dump(km_bsim *s, const char *path, km_err *err);
+/* Requests handled so far (all APIs, including ApiVersions). */
+uint64_t km_bsim_requests(km_bsim *s);
+
+#endif
