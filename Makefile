@@ -3,7 +3,7 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build demo test test-plain test-asan bench clean
+.PHONY: all deps build demo test test-plain test-asan bench fuzz clean
 
 all: build
 
@@ -31,5 +31,15 @@ bench: build
 	cmake --build $(BUILD) -j $(JOBS) --target benches
 	$(BUILD)/bench/run-benches
 
+# Each libFuzzer target for FUZZ_SECONDS, seeded from ../shared/corpus when it is there.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DKM_FUZZ=ON -DKM_SANITIZE=ON >/dev/null
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_codec fuzz_metalog
+	mkdir -p build-fuzz/corpus-codec build-fuzz/corpus-metalog
+	build-fuzz/fuzz/fuzz_codec -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus-codec
+	build-fuzz/fuzz/fuzz_metalog -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus-metalog \
+	  $(wildcard ../shared/corpus/kraft-log) $(wildcard ../shared/corpus/kraft-snapshot)
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
