@@ -69,7 +69,7 @@ typedef struct km_metalog km_metalog;
 
 typedef struct km_metalog_opts {
     bool follow;              /* at the end wait for more (km_metalog_next returns 0) instead of finishing */
-    bool raw;                 /* do not decode record values (desc/msg stay NULL) */
+    bool raw;                 /* do not decode record bodies (desc/msg stay NULL; type/version are set) */
     bool no_inotify;          /* follow by polling only (km_metalog_fd() is -1) */
     size_t max_batch;         /* largest batch accepted on disk; 0: KM_ML_MAX_BATCH_DEFAULT */
     size_t max_inflated;      /* largest decompressed records section; 0: KM_ML_MAX_INFLATED_DEFAULT */
@@ -118,7 +118,7 @@ typedef struct km_metalog_record {
     int16_t type;
     int16_t version;
     int16_t frame_version;
-    const km_message_desc *desc;  /* NULL with opts.raw, and for ABORT/COMMIT markers */
+    const km_message_desc *desc;  /* NULL with opts.raw (type/version still set), and for ABORT/COMMIT markers */
     void *msg;                    /* desc->root struct, in the reader's arena */
     km_bytes key;                 /* raw record key (null for metadata records) */
     km_bytes value;               /* raw record value (the frame, for metadata) */
@@ -140,7 +140,12 @@ km_metalog *km_metalog_open_file(const char *path, const km_metalog_opts *opts, 
  * (`*.checkpoint` with the highest offset, if any), then the log records
  * at or after the snapshot's end offset, segments in base-offset order.
  * With opts.follow it keeps reading as the active segment grows and rolls.
- * Fails if the segments do not reach back to the snapshot (a gap). */
+ * Fails if the segments do not reach back to the snapshot (a gap).
+ * Following notes: snapshots written later are not re-read (the log is
+ * followed instead); a segment that shrinks under the reader (a KRaft
+ * follower truncating a diverged, uncommitted suffix) is an error, after
+ * which the caller reopens; and the files hold records the quorum may not
+ * have committed yet - the high watermark is not on disk. */
 km_metalog *km_metalog_open_dir(const char *dir, const km_metalog_opts *opts, km_err *err);
 
 /* 1: *out holds the next record; 0: no more (for now, in follow mode);

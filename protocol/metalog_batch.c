@@ -301,15 +301,12 @@ int km_ml_decode_frame(const uint8_t *p, size_t len, int16_t *api_key, int16_t *
     return km_ml_decode_frame_cached(NULL, p, len, api_key, version, desc, msg, arena, err);
 }
 
-int km_ml_decode_frame_cached(km_ml_desc_cache *cache, const uint8_t *p, size_t len, int16_t *api_key,
-                              int16_t *version, const km_message_desc **desc, void **msg, km_arena *arena,
-                              km_err *err)
+int km_ml_frame_header(const uint8_t *p, size_t len, int16_t *api_key, int16_t *version, size_t *body,
+                       km_err *err)
 {
     km_reader r;
     int16_t frame = -1;
     km_reader_init(&r, p, len);
-    *desc = NULL;
-    *msg = NULL;
     if (read_short_uvarint(&r, &frame, "frame version", err) < 0)
         return -1;
     if (frame == 0)
@@ -317,6 +314,19 @@ int km_ml_decode_frame_cached(km_ml_desc_cache *cache, const uint8_t *p, size_t 
     if (frame != 1)
         return km_fail(err, "unknown metadata record frame version %d (only 1 exists)", frame);
     if (read_short_uvarint(&r, api_key, "type", err) < 0 || read_short_uvarint(&r, version, "version", err) < 0)
+        return -1;
+    *body = r.pos;
+    return 0;
+}
+
+int km_ml_decode_frame_cached(km_ml_desc_cache *cache, const uint8_t *p, size_t len, int16_t *api_key,
+                              int16_t *version, const km_message_desc **desc, void **msg, km_arena *arena,
+                              km_err *err)
+{
+    size_t body;
+    *desc = NULL;
+    *msg = NULL;
+    if (km_ml_frame_header(p, len, api_key, version, &body, err) < 0)
         return -1;
     const km_message_desc *md = metadata_desc(cache, *api_key);
     if (!md)
@@ -328,7 +338,7 @@ int km_ml_decode_frame_cached(km_ml_desc_cache *cache, const uint8_t *p, size_t 
     if (!obj)
         return km_fail(err, "%s: decode arena limit reached", md->name);
     km_err inner;
-    if (km_decode(md, *version, p + r.pos, len - r.pos, obj, arena, NULL, &inner) < 0)
+    if (km_decode(md, *version, p + body, len - body, obj, arena, NULL, &inner) < 0)
         return km_fail(err, "%s (type %d) v%d: %s", md->name, *api_key, *version, inner.msg);
     *desc = md;
     *msg = obj;

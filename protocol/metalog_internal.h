@@ -79,6 +79,9 @@ typedef struct km_ml_desc_cache {
     bool looked[KM_ML_DESC_CACHE];
 } km_ml_desc_cache;
 
+/* Reads [frame version][api key][version]; *body = where the record body starts. */
+int km_ml_frame_header(const uint8_t *p, size_t len, int16_t *api_key, int16_t *version, size_t *body,
+                       km_err *err);
 /* km_ml_decode_frame with a cache (NULL: none). */
 int km_ml_decode_frame_cached(km_ml_desc_cache *cache, const uint8_t *p, size_t len, int16_t *api_key,
                               int16_t *version, const km_message_desc **desc, void **msg, km_arena *arena,

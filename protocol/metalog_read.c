@@ -224,7 +224,7 @@ static int open_current(km_metalog *m, km_err *err)
         return 0;
     if (m->log_expect >= 0 && f->base >= 0 && f->base != m->log_expect) {
         char why[128];
-        snprintf(why, sizeof why, "segment starts at offset %" PRId64 " but the log before it ends at %" PRId64,
+        snprintf(why, sizeof why, "segment starts at offset %" PRId64 " but the one before it continues at %" PRId64,
                  f->base, m->log_expect);
         return fail_at(m, 0, f->base, why, err);
     }
@@ -403,8 +403,8 @@ static int decode_metadata(km_metalog *m, const km_ml_raw_record *rr, km_metalog
     if (rr->value.len < 0)
         return km_fail(err, "metadata record with a null value");
     if (m->o.raw) {
-        out->type = out->version = -1;
-        return 0;
+        size_t body;
+        return km_ml_frame_header(rr->value.ptr, (size_t)rr->value.len, &out->type, &out->version, &body, err);
     }
     return km_ml_decode_frame_cached(&m->descs, rr->value.ptr, (size_t)rr->value.len, &out->type, &out->version,
                                      &out->desc, &out->msg, &m->arena, err);

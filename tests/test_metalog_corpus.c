@@ -159,6 +159,15 @@ Test(metalog_corpus, otus_kafka_log_by_hand)
     cr_assert(km_str_eq(((const km_begin_transaction_record *)r.msg)->name, "Bootstrap records"));
     cr_assert(r.batch->base_offset == 1 && r.batch->last_offset == 4 && r.batch->record_count == 4);
     km_metalog_close(m);
+    /* raw mode still says what each record is, without decoding bodies */
+    km_metalog_opts raw = {.raw = true};
+    m = km_metalog_open_file(p, &raw, &err);
+    for (int i = 0; i < 5; i++) {
+        cr_assert_eq(km_metalog_next(m, &r, &err), 1, "%s", err.msg);
+        cr_assert_eq(r.control ? 1000 + r.type : r.type, want[i], "record %d", i);
+        cr_assert_null(r.msg);
+    }
+    km_metalog_close(m);
     free(p);
 }
 
