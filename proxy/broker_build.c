@@ -8,7 +8,7 @@
 const char *km_broker_err_name(int16_t code)
 {
     /* librdkafka's positive codes are Kafka's; -1 is UNKNOWN in both */
-    return code == 0 ? "NONE" : rd_kafka_err2name((rd_kafka_resp_err_t)code);
+    return rd_kafka_err2name((rd_kafka_resp_err_t)code);
 }
 
 #define SET_INTS(dst, list) ((dst).count = (list).n, (dst).items = (int32_t *)(list).v)

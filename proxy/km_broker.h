@@ -82,7 +82,7 @@ int km_bp_update_metadata(int16_t version, const km_bp_ctl *ctl, const km_bp_par
 int km_bp_stop_replica(int16_t version, const km_bp_ctl *ctl, const km_bp_stop *stops, size_t n, km_arena *arena,
                        km_stop_replica_request *out, km_err *err);
 
-/* Kafka's error name for a response error code, via librdkafka ("STALE_BROKER_EPOCH"). */
+/* librdkafka's name for a Kafka error code ("STALE_BROKER_EPOCH", "STALE_CTRL_EPOCH"). */
 const char *km_broker_err_name(int16_t code);
 
 #endif
