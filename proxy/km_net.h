@@ -7,8 +7,8 @@
  * instant for IP literals and /etc/hosts names.
  *
  * Lifetime: a connection ends exactly one of two ways.  Either the owner calls
- * km_net_close (no callback follows), or the connection fails or the peer
- * closes and on_close runs once; in both cases the km_net_conn is freed and
+ * km_net_close (no callback follows), or the connection fails, the peer
+ * closes or a km_net_shutdown completes, and on_close runs once; in both cases the km_net_conn is freed and
  * must not be used afterwards.  km_net_close and km_net_send are safe from
  * inside any callback.
  *
@@ -49,8 +49,9 @@ typedef struct km_net_handlers {
     void (*on_frame)(km_net_conn *c, const uint8_t *payload, size_t len, void *ud);
     /* The write queue has just become empty: callers waiting for room resume here. */
     void (*on_drain)(km_net_conn *c, void *ud);
-    /* The end: why is NULL when the peer closed cleanly between frames, else the
-     * reason (refused, timed out, oversized frame, EOF mid-frame, TLS failure...). */
+    /* The end: why is NULL when the peer closed cleanly between frames (or our
+     * km_net_shutdown completed), else the reason (refused, timed out,
+     * oversized frame, EOF mid-frame, TLS failure...). */
     void (*on_close)(km_net_conn *c, const km_err *why, void *ud);
 } km_net_handlers;
 
@@ -77,6 +78,11 @@ size_t km_net_room(const km_net_conn *c);
 void km_net_pause(km_net_conn *c, bool paused);
 /* Closes now, dropping anything queued; on_close is not called. */
 void km_net_close(km_net_conn *c);
+/* Graceful close: stops delivering frames, refuses new sends, flushes the
+ * queue (once connected), sends TLS close_notify and closes.  on_close then
+ * runs with why NULL, or with the reason if the flush failed or took longer
+ * than connect_timeout (a peer that stops reading cannot pin us forever). */
+void km_net_shutdown(km_net_conn *c);
 
 bool km_net_is_ready(const km_net_conn *c);
 const char *km_net_peer(const km_net_conn *c); /* "host:port" */

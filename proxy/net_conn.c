@@ -143,9 +143,21 @@ static void use_fd(km_net_conn *c, int fd)
     ev_io_set(&c->wio, fd, EV_WRITE);
 }
 
+/* Deadlines count from now, not from the loop's cached time, which may be
+ * stale after the caller did slow work outside the loop. */
+static void arm_deadline(km_net_conn *c)
+{
+    ev_now_update(c->loop);
+    ev_timer_stop(c->loop, &c->timer);
+    ev_timer_set(&c->timer, c->opts.connect_timeout, 0.);
+    ev_timer_start(c->loop, &c->timer);
+}
+
 static void become_ready(km_net_conn *c)
 {
     ev_timer_stop(c->loop, &c->timer);
+    if (c->closing)
+        arm_deadline(c);
     c->state = NET_READY;
     c->read_block = KM_TLS_WANT_READ;
     c->write_block = KM_TLS_WANT_WRITE;
@@ -237,6 +249,15 @@ static void finish_connect(km_net_conn *c)
     start_session(c, c->tls_name[0] ? c->tls_name : NULL);
 }
 
+static void finish_shutdown(km_net_conn *c)
+{
+    if (c->tls) {
+        km_err ignored;
+        km_tls_shutdown(c->tls, &ignored); /* best effort close_notify; never waits */
+    }
+    km_net__fail(c, NULL);
+}
+
 static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 {
     (void)loop;
@@ -254,7 +275,9 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
         /* Both directions are tried on either event: TLS can need the other one. */
         if (c->queued)
             km_net__write_ready(c);
-        if (c->state == NET_READY)
+        if (c->state == NET_READY && c->closing && !c->queued)
+            finish_shutdown(c);
+        else if (c->state == NET_READY)
             km_net__read_ready(c);
         break;
     case NET_DEAD:
@@ -271,7 +294,10 @@ static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents)
     km_net_conn *c = w->data;
     km_err e = {{0}};
     km_net__enter(c);
-    if (c->fd < 0) /* every address failed at once; reported here so it is always asynchronous */
+    if (c->closing && c->state == NET_READY)
+        km_fail(&e, "shutdown of %s: flush timed out after %.3g s with %zu bytes unsent", c->peer,
+                c->opts.connect_timeout, c->queued);
+    else if (c->fd < 0) /* every address failed at once; reported here so it is always asynchronous */
         e = c->last_err;
     else if (c->state == NET_CONNECTING)
         km_fail(&e, "connect to %s: timed out after %.3g s", c->peer, c->opts.connect_timeout);
@@ -303,9 +329,12 @@ km_net_conn *km_net_connect(struct ev_loop *loop, const char *host, uint16_t por
     snprintf(c->tls_name, sizeof c->tls_name, "%s", opts && opts->tls_name ? opts->tls_name : host);
     c->addrs = c->next_addr = res;
     c->state = NET_CONNECTING;
-    if (!start_next_addr(c))
+    if (start_next_addr(c))
+        arm_deadline(c);
+    else { /* every address failed at once: report it from the loop, as always */
         ev_timer_set(&c->timer, 0., 0.);
-    ev_timer_start(loop, &c->timer);
+        ev_timer_start(loop, &c->timer);
+    }
     km_net__update_watchers(c);
     return c;
 }
@@ -328,7 +357,7 @@ km_net_conn *km_net_accept(struct ev_loop *loop, int fd, const char *peer, const
     /* Handled like a connect that already succeeded: the first writable event
      * starts the session on the loop, so on_ready never runs inside the caller. */
     c->state = NET_CONNECTING;
-    ev_timer_start(loop, &c->timer);
+    arm_deadline(c);
     km_net__update_watchers(c);
     return c;
 }
@@ -360,6 +389,19 @@ void km_net_pause(km_net_conn *c, bool paused)
     c->paused = paused;
     if (!paused && c->state == NET_READY) /* frames may be waiting in rbuf or inside TLS */
         ev_feed_event(c->loop, &c->rio, EV_READ);
+    km_net__update_watchers(c);
+}
+
+void km_net_shutdown(km_net_conn *c)
+{
+    if (c->state == NET_DEAD || c->closing)
+        return;
+    c->closing = true;
+    c->paused = true; /* no more frames for a caller that is done with us */
+    if (c->state == NET_READY) {
+        arm_deadline(c);
+        ev_feed_event(c->loop, &c->wio, EV_WRITE); /* finishes on the loop, even with nothing queued */
+    }
     km_net__update_watchers(c);
 }
 

@@ -182,8 +182,8 @@ void km_net__read_ready(km_net_conn *c)
 
 int km_net__enqueue(km_net_conn *c, const uint8_t *prefix, size_t plen, const void *data, size_t len, km_err *err)
 {
-    if (c->state == NET_DEAD)
-        return km_fail(err, "send to %s: the connection is closed", c->peer);
+    if (c->state == NET_DEAD || c->closing)
+        return km_fail(err, "send to %s: the connection is %s", c->peer, c->closing ? "shutting down" : "closed");
     size_t total = plen + len;
     if (total > c->opts.write_limit - c->queued)
         return km_fail(err, "send to %s: write queue full (%zu of %zu bytes queued, %zu more refused)", c->peer,

@@ -35,6 +35,7 @@ struct km_net_conn {
     size_t rlen, rcap;
     uint64_t rx_offset;        /* stream bytes before rbuf[0], for error messages */
     bool paused;
+    bool closing;              /* km_net_shutdown: flush, then close */
     km_tls_status read_block;  /* what the last read waited for */
     /* writing */
     net_chunk *head, *tail;

@@ -483,3 +483,92 @@ Test(net, backoff_grows_with_jitter_and_resets)
     double first = km_backoff_next(&a);
     cr_assert(first >= 0.05 && first <= 0.1, "%f", first);
 }
+
+Test(net, shutdown_flushes_then_closes_cleanly)
+{
+    world w;
+    world_init(&w);
+    uint16_t port = start_server(&w);
+    connect_client(&w, port, NULL);
+    size_t len = 3u << 20;
+    uint8_t *big = pattern(len, 9);
+    km_err err = {{0}};
+    cr_assert_eq(km_net_send_frame(w.client.conn, big, len, &err), 0, "%s", err.msg);
+    km_net_shutdown(w.client.conn); /* before the connect even completed */
+    cr_assert_eq(km_net_send_frame(w.client.conn, big, 1, &err), -1);
+    cr_assert(strstr(err.msg, "shutting down"), "%s", err.msg);
+    while (!w.client.closed || !w.server.closed)
+        ev_run(w.loop, EVRUN_ONCE);
+    cr_assert(w.client.clean, "%s", w.client.why.msg);
+    cr_assert(w.server.clean, "%s", w.server.why.msg);
+    cr_assert_eq(w.server.frames, 1);
+    cr_assert_eq(w.server.sizes[0], len);
+    cr_assert_arr_eq(w.server.data[0], big, len);
+    free(big);
+    world_free(&w);
+}
+
+Test(net, shutdown_gives_up_on_a_peer_that_never_reads)
+{
+    world w;
+    world_init(&w);
+    w.raw_accept = true;
+    uint16_t port = start_server(&w);
+    km_net_opts copts = {.connect_timeout = 0.3};
+    connect_client(&w, port, &copts);
+    while (!w.client.ready && !w.client.closed)
+        ev_run(w.loop, EVRUN_ONCE);
+    cr_assert(w.client.ready, "%s", w.client.why.msg);
+    size_t len = 48u << 20; /* far more than loopback socket buffers hold */
+    uint8_t *big = calloc(1, len);
+    km_err err = {{0}};
+    cr_assert_eq(km_net_send_frame(w.client.conn, big, len, &err), 0, "%s", err.msg);
+    free(big);
+    km_net_shutdown(w.client.conn);
+    while (!w.client.closed)
+        ev_run(w.loop, EVRUN_ONCE);
+    cr_assert_not(w.client.clean);
+    cr_assert(strstr(w.client.why.msg, "flush timed out") && strstr(w.client.why.msg, "bytes unsent"), "%s",
+              w.client.why.msg);
+    world_free(&w);
+}
+
+Test(net, localhost_falls_back_across_resolved_addresses)
+{
+    world w;
+    world_init(&w);
+    w.echo = true;
+    uint16_t port = start_server(&w); /* 127.0.0.1 only; "localhost" may resolve to ::1 first */
+    km_err err = {{0}};
+    w.client.conn = km_net_connect(w.loop, "localhost", port, NULL, &client_handlers, &w, &err);
+    cr_assert(w.client.conn, "%s", err.msg);
+    cr_assert(strncmp(km_net_peer(w.client.conn), "localhost:", 10) == 0, "%s", km_net_peer(w.client.conn));
+    uint8_t one = 1;
+    cr_assert_eq(km_net_send_frame(w.client.conn, &one, 1, &err), 0, "%s", err.msg);
+    w.want_client_frames = 1;
+    ev_run(w.loop, 0);
+    cr_assert_eq(w.client.frames, 1, "%s", w.client.why.msg);
+    world_free(&w);
+}
+
+Test(net, mutual_tls_over_km_net)
+{
+    km_test_pki pki;
+    cr_assert_eq(km_test_pki_make(&pki), 0);
+    km_err err = {{0}};
+    km_tls_config scfg = {.cert_file = pki.server_cert, .key_file = pki.server_key, .ca_file = pki.ca,
+                          .require_client_cert = true};
+    km_tls_config ccfg = {.ca_file = pki.ca, .cert_file = pki.client_cert, .key_file = pki.client_key};
+    km_tls_ctx *sctx = km_tls_server_ctx_new(&scfg, &err), *cctx = km_tls_client_ctx_new(&ccfg, &err);
+    cr_assert(sctx && cctx, "%s", err.msg);
+    world w;
+    world_init(&w);
+    w.server_opts.tls = sctx;
+    uint16_t port = start_server(&w);
+    km_net_opts copts = {.tls = cctx}; /* tls_name defaults to the host dialled: 127.0.0.1 (an IP SAN) */
+    echo_round_trip(&w, port, &copts);
+    world_free(&w);
+    km_tls_ctx_free(sctx);
+    km_tls_ctx_free(cctx);
+    km_test_pki_free(&pki);
+}
