@@ -95,3 +95,16 @@ Test(config, missing_file)
     cr_assert(strstr(err.msg, "/nonexistent/kmproxy.properties: cannot open"), "%s", err.msg);
     km_config_free(&c);
 }
+
+Test(config, shipped_example_is_valid)
+{
+    km_config c;
+    km_err err = {{0}};
+    char path[4096];
+    snprintf(path, sizeof path, "%s/deploy/kmproxy.properties.example", km_test_source_dir());
+    km_config_defaults(&c);
+    cr_assert_eq(km_config_load(&c, path, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_config_validate(&c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.metrics_listen, "127.0.0.1:9779");
+    km_config_free(&c);
+}
