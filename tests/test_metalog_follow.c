@@ -161,6 +161,42 @@ Test(metalog_follow, truncation_under_the_reader_is_an_error)
     free(dir);
 }
 
+Test(metalog_follow, torn_tail_before_a_newer_segment_is_an_error)
+{
+    char *dir = km_test_tmpdir("ml-torn-roll");
+    tm_write_topics(dir, KM_ML_NONE, 2, 1, 0);
+    km_metalog *m = follow_dir(dir);
+    int64_t last = -1;
+    cr_assert_eq(drain_ok(m, &last), 2);
+    km_buf b;
+    km_buf_init(&b);
+    tm_topic_batch(2, 1, KM_ML_NONE, &b);
+    char *seg = tm_path(dir, "00000000000000000000.log");
+    tm_append(seg, b.data, b.len - 5); /* torn ... */
+    km_metalog_record r;
+    km_err err;
+    cr_assert_eq(km_metalog_next(m, &r, &err), 0, "%s", err.msg);
+    char *next = tm_path(dir, "00000000000000000003.log"); /* ... and yet the log rolled on */
+    km_buf_reset(&b);
+    tm_topic_batch(3, 1, KM_ML_NONE, &b);
+    tm_spit(next, b.data, b.len);
+    int rc;
+    while ((rc = km_metalog_next(m, &r, &err)) == 0) /* polling: the roll is seen on a later call */
+        if (km_metalog_fd(m) >= 0) {
+            struct pollfd p = {km_metalog_fd(m), POLLIN, 0};
+            cr_assert_eq(poll(&p, 1, 10000), 1, "no wake-up for the new segment");
+        }
+    cr_assert_eq(rc, -1);
+    cr_assert(strstr(err.msg, seg) && strstr(err.msg, "truncated batch") && strstr(err.msg, "a later file follows"),
+              "%s", err.msg);
+    km_metalog_close(m);
+    km_buf_free(&b);
+    km_test_rmtree(dir);
+    free(seg);
+    free(next);
+    free(dir);
+}
+
 Test(metalog_follow, writer_refuses_to_extend_a_torn_segment)
 {
     char *dir = km_test_tmpdir("ml-torn-w");

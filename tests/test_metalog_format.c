@@ -608,3 +608,87 @@ Test(metalog_hostile, unknown_control_type)
     km_buf_free(&c);
     km_buf_free(&body);
 }
+
+Test(metalog_roundtrip, record_headers_are_skipped_and_counted)
+{
+    km_buf v, recs, b;
+    km_buf_init(&v);
+    km_buf_init(&recs);
+    km_buf_init(&b);
+    frame_value(&v, 1, KM_MDR_TOPIC_RECORD, 0, "topic-0");
+    km_buf body;
+    km_buf_init(&body);
+    km_buf_put_i8(&body, 0);
+    km_buf_put_varlong(&body, 0);
+    km_buf_put_varint(&body, 0);
+    km_buf_put_varint(&body, -1);
+    km_buf_put_varint(&body, (int32_t)v.len);
+    km_buf_put(&body, v.data, v.len);
+    km_buf_put_varint(&body, 2);            /* two headers: ("a", "xyz"), ("b", null) */
+    km_buf_put_varint(&body, 1);
+    km_buf_put(&body, "a", 1);
+    km_buf_put_varint(&body, 3);
+    km_buf_put(&body, "xyz", 3);
+    km_buf_put_varint(&body, 1);
+    km_buf_put(&body, "b", 1);
+    km_buf_put_varint(&body, -1);
+    km_buf_put_varint(&recs, (int32_t)body.len);
+    km_buf_put(&recs, body.data, body.len);
+    tm_topic_batch(0, 1, KM_ML_NONE, &b);   /* reuse its header */
+    b.len = 61;
+    km_buf_put(&b, recs.data, recs.len);
+    km_buf_patch_i32(&b, 8, (int32_t)(b.len - 12));
+    tm_fix_crc(b.data);
+    char *dir = km_test_tmpdir("ml-hdrs");
+    char *path = tm_path(dir, "00000000000000000000.log");
+    tm_spit(path, b.data, b.len);
+    km_err err;
+    km_metalog *m = km_metalog_open_file(path, NULL, &err);
+    km_metalog_record r;
+    cr_assert_eq(km_metalog_next(m, &r, &err), 1, "%s", err.msg);
+    cr_assert_eq(r.header_count, 2);
+    cr_assert(km_str_eq(((const km_topic_record *)r.msg)->name, "topic-0"));
+    cr_assert_eq(km_metalog_next(m, &r, &err), 0, "%s", err.msg);
+    km_metalog_close(m);
+    /* a header key may not be null */
+    b.data[b.len - 9] = 0x01; /* first header key length: 1 (zig-zag 0x02) -> -1 (0x01) */
+    tm_fix_crc(b.data);
+    tm_spit(path, b.data, b.len);
+    m = km_metalog_open_file(path, NULL, &err);
+    cr_assert_eq(km_metalog_next(m, &r, &err), -1);
+    cr_assert(strstr(err.msg, "record header key: invalid length -1"), "%s", err.msg);
+    km_metalog_close(m);
+    km_test_rmtree(dir);
+    free(path);
+    free(dir);
+    km_buf_free(&v);
+    km_buf_free(&recs);
+    km_buf_free(&b);
+    km_buf_free(&body);
+}
+
+Test(metalog_roundtrip, a_batch_stays_valid_until_the_next_batch)
+{
+    char *dir = km_test_tmpdir("ml-life");
+    tm_write_topics(dir, KM_ML_ZSTD, 3, 50, 0);
+    km_err err;
+    km_metalog *m = km_metalog_open_dir(dir, NULL, &err);
+    const km_topic_record *kept[50];
+    km_metalog_record r;
+    for (int b = 0; b < 3; b++) {
+        for (int i = 0; i < 50; i++) {
+            cr_assert_eq(km_metalog_next(m, &r, &err), 1, "%s", err.msg);
+            cr_assert_eq(r.index, i);
+            cr_assert_eq(r.last_in_batch, i == 49);
+            kept[i] = r.msg;
+        }
+        for (int i = 0; i < 50; i++) { /* every record of the batch is still intact */
+            char want[32];
+            snprintf(want, sizeof want, "topic-%d", b * 50 + i);
+            cr_assert(km_str_eq(kept[i]->name, want), "batch %d record %d", b, i);
+        }
+    }
+    km_metalog_close(m);
+    km_test_rmtree(dir);
+    free(dir);
+}
