@@ -111,3 +111,86 @@ Test(metalog_interop, snappy_java_output_reads, .timeout = 120) { java_compresse
 Test(metalog_interop, gzip_java_output_reads, .timeout = 120) { java_compressed_batch_reads(KM_ML_GZIP, "gzip-c"); }
 Test(metalog_interop, our_snappy_reads_in_snappy_java, .timeout = 120) { our_batch_reads_in_java(KM_ML_SNAPPY, "snappy-d"); }
 Test(metalog_interop, our_gzip_reads_in_java, .timeout = 120) { our_batch_reads_in_java(KM_ML_GZIP, "gzip-d"); }
+
+/* ---- lz4 and zstd: the reference command-line tools as independent peers --------------- */
+
+static uint8_t *tool(const char *bin, const char *flags, const uint8_t *p, size_t len, size_t *out_len)
+{
+    if (access(bin, X_OK) != 0)
+        cr_skip_test("needs %s", bin);
+    char *argv[] = {(char *)bin, (char *)flags, "-c", "-q", NULL};
+    char *out = NULL, *err_out = NULL;
+    int rc = km_test_run(argv, p, len, &out, out_len, &err_out);
+    cr_assert_eq(rc, 0, "%s %s failed: %s", bin, flags, err_out ? err_out : "");
+    free(err_out);
+    return (uint8_t *)out;
+}
+
+static void tool_compressed_batch_reads(km_ml_compression c, const char *bin)
+{
+    km_buf plain, batch;
+    km_buf_init(&plain);
+    km_buf_init(&batch);
+    tm_topic_batch(0, 3000, KM_ML_NONE, &plain);
+    size_t zlen;
+    uint8_t *z = tool(bin, "-z", plain.data + 61, plain.len - 61, &zlen);
+    km_buf_put(&batch, plain.data, 61);
+    km_buf_put(&batch, z, zlen);
+    batch.data[22] |= (uint8_t)c;
+    km_buf_patch_i32(&batch, 8, (int32_t)(batch.len - 12));
+    tm_fix_crc(batch.data);
+    char *dir = km_test_tmpdir("ml-tool");
+    char *path = tm_path(dir, "00000000000000000000.log");
+    tm_spit(path, batch.data, batch.len);
+    km_err err;
+    km_metalog *m = km_metalog_open_file(path, NULL, &err);
+    long n = 0;
+    int64_t last = -1;
+    cr_assert_eq(tm_drain_checked(m, &n, &last, true, &err), 1, "%s", err.msg);
+    cr_assert_eq(n, 3000);
+    km_metalog_close(m);
+    km_test_rmtree(dir);
+    free(path);
+    free(dir);
+    free(z);
+    km_buf_free(&plain);
+    km_buf_free(&batch);
+}
+
+static void our_batch_reads_in_tool(km_ml_compression c, const char *bin)
+{
+    km_buf plain, packed;
+    km_buf_init(&plain);
+    km_buf_init(&packed);
+    tm_topic_batch(0, 3000, KM_ML_NONE, &plain);
+    tm_topic_batch(0, 3000, c, &packed);
+    size_t len;
+    uint8_t *back = tool(bin, "-d", packed.data + 61, packed.len - 61, &len);
+    cr_assert_eq(len, plain.len - 61);
+    cr_assert_eq(memcmp(back, plain.data + 61, len), 0);
+    free(back);
+    km_buf_free(&plain);
+    km_buf_free(&packed);
+}
+
+Test(metalog_interop, lz4_cli_output_reads) { tool_compressed_batch_reads(KM_ML_LZ4, "/usr/bin/lz4"); }
+Test(metalog_interop, zstd_cli_output_reads) { tool_compressed_batch_reads(KM_ML_ZSTD, "/usr/bin/zstd"); }
+Test(metalog_interop, our_lz4_reads_in_lz4_cli) { our_batch_reads_in_tool(KM_ML_LZ4, "/usr/bin/lz4"); }
+Test(metalog_interop, our_zstd_reads_in_zstd_cli) { our_batch_reads_in_tool(KM_ML_ZSTD, "/usr/bin/zstd"); }
+
+Test(metalog_interop, our_lz4_frame_fits_kafkas_reader)
+{
+    /* Kafka's Lz4BlockInputStream reads exactly one frame and wants FLG version 1
+     * with independent blocks; we also keep block/content checksums and content
+     * size off, as Kafka's own writer does, and 64 KiB blocks (BD 0x40). */
+    km_buf b;
+    km_buf_init(&b);
+    tm_topic_batch(0, 3000, KM_ML_LZ4, &b);
+    const uint8_t *f = b.data + 61;
+    cr_assert(f[0] == 0x04 && f[1] == 0x22 && f[2] == 0x4d && f[3] == 0x18, "LZ4 frame magic");
+    cr_assert_eq(f[4], 0x60, "FLG %02x", f[4]);
+    cr_assert_eq(f[5], 0x40, "BD %02x", f[5]);
+    /* one frame: the EndMark (a zero block size) is the last four bytes */
+    cr_assert_eq(memcmp(b.data + b.len - 4, "\0\0\0\0", 4), 0);
+    km_buf_free(&b);
+}
