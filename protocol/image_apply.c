@@ -10,9 +10,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-/* Highest metadata.version level Kafka 3.9 knows (IBP_4_0_IV0 exists there, unstable). */
-#define KM_MV_MAX_KNOWN 22
-
 int km_apply_fail(const km_apply_ctx *c, const char *fmt, ...)
 {
     char why[384];
@@ -284,8 +281,10 @@ static int set_feature(km_apply_ctx *c, const char *name, int16_t level)
     return 0;
 }
 
-/* FeaturesDelta.replay: metadata.version must name a known MetadataVersion;
- * level 0 removes any other feature. */
+/* FeaturesDelta.replay: level 0 removes a feature, but metadata.version
+ * can never be 0.  Kafka 3.9 would also reject levels above its own latest
+ * (22); we accept them, since logs of 4.x clusters (levels 25-30 in the
+ * corpus) must load too and nothing here depends on the newer semantics. */
 static int feature_level(km_apply_ctx *c, const km_feature_level_record *r)
 {
     char name[256];
@@ -293,7 +292,7 @@ static int feature_level(km_apply_ctx *c, const km_feature_level_record *r)
         return km_apply_fail(c, "bad feature name");
     memcpy(name, r->name.ptr, (size_t)r->name.len);
     name[r->name.len] = 0;
-    if (!strcmp(name, "metadata.version") && (r->feature_level < 1 || r->feature_level > KM_MV_MAX_KNOWN))
+    if (!strcmp(name, "metadata.version") && r->feature_level < 1)
         return km_apply_fail(c, "unknown metadata.version feature level %d", r->feature_level);
     if (r->feature_level < 0)
         return km_apply_fail(c, "negative level %d for feature %s", r->feature_level, name);
