@@ -2,6 +2,7 @@
  * handshake, watcher bookkeeping and the one-way-out lifecycle. */
 #include "net_private.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -197,7 +198,7 @@ static void start_session(km_net_conn *c, const char *tls_name)
 
 static void addr_str(const struct addrinfo *ai, char *out, size_t cap)
 {
-    char host[NI_MAXHOST] = "?", serv[NI_MAXSERV] = "?";
+    char host[INET6_ADDRSTRLEN] = "?", serv[8] = "?";
     getnameinfo(ai->ai_addr, ai->ai_addrlen, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV);
     snprintf(out, cap, ai->ai_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, serv);
 }
@@ -209,18 +210,17 @@ static bool start_next_addr(km_net_conn *c)
     while (c->next_addr) {
         struct addrinfo *ai = c->next_addr;
         c->next_addr = ai->ai_next;
-        char where[NI_MAXHOST + NI_MAXSERV + 4];
-        addr_str(ai, where, sizeof where);
+        addr_str(ai, c->addr, sizeof c->addr);
         int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
         if (fd < 0) {
-            km_fail(&c->last_err, "connect to %s (%s): socket: %s", c->peer, where, strerror(errno));
+            km_fail(&c->last_err, "connect to %s (%s): socket: %s", c->peer, c->addr, strerror(errno));
             continue;
         }
         if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS) {
             use_fd(c, fd);
             return true;
         }
-        km_fail(&c->last_err, "connect to %s (%s): %s", c->peer, where, strerror(errno));
+        km_fail(&c->last_err, "connect to %s (%s): %s", c->peer, c->addr, strerror(errno));
         close(fd);
     }
     return false;
@@ -235,7 +235,7 @@ static void finish_connect(km_net_conn *c)
     if (soerr == EINPROGRESS || soerr == EINTR)
         return;
     if (soerr) {
-        km_fail(&c->last_err, "connect to %s: %s", c->peer, strerror(soerr));
+        km_fail(&c->last_err, "connect to %s (%s): %s", c->peer, c->addr, strerror(soerr));
         set_active(c, &c->wio, false);
         close(c->fd);
         c->fd = -1;
@@ -300,7 +300,7 @@ static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents)
     else if (c->fd < 0) /* every address failed at once; reported here so it is always asynchronous */
         e = c->last_err;
     else if (c->state == NET_CONNECTING)
-        km_fail(&e, "connect to %s: timed out after %.3g s", c->peer, c->opts.connect_timeout);
+        km_fail(&e, "connect to %s (%s): timed out after %.3g s", c->peer, c->addr, c->opts.connect_timeout);
     else
         km_fail(&e, "TLS handshake with %s: timed out after %.3g s", c->peer, c->opts.connect_timeout);
     km_net__fail(c, &e);

@@ -28,6 +28,7 @@ struct km_net_conn {
     char peer[300];
     char tls_name[300];        /* connect: the name the server certificate must carry */
     km_err last_err;           /* connect: why the previous address failed */
+    char addr[64];             /* connect: the address being tried, "ip:port" */
     struct addrinfo *addrs, *next_addr; /* remaining connect candidates */
     km_tls_status hs_want;     /* handshake: which readiness it waits for */
     /* reading */
