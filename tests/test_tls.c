@@ -326,3 +326,30 @@ Test(tls, encrypted_key_fails_instead_of_prompting, .timeout = 20)
     cr_assert_null(km_tls_server_ctx_new(&cfg, &err));
     cr_assert(strstr(err.msg, pki.encrypted_key) && strstr(err.msg, "unencrypted PEM private key"), "%s", err.msg);
 }
+
+/* TLS 1.2 is the floor: a client that offers at most TLS 1.1 is turned away. */
+Test(tls, tls_1_1_client_is_refused)
+{
+    km_tls_ctx *sctx = server_ctx(pki.server_cert, pki.server_key, false);
+    SSL_CTX *raw = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_security_level(raw, 0); /* let the old client really offer TLS 1.1 */
+    SSL_CTX_set_min_proto_version(raw, TLS1_VERSION);
+    SSL_CTX_set_max_proto_version(raw, TLS1_1_VERSION);
+    SSL *cli = SSL_new(raw);
+    SSL_set_fd(cli, fds[0]);
+    SSL_set_connect_state(cli);
+    km_err err = {{0}};
+    km_tls_stream *s = km_tls_stream_new(sctx, fds[1], "old-client", &err);
+    km_tls_status st = KM_TLS_WANT_READ;
+    for (int round = 0; round < 200 && (st == KM_TLS_WANT_READ || st == KM_TLS_WANT_WRITE); round++) {
+        SSL_do_handshake(cli);
+        st = km_tls_handshake(s, &err);
+    }
+    cr_assert_eq(st, KM_TLS_ERROR);
+    cr_assert(strstr(err.msg, "TLS handshake with old-client") && strstr(err.msg, "unsupported protocol"), "%s",
+              err.msg);
+    km_tls_stream_free(s);
+    SSL_free(cli);
+    SSL_CTX_free(raw);
+    km_tls_ctx_free(sctx);
+}
