@@ -205,6 +205,7 @@ km_image_follow *km_image_follow_open(km_image *img, const char *path, const km_
     o.follow = true;
     o.raw = false;
     f->img = img;
+    f->delivered = true;
     f->log = open_path(path, &o, err);
     if (!f->log) {
         free(f);

@@ -158,12 +158,15 @@ int km_image_apply(km_image *img, int16_t type, int16_t version, const void *msg
 
 /* ---- snapshots ------------------------------------------------------------------------------ */
 
-/* `<20 digits>-<10 digits>.checkpoint`: the snapshot's end offset and epoch. */
+/* The snapshot's end offset and epoch from a name ending in
+ * `<20 digits>-<10 digits>.checkpoint` (copies may carry a prefix). */
 static bool snapshot_id(const char *path, int64_t *end, int32_t *epoch)
 {
-    const char *b = strrchr(path, '/');
-    b = b ? b + 1 : path;
-    if (strlen(b) != 42 || strcmp(b + 31, ".checkpoint") || b[20] != '-')
+    size_t n = strlen(path);
+    if (n < 42)
+        return false;
+    const char *b = path + n - 42;
+    if (strcmp(b + 31, ".checkpoint") || b[20] != '-')
         return false;
     for (int i = 0; i < 31; i++)
         if (i != 20 && (b[i] < '0' || b[i] > '9'))

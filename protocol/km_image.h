@@ -191,7 +191,8 @@ typedef struct km_token {              /* DelegationTokenRecord */
 } km_token;
 
 typedef struct km_producer_ids {       /* ProducerIdsImage + who took the block */
-    int32_t broker_id;                 /* -1 when no block was ever taken */
+    int32_t broker_id;                 /* -1 when unknown (never taken, or loaded from a snapshot,
+                                        * which Kafka writes with broker -1) */
     int64_t broker_epoch;
     int64_t next_producer_id;          /* -1 when none */
 } km_producer_ids;
@@ -215,7 +216,10 @@ int32_t km_image_epoch(const km_image *img);      /* batch leader epoch of that 
 int32_t km_image_raft_leader(const km_image *img);/* leaderId of the last LeaderChange, -1: unknown */
 int32_t km_image_raft_leader_epoch(const km_image *img);
 bool km_image_in_transaction(const km_image *img);
-int16_t km_image_metadata_version(const km_image *img); /* metadata.version level, 0: unset */
+/* metadata.version level; 0 when no FeatureLevelRecord set it (logs of
+ * Kafka 3.0-3.2, for which Kafka assumes 3.0-IV1, level 1).  Levels newer
+ * than 3.9 knows (4.x logs) are accepted as they are. */
+int16_t km_image_metadata_version(const km_image *img);
 /* Finalized level of any feature (metadata.version included), 0 if absent. */
 int16_t km_image_feature(const km_image *img, const char *name);
 int km_image_zk_migration_state(const km_image *img);  /* KM_ZKM_*; KM_ZKM_NONE until a record sets it */
@@ -327,8 +331,9 @@ typedef struct km_token_change { const km_token *old, *new; } km_token_change;
 typedef struct km_feature_change { const char *name; int16_t old_level, new_level; } km_feature_change;
 
 /* Iteration over a delta, same cursor convention as the image (`it` from 0);
- * each returns false at the end.  Order: topics and partitions in the order
- * they were first touched, brokers by id. */
+ * each returns false at the end.  Order: the order in which entities were
+ * first touched.  The structs filled point into the delta (valid until it is
+ * cleared or freed). */
 bool km_delta_next_topic(const km_delta *d, size_t *it, km_topic_change *out);
 bool km_delta_next_partition(const km_delta *d, size_t *it, km_partition_change *out);
 bool km_delta_next_broker(const km_delta *d, size_t *it, km_broker_change *out);
@@ -380,9 +385,10 @@ typedef struct km_image_follow km_image_follow;
 km_image_follow *km_image_follow_open(km_image *img, const char *path, const km_metalog_opts *opts,
                                       km_err *err);
 /* Reads what is available.  Each time a batch is complete it is applied and
- * the batch's changes are in *delta (cleared first): returns 1.  Call again
- * until 0 (nothing more for now: wait on km_image_follow_fd()).  A batch
- * inside an open transaction or snapshot yields no delta until its end.
+ * its changes are in *delta: returns 1.  Call again until 0 (nothing more
+ * for now: wait on km_image_follow_fd()).  The delta is cleared on entry
+ * after a call that returned 1; a batch that leaves a transaction or a
+ * snapshot open adds to it and is delivered with the batch that closes it.
  * -1: error (the follower and the image are failed). */
 int km_image_follow_next(km_image_follow *f, km_delta *delta, km_err *err);
 int km_image_follow_fd(const km_image_follow *f);   /* km_metalog_fd() */
