@@ -210,6 +210,11 @@ int km_capture_close(km_capture *cap, km_err *err)
     pthread_cond_signal(&cap->cv);
     pthread_mutex_unlock(&cap->mu);
     pthread_join(cap->thread, NULL);
+    km_err e = {{0}};
+    if (cap->jsonl_on && km_cap__jsonl_summary(&cap->jsonl, &cap->stats, &e) && !cap->have_err) {
+        cap->first_err = e;
+        cap->have_err = true;
+    }
     close_sinks(cap, &cap->first_err);
     int rc = cap->have_err ? km_fail(err, "%s", cap->first_err.msg) : 0;
     pthread_cond_destroy(&cap->cv);

@@ -67,6 +67,7 @@ typedef struct cap_jsonl {
 
 int km_cap__jsonl_open(cap_jsonl *j, const char *path, size_t body_limit, km_err *err);
 int km_cap__jsonl_record(cap_jsonl *j, const cap_rec *r, km_err *err);
+int km_cap__jsonl_summary(cap_jsonl *j, const km_capture_stats *st, km_err *err);
 int km_cap__jsonl_close(cap_jsonl *j, km_err *err);
 
 #endif

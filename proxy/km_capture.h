@@ -7,6 +7,8 @@
  * JSON lines: one object per frame with time, connection, direction, api key
  * and name, version, correlation id and the body as km_to_json renders it;
  * responses are decoded by pairing them with their request's correlation id.
+ * Connections get "open"/"close" event lines, and the file ends with a
+ * "capture_end" line carrying the counters (drops included).
  *
  * The data path only copies the frame into a bounded queue; a writer thread
  * does the formatting, decoding and file I/O.  When the queue is full the

@@ -141,6 +141,31 @@ static void assert_clean_decode(const char *path)
     free(sums);
 }
 
+static json_t *read_lines(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f);
+    json_t *arr = json_array();
+    char line[1 << 16];
+    while (fgets(line, sizeof line, f)) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        cr_assert(o, "bad JSON line: %s (%s)", je.text, line);
+        json_array_append_new(arr, o);
+    }
+    fclose(f);
+    *n = json_array_size(arr);
+    return arr;
+}
+
+static const char *str_of(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_string(v) ? json_string_value(v) : "";
+}
+
+static json_int_t int_of(json_t *o, const char *key) { return json_integer_value(json_object_get(o, key)); }
+
 Test(capture, pcapng_decodes_as_kafka_in_tshark)
 {
     km_err err = {{0}};
@@ -231,34 +256,18 @@ Test(capture, dropped_frame_restarts_the_stream_cleanly)
     char *rst = tshark(pcap_path, "tcp.flags.reset == 1", num);
     cr_assert_eq(count_lines(rst), 1);
     free(rst);
+    size_t n;
+    json_t *lines = read_lines(jsonl_path, &n);
+    json_t *resumed = json_array_get(lines, 2);
+    cr_assert_eq(int_of(resumed, "correlation_id"), 2);
+    cr_assert(json_is_true(json_object_get(resumed, "after_dropped_frames")));
+    json_t *end = json_array_get(lines, n - 1);
+    cr_assert_str_eq(str_of(end, "event"), "capture_end");
+    cr_assert_eq(int_of(end, "dropped_frames"), 1);
+    json_decref(lines);
 }
 
 /* ---- JSON lines ------------------------------------------------------------------- */
-
-static json_t *read_lines(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "r");
-    cr_assert(f);
-    json_t *arr = json_array();
-    char line[1 << 16];
-    while (fgets(line, sizeof line, f)) {
-        json_error_t je;
-        json_t *o = json_loads(line, 0, &je);
-        cr_assert(o, "bad JSON line: %s (%s)", je.text, line);
-        json_array_append_new(arr, o);
-    }
-    fclose(f);
-    *n = json_array_size(arr);
-    return arr;
-}
-
-static const char *str_of(json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return json_is_string(v) ? json_string_value(v) : "";
-}
-
-static json_int_t int_of(json_t *o, const char *key) { return json_integer_value(json_object_get(o, key)); }
 
 Test(capture, jsonl_pairs_responses_with_requests)
 {
@@ -270,7 +279,11 @@ Test(capture, jsonl_pairs_responses_with_requests)
     cr_assert_eq(km_capture_close(cap, &err), 0, "%s", err.msg);
     size_t n;
     json_t *lines = read_lines(jsonl_path, &n);
-    cr_assert_eq(n, 8, "2 opens, 4 frames, 2 closes");
+    cr_assert_eq(n, 9, "2 opens, 4 frames, 2 closes, the summary");
+    json_t *end = json_array_get(lines, 8);
+    cr_assert_str_eq(str_of(end, "event"), "capture_end");
+    cr_assert_eq(int_of(end, "frames"), 4);
+    cr_assert_eq(int_of(end, "dropped_frames"), 0);
     json_t *open = json_array_get(lines, 0);
     cr_assert_str_eq(str_of(open, "event"), "open");
     cr_assert_str_eq(str_of(open, "client"), "127.0.0.1:51234");
@@ -325,7 +338,7 @@ Test(capture, jsonl_reports_what_it_cannot_decode)
     cr_assert_eq(km_capture_close(cap, &err), 0, "%s", err.msg);
     size_t n;
     json_t *lines = read_lines(jsonl_path, &n);
-    cr_assert_eq(n, 6);
+    cr_assert_eq(n, 7);
     cr_assert(strstr(str_of(json_array_get(lines, 1), "error"), "no request with this correlation id"));
     cr_assert_eq(int_of(json_array_get(lines, 1), "correlation_id"), 99);
     cr_assert_str_eq(str_of(json_array_get(lines, 5), "event"), "close");
