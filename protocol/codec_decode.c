@@ -112,7 +112,7 @@ static int dec_array(dec *d, const km_field *f, void *p, bool compact, bool null
     km_array_any a = {(int32_t)count, NULL};
     if (count < 0 && !nullable)
         return km_fail(d->err, ": null array at offset %zu, which version %d does not allow", at, d->version);
-    size_t es = km_elem_size(f->elem, f->sub);
+    size_t es = km_type_size(f->elem, f->sub);
     /* Fixed-size elements: the count must fit in what is left before we allocate. */
     if (count > 0 && f->elem != KM_T_STRUCT && (uint64_t)count > km_reader_left(d->r))
         return km_fail(d->err, ": %lld elements at offset %zu cannot fit in %zu bytes", (long long)count, at,

@@ -12,7 +12,7 @@
 
 /* ---- field access ---------------------------------------------------------- */
 
-size_t km_elem_size(km_type t, const km_struct_desc *sub)
+size_t km_type_size(km_type t, const km_struct_desc *sub)
 {
     switch (t) {
     case KM_T_BOOL: return sizeof(bool);
@@ -192,7 +192,7 @@ static int enc_array(enc *e, const km_field *f, const km_array_any *a, bool comp
     if (a->count > 0 && !a->items)
         return km_fail(e->err, ": array has %d items but no storage", a->count);
     enc_length(e, compact, a->count < 0 ? -1 : a->count, true);
-    size_t es = km_elem_size(f->elem, f->sub);
+    size_t es = km_type_size(f->elem, f->sub);
     km_field elem = *f;  /* elements share the field's flexibility, never its nullability */
     elem.type = f->elem;
     elem.nullable = (km_versions){1, 0};

@@ -4,7 +4,6 @@
 
 #include "km_codec.h"
 
-size_t km_elem_size(km_type t, const km_struct_desc *sub);
 int64_t km_get_int(km_type t, const void *p);
 void km_set_int(km_type t, void *p, int64_t v);
 bool km_is_int_type(km_type t);

@@ -60,7 +60,7 @@ static json_t *value_to_json(jctx *c, km_type t, const km_field *f, const void *
         if (a.count < 0)
             return json_null();
         json_t *arr = json_array();
-        size_t es = km_elem_size(f->elem, f->sub);
+        size_t es = km_type_size(f->elem, f->sub);
         for (int32_t i = 0; i < a.count; i++) {
             json_t *v = value_to_json(c, f->elem, f, (const char *)a.items + (size_t)i * es);
             if (!v || json_array_append_new(arr, v)) {
@@ -186,7 +186,7 @@ static int array_from_json(jctx *c, const km_field *f, const json_t *j, void *p)
     if (!json_is_null(j)) {
         if (!json_is_array(j))
             return km_fail(c->err, ": expected an array or null");
-        size_t n = json_array_size(j), es = km_elem_size(f->elem, f->sub);
+        size_t n = json_array_size(j), es = km_type_size(f->elem, f->sub);
         if (n > INT32_MAX)
             return km_fail(c->err, ": array is too long");
         a.count = (int32_t)n;

@@ -187,6 +187,9 @@ typedef struct km_message_desc {
     const km_struct_desc *root;
 } km_message_desc;
 
+/* Bytes one value of type t takes in a generated struct (an array element, say). */
+size_t km_type_size(km_type t, const struct km_struct_desc *sub);
+
 /* ---- registry ---------------------------------------------------------------- */
 
 const km_message_desc *km_find_message(km_msg_kind kind, int16_t api_key);

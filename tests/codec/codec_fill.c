@@ -13,24 +13,6 @@ typedef struct filler {
 
 static void fill_struct(filler *f, const km_struct_desc *sd, void *obj, int depth);
 
-static size_t elem_size(km_type t, const km_struct_desc *sub)
-{
-    switch (t) {
-    case KM_T_BOOL: return sizeof(bool);
-    case KM_T_INT8: return 1;
-    case KM_T_INT16: case KM_T_UINT16: return 2;
-    case KM_T_INT32: case KM_T_UINT32: return 4;
-    case KM_T_INT64: return 8;
-    case KM_T_FLOAT64: return sizeof(double);
-    case KM_T_UUID: return sizeof(km_uuid);
-    case KM_T_STRING: return sizeof(km_str);
-    case KM_T_BYTES: case KM_T_RECORDS: return sizeof(km_bytes);
-    case KM_T_STRUCT: return sub->size;
-    case KM_T_ARRAY: return sizeof(km_array_any);
-    }
-    return 0;
-}
-
 /* An integer in the type's range that differs from the default. */
 static void fill_int(filler *f, const km_field *fd, km_type t, void *p)
 {
@@ -73,7 +55,7 @@ static void fill_value(filler *f, const km_field *fd, km_type t, void *p, int de
         break;
     }
     case KM_T_ARRAY: {
-        size_t es = elem_size(fd->elem, fd->sub);
+        size_t es = km_type_size(fd->elem, fd->sub);
         km_array_any a = {depth < 4 ? 2 : 0, NULL};
         a.items = km_arena_alloc(f->arena, es * 2);
         for (int i = 0; i < a.count; i++)

@@ -189,24 +189,35 @@ static void um_broker(km_update_metadata_request_broker *b, km_update_metadata_r
     b->rack = km_cstr(rack);
 }
 
-Test(codec_golden, update_metadata_v6)
-{
+/* One topic "t" with one partition and one broker, shared by the flexible UpdateMetadata vectors. */
+typedef struct um_flex {
     km_update_metadata_request m;
     km_update_metadata_request_partition_state p;
-    km_update_metadata_request_topic_state t = {0};
+    km_update_metadata_request_topic_state t;
     km_update_metadata_request_broker b;
     km_update_metadata_request_endpoint e;
-    km_update_metadata_request_init(&m);
-    m.controller_id = 1;
-    m.controller_epoch = 2;
-    m.broker_epoch = 100;
-    um_partition(&p);
-    t.topic_name = km_cstr("t");
-    t.partition_states.count = 1; t.partition_states.items = &p;
-    m.topic_states.count = 1; m.topic_states.items = &t;
-    um_broker(&b, &e, NULL);
-    m.live_brokers.count = 1; m.live_brokers.items = &b;
-    check_golden(&km_update_metadata_request_desc, 6, &m,
+} um_flex;
+
+static void um_flex_init(um_flex *u, const char *rack)
+{
+    memset(u, 0, sizeof *u);
+    km_update_metadata_request_init(&u->m);
+    u->m.controller_id = 1;
+    u->m.controller_epoch = 2;
+    u->m.broker_epoch = 100;
+    um_partition(&u->p);
+    u->t.topic_name = km_cstr("t");
+    u->t.partition_states.count = 1; u->t.partition_states.items = &u->p;
+    u->m.topic_states.count = 1; u->m.topic_states.items = &u->t;
+    um_broker(&u->b, &u->e, rack);
+    u->m.live_brokers.count = 1; u->m.live_brokers.items = &u->b;
+}
+
+Test(codec_golden, update_metadata_v6)
+{
+    um_flex u;
+    um_flex_init(&u, NULL);
+    check_golden(&km_update_metadata_request_desc, 6, &u.m,
                  "00000001 00000002 0000000000000064 02 02 74"
                  "02 00000000 00000002 00000001 00000005 02 00000001 00000007 02 00000001 01 [offline: empty] 00"
                  "00 [topic tags] 02 00000001 [broker 1]"
@@ -216,25 +227,13 @@ Test(codec_golden, update_metadata_v6)
 
 Test(codec_golden, update_metadata_v8)
 {
-    km_update_metadata_request m;
-    km_update_metadata_request_partition_state p;
-    km_update_metadata_request_topic_state t = {0};
-    km_update_metadata_request_broker b;
-    km_update_metadata_request_endpoint e;
-    km_update_metadata_request_init(&m);
-    m.controller_id = 3000;
-    m.is_kraft_controller = true;
-    m.type = 2;
-    m.controller_epoch = 2;
-    m.broker_epoch = 100;
-    um_partition(&p);
-    t.topic_name = km_cstr("t");
-    t.topic_id = TOPIC_ID;
-    t.partition_states.count = 1; t.partition_states.items = &p;
-    m.topic_states.count = 1; m.topic_states.items = &t;
-    um_broker(&b, &e, "r");
-    m.live_brokers.count = 1; m.live_brokers.items = &b;
-    check_golden(&km_update_metadata_request_desc, 8, &m,
+    um_flex u;
+    um_flex_init(&u, "r");
+    u.m.controller_id = 3000;
+    u.m.is_kraft_controller = true;
+    u.m.type = 2;
+    u.t.topic_id = TOPIC_ID;
+    check_golden(&km_update_metadata_request_desc, 8, &u.m,
                  "00000bb8 01 00000002 0000000000000064 02 02 74 0102030405060708090a0b0c0d0e0f10"
                  "02 00000000 00000002 00000001 00000005 02 00000001 00000007 02 00000001 01 00"
                  "00 02 00000001 02 00002384 02 68 0a 504c41494e54455854 0000 00 02 72 [rack r] 00"
