@@ -12,8 +12,12 @@
 
 static int diff_topic(km_pool *pool, const km_topic *a, const km_topic *b, km_delta *d)
 {
-    int32_t n = a && a->n_parts > (b ? b->n_parts : 0) ? a->n_parts : (b ? b->n_parts : 0);
     const km_topic *any = b ? b : a;
+    /* The topic first: its entry records whether it existed before. */
+    if ((!a || !b || a->n_parts != b->n_parts || strcmp(a->name, b->name)) &&
+        km_delta_note_topic(d, any->id, any->name, a != NULL, a ? a->n_parts : 0, b != NULL, b ? b->n_parts : 0) < 0)
+        return -1;
+    int32_t n = a && a->n_parts > (b ? b->n_parts : 0) ? a->n_parts : (b ? b->n_parts : 0);
     for (int32_t i = 0; i < n; i++) {
         const km_part *pa = a && i < a->n_parts && a->parts[i].present ? &a->parts[i] : NULL;
         const km_part *pb = b && i < b->n_parts && b->parts[i].present ? &b->parts[i] : NULL;
@@ -22,9 +26,6 @@ static int diff_topic(km_pool *pool, const km_topic *a, const km_topic *b, km_de
         if (km_delta_note_part(d, pool, any->id, any->name, i, pa, pb) < 0)
             return -1;
     }
-    if (!a || !b || a->n_parts != b->n_parts || strcmp(a->name, b->name))
-        return km_delta_note_topic(d, any->id, any->name, a != NULL, a ? a->n_parts : 0, b != NULL,
-                                   b ? b->n_parts : 0);
     return 0;
 }
 

@@ -2,3 +2,4 @@
 set(KM_IMAGE_TESTS ${CMAKE_CURRENT_LIST_DIR})
 km_add_test(test_image_delta SOURCES ${KM_IMAGE_TESTS}/test_image_delta.c ${KM_IMAGE_TESTS}/test_image_util.c)
 km_add_test(test_image_corpus SOURCES ${KM_IMAGE_TESTS}/test_image_corpus.c)
+km_add_test(test_image_gen SOURCES ${KM_IMAGE_TESTS}/test_image_gen.c ${KM_IMAGE_TESTS}/test_image_util.c)
