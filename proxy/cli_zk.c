@@ -1,17 +1,219 @@
-/* kmproxy zk: mirror a KRaft metadata image into ZooKeeper (sync, diff). */
+/* kmproxy zk sync|diff: mirror a KRaft metadata image into ZooKeeper, or list how they differ.
+ *   sync   claims leadership, writes the difference, exits 0 with a summary (or keeps dual-writing
+ *          with --follow until SIGINT/SIGTERM).
+ *   diff   reads only: prints "+ path" (missing in ZooKeeper), "~ path" (differs), "- path"
+ *          (ZooKeeper has it, the image does not). */
 #include "km_cli.h"
+#include "km_image.h"
+#include "km_zkbridge.h"
 
+#include <ev.h>
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+typedef struct zk_cli {
+    const char *zookeeper, *metadata;
+    bool follow, diff, verbose;
+    int32_t controller_id, controller_epoch;
+    long max_pending;
+    struct ev_loop *loop;
+    km_image *img;
+    km_image_follow *fol;
+    km_delta *delta;
+    km_zkb *b;
+    ev_timer tick;
+    ev_signal sigint, sigterm;
+    int exit_code;
+    bool done;
+} zk_cli;
+
+static int usage(FILE *to, int code)
+{
+    fprintf(to, "usage: kmproxy zk sync --zookeeper HOST:PORT[/chroot] --metadata PATH [--follow]\n"
+                "                       [--controller-id N] [--controller-epoch N] [--max-pending N] [-v]\n"
+                "       kmproxy zk diff --zookeeper HOST:PORT[/chroot] --metadata PATH\n"
+                "PATH is a log segment, a .checkpoint file or a __cluster_metadata-0 directory.\n"
+                "The controller id/epoch default to the raft leader and epoch seen in the log.\n");
+    return code;
+}
+
+static int parse(zk_cli *c, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"zookeeper", required_argument, NULL, 'z'}, {"metadata", required_argument, NULL, 'm'},
+        {"follow", no_argument, NULL, 'f'}, {"controller-id", required_argument, NULL, 'i'},
+        {"controller-epoch", required_argument, NULL, 'e'}, {"max-pending", required_argument, NULL, 'p'},
+        {"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'}, {0}};
+    int ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "z:m:fi:e:p:vh", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'z': c->zookeeper = optarg; break;
+        case 'm': c->metadata = optarg; break;
+        case 'f': c->follow = true; break;
+        case 'i': c->controller_id = (int32_t)strtol(optarg, NULL, 10); break;
+        case 'e': c->controller_epoch = (int32_t)strtol(optarg, NULL, 10); break;
+        case 'p': c->max_pending = strtol(optarg, NULL, 10); break;
+        case 'v': c->verbose = true; break;
+        case 'h': return usage(stdout, 0) ? 1 : 1;
+        default: return -1;
+        }
+    }
+    if (!c->zookeeper || !c->metadata || (c->follow && c->diff) || c->max_pending < 0)
+        return -1;
+    return 0;
+}
+
+static void cli_log(km_log_level lvl, const char *msg, void *ctx)
+{
+    zk_cli *c = ctx;
+    static const char *names[] = {"", "ERROR", "WARN", "INFO", "DEBUG"};
+    if (lvl <= KM_LOG_WARN || (c->verbose && lvl <= KM_LOG_INFO))
+        fprintf(stderr, "kmproxy zk %s: %s\n", names[lvl], msg);
+}
+
+/* Reads what the log has now; each complete batch's delta goes to the bridge (bounded). */
+static int read_log(zk_cli *c)
+{
+    km_err err = {{0}};
+    while (!c->b || km_zkb_can_accept(c->b) || km_zkb_get_phase(c->b) != KM_ZKB_DUAL_WRITE) {
+        int r = km_image_follow_next(c->fol, c->delta, &err);
+        if (r < 0) {
+            fprintf(stderr, "kmproxy zk: %s\n", err.msg);
+            return -1;
+        }
+        if (r == 0)
+            return 0;
+        if (c->b && km_zkb_delta(c->b, c->delta, &err)) {
+            fprintf(stderr, "kmproxy zk: %s\n", err.msg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void finish(zk_cli *c, int code)
+{
+    c->exit_code = code;
+    c->done = true;
+    ev_break(c->loop, EVBREAK_ALL);
+}
+
+static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop; (void)revents;
+    zk_cli *c = t->data;
+    km_zkb_phase ph = km_zkb_get_phase(c->b);
+    if (ph == KM_ZKB_STOPPED) {
+        fprintf(stderr, "kmproxy zk: stopped: %s\n", km_zkb_error(c->b));
+        return finish(c, 1);
+    }
+    if (c->follow && read_log(c))
+        return finish(c, 1);
+    if (!c->follow && ph == KM_ZKB_DUAL_WRITE && (c->diff || km_zkb_idle(c->b)))
+        finish(c, 0);
+}
+
+static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
+{
+    (void)loop; (void)revents;
+    finish(s->data, 0);
+}
+
+static int load_image(zk_cli *c)
+{
+    km_err err = {{0}};
+    c->img = km_image_new();
+    c->delta = km_delta_new();
+    km_metalog_opts opts = {0};
+    if (!c->img || !c->delta || !(c->fol = km_image_follow_open(c->img, c->metadata, &opts, &err))) {
+        fprintf(stderr, "kmproxy zk: %s: %s\n", c->metadata, err.msg[0] ? err.msg : "out of memory");
+        return -1;
+    }
+    if (read_log(c))
+        return -1;
+    if (!c->controller_id)
+        c->controller_id = km_image_raft_leader(c->img) >= 0 ? km_image_raft_leader(c->img) : 3000;
+    if (!c->controller_epoch)
+        c->controller_epoch = km_image_raft_leader_epoch(c->img) > 0 ? km_image_raft_leader_epoch(c->img)
+                              : km_image_epoch(c->img) > 0 ? km_image_epoch(c->img) : 1;
+    return 0;
+}
+
+static void print_summary(zk_cli *c)
+{
+    km_zkb_summary s;
+    km_zkb_get_summary(c->b, &s);
+    km_zkw *w = km_zkb_writer(c->b);
+    if (c->diff) {
+        fputs(s.diff, stdout);
+        printf("zk diff: %zu missing in ZooKeeper, %zu different, %zu only in ZooKeeper\n", s.created, s.updated,
+               s.deleted);
+        return;
+    }
+    printf("zk sync: %zu znodes created, %zu updated, %zu deleted; /migration at offset %lld epoch %d "
+           "(zkVersion %d); controller %d epoch %d, /controller_epoch %d\n",
+           s.created, s.updated, s.deleted, (long long)km_zkw_confirmed_offset(w), km_zkw_confirmed_epoch(w),
+           km_zkw_migration_version(w), c->controller_id, c->controller_epoch, km_zkw_zk_controller_epoch(w));
+    char *m = km_zkw_metrics_json(w);
+    if (m && c->verbose)
+        fprintf(stderr, "%s\n", m);
+    free(m);
+}
+
+static int run(zk_cli *c)
+{
+    km_err err = {{0}};
+    km_zkb_config cfg = {0};
+    cfg.zk.hosts = c->zookeeper;
+    cfg.zk.controller_id = c->controller_id;
+    cfg.zk.controller_epoch = c->controller_epoch;
+    cfg.zk.max_pending_ops = (size_t)c->max_pending;
+    cfg.zk.log = cli_log;
+    cfg.zk.ctx = c;
+    cfg.diff_only = c->diff;
+    c->loop = ev_loop_new(EVFLAG_AUTO);
+    if (!c->loop || !(c->b = km_zkb_new(c->loop, c->img, &cfg, &err))) {
+        fprintf(stderr, "kmproxy zk: %s\n", err.msg[0] ? err.msg : "cannot create the event loop");
+        return 1;
+    }
+    ev_timer_init(&c->tick, on_tick, 0.02, 0.02);
+    c->tick.data = c;
+    ev_timer_start(c->loop, &c->tick);
+    ev_signal_init(&c->sigint, on_signal, SIGINT);
+    ev_signal_init(&c->sigterm, on_signal, SIGTERM);
+    c->sigint.data = c->sigterm.data = c;
+    ev_signal_start(c->loop, &c->sigint);
+    ev_signal_start(c->loop, &c->sigterm);
+    ev_run(c->loop, 0);
+    if (c->exit_code == 0)
+        print_summary(c);
+    ev_timer_stop(c->loop, &c->tick);
+    ev_signal_stop(c->loop, &c->sigint);
+    ev_signal_stop(c->loop, &c->sigterm);
+    km_zkb_free(c->b);
+    ev_loop_destroy(c->loop);
+    return c->exit_code;
+}
 
 int km_cli_zk(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help")) {
-        fprintf(argc < 2 ? stderr : stdout,
-                "usage: kmproxy zk sync --zookeeper HOST:PORT[/chroot] --metadata PATH [--follow]\n"
-                "       kmproxy zk diff --zookeeper HOST:PORT[/chroot] --metadata PATH\n");
-        return argc < 2 ? 2 : 0;
-    }
-    fprintf(stderr, "kmproxy zk: '%s' is not available yet\n", argv[1]);
-    return 2;
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
+        return usage(argc < 2 ? stderr : stdout, argc < 2 ? 2 : 0);
+    zk_cli c = {0};
+    if (!strcmp(argv[1], "diff"))
+        c.diff = true;
+    else if (strcmp(argv[1], "sync"))
+        return fprintf(stderr, "kmproxy zk: unknown subcommand '%s'\n", argv[1]), usage(stderr, 2);
+    int p = parse(&c, argc - 1, argv + 1);
+    if (p)
+        return p > 0 ? 0 : usage(stderr, 2);
+    int rc = load_image(&c) ? 2 : run(&c);
+    km_image_follow_close(c.fol);
+    km_delta_free(c.delta);
+    km_image_free(c.img);
+    return rc;
 }

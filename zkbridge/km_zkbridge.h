@@ -56,6 +56,7 @@ typedef struct km_zkw_config {
     int max_multi_ops;              /* 0: 1000 */
     int max_inflight;               /* multis outstanding at once; 0: 64 */
     size_t max_pending_ops;         /* write-behind bound in znode ops (records); 0: 100000 */
+    bool read_only;                 /* diff: a session only - no claim, no writes (CLAIMED when connected) */
     void (*on_event)(km_zkw *w, km_zkw_event ev, void *ctx);
     void (*log)(km_log_level level, const char *msg, void *ctx); /* NULL: stderr, WARN and up */
     void *ctx;
@@ -129,5 +130,47 @@ char *km_zkw_metrics_json(const km_zkw *w);
 /* Kafka's /migration value (compact JSON, the field order Kafka's readers accept). */
 int km_zk_migration_json(char *out, size_t cap, int32_t ctrl_id, int32_t ctrl_epoch, int64_t offset,
                          int32_t epoch);
+
+/* ---- the bridge: the KRaft image mirrored into ZooKeeper ---- */
+struct km_image;
+struct km_delta;
+
+typedef enum km_zkb_phase {
+    KM_ZKB_WAITING,        /* no session / claim yet */
+    KM_ZKB_SYNC,           /* SYNC_KRAFT_TO_ZK: reading ZooKeeper and writing the difference */
+    KM_ZKB_DUAL_WRITE,     /* in sync; each delta becomes multis */
+    KM_ZKB_STOPPED,        /* fenced, refused or failed: km_zkb_error() says why */
+} km_zkb_phase;
+
+typedef struct km_zkb km_zkb;
+
+typedef struct km_zkb_config {
+    km_zkw_config zk;      /* hosts, controller id/epoch, bounds, log (on_event is the bridge's) */
+    bool diff_only;        /* read and compare, never claim or write */
+    size_t sync_chunk_ops; /* full-sync batch size in ops; 0: half of max_pending_ops */
+    void (*on_phase)(km_zkb *b, km_zkb_phase phase, void *ctx);
+    void *ctx;
+} km_zkb_config;
+
+typedef struct km_zkb_summary {
+    size_t created, updated, deleted;   /* znodes, summed over every sync and delta */
+    size_t full_syncs, deltas;
+    const char *diff;                   /* diff_only: "+ path" / "~ path" / "- path" lines */
+} km_zkb_summary;
+
+/* The image must outlive the bridge; the caller applies records to it and hands each delta over. */
+km_zkb *km_zkb_new(struct ev_loop *loop, const struct km_image *img, const km_zkb_config *cfg, km_err *err);
+void km_zkb_free(km_zkb *b);
+km_zkb_phase km_zkb_get_phase(const km_zkb *b);
+const char *km_zkb_error(const km_zkb *b);
+/* The image moved by `d` (already applied). In DUAL_WRITE it becomes one batch; before that it is
+ * folded into the pending full sync. -1 when the bridge is stopped or the batch was refused. */
+int km_zkb_delta(km_zkb *b, const struct km_delta *d, km_err *err);
+/* False while the write-behind bound is full or a full sync is running: stop reading the log. */
+bool km_zkb_can_accept(km_zkb *b);
+/* DUAL_WRITE, nothing pending, and ZooKeeper confirmed at the image's offset. */
+bool km_zkb_idle(const km_zkb *b);
+void km_zkb_get_summary(const km_zkb *b, km_zkb_summary *s);
+km_zkw *km_zkb_writer(km_zkb *b);
 
 #endif

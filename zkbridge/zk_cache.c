@@ -61,9 +61,11 @@ static int grow(zk_vcache *c)
     next.cap = c->cap ? c->cap * 2 : 1024;
     next.keys = calloc(next.cap, sizeof *next.keys);
     next.vals = calloc(next.cap, sizeof *next.vals);
-    if (!next.keys || !next.vals) {
+    next.datas = calloc(next.cap, sizeof *next.datas);
+    if (!next.keys || !next.vals || !next.datas) {
         free(next.keys);
         free(next.vals);
+        free(next.datas);
         return -1;
     }
     for (size_t i = 0; i < c->cap; i++) {
@@ -74,32 +76,59 @@ static int grow(zk_vcache *c)
         find(&next, c->keys[i], &slot, &found);
         next.keys[slot] = c->keys[i];
         next.vals[slot] = c->vals[i];
+        next.datas[slot] = c->datas[i];
         next.used++;
     }
     free(c->keys);
     free(c->vals);
+    free(c->datas);
     *c = next;
     return 0;
 }
 
-int zk_vcache_put(zk_vcache *c, const char *path, int version)
+int zk_vcache_put_data(zk_vcache *c, const char *path, int version, char *data)
 {
-    if ((c->used + 1) * 2 > c->cap && grow(c))
+    if ((c->used + 1) * 2 > c->cap && grow(c)) {
+        free(data);
         return -1;
+    }
     size_t slot;
     int found;
     size_t i = find(c, path, &slot, &found);
     if (found) {
         c->vals[i] = version;
+        free(c->datas[i]);
+        c->datas[i] = data;
         return 0;
     }
     char *k = strdup(path);
-    if (!k)
+    if (!k) {
+        free(data);
         return -1;
+    }
     c->keys[slot] = k;
     c->vals[slot] = version;
+    c->datas[slot] = data;
     c->used++;
     return 0;
+}
+
+int zk_vcache_put(zk_vcache *c, const char *path, int version)
+{
+    return zk_vcache_put_data(c, path, version, NULL);
+}
+
+int zk_vcache_get_data(const zk_vcache *c, const char *path, const char **data)
+{
+    *data = NULL;
+    if (!c->cap)
+        return -1;
+    int found;
+    size_t i = find(c, path, NULL, &found);
+    if (!found)
+        return -1;
+    *data = c->datas[i];
+    return c->vals[i];
 }
 
 int zk_vcache_get(const zk_vcache *c, const char *path)
@@ -119,16 +148,22 @@ void zk_vcache_del(zk_vcache *c, const char *path)
     size_t i = find(c, path, NULL, &found);
     if (found) {
         free(c->keys[i]);
+        free(c->datas[i]);
+        c->datas[i] = NULL;
         c->keys[i] = TOMBSTONE; /* used stays: tombstones count against the load factor */
     }
 }
 
 void zk_vcache_clear(zk_vcache *c)
 {
-    for (size_t i = 0; i < c->cap; i++)
+    for (size_t i = 0; i < c->cap; i++) {
         if (c->keys[i] && c->keys[i] != TOMBSTONE)
             free(c->keys[i]);
+        if (c->datas)
+            free(c->datas[i]);
+    }
     free(c->keys);
     free(c->vals);
+    free(c->datas);
     memset(c, 0, sizeof *c);
 }

@@ -11,6 +11,7 @@
 typedef struct zk_vcache {
     char **keys;
     int *vals;
+    char **datas;        /* optional payload per key (owned), used by the bridge's model */
     size_t cap, used;
 } zk_vcache;
 
@@ -18,6 +19,9 @@ int zk_vcache_put(zk_vcache *c, const char *path, int version); /* -1 on OOM */
 int zk_vcache_get(const zk_vcache *c, const char *path);        /* -1 when absent */
 void zk_vcache_del(zk_vcache *c, const char *path);
 void zk_vcache_clear(zk_vcache *c);
+/* With a payload (owned by the cache from now on; NULL allowed). get returns -1 when absent. */
+int zk_vcache_put_data(zk_vcache *c, const char *path, int version, char *data);
+int zk_vcache_get_data(const zk_vcache *c, const char *path, const char **data);
 
 int64_t zk_now_ms(void);  /* monotonic */
 int64_t zk_wall_ms(void); /* epoch ms, for /controller's timestamp */

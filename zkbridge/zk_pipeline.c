@@ -176,8 +176,9 @@ static int split(km_zkw *w, zkw_batch *b, const km_zop *ops, size_t n, km_err *e
 
 int km_zkw_submit(km_zkw *w, const km_zop *ops, size_t n, int64_t offset, int32_t epoch, km_err *err)
 {
-    if (w->state != KM_ZKW_READY)
-        return km_fail(err, "zk submit: writer is %s, not DUAL_WRITE", km_zkw_state_name(km_zkw_get_state(w)));
+    if (w->state != KM_ZKW_READY || w->cfg.read_only)
+        return km_fail(err, "zk submit: writer is %s%s, not DUAL_WRITE", km_zkw_state_name(km_zkw_get_state(w)),
+                       w->cfg.read_only ? " (read only)" : "");
     zkw_batch *b = batch_new(w, offset, epoch);
     if (!b)
         return km_fail(err, "zk submit: out of memory");
@@ -349,8 +350,10 @@ static void on_failed(km_zkw *w, zkw_multi *m, int rc)
     m->st = M_UNKNOWN;
     w->recover_wanted = true;
     if (f >= 2) {
-        zkw_log(w, KM_LOG_WARN, "zk write: %s on %s (expected zkVersion %d): ZooKeeper differs from the "
-                "image's last sync; re-syncing", zerror(m->res[f].err), m->ops[f - 2].path, m->ops[f - 2].version);
+        const zkw_op *o = &m->ops[f - 2];
+        static const char *verbs[] = {"create", "create sequential", "setData", "delete"};
+        zkw_log(w, KM_LOG_WARN, "zk write: %s %s (expected zkVersion %d) failed: %s: ZooKeeper differs from our "
+                "model of it; re-syncing", verbs[o->kind], o->path, o->version, zerror(m->res[f].err));
         w->resync_wanted = true;
         return;
     }

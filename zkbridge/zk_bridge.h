@@ -1,0 +1,128 @@
+/* zk_bridge.h - internals of the image -> ZooKeeper layer (rendering, planning, walking). */
+#ifndef KM_ZK_BRIDGE_H
+#define KM_ZK_BRIDGE_H
+
+#include "km_image.h"
+#include "zk_writer.h"
+
+#include <stdarg.h>
+
+typedef struct zstr {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} zstr;
+void zs_init(zstr *s);
+void zs_free(zstr *s);
+void zs_add(zstr *s, const char *p);
+void zs_addn(zstr *s, const char *p, size_t n);
+void zs_fmt(zstr *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void zs_json_str(zstr *s, const char *v);
+void zs_base64(zstr *s, const uint8_t *p, int32_t n);
+void zs_sanitized(zstr *s, const char *v);
+
+/* zk_render.c: Kafka 3.9 formats */
+void zk_uuid_b64url(km_uuid id, char out[23]);
+void zk_render_topic(zstr *s, const km_topic *t);
+void zk_render_state(zstr *s, const km_partition *p, int32_t controller_epoch);
+void zk_render_config_kv(zstr *s, const km_config_kv *kv, int32_t n);
+void zk_java_double(char *out, size_t cap, double v);
+void zk_quota_value(char *out, size_t cap, const char *key, double v);
+void zk_scram_string(zstr *s, const km_scram *c);
+void zk_render_producer_ids(zstr *s, int64_t next);
+void zk_render_token(zstr *s, const km_token *t);
+const char *zk_acl_resource_name(int8_t t);
+const char *zk_acl_resource_enum(int8_t t);
+const char *zk_acl_operation_name(int8_t op);
+const char *zk_acl_permission_name(int8_t p);
+void zk_render_acl_entry(zstr *s, const km_acl *a);
+
+/* ---- the desired tree: znodes keyed by path ---- */
+typedef enum zk_nkind {
+    ZN_DIR,       /* structural parent: must exist, data never compared, never deleted */
+    ZN_DATA,      /* compared semantically (JSON) */
+    ZN_STATE,     /* partition state: compared ignoring controller_epoch */
+    ZN_ACLS,      /* ACL list: compared as a set */
+    ZN_RAW,       /* compared byte for byte (/controller_epoch-like plain values) */
+} zk_nkind;
+
+/* What kind of change notification a write to this znode needs (written in the same multi). */
+typedef enum zk_notify {
+    NOTIFY_NONE, NOTIFY_CONFIG, NOTIFY_ACL_LITERAL, NOTIFY_ACL_EXTENDED, NOTIFY_TOKEN,
+} zk_notify;
+
+typedef struct zk_node {
+    char *path;
+    char *data;          /* NULL for ZN_DIR (created with null data, like Kafka's createRecursive) */
+    zk_nkind kind;
+    zk_notify notify;
+    char *notify_data;   /* the notification's payload */
+    int version;         /* zkVersion, for nodes read from ZooKeeper */
+} zk_node;
+
+typedef struct zk_tree {
+    zk_node *v;
+    size_t n, cap;
+    bool oom;
+} zk_tree;
+
+void zk_tree_free(zk_tree *t);
+/* Takes ownership of data/notify_data (malloc'd); path is copied. */
+void zk_tree_add(zk_tree *t, const char *path, char *data, zk_nkind kind, zk_notify notify, char *notify_data);
+void zk_tree_sort(zk_tree *t);
+const zk_node *zk_tree_find(const zk_tree *t, const char *path); /* after sort */
+
+/* zk_desired.c: the whole image as znodes (sorted); controller_epoch goes into partition states. */
+int zk_render_image(const km_image *img, int32_t controller_epoch, zk_tree *out, km_err *err);
+/* The znodes of one entity, for deltas. `paths` receives every path the entity may own
+ * (present or not), `out` the ones that exist in the image now. */
+void zk_render_topic_nodes(const km_image *img, const km_topic *t, int32_t controller_epoch, zk_tree *out);
+void zk_topic_paths(const char *name, int32_t partitions, zk_tree *paths);
+void zk_render_broker_config(const km_config_res *res, zk_tree *out);
+void zk_render_token_node(const km_token *tok, zk_tree *out);
+/* zk_quota_acl.c: quotas+SCRAM (per entity) and ACLs (per pattern). A non-NULL filter limits
+ * rendering to one entity path / one ACL pattern path (for deltas). */
+void zk_render_quotas(const km_image *img, const char *only_path, zk_tree *out);
+void zk_render_acls(const km_image *img, const char *only_path, zk_tree *out);
+/* The znode path of a quota entity / an ACL pattern (malloc'd), NULL when not mirrored. */
+char *zk_quota_path(const km_client_quota *q);
+char *zk_scram_user_path(const char *user);
+char *zk_acl_path(const km_acl *a);
+
+/* zk_walk.c: reads the mirrored namespace into a sorted tree (data + zkVersion). */
+typedef struct zk_walk zk_walk;
+struct zk_walk {
+    zhandle_t *zh;
+    zk_tree *out;
+    struct walk_req *queue;
+    size_t qn, qcap;
+    int inflight;
+    int rc;
+    bool finished;
+    void (*done)(zk_walk *wk, int rc, void *ctx);
+    void *ctx;
+};
+int zk_walk_start(zk_walk *wk, zhandle_t *zh, zk_tree *out, void (*done)(zk_walk *, int, void *), void *ctx);
+void zk_walk_free(zk_walk *wk);
+
+/* zk_reconcile.c */
+typedef struct zk_ops {
+    km_zop *v;          /* paths/data owned */
+    size_t n, cap;
+    bool oom;
+    size_t created, updated, deleted;
+    zstr *diff;         /* when set: one "+ path" / "~ path" / "- path" line per difference */
+} zk_ops;
+void zk_ops_free(zk_ops *o);
+/* known: our model of ZooKeeper (path -> data); cands: every path that may need deleting (sorted);
+ * want: what should exist (sorted). Appends ops and updates known to the outcome. */
+void zk_reconcile(zk_vcache *known, const zk_tree *cands, const zk_tree *want, const km_image *img, zk_ops *o);
+
+/* zk_delta.c: the znodes a delta touches: cands = every path it may own, want = what exists now. */
+void zk_delta_render(const km_image *img, const km_delta *d, int32_t controller_epoch, zk_tree *want,
+                     zk_tree *cands);
+
+/* semantic comparison of a znode's ZooKeeper data with our rendering */
+bool zk_same_data(zk_nkind kind, const char *have, int have_len, const char *want);
+
+#endif

@@ -1,0 +1,303 @@
+/* Client quotas + SCRAM credentials (/config/users|clients|ips) and ACLs (/kafka-acl*), rendered
+ * as ZkConfigMigrationClient and ZkAclMigrationClient write them. A user's quotas and SCRAM
+ * credentials share one znode, /config/users/<user>. */
+#include "zk_bridge.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *part(const km_client_quota *q, const char *type, bool *present)
+{
+    for (int32_t i = 0; i < q->n_parts; i++)
+        if (!strcmp(q->parts[i].type, type)) {
+            *present = true;
+            return q->parts[i].name ? q->parts[i].name : "<default>";
+        }
+    *present = false;
+    return NULL;
+}
+
+char *zk_quota_path(const km_client_quota *q)
+{
+    bool has_u, has_c, has_ip;
+    const char *u = part(q, "user", &has_u), *c = part(q, "client-id", &has_c), *ip = part(q, "ip", &has_ip);
+    char *p = NULL;
+    int rc = -1;
+    if (has_u && has_c && !has_ip) rc = asprintf(&p, "/config/users/%s/clients/%s", u, c);
+    else if (has_u && !has_ip) rc = asprintf(&p, "/config/users/%s", u);
+    else if (has_c && !has_ip) rc = asprintf(&p, "/config/clients/%s", c);
+    else if (has_ip && !has_u && !has_c) rc = asprintf(&p, "/config/ips/%s", ip);
+    return rc < 0 ? NULL : p;
+}
+
+char *zk_scram_user_path(const char *user)
+{
+    char *p = NULL;
+    return asprintf(&p, "/config/users/%s", user && *user ? user : "<default>") < 0 ? NULL : p;
+}
+
+typedef struct kv_list {
+    km_config_kv *v;
+    char **owned;
+    int32_t n;
+} kv_list;
+
+static int cmp_kv(const void *a, const void *b)
+{
+    return strcmp(((const km_config_kv *)a)->name, ((const km_config_kv *)b)->name);
+}
+
+static void kv_push(kv_list *l, const char *name, char *value_owned)
+{
+    km_config_kv *v = realloc(l->v, ((size_t)l->n + 1) * sizeof *v);
+    char **o = realloc(l->owned, ((size_t)l->n + 1) * sizeof *o);
+    if (v) l->v = v;
+    if (o) l->owned = o;
+    if (!v || !o || !value_owned) {
+        free(value_owned);
+        return;
+    }
+    l->v[l->n] = (km_config_kv){name, value_owned};
+    l->owned[l->n++] = value_owned;
+}
+
+static void kv_free(kv_list *l)
+{
+    for (int32_t i = 0; i < l->n; i++)
+        free(l->owned[i]);
+    free(l->v);
+    free(l->owned);
+}
+
+static void add_quota_values(kv_list *l, const km_client_quota *q)
+{
+    for (int32_t i = 0; q && i < q->n; i++) {
+        char buf[64];
+        zk_quota_value(buf, sizeof buf, q->kv[i].key, q->kv[i].value);
+        kv_push(l, q->kv[i].key, strdup(buf));
+    }
+}
+
+/* Config-change entity path of a /config/... znode: "users/alice", "topics/foo". */
+static char *config_notify_for(const char *path)
+{
+    zstr s;
+    zs_init(&s);
+    zs_add(&s, "{\"version\":2,\"entity_path\":");
+    zs_json_str(&s, path + strlen("/config/"));
+    zs_add(&s, "}");
+    return s.oom ? (free(s.p), NULL) : s.p;
+}
+
+static void add_config(zk_tree *out, const char *path, kv_list *l)
+{
+    qsort(l->v, (size_t)l->n, sizeof *l->v, cmp_kv);
+    zstr s;
+    zs_init(&s);
+    zk_render_config_kv(&s, l->v, l->n);
+    zk_tree_add(out, path, s.oom ? (free(s.p), NULL) : s.p, ZN_DATA, NOTIFY_CONFIG, config_notify_for(path));
+}
+
+/* Parents that only exist to hold a user's per-client quotas (Kafka's createRecursive). */
+static void add_user_client_dirs(zk_tree *out, const char *path)
+{
+    char buf[1024];
+    const char *clients = strstr(path, "/clients/");
+    if (!clients || (size_t)(clients - path) >= sizeof buf - 16)
+        return;
+    memcpy(buf, path, (size_t)(clients - path));
+    buf[clients - path] = '\0';
+    zk_tree_add(out, buf, NULL, ZN_DIR, NOTIFY_NONE, NULL);
+    strcat(buf, "/clients");
+    zk_tree_add(out, buf, NULL, ZN_DIR, NOTIFY_NONE, NULL);
+}
+
+static const km_client_quota *user_quota(const km_image *img, const char *user_path)
+{
+    size_t it = 0;
+    const km_client_quota *q;
+    while ((q = km_image_next_quota(img, &it))) {
+        char *p = zk_quota_path(q);
+        bool same = p && !strcmp(p, user_path);
+        free(p);
+        if (same)
+            return q;
+    }
+    return NULL;
+}
+
+/* One user's znode: quotas of the entity {user} plus its SCRAM credentials. */
+static void render_user(const km_image *img, const char *user, const char *path, zk_tree *out)
+{
+    kv_list l = {0};
+    add_quota_values(&l, user_quota(img, path));
+    static const char *const mech[] = {NULL, "SCRAM-SHA-256", "SCRAM-SHA-512"};
+    for (int8_t m = 1; m <= 2; m++) {
+        const km_scram *c = km_image_scram(img, user, m);
+        if (!c)
+            continue;
+        zstr s;
+        zs_init(&s);
+        zk_scram_string(&s, c);
+        kv_push(&l, mech[m], s.oom ? (free(s.p), NULL) : s.p);
+    }
+    if (l.n)
+        add_config(out, path, &l);
+    kv_free(&l);
+}
+
+static bool is_user_only(const km_client_quota *q)
+{
+    bool u, c, ip;
+    part(q, "user", &u);
+    part(q, "client-id", &c);
+    part(q, "ip", &ip);
+    return u && !c && !ip;
+}
+
+static void render_users(const km_image *img, const char *only_path, zk_tree *out)
+{
+    size_t it = 0;
+    const km_client_quota *q;
+    while ((q = km_image_next_quota(img, &it))) {
+        bool present;
+        const char *user = part(q, "user", &present);
+        char *p = is_user_only(q) ? zk_quota_path(q) : NULL;
+        if (p && (!only_path || !strcmp(p, only_path)))
+            render_user(img, !strcmp(user, "<default>") ? "" : user, p, out);
+        free(p);
+    }
+    it = 0;
+    const km_scram *c;
+    while ((c = km_image_next_scram(img, &it))) {
+        char *p = zk_scram_user_path(c->user);
+        if (p && (!only_path || !strcmp(p, only_path)))
+            render_user(img, c->user, p, out); /* duplicates collapse in zk_tree_sort */
+        free(p);
+    }
+}
+
+void zk_render_quotas(const km_image *img, const char *only_path, zk_tree *out)
+{
+    size_t it = 0;
+    const km_client_quota *q;
+    while ((q = km_image_next_quota(img, &it))) {
+        if (is_user_only(q))
+            continue;
+        char *p = zk_quota_path(q);
+        if (p && (!only_path || !strcmp(p, only_path)) && q->n > 0) {
+            kv_list l = {0};
+            add_quota_values(&l, q);
+            add_config(out, p, &l);
+            kv_free(&l);
+            add_user_client_dirs(out, p);
+        }
+        free(p);
+    }
+    render_users(img, only_path, out);
+}
+
+char *zk_acl_path(const km_acl *a)
+{
+    const char *type = zk_acl_resource_name(a->resource_type);
+    char *p = NULL;
+    if (!type || !zk_acl_operation_name(a->operation) || !zk_acl_permission_name(a->permission_type))
+        return NULL;
+    if (a->pattern_type == 3 && asprintf(&p, "/kafka-acl/%s/%s", type, a->resource_name) >= 0)
+        return p;
+    if (a->pattern_type == 4 && asprintf(&p, "/kafka-acl-extended/prefixed/%s/%s", type, a->resource_name) >= 0)
+        return p;
+    return NULL;
+}
+
+typedef struct acl_ref {
+    char *path;
+    char *entry;
+    const km_acl *acl;
+} acl_ref;
+
+static int cmp_acl(const void *a, const void *b)
+{
+    const acl_ref *x = a, *y = b;
+    int c = strcmp(x->path, y->path);
+    return c ? c : strcmp(x->entry, y->entry);
+}
+
+/* The change notification ZK brokers' authorizers watch (LiteralAclChangeStore: "TYPE:name";
+ * ExtendedAclChangeStore: a JSON event). */
+static char *acl_notify(const km_acl *a)
+{
+    zstr s;
+    zs_init(&s);
+    if (a->pattern_type == 3) {
+        zs_fmt(&s, "%s:", zk_acl_resource_enum(a->resource_type));
+        zs_add(&s, a->resource_name);
+    } else {
+        zs_fmt(&s, "{\"version\":1,\"resourceType\":\"%s\",\"name\":", zk_acl_resource_enum(a->resource_type));
+        zs_json_str(&s, a->resource_name);
+        zs_add(&s, ",\"patternType\":\"PREFIXED\"}");
+    }
+    return s.oom ? (free(s.p), NULL) : s.p;
+}
+
+static void emit_acl_group(zk_tree *out, acl_ref *g, size_t n)
+{
+    zstr s;
+    zs_init(&s);
+    zs_add(&s, "{\"version\":1,\"acls\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i && !strcmp(g[i].entry, g[i - 1].entry))
+            continue; /* the same entry under two record ids is one ZK entry (a set) */
+        zs_add(&s, s.p[s.len - 1] == '[' ? "" : ",");
+        zs_add(&s, g[i].entry);
+    }
+    zs_add(&s, "]}");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", g[0].path);
+    *strrchr(dir, '/') = '\0';
+    zk_tree_add(out, dir, NULL, ZN_DIR, NOTIFY_NONE, NULL);
+    zk_tree_add(out, g[0].path, s.oom ? (free(s.p), NULL) : s.p, ZN_ACLS,
+                g[0].acl->pattern_type == 3 ? NOTIFY_ACL_LITERAL : NOTIFY_ACL_EXTENDED, acl_notify(g[0].acl));
+}
+
+void zk_render_acls(const km_image *img, const char *only_path, zk_tree *out)
+{
+    size_t it = 0, n = 0, cap = 0;
+    acl_ref *refs = NULL;
+    const km_acl *a;
+    while ((a = km_image_next_acl(img, &it))) {
+        char *p = zk_acl_path(a);
+        if (!p || (only_path && strcmp(p, only_path))) {
+            free(p);
+            continue;
+        }
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            acl_ref *grown = realloc(refs, ncap * sizeof *grown);
+            if (!grown) {
+                free(p);
+                out->oom = true;
+                break;
+            }
+            refs = grown;
+            cap = ncap;
+        }
+        zstr e;
+        zs_init(&e);
+        zk_render_acl_entry(&e, a);
+        refs[n++] = (acl_ref){p, e.p, a};
+    }
+    if (n)
+        qsort(refs, n, sizeof *refs, cmp_acl);
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && !strcmp(refs[j].path, refs[i].path); j++)
+            ;
+        emit_acl_group(out, refs + i, j - i);
+    }
+    for (size_t i = 0; i < n; i++) {
+        free(refs[i].path);
+        free(refs[i].entry);
+    }
+    free(refs);
+}

@@ -1,0 +1,179 @@
+/* What ZooKeeper should hold vs what it holds (or, in dual write, what we last made it hold):
+ * the ops that close the gap. Deletes go first, deepest first; then creates and updates in path
+ * order, so parents exist before their children. Each write that ZK-mode brokers only notice
+ * through a change notification carries that notification in the same multi. */
+#include "zk_bridge.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void zk_ops_free(zk_ops *o)
+{
+    for (size_t i = 0; i < o->n; i++) {
+        free((char *)o->v[i].path);
+        free((char *)o->v[i].data);
+    }
+    free(o->v);
+    o->v = NULL;
+    o->n = o->cap = 0;
+}
+
+static void ops_add(zk_ops *o, km_zop_kind kind, const char *path, const char *data, bool join_next)
+{
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 1024;
+        km_zop *grown = realloc(o->v, cap * sizeof *grown);
+        if (!grown) {
+            o->oom = true;
+            return;
+        }
+        o->v = grown;
+        o->cap = cap;
+    }
+    char *p = strdup(path), *d = data ? strdup(data) : NULL;
+    if (!p || (data && !d)) {
+        free(p);
+        free(d);
+        o->oom = true;
+        return;
+    }
+    o->v[o->n++] = (km_zop){kind, p, d, d ? (int)strlen(d) : -1, join_next};
+}
+
+static int depth_of(const char *path)
+{
+    int n = 0;
+    for (; *path; path++)
+        n += *path == '/';
+    return n;
+}
+
+static bool starts(const char *s, const char *prefix) { return !strncmp(s, prefix, strlen(prefix)); }
+
+/* Only entity znodes are ours to delete; type directories and anything else stay. */
+static bool deletable(const char *path, const km_image *img)
+{
+    int d = depth_of(path);
+    if (starts(path, "/brokers/topics/")) return d >= 3;
+    if (starts(path, "/config/users/")) return d >= 3 && d <= 5;
+    if (starts(path, "/config/topics/") || starts(path, "/config/brokers/") || starts(path, "/config/clients/") ||
+        starts(path, "/config/ips/"))
+        return d == 3;
+    if (starts(path, "/kafka-acl/")) return d == 3;
+    if (starts(path, "/kafka-acl-extended/prefixed/")) return d == 4;
+    if (starts(path, "/delegation_token/tokens/")) return d == 3;
+    /* a pending-deletion marker goes once the topic exists again (a re-created topic) */
+    if (starts(path, "/admin/delete_topics/")) return d == 3 && km_image_topic_by_name(img, path + 21);
+    return false;
+}
+
+static const char *notify_path(zk_notify n)
+{
+    switch (n) {
+    case NOTIFY_CONFIG: return "/config/changes/config_change_";
+    case NOTIFY_ACL_LITERAL: return "/kafka-acl-changes/acl_changes_";
+    case NOTIFY_ACL_EXTENDED: return "/kafka-acl-extended-changes/acl_changes_";
+    case NOTIFY_TOKEN: return "/delegation_token/token_changes/token_change_";
+    default: return NULL;
+    }
+}
+
+/* The notification for deleting `path` (the deleted entity is no longer rendered). */
+static zk_notify delete_notify(const char *path, zstr *payload)
+{
+    int d = depth_of(path);
+    if (starts(path, "/config/") && !starts(path, "/config/changes") && d >= 3 &&
+        !(starts(path, "/config/users/") && d == 4)) {
+        zs_add(payload, "{\"version\":2,\"entity_path\":");
+        zs_json_str(payload, path + 8);
+        zs_add(payload, "}");
+        return NOTIFY_CONFIG;
+    }
+    if (starts(path, "/delegation_token/tokens/") && d == 3) {
+        zs_add(payload, path + 25);
+        return NOTIFY_TOKEN;
+    }
+    const char *camel[] = {"Topic", "Group", "Cluster", "TransactionalId", "DelegationToken", "User"};
+    const char *upper[] = {"TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID", "DELEGATION_TOKEN", "USER"};
+    bool literal = starts(path, "/kafka-acl/") && d == 3;
+    bool prefixed = starts(path, "/kafka-acl-extended/prefixed/") && d == 4;
+    if (!literal && !prefixed)
+        return NOTIFY_NONE;
+    const char *type = path + (literal ? 11 : 29), *name = strchr(type, '/');
+    for (int i = 0; name && i < 6; i++)
+        if ((size_t)(name - type) == strlen(camel[i]) && !strncmp(type, camel[i], strlen(camel[i]))) {
+            if (literal) {
+                zs_fmt(payload, "%s:", upper[i]);
+                zs_add(payload, name + 1);
+                return NOTIFY_ACL_LITERAL;
+            }
+            zs_fmt(payload, "{\"version\":1,\"resourceType\":\"%s\",\"name\":", upper[i]);
+            zs_json_str(payload, name + 1);
+            zs_add(payload, ",\"patternType\":\"PREFIXED\"}");
+            return NOTIFY_ACL_EXTENDED;
+        }
+    return NOTIFY_NONE;
+}
+
+static void add_with_notify(zk_ops *o, km_zop_kind kind, const char *path, const char *data, zk_notify n,
+                            const char *payload)
+{
+    const char *np = notify_path(n);
+    ops_add(o, kind, path, data, np != NULL);
+    if (np)
+        ops_add(o, KM_ZOP_CREATE_SEQ, np, payload ? payload : "", false);
+}
+
+static void diff_line(zk_ops *o, char mark, const char *path)
+{
+    if (o->diff) {
+        zs_fmt(o->diff, "%c ", mark);
+        zs_add(o->diff, path);
+        zs_add(o->diff, "\n");
+    }
+}
+
+static void reconcile_deletes(zk_vcache *known, const zk_tree *cands, const zk_tree *want, const km_image *img,
+                              zk_ops *o)
+{
+    for (size_t i = cands->n; i-- > 0;) {
+        const char *p = cands->v[i].path, *kdata;
+        if (zk_tree_find(want, p) || zk_vcache_get_data(known, p, &kdata) < 0 || !deletable(p, img))
+            continue;
+        zstr payload;
+        zs_init(&payload);
+        zk_notify n = delete_notify(p, &payload);
+        add_with_notify(o, KM_ZOP_DELETE, p, NULL, n, payload.p);
+        zs_free(&payload);
+        diff_line(o, '-', p);
+        o->deleted++;
+        zk_vcache_del(known, p);
+    }
+}
+
+/* Type directories (depth <= 2: /config/changes, /kafka-acl/Topic, ...) come first: notifications
+ * and entities of every type need them, whatever their place in path order. */
+static void reconcile_writes(zk_vcache *known, const zk_tree *want, zk_ops *o, bool roots)
+{
+    for (size_t i = 0; i < want->n; i++) {
+        const zk_node *w = &want->v[i];
+        if ((w->kind == ZN_DIR && depth_of(w->path) <= 2) != roots)
+            continue;
+        const char *kdata;
+        int present = zk_vcache_get_data(known, w->path, &kdata) >= 0;
+        if (present && (w->kind == ZN_DIR || zk_same_data(w->kind, kdata, kdata ? (int)strlen(kdata) : 0, w->data)))
+            continue;
+        add_with_notify(o, present ? KM_ZOP_SET : KM_ZOP_CREATE, w->path, w->data, w->notify, w->notify_data);
+        diff_line(o, present ? '~' : '+', w->path);
+        if (present) o->updated++; else o->created++;
+        zk_vcache_put_data(known, w->path, 0, w->data ? strdup(w->data) : NULL);
+    }
+}
+
+void zk_reconcile(zk_vcache *known, const zk_tree *cands, const zk_tree *want, const km_image *img, zk_ops *o)
+{
+    reconcile_deletes(known, cands, want, img, o);
+    reconcile_writes(known, want, o, true);
+    reconcile_writes(known, want, o, false);
+}

@@ -1,0 +1,206 @@
+/* Reads the part of ZooKeeper the mirror owns (pipelined getData/getChildren, bounded in flight),
+ * and compares znode data semantically with our renderings. */
+#include "zk_bridge.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Roots and how deep below them the mirror owns znodes. */
+static const struct { const char *path; int depth; } ROOTS[] = {
+    {"/brokers", 0}, {"/brokers/topics", 4}, {"/config", 0}, {"/config/changes", 0}, {"/config/topics", 1},
+    {"/config/brokers", 1}, {"/config/users", 3}, {"/config/clients", 1}, {"/config/ips", 1}, {"/admin", 0},
+    {"/admin/delete_topics", 1}, {"/kafka-acl", 2}, {"/kafka-acl-changes", 0}, {"/kafka-acl-extended", 0},
+    {"/kafka-acl-extended/prefixed", 2}, {"/kafka-acl-extended-changes", 0}, {"/delegation_token", 0},
+    {"/delegation_token/tokens", 1}, {"/delegation_token/token_changes", 0}, {"/latest_producer_id_block", 0},
+};
+
+#define WALK_MAX_INFLIGHT 512
+
+typedef struct walk_req {
+    zk_walk *wk;
+    char *path;
+    int depth_left;
+    bool is_children;
+} walk_req;
+
+static void walk_pump(zk_walk *wk);
+
+static void walk_finish_one(zk_walk *wk, walk_req *r)
+{
+    free(r->path);
+    free(r);
+    wk->inflight--;
+    walk_pump(wk);
+}
+
+static void note_rc(zk_walk *wk, int rc)
+{
+    if (rc != ZOK && rc != ZNONODE && wk->rc == ZOK)
+        wk->rc = rc;
+}
+
+static void push(zk_walk *wk, char *path, int depth_left)
+{
+    if (wk->qn == wk->qcap) {
+        size_t cap = wk->qcap ? wk->qcap * 2 : 1024;
+        walk_req *grown = realloc(wk->queue, cap * sizeof *grown);
+        if (!grown) {
+            free(path);
+            wk->rc = ZSYSTEMERROR;
+            return;
+        }
+        wk->queue = grown;
+        wk->qcap = cap;
+    }
+    wk->queue[wk->qn++] = (walk_req){wk, path, depth_left, false};
+}
+
+static void on_children(int rc, const struct String_vector *v, const void *data)
+{
+    walk_req *r = (walk_req *)data;
+    zk_walk *wk = r->wk;
+    note_rc(wk, rc);
+    for (int i = 0; rc == ZOK && wk->rc == ZOK && i < v->count; i++) {
+        char *child = NULL;
+        if (asprintf(&child, "%s/%s", r->path, v->data[i]) >= 0)
+            push(wk, child, r->depth_left - 1);
+    }
+    walk_finish_one(wk, r);
+}
+
+static void on_data(int rc, const char *value, int len, const struct Stat *st, const void *data)
+{
+    walk_req *r = (walk_req *)data;
+    zk_walk *wk = r->wk;
+    note_rc(wk, rc);
+    if (rc == ZOK && wk->rc == ZOK) {
+        char *copy = NULL;
+        if (value && len >= 0 && (copy = malloc((size_t)len + 1))) {
+            memcpy(copy, value, (size_t)len);
+            copy[len] = '\0';
+        }
+        zk_tree_add(wk->out, r->path, copy, value ? ZN_DATA : ZN_DIR, NOTIFY_NONE, NULL);
+        if (wk->out->n)
+            wk->out->v[wk->out->n - 1].version = st->version;
+        if (r->depth_left > 0) {
+            walk_req *c = malloc(sizeof *c);
+            if (c && (c->path = strdup(r->path))) {
+                *c = (walk_req){wk, c->path, r->depth_left, true};
+                if (zoo_aget_children(wk->zh, c->path, 0, on_children, c) == ZOK)
+                    wk->inflight++;
+                else
+                    note_rc(wk, ZCONNECTIONLOSS), free(c->path), free(c);
+            } else {
+                free(c);
+                note_rc(wk, ZSYSTEMERROR);
+            }
+        }
+    }
+    walk_finish_one(wk, r);
+}
+
+static void walk_pump(zk_walk *wk)
+{
+    while (wk->rc == ZOK && wk->qn && wk->inflight < WALK_MAX_INFLIGHT) {
+        walk_req *r = malloc(sizeof *r);
+        if (!r) {
+            wk->rc = ZSYSTEMERROR;
+            break;
+        }
+        *r = wk->queue[--wk->qn];
+        if (zoo_aget(wk->zh, r->path, 0, on_data, r) != ZOK) {
+            free(r->path);
+            free(r);
+            wk->rc = ZCONNECTIONLOSS;
+            break;
+        }
+        wk->inflight++;
+    }
+    if (wk->inflight == 0 && (wk->qn == 0 || wk->rc != ZOK) && !wk->finished) {
+        wk->finished = true;
+        while (wk->qn)
+            free(wk->queue[--wk->qn].path);
+        if (wk->rc == ZOK)
+            zk_tree_sort(wk->out);
+        wk->done(wk, wk->rc, wk->ctx);
+    }
+}
+
+int zk_walk_start(zk_walk *wk, zhandle_t *zh, zk_tree *out, void (*done)(zk_walk *, int, void *), void *ctx)
+{
+    memset(wk, 0, sizeof *wk);
+    wk->zh = zh;
+    wk->out = out;
+    wk->done = done;
+    wk->ctx = ctx;
+    for (size_t i = 0; i < sizeof ROOTS / sizeof ROOTS[0]; i++)
+        push(wk, strdup(ROOTS[i].path), ROOTS[i].depth);
+    walk_pump(wk);
+    return 0;
+}
+
+void zk_walk_free(zk_walk *wk)
+{
+    while (wk->qn)
+        free(wk->queue[--wk->qn].path);
+    free(wk->queue);
+    wk->queue = NULL;
+}
+
+/* ---- semantic comparison ---- */
+
+static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Replaces the "acls" array with its entries' canonical dumps, sorted: ACLs are a set. */
+static void canonical_acls(json_t *root)
+{
+    json_t *acls = json_object_get(root, "acls");
+    size_t n = json_is_array(acls) ? json_array_size(acls) : 0;
+    char **dumps = n ? calloc(n, sizeof *dumps) : NULL;
+    if (!dumps)
+        return;
+    for (size_t i = 0; i < n; i++)
+        dumps[i] = json_dumps(json_array_get(acls, i), JSON_SORT_KEYS | JSON_COMPACT);
+    for (size_t i = 0; i < n; i++)
+        if (!dumps[i])
+            dumps[i] = strdup("");
+    qsort(dumps, n, sizeof *dumps, cmp_cstr);
+    json_t *sorted = json_array();
+    for (size_t i = 0; i < n; i++) {
+        if (!i || strcmp(dumps[i], dumps[i - 1]))
+            json_array_append_new(sorted, json_string(dumps[i]));
+        free(dumps[i]);
+    }
+    free(dumps);
+    json_object_set_new(root, "acls", sorted);
+}
+
+bool zk_same_data(zk_nkind kind, const char *have, int have_len, const char *want)
+{
+    if (kind == ZN_DIR)
+        return true;
+    if (!have || !want)
+        return !have && !want;
+    if (kind == ZN_RAW)
+        return (size_t)have_len == strlen(want) && !memcmp(have, want, (size_t)have_len);
+    json_error_t e;
+    json_t *a = json_loadb(have, (size_t)have_len, 0, &e), *b = json_loads(want, 0, &e);
+    bool same;
+    if (!a || !b) {
+        same = (size_t)have_len == strlen(want) && !memcmp(have, want, (size_t)have_len);
+    } else {
+        if (kind == ZN_STATE) { /* our epoch moves on every claim; brokers do not care */
+            json_object_del(a, "controller_epoch");
+            json_object_del(b, "controller_epoch");
+        }
+        if (kind == ZN_ACLS) {
+            canonical_acls(a);
+            canonical_acls(b);
+        }
+        same = json_equal(a, b);
+    }
+    json_decref(a);
+    json_decref(b);
+    return same;
+}
