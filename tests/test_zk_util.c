@@ -137,3 +137,263 @@ char *zkt_get(km_zkc *c, const char *path, int *version)
         *version = st.version;
     return data;
 }
+
+/* ---- independent read-back of the mirror ---- */
+#include <jansson.h>
+
+#define WHY(...) (snprintf(why, whylen, __VA_ARGS__), false)
+
+static void b64url(const uint8_t *b, char out[23])
+{
+    const char *a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    int bits = 0, o = 0;
+    uint32_t acc = 0;
+    for (int i = 0; i < 16; i++) {
+        acc = acc << 8 | b[i];
+        bits += 8;
+        while (bits >= 6) {
+            out[o++] = a[(acc >> (bits - 6)) & 63];
+            bits -= 6;
+        }
+    }
+    if (bits)
+        out[o++] = a[(acc << (6 - bits)) & 63];
+    out[o] = '\0';
+}
+
+static json_t *get_json(km_zkc *c, const char *path)
+{
+    char *d = zkt_get(c, path, NULL);
+    json_error_t e;
+    json_t *j = d ? json_loads(d, 0, &e) : NULL;
+    free(d);
+    return j;
+}
+
+static bool int_list_is(json_t *arr, km_i32_list l)
+{
+    if (!json_is_array(arr) || json_array_size(arr) != (size_t)l.n)
+        return false;
+    for (int32_t i = 0; i < l.n; i++)
+        if (json_integer_value(json_array_get(arr, (size_t)i)) != l.v[i])
+            return false;
+    return true;
+}
+
+static bool check_state(km_zkc *c, const char *name, const km_partition *p, int32_t epoch, char *why, size_t whylen)
+{
+    char path[512];
+    snprintf(path, sizeof path, "/brokers/topics/%s/partitions/%d/state", name, p->id);
+    json_t *j = get_json(c, path);
+    bool ok = j && json_integer_value(json_object_get(j, "version")) == 1 &&
+              json_integer_value(json_object_get(j, "leader")) == p->leader &&
+              json_integer_value(json_object_get(j, "leader_epoch")) == p->leader_epoch &&
+              /* unchanged partitions keep the epoch of whoever wrote them (Kafka compares the
+               * registration, not this field), so only an epoch from a past claim is required */
+              json_is_integer(json_object_get(j, "controller_epoch")) &&
+              json_integer_value(json_object_get(j, "controller_epoch")) <= epoch &&
+              int_list_is(json_object_get(j, "isr"), p->isr) &&
+              json_object_size(j) == (p->leader_recovery_state == 1 ? 6u : 5u);
+    json_decref(j);
+    return ok ? true : WHY("%s does not match partition %d of %s", path, p->id, name);
+}
+
+static bool check_config(km_zkc *c, const char *path, const km_config_res *res, char *why, size_t whylen)
+{
+    json_t *j = get_json(c, path), *cfg = j ? json_object_get(j, "config") : NULL;
+    int32_t n = res ? res->n : 0;
+    bool ok = j && json_integer_value(json_object_get(j, "version")) == 1 && json_is_object(cfg) &&
+              json_object_size(cfg) == (size_t)n;
+    for (int32_t i = 0; ok && i < n; i++) {
+        const char *v = json_string_value(json_object_get(cfg, res->kv[i].name));
+        ok = v && !strcmp(v, res->kv[i].value);
+    }
+    json_decref(j);
+    return ok ? true : WHY("%s does not hold the image's %d configs", path, n);
+}
+
+static bool check_topic(km_zkc *c, const km_image *img, const km_topic *t, int32_t epoch, char *why, size_t whylen)
+{
+    const char *name = km_topic_name(t);
+    char path[512], id[23];
+    snprintf(path, sizeof path, "/brokers/topics/%s", name);
+    json_t *j = get_json(c, path), *parts = j ? json_object_get(j, "partitions") : NULL;
+    km_uuid uid = km_topic_id(t);
+    b64url(uid.b, id);
+    int32_t n = km_topic_partition_count(t);
+    bool ok = j && json_integer_value(json_object_get(j, "version")) == 3 &&
+              !strcmp(json_string_value(json_object_get(j, "topic_id")) ? json_string_value(json_object_get(j, "topic_id")) : "", id) &&
+              json_is_object(json_object_get(j, "adding_replicas")) && json_is_object(json_object_get(j, "removing_replicas")) &&
+              json_object_size(parts) == (size_t)n;
+    for (int32_t i = 0; ok && i < n; i++) {
+        km_partition p;
+        char key[16];
+        snprintf(key, sizeof key, "%d", i);
+        ok = km_topic_partition(t, i, &p) && int_list_is(json_object_get(parts, key), p.replicas);
+        if (ok && !check_state(c, name, &p, epoch, why, whylen)) {
+            json_decref(j);
+            return false;
+        }
+    }
+    json_decref(j);
+    if (!ok)
+        return WHY("%s does not match topic %s (%d partitions)", path, name, n);
+    snprintf(path, sizeof path, "/config/topics/%s", name);
+    return check_config(c, path, km_image_config(img, KM_CFG_TOPIC, name), why, whylen);
+}
+
+static bool check_topic_set(km_zkc *c, const km_image *img, char *why, size_t whylen)
+{
+    char **kids = NULL;
+    int n = 0;
+    if (km_zkc_children(c, "/brokers/topics", &kids, &n) != ZOK)
+        return WHY("/brokers/topics is missing");
+    bool ok = (size_t)n == km_image_topic_count(img);
+    for (int i = 0; ok && i < n; i++)
+        if (!km_image_topic_by_name(img, kids[i]))
+            ok = WHY("/brokers/topics/%s is not in the image", kids[i]);
+    if (ok || !why[0])
+        snprintf(why, whylen, "/brokers/topics has %d topics, the image %zu", n, km_image_topic_count(img));
+    km_zkc_free_strings(kids, n);
+    return ok;
+}
+
+static bool check_acls(km_zkc *c, const km_image *img, char *why, size_t whylen)
+{
+    static const char *types[] = {NULL, NULL, "Topic", "Group", "Cluster", "TransactionalId", "DelegationToken", "User"};
+    static const char *ops[] = {NULL, NULL, "All", "Read", "Write", "Create", "Delete", "Alter", "Describe",
+                                "ClusterAction", "DescribeConfigs", "AlterConfigs", "IdempotentWrite"};
+    size_t it = 0;
+    const km_acl *a;
+    while ((a = km_image_next_acl(img, &it))) {
+        if (a->resource_type < 2 || a->resource_type > 7 || a->operation < 2 || a->operation > 12)
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, a->pattern_type == 3 ? "/kafka-acl/%s/%s" : "/kafka-acl-extended/prefixed/%s/%s",
+                 types[a->resource_type], a->resource_name);
+        json_t *j = get_json(c, path), *acls = j ? json_object_get(j, "acls") : NULL;
+        bool found = false;
+        for (size_t i = 0; i < json_array_size(acls) && !found; i++) {
+            json_t *e = json_array_get(acls, i);
+            found = !strcmp(json_string_value(json_object_get(e, "principal")), a->principal) &&
+                    !strcmp(json_string_value(json_object_get(e, "host")), a->host) &&
+                    !strcmp(json_string_value(json_object_get(e, "operation")), ops[a->operation]) &&
+                    !strcmp(json_string_value(json_object_get(e, "permissionType")),
+                            a->permission_type == 3 ? "Allow" : "Deny");
+        }
+        json_decref(j);
+        if (!found)
+            return WHY("%s lacks the image's ACL %s %s", path, a->principal, ops[a->operation]);
+    }
+    return true;
+}
+
+static bool check_rest(km_zkc *c, const km_image *img, char *why, size_t whylen)
+{
+    size_t it = 0;
+    const km_config_res *res;
+    while ((res = km_image_next_config(img, &it))) {
+        if (res->type != KM_CFG_BROKER || res->n == 0)
+            continue;
+        char path[512];
+        snprintf(path, sizeof path, "/config/brokers/%s", res->name[0] ? res->name : "<default>");
+        if (!check_config(c, path, res, why, whylen))
+            return false;
+    }
+    it = 0;
+    const km_scram *s;
+    while ((s = km_image_next_scram(img, &it))) {
+        char path[512];
+        snprintf(path, sizeof path, "/config/users/%s", s->user);
+        json_t *j = get_json(c, path);
+        const char *v = json_string_value(json_object_get(json_object_get(j, "config"),
+                                                          s->mechanism == 1 ? "SCRAM-SHA-256" : "SCRAM-SHA-512"));
+        bool ok = v && strstr(v, "salt=") == v && strstr(v, ",iterations=");
+        json_decref(j);
+        if (!ok)
+            return WHY("%s lacks the SCRAM credential of %s", path, s->user);
+    }
+    km_producer_ids pid = km_image_producer_ids(img);
+    if (pid.next_producer_id >= 0) {
+        json_t *j = get_json(c, "/latest_producer_id_block");
+        char want[32];
+        snprintf(want, sizeof want, "%lld", (long long)pid.next_producer_id);
+        const char *start = json_string_value(json_object_get(j, "block_start"));
+        bool ok = start && !strcmp(start, want);
+        json_decref(j);
+        if (!ok)
+            return WHY("/latest_producer_id_block does not start at %s", want);
+    }
+    return check_acls(c, img, why, whylen);
+}
+
+bool zkt_zk_equals_image(km_zkc *c, const km_image *img, int32_t controller_epoch, char *why, size_t whylen)
+{
+    why[0] = '\0';
+    if (!check_topic_set(c, img, why, whylen))
+        return false;
+    size_t it = 0;
+    const km_topic *t;
+    while ((t = km_image_next_topic(img, &it)))
+        if (!check_topic(c, img, t, controller_epoch, why, whylen))
+            return false;
+    if (!check_rest(c, img, why, whylen))
+        return false;
+    json_t *m = get_json(c, "/migration");
+    bool ok = m && json_integer_value(json_object_get(m, "kraft_metadata_offset")) == km_image_offset(img);
+    json_decref(m);
+    return ok ? true : WHY("/migration is not at the image's offset %lld", (long long)km_image_offset(img));
+}
+
+static void bridge_log(km_log_level lvl, const char *msg, void *ctx)
+{
+    zkt_bridge *t = ctx;
+    if (lvl == KM_LOG_ERROR)
+        t->errors++;
+    if (lvl <= KM_LOG_WARN || getenv("KM_ZK_DEBUG"))
+        fprintf(stderr, "[zkb %d] %s\n", (int)lvl, msg);
+}
+
+zkt_bridge *zkt_bridge_new(const char *hosts, const km_image *img, int32_t id, int32_t epoch, const km_zkb_config *base)
+{
+    zkt_bridge *t = calloc(1, sizeof *t);
+    t->loop = ev_loop_new(EVFLAG_AUTO);
+    km_zkb_config cfg = base ? *base : (km_zkb_config){0};
+    cfg.zk.hosts = hosts;
+    cfg.zk.controller_id = id;
+    cfg.zk.controller_epoch = epoch;
+    cfg.zk.log = bridge_log;
+    cfg.zk.ctx = t;
+    if (!cfg.zk.session_timeout_ms)
+        cfg.zk.session_timeout_ms = 6000;
+    km_err err = {{0}};
+    t->b = km_zkb_new(t->loop, img, &cfg, &err);
+    if (!t->b) {
+        fprintf(stderr, "zkt_bridge_new: %s\n", err.msg);
+        ev_loop_destroy(t->loop);
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+void zkt_bridge_free(zkt_bridge *t)
+{
+    if (!t)
+        return;
+    km_zkb_free(t->b);
+    ev_loop_destroy(t->loop);
+    free(t);
+}
+
+static bool bridge_settled(void *ctx)
+{
+    zkt_bridge *t = ctx;
+    return km_zkb_idle(t->b) || km_zkb_get_phase(t->b) == KM_ZKB_STOPPED;
+}
+
+bool zkt_bridge_wait_idle(zkt_bridge *t, int guard_ms)
+{
+    zkt_run_until(t->loop, bridge_settled, t, guard_ms);
+    return km_zkb_idle(t->b);
+}

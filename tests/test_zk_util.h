@@ -7,6 +7,7 @@
 #include "faultproxy.h"
 #include "km_zkbridge.h"
 #include "zkserver.h"
+#include "km_testsupport.h"
 
 #include <ev.h>
 #include <stdbool.h>
@@ -34,3 +35,18 @@ bool zkt_wait_drained(zkt_writer *t, int guard_ms);
 char *zkt_get(km_zkc *c, const char *path, int *version);
 
 #endif
+
+#include "km_image.h"
+
+/* Reads every znode the mirror owns back from ZooKeeper and checks it against the image in
+ * Kafka's formats (parsed independently of the renderer). False with the first difference in why. */
+bool zkt_zk_equals_image(km_zkc *c, const km_image *img, int32_t controller_epoch, char *why, size_t whylen);
+/* A bridge on hosts for img, driven until it is idle (in sync, lag 0) or stopped. */
+typedef struct zkt_bridge {
+    struct ev_loop *loop;
+    km_zkb *b;
+    int errors;
+} zkt_bridge;
+zkt_bridge *zkt_bridge_new(const char *hosts, const km_image *img, int32_t id, int32_t epoch, const km_zkb_config *base);
+void zkt_bridge_free(zkt_bridge *t);
+bool zkt_bridge_wait_idle(zkt_bridge *t, int guard_ms);

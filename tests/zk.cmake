@@ -3,3 +3,4 @@
 set(KM_ZK_TESTS ${CMAKE_CURRENT_LIST_DIR})
 km_add_test(test_zk_writer SOURCES ${KM_ZK_TESTS}/test_zk_writer.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 900)
 km_add_test(test_zk_faults SOURCES ${KM_ZK_TESTS}/test_zk_faults.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 900)
+km_add_test(test_zk_sync SOURCES ${KM_ZK_TESTS}/test_zk_sync.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 900)

@@ -1,0 +1,217 @@
+/* Full sync and dual write against a real ZooKeeper: `metadata gen` images, the corpus images
+ * (one after the other on the same server, so each sync also deletes what the previous image
+ * left), deltas including a topic deletion, and the CLI. ZooKeeper is read back and checked
+ * against the image in Kafka's formats by test_zk_util.c's independent parser. */
+#include "test_zk_util.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static km_zks *zs;
+static km_zkc *zc;
+
+static void start_zk(void)
+{
+    char err[512] = "";
+    zs = km_zks_start(1, NULL, 4 * 1024 * 1024, err, sizeof err);
+    cr_assert(zs, "%s", err);
+    zc = km_zkc_open(km_zks_hosts(zs, 0), NULL, 10000);
+    cr_assert(zc);
+}
+
+static void stop_zk(void)
+{
+    km_zkc_close(zc);
+    km_zks_stop(zs);
+}
+
+TestSuite(zk_sync, .init = start_zk, .fini = stop_zk, .timeout = 300);
+
+static km_image *gen_image(const char *dir, int topics, int partitions, int leader_changes)
+{
+    km_image *img = km_image_new();
+    km_gen_opts o = {.brokers = 3, .topics = topics, .partitions = partitions, .leader_changes = leader_changes,
+                     .seed = 7, .zk_migration = true};
+    km_err err = {{0}};
+    cr_assert_geq(km_gen_write(dir, &o, img, &err), 0, "%s", err.msg);
+    return img;
+}
+
+static void sync_and_check(const km_image *img, int32_t epoch)
+{
+    zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, epoch, NULL);
+    cr_assert(t);
+    cr_assert(zkt_bridge_wait_idle(t, 60000), "bridge %d: %s", (int)km_zkb_get_phase(t->b), km_zkb_error(t->b));
+    char why[512];
+    cr_assert(zkt_zk_equals_image(zc, img, epoch, why, sizeof why), "%s", why);
+    km_zkw_metrics m;
+    km_zkw_get_metrics(km_zkb_writer(t->b), &m);
+    cr_assert_eq(m.write_behind_lag, 0);
+    zkt_bridge_free(t);
+}
+
+Test(zk_sync, generated_image_round_trips_and_second_sync_writes_nothing)
+{
+    char *dir = km_test_tmpdir("zkgen");
+    char log[512];
+    snprintf(log, sizeof log, "%s/log", dir);
+    km_image *img = gen_image(log, 12, 8, 50);
+    sync_and_check(img, 4);
+    /* same image, new epoch: partition states differ only in controller_epoch, which brokers
+     * ignore, so nothing but /migration is written */
+    zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, 5, NULL);
+    cr_assert(zkt_bridge_wait_idle(t, 60000));
+    km_zkb_summary s;
+    km_zkb_get_summary(t->b, &s);
+    cr_assert_eq(s.created + s.updated + s.deleted, 0, "%zu/%zu/%zu", s.created, s.updated, s.deleted);
+    zkt_bridge_free(t);
+    /* the notifications ZK brokers' watchers need are there */
+    char **kids = NULL;
+    int n = 0;
+    cr_assert_eq(km_zkc_children(zc, "/config/changes", &kids, &n), ZOK);
+    cr_assert_gt(n, 0);
+    char path[256];
+    snprintf(path, sizeof path, "/config/changes/%s", kids[0]);
+    char *note = zkt_get(zc, path, NULL);
+    cr_assert(!strncmp(kids[0], "config_change_", 14) && strlen(kids[0]) == 24, "%s", kids[0]);
+    cr_assert(note && !strncmp(note, "{\"version\":2,\"entity_path\":\"", 28), "%s", note);
+    free(note);
+    km_zkc_free_strings(kids, n);
+    km_image_free(img);
+    km_test_rmtree(dir);
+    free(dir);
+}
+
+static km_image *load(const char *path)
+{
+    km_image *img = km_image_new();
+    km_err err = {{0}};
+    if (km_image_load(img, path, NULL, &err) < 0) {
+        km_image_free(img);
+        return NULL;
+    }
+    return img;
+}
+
+/* Each corpus snapshot onto the same ZooKeeper: what the previous one left is deleted. */
+Test(zk_sync, corpus_images, .timeout = 600)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/corpus/kraft-snapshot", km_test_shared_dir());
+    DIR *d = opendir(dir);
+    if (!d)
+        cr_skip_test("corpus not available at %s", dir);
+    struct dirent *e;
+    int synced = 0, epoch = 1;
+    while ((e = readdir(d)) && synced < 40) {
+        if (!strstr(e->d_name, ".checkpoint"))
+            continue;
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        km_image *img = load(path);
+        if (!img)
+            continue; /* the image's own tests cover unreadable files */
+        cr_log_info("syncing %s (%zu topics, %zu partitions)", e->d_name, km_image_topic_count(img),
+                    km_image_partition_count(img));
+        sync_and_check(img, ++epoch);
+        km_image_free(img);
+        synced++;
+    }
+    closedir(d);
+    cr_assert_gt(synced, 0, "no corpus checkpoint could be loaded");
+}
+
+/* Deltas one batch at a time: a generated log followed batch by batch, then a topic deletion
+ * and a config change applied in memory. */
+Test(zk_sync, dual_write_follows_deltas)
+{
+    char *dir = km_test_tmpdir("zkdw");
+    char log[512];
+    snprintf(log, sizeof log, "%s/log", dir);
+    km_image *expect = gen_image(log, 6, 5, 300);
+    km_image *img = km_image_new();
+    km_err err = {{0}};
+    km_metalog_opts opts = {0};
+    km_image_follow *f = km_image_follow_open(img, log, &opts, &err);
+    cr_assert(f, "%s", err.msg);
+    km_delta *d = km_delta_new();
+    cr_assert_eq(km_image_follow_next(f, d, &err), 1, "%s", err.msg);
+    zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, 3, &(km_zkb_config){.zk.max_multi_ops = 10});
+    cr_assert(zkt_bridge_wait_idle(t, 60000), "%s", km_zkb_error(t->b));
+    int r, deltas = 0;
+    while ((r = km_image_follow_next(f, d, &err)) == 1) {
+        cr_assert_eq(km_zkb_delta(t->b, d, &err), 0, "%s", err.msg);
+        deltas++;
+    }
+    cr_assert_eq(r, 0, "%s", err.msg);
+    cr_assert_gt(deltas, 0);
+    cr_assert(zkt_bridge_wait_idle(t, 60000), "%s", km_zkb_error(t->b));
+    char why[512];
+    cr_assert(zkt_zk_equals_image(zc, img, 3, why, sizeof why), "%s", why);
+    cr_assert_eq(km_image_offset(img), km_image_offset(expect));
+
+    /* delete topic-1 and change a topic config, as the controller would */
+    const km_topic *victim = km_image_topic_by_name(img, "topic-1");
+    cr_assert(victim);
+    km_remove_topic_record rm;
+    km_remove_topic_record_init(&rm);
+    rm.topic_id = km_topic_id(victim);
+    int64_t off = km_image_offset(img) + 1;
+    km_delta_clear(d);
+    cr_assert_eq(km_image_apply(img, KM_MDR_REMOVE_TOPIC_RECORD, 0, &rm, off, 9, "test", d, &err), 0, "%s", err.msg);
+    km_config_record cfg;
+    km_config_record_init(&cfg);
+    cfg.resource_type = KM_CFG_TOPIC;
+    cfg.resource_name = km_cstr("topic-2");
+    cfg.name = km_cstr("retention.ms");
+    cfg.value = km_cstr("1234");
+    cr_assert_eq(km_image_apply(img, KM_MDR_CONFIG_RECORD, 0, &cfg, off + 1, 9, "test", d, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_zkb_delta(t->b, d, &err), 0, "%s", err.msg);
+    cr_assert(zkt_bridge_wait_idle(t, 60000), "%s", km_zkb_error(t->b));
+    cr_assert(zkt_zk_equals_image(zc, img, 3, why, sizeof why), "%s", why);
+    cr_assert_null(zkt_get(zc, "/brokers/topics/topic-1", NULL));
+    cr_assert_null(zkt_get(zc, "/config/topics/topic-1", NULL));
+    char *marker = zkt_get(zc, "/admin/delete_topics/topic-1", NULL);
+    cr_assert_not_null(marker, "the pending-deletion marker ZK brokers expect");
+    free(marker);
+
+    km_delta_free(d);
+    km_image_follow_close(f);
+    zkt_bridge_free(t);
+    km_image_free(img);
+    km_image_free(expect);
+    km_test_rmtree(dir);
+    free(dir);
+}
+
+Test(zk_sync, cli_sync_then_diff)
+{
+    char *dir = km_test_tmpdir("zkcli");
+    char log[512];
+    snprintf(log, sizeof log, "%s/log", dir);
+    km_image *img = gen_image(log, 3, 2, 5);
+    char *hosts = strdup(km_zks_hosts(zs, 0));
+    char *argv[] = {(char *)km_test_binary(), "zk", "sync", "--zookeeper", hosts, "--metadata", log, NULL};
+    char *out = NULL, *errs = NULL;
+    cr_assert_eq(km_test_run(argv, NULL, 0, &out, NULL, &errs), 0, "%s", errs);
+    cr_assert(strstr(out, "zk sync: ") && strstr(out, "znodes created"), "%s", out);
+    free(out); free(errs);
+    char why[512];
+    cr_assert(zkt_zk_equals_image(zc, img, km_image_raft_leader_epoch(img) > 0 ? km_image_raft_leader_epoch(img) : 1,
+                                  why, sizeof why), "%s", why);
+    cr_assert_eq(km_zkc_set(zc, "/config/topics/topic-0", "{\"version\":1,\"config\":{\"x\":\"y\"}}", -1, NULL), ZOK);
+    char *dargv[] = {(char *)km_test_binary(), "zk", "diff", "--zookeeper", hosts, "--metadata", log, NULL};
+    cr_assert_eq(km_test_run(dargv, NULL, 0, &out, NULL, &errs), 0, "%s", errs);
+    cr_assert(strstr(out, "~ /config/topics/topic-0\n"), "%s", out);
+    cr_assert(strstr(out, "0 missing in ZooKeeper, 1 different, 0 only in ZooKeeper"), "%s", out);
+    free(out); free(errs);
+    char *bad[] = {(char *)km_test_binary(), "zk", "sync", "--metadata", log, NULL};
+    cr_assert_eq(km_test_run(bad, NULL, 0, NULL, NULL, NULL), 2, "missing --zookeeper is a usage error");
+    free(hosts);
+    km_image_free(img);
+    km_test_rmtree(dir);
+    free(dir);
+}
