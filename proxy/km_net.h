@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "km_capture.h"
 #include "km_codec.h" /* km_err, KM_MAX_FRAME_DEFAULT */
 #include "km_tls.h"
 
@@ -83,6 +84,13 @@ void km_net_close(km_net_conn *c);
  * runs with why NULL, or with the reason if the flush failed or took longer
  * than connect_timeout (a peer that stops reading cannot pin us forever). */
 void km_net_shutdown(km_net_conn *c);
+
+/* Mirrors every frame this connection receives or sends into cap (which must
+ * outlive c): received frames as they are delivered, sent ones as they are
+ * queued, with the socket's real addresses.  Frames we send are requests on a
+ * connection we dialled and responses on an accepted one.  Call before or
+ * after ready; frames queued before it are captured once connected. */
+void km_net_capture(km_net_conn *c, km_capture *cap);
 
 bool km_net_is_ready(const km_net_conn *c);
 const char *km_net_peer(const km_net_conn *c); /* "host:port" */

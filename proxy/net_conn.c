@@ -50,6 +50,7 @@ void km_net__update_watchers(km_net_conn *c)
 /* Stops everything and releases the fd; the struct itself stays until destroy. */
 static void shut(km_net_conn *c)
 {
+    km_net__tap_close(c);
     set_active(c, &c->rio, false);
     set_active(c, &c->wio, false);
     ev_clear_pending(c->loop, &c->rio); /* fed events must not outlive us */
@@ -160,6 +161,7 @@ static void become_ready(km_net_conn *c)
     if (c->closing)
         arm_deadline(c);
     c->state = NET_READY;
+    km_net__tap_ready(c);
     c->read_block = KM_TLS_WANT_READ;
     c->write_block = KM_TLS_WANT_WRITE;
     /* TLS may already hold application data that arrived with the handshake. */
@@ -328,6 +330,7 @@ km_net_conn *km_net_connect(struct ev_loop *loop, const char *host, uint16_t por
     snprintf(c->peer, sizeof c->peer, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
     snprintf(c->tls_name, sizeof c->tls_name, "%s", opts && opts->tls_name ? opts->tls_name : host);
     c->addrs = c->next_addr = res;
+    c->we_dialled = true;
     c->state = NET_CONNECTING;
     if (start_next_addr(c))
         arm_deadline(c);

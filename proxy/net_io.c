@@ -86,6 +86,7 @@ static bool deliver_frames(km_net_conn *c)
             return false;
         if (c->rlen - off - 4 < size)
             break;
+        km_net__tap_in(c, c->rbuf + off + 4, size);
         km_net__enter(c);
         if (c->h.on_frame)
             c->h.on_frame(c, c->rbuf + off + 4, size, c->ud);
@@ -205,6 +206,7 @@ int km_net__enqueue(km_net_conn *c, const uint8_t *prefix, size_t plen, const vo
         c->head = k;
     c->tail = k;
     c->queued += total;
+    km_net__tap_out(c, k->data, total);
     if (c->depth == 0) /* inside a handler the handler's exit does this */
         km_net__update_watchers(c);
     return 0;

@@ -5,6 +5,7 @@
 #include <ev.h>
 #include <netdb.h>
 
+#include "km_capture.h"
 #include "km_net.h"
 
 typedef struct net_chunk {
@@ -42,6 +43,10 @@ struct km_net_conn {
     net_chunk *head, *tail;
     size_t head_off, queued;
     km_tls_status write_block;
+    /* capture tap (net_capture.c) */
+    bool we_dialled;           /* connect (client side) rather than accept */
+    km_capture *cap;
+    km_capture_conn *cap_conn; /* opened once the socket is connected */
     /* callbacks may close us: free only once the outermost handler returns */
     int depth;
 };
@@ -52,6 +57,11 @@ void km_net__write_ready(km_net_conn *c);
 void km_net__free_buffers(km_net_conn *c);
 /* Queues prefix (may be empty) then data as one unit, or fails leaving the queue as it was. */
 int km_net__enqueue(km_net_conn *c, const uint8_t *prefix, size_t plen, const void *data, size_t len, km_err *err);
+/* net_capture.c: no-ops unless km_net_capture was called */
+void km_net__tap_ready(km_net_conn *c);
+void km_net__tap_in(km_net_conn *c, const uint8_t *payload, size_t len);
+void km_net__tap_out(km_net_conn *c, const uint8_t *framed, size_t len);
+void km_net__tap_close(km_net_conn *c);
 /* net_conn.c */
 void km_net__fail(km_net_conn *c, const km_err *why);
 void km_net__update_watchers(km_net_conn *c);

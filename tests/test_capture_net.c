@@ -154,3 +154,45 @@ Test(capture_net, live_km_net_exchange_decodes_in_tshark)
     km_test_rmtree(dir);
     free(dir);
 }
+
+/* The same exchange captured by km_net's own tap on the client connection,
+ * switched on before the connect completes. */
+Test(capture_net, km_net_capture_tap_on_a_dialled_connection)
+{
+    char *dir = km_test_tmpdir("captap");
+    char path[512];
+    snprintf(path, sizeof path, "%s/tap.pcapng", dir);
+    rig r = {.loop = ev_loop_new(EVFLAG_AUTO)}; /* r.cap stays NULL: the server captures nothing */
+    km_err err = {{0}};
+    km_capture_opts o = {.pcapng_path = path};
+    km_capture *tap = km_capture_open(&o, &err);
+    cr_assert(tap, "%s", err.msg);
+    km_net_listener *l = km_net_listen(r.loop, "127.0.0.1", 0, on_accept, &r, &err);
+    cr_assert(l, "%s", err.msg);
+    uint16_t port = km_net_listener_port(l);
+    r.client_conn = km_net_connect(r.loop, "127.0.0.1", port, NULL, &cli_h, &r, &err);
+    cr_assert(r.client_conn, "%s", err.msg);
+    km_net_capture(r.client_conn, tap);
+    send_api_versions(r.client_conn, 3, 21); /* queued before connected */
+    send_api_versions(r.client_conn, 1, 22);
+    ev_run(r.loop, 0);
+    cr_assert(r.server_closed);
+    km_net_listener_free(l);
+    km_capture_stats st;
+    km_capture_get_stats(tap, &st);
+    cr_assert_eq(st.frames, 4);
+    cr_assert_eq(km_capture_close(tap, &err), 0, "%s", err.msg);
+    ev_loop_destroy(r.loop);
+
+    char *bad = run_tshark(path, port, "_ws.malformed || _ws.expert.severity >= warning", "frame.number");
+    cr_assert_str_empty(bad, "%s", bad);
+    free(bad);
+    char *corr = run_tshark(path, port, "kafka", "kafka.correlation_id");
+    cr_assert_str_eq(corr, "21\n22\n21\n22\n", "both requests were queued before the first answer: %s", corr);
+    free(corr);
+    char *fin = run_tshark(path, port, "tcp.flags.fin == 1", "frame.number");
+    cr_assert_neq(fin[0], '\0', "the tap closes the stream when the connection closes");
+    free(fin);
+    km_test_rmtree(dir);
+    free(dir);
+}
