@@ -714,20 +714,24 @@ static int rescan_dir(km_metalog *m, km_err *err)
     ml_listing l;
     km_err inner;
     m->rescan = false;
+    if (m->nfiles == 0) { /* nothing yet: start as if just opened, so a snapshot that appeared counts */
+        if (load_dir(m, &inner) < 0)
+            return fail_at(m, 0, -1, inner.msg, err);
+        return 0;
+    }
     if (list_dir(m->dir, &l, &inner) < 0)
         return fail_at(m, m->bpos, -1, inner.msg, err);
     int rc = 0;
-    if (m->last_seg_base < 0 && l.n > 0) {
+    size_t from = 0;
+    if (m->last_seg_base < 0 && l.n > 0) { /* the first segments after a snapshot must reach back to it */
         ssize_t k = first_segment(m, &l, &inner);
         if (k < 0)
             rc = fail_at(m, 0, -1, inner.msg, err);
-        for (size_t i = k < 0 ? l.n : (size_t)k; i < l.n && rc == 0; i++)
-            rc = add_segment(m, l.bases[i], err);
-    } else {
-        for (size_t i = 0; i < l.n && rc == 0; i++)
-            if (l.bases[i] > m->last_seg_base)
-                rc = add_segment(m, l.bases[i], err);
+        from = k < 0 ? l.n : (size_t)k;
     }
+    for (size_t i = from; i < l.n && rc == 0; i++)
+        if (l.bases[i] > m->last_seg_base)
+            rc = add_segment(m, l.bases[i], err);
     free(l.bases);
     return rc;
 }

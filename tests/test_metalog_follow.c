@@ -114,6 +114,31 @@ Test(metalog_follow, empty_dir_then_first_segment)
     free(dir);
 }
 
+Test(metalog_follow, snapshot_then_segments_appear_in_an_empty_dir)
+{
+    /* a follower that fetches a snapshot first, then starts its log at the snapshot's end */
+    char *dir = km_test_tmpdir("ml-late-snap");
+    km_metalog *m = follow_dir(dir);
+    int64_t last = -1;
+    cr_assert_eq(drain_ok(m, &last), 0);
+    char *snap = tm_path(dir, "00000000000000000005-0000000002.checkpoint");
+    km_err err;
+    km_metalog_writer_opts o = {.leader_epoch = 2};
+    km_metalog_writer *w = km_metalog_writer_open_snapshot(snap, 1, &o, &err);
+    cr_assert(w, "%s", err.msg);
+    cr_assert_eq(km_metalog_writer_finish(w, &err), 0, "%s", err.msg);
+    tm_write_topics(dir, KM_ML_NONE, 2, 1, 0); /* the writer starts the log at offset 5 */
+    cr_assert_eq(drain_ok(m, &last), 4);  /* header, footer, offsets 5 and 6 */
+    cr_assert_eq(last, 6);
+    int64_t end;
+    cr_assert_eq(km_metalog_snapshot_id(m, &end, NULL), 1);
+    cr_assert_eq(end, 5);
+    km_metalog_close(m);
+    km_test_rmtree(dir);
+    free(snap);
+    free(dir);
+}
+
 Test(metalog_follow, corrupt_batch_mid_log_stops_with_error)
 {
     char *dir = km_test_tmpdir("ml-corrupt");
