@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -12,7 +13,7 @@ struct km_capture {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     cap_rec *head, *tail;          /* under mu */
-    size_t queued_bytes;           /* frame bytes queued or being written, under mu */
+    size_t queued_bytes;           /* frame records (with their headers) queued or being written, under mu */
     bool stopping;                 /* under mu */
     km_capture_stats stats;        /* under mu */
     uint64_t next_conn_id;         /* under mu */
@@ -111,7 +112,7 @@ static void write_batch(km_capture *cap, cap_rec *batch)
         next = r->next;
         write_one(cap, r);
         if (r->type == REC_FRAME)
-            bytes += r->len;
+            bytes += sizeof *r + r->len;
         if (r->type == REC_CLOSE)
             forget_conn(cap, r->conn); /* frees r too: it is the conn's close_rec */
         else
@@ -265,10 +266,13 @@ void km_capture_frame(km_capture *cap, km_capture_conn *conn, km_capture_dir dir
 {
     if (!cap || !conn)
         return;
+    /* Headers count too: a flood of tiny frames must not escape the bound. */
+    size_t cost = sizeof(cap_rec) + len;
     pthread_mutex_lock(&cap->mu);
-    bool fits = !conn->closing && len <= cap->buffer_limit - cap->queued_bytes;
+    bool fits = !conn->closing && len <= SIZE_MAX - sizeof(cap_rec) &&
+                cost <= cap->buffer_limit - cap->queued_bytes;
     if (fits)
-        cap->queued_bytes += len; /* reserved now, so the copy can happen outside the lock */
+        cap->queued_bytes += cost; /* reserved now, so the copy can happen outside the lock */
     else
         count_drop_locked(cap, conn, len);
     pthread_mutex_unlock(&cap->mu);
@@ -279,7 +283,7 @@ void km_capture_frame(km_capture *cap, km_capture_conn *conn, km_capture_dir dir
         memcpy(r->data, payload, len);
     pthread_mutex_lock(&cap->mu);
     if (!r) {
-        cap->queued_bytes -= len;
+        cap->queued_bytes -= cost;
         count_drop_locked(cap, conn, len);
     } else {
         r->after_gap = conn->gap;

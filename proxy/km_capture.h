@@ -40,7 +40,7 @@ typedef enum km_capture_link {
 typedef struct km_capture_opts {
     const char *pcapng_path;   /* NULL: no pcapng */
     const char *jsonl_path;    /* NULL: no JSON lines */
-    size_t buffer_limit;       /* frame bytes queued for the writer; 0: KM_CAPTURE_BUFFER_DEFAULT */
+    size_t buffer_limit;       /* bytes (frames + ~64 B each) queued for the writer; 0: KM_CAPTURE_BUFFER_DEFAULT */
     uint16_t mss;              /* TCP payload per synthetic segment (64..65495); 0: 1460 */
     km_capture_link link;
     size_t json_body_limit;    /* larger frames get no "body" in JSON; 0: 1 MiB */
