@@ -107,6 +107,7 @@ typedef void (*km_net_accept_fn)(km_net_listener *l, int fd, const char *peer, v
 km_net_listener *km_net_listen(struct ev_loop *loop, const char *host, uint16_t port, km_net_accept_fn fn,
                                void *ud, km_err *err);
 uint16_t km_net_listener_port(const km_net_listener *l);
+/* Stops listening and frees l; safe from inside its accept callback. */
 void km_net_listener_free(km_net_listener *l);
 
 /* ---- reconnect backoff ------------------------------------------------------------ */

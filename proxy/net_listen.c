@@ -20,6 +20,7 @@ struct km_net_listener {
     uint16_t port;
     km_net_accept_fn fn;
     void *ud;
+    bool in_callback, freed;   /* km_net_listener_free from inside fn is deferred */
 };
 
 static void peer_name(const struct sockaddr_storage *ss, char *out, size_t cap)
@@ -55,9 +56,13 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
         }
         char peer[INET6_ADDRSTRLEN + 16];
         peer_name(&ss, peer, sizeof peer);
-        l->fn(l, fd, peer, l->ud); /* may free l: touch nothing after the last call */
-        if (i + 1 == ACCEPT_BURST)
+        l->in_callback = true;
+        l->fn(l, fd, peer, l->ud);
+        l->in_callback = false;
+        if (l->freed) {
+            free(l);
             return;
+        }
     }
 }
 
@@ -121,12 +126,15 @@ uint16_t km_net_listener_port(const km_net_listener *l) { return l->port; }
 
 void km_net_listener_free(km_net_listener *l)
 {
-    if (!l)
+    if (!l || l->freed)
         return;
     if (l->fd >= 0) {
         ev_io_stop(l->loop, &l->io);
         ev_timer_stop(l->loop, &l->retry);
         close(l->fd);
+        l->fd = -1;
     }
-    free(l);
+    l->freed = true;
+    if (!l->in_callback)
+        free(l);
 }

@@ -572,3 +572,30 @@ Test(net, mutual_tls_over_km_net)
     km_tls_ctx_free(cctx);
     km_test_pki_free(&pki);
 }
+
+static void accept_once(km_net_listener *l, int fd, const char *peer, void *ud)
+{
+    (void)peer;
+    world *w = ud;
+    w->raw_accepted_fd = fd;
+    km_net_listener_free(l); /* from inside its own callback, with more connections pending */
+    w->lis = NULL;
+    ev_break(w->loop, EVBREAK_ALL);
+}
+
+Test(net, listener_freed_inside_accept_callback)
+{
+    world w;
+    world_init(&w);
+    km_err err = {{0}};
+    w.lis = km_net_listen(w.loop, "127.0.0.1", 0, accept_once, &w, &err);
+    cr_assert(w.lis, "%s", err.msg);
+    uint16_t port = km_net_listener_port(w.lis);
+    int a = raw_client(port), b = raw_client(port); /* both wait in the backlog */
+    ev_run(w.loop, 0);
+    cr_assert_null(w.lis);
+    cr_assert_geq(w.raw_accepted_fd, 0);
+    close(a);
+    close(b);
+    world_free(&w);
+}
