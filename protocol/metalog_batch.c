@@ -81,8 +81,10 @@ km_ml_scan km_ml_scan_batch(const uint8_t *p, size_t avail, size_t max_batch,
     }
     fill_header(p, (uint32_t)total, b);
     uint32_t crc = km_crc32c(0, p + KM_ML_POS_ATTRIBUTES, total - KM_ML_POS_ATTRIBUTES);
-    if (crc != b->crc)
-        return scan_fail(err, "CRC32C mismatch: batch says 0x%08x, bytes give 0x%08x", b->crc, crc);
+    if (crc != b->crc) {
+        scan_fail(err, "CRC32C mismatch: batch says 0x%08x, bytes give 0x%08x", b->crc, crc);
+        return KM_ML_SCAN_BAD_CRC;
+    }
     if (b->base_offset < 0)
         return scan_fail(err, "negative base offset %lld", (long long)b->base_offset);
     if (b->last_offset < b->base_offset)

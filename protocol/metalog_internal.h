@@ -43,6 +43,7 @@ static inline void km_ml_put_be32(uint8_t *p, uint32_t v)
 
 /* Outcome of looking at the bytes where a batch should start. */
 typedef enum km_ml_scan {
+    KM_ML_SCAN_BAD_CRC = -2,  /* a whole batch whose CRC32C does not match (header in *b) */
     KM_ML_SCAN_BAD = -1,      /* invalid: err says why */
     KM_ML_SCAN_SHORT = 0,     /* fewer bytes than the batch needs; *need says how many */
     KM_ML_SCAN_OK = 1         /* a whole batch: header parsed into *b, CRC checked */

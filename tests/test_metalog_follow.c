@@ -167,6 +167,34 @@ Test(metalog_follow, corrupt_batch_mid_log_stops_with_error)
     free(dir);
 }
 
+Test(metalog_follow, bad_crc_on_the_last_batch_waits_until_data_follows_it)
+{
+    char *dir = km_test_tmpdir("ml-crc-tail");
+    tm_write_topics(dir, KM_ML_NONE, 1, 2, 0);
+    km_metalog *m = follow_dir(dir);
+    int64_t last = -1;
+    cr_assert_eq(drain_ok(m, &last), 2);
+    km_buf b;
+    km_buf_init(&b);
+    tm_topic_batch(2, 2, KM_ML_NONE, &b);
+    b.data[b.len - 3] ^= 0x40;
+    char *seg = tm_path(dir, "00000000000000000000.log");
+    tm_append(seg, b.data, b.len);
+    km_metalog_record r;
+    km_err err;
+    cr_assert_eq(km_metalog_next(m, &r, &err), 0, "nothing follows it yet: %s", err.msg);
+    km_buf_reset(&b);
+    tm_topic_batch(4, 1, KM_ML_NONE, &b);
+    tm_append(seg, b.data, b.len);
+    cr_assert_eq(km_metalog_next(m, &r, &err), -1);
+    cr_assert(strstr(err.msg, "(offset 2): CRC32C mismatch"), "%s", err.msg);
+    km_metalog_close(m);
+    km_buf_free(&b);
+    km_test_rmtree(dir);
+    free(seg);
+    free(dir);
+}
+
 Test(metalog_follow, truncation_under_the_reader_is_an_error)
 {
     char *dir = km_test_tmpdir("ml-shrink");

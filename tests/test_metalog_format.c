@@ -367,10 +367,15 @@ Test(metalog_hostile, corrupt_crc_names_file_offset_reason)
     tm_topic_batch(0, 2, KM_ML_NONE, &b);
     size_t second = b.len;
     tm_topic_batch(2, 2, KM_ML_NONE, &b);
+    size_t third = b.len;
     tm_topic_batch(4, 2, KM_ML_NONE, &b);
     b.data[second + 70] ^= 0x01;
     char where[64];
     snprintf(where, sizeof where, "byte %zu (offset 2): CRC32C mismatch", second);
+    expect_error(b.data, b.len, where, NULL);
+    b.data[second + 70] ^= 0x01;
+    b.data[b.len - 1] ^= 0x01; /* the last batch: without follow mode just as fatal */
+    snprintf(where, sizeof where, "byte %zu (offset 4): CRC32C mismatch", third);
     expect_error(b.data, b.len, where, NULL);
     km_buf_free(&b);
 }
