@@ -379,7 +379,8 @@ static int apply_cluster(km_apply_ctx *c, const void *msg)
 
 int km_apply_msg(km_apply_ctx *c, const void *msg)
 {
-    const km_message_desc *md = km_find_message(KM_K_METADATA, c->type);
+    const km_message_desc *md = c->desc && c->desc->api_key == c->type ? c->desc
+                                                                        : km_find_message(KM_K_METADATA, c->type);
     if (!md || !km_metadata_record_type_name(c->type))
         return km_apply_fail(c, "unknown metadata record type");
     if (!km_version_in(md->valid, c->version))

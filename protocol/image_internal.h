@@ -209,6 +209,7 @@ typedef struct km_apply_ctx {
     km_delta *delta;         /* NULL: not tracked */
     int64_t offset;
     int16_t type, version;
+    const km_message_desc *desc;  /* the record's descriptor when known (saves a lookup) */
     const char *where;
     km_err *err;
 } km_apply_ctx;

@@ -55,12 +55,12 @@ static void drop_txn(km_image *img)
     img->in_txn = false;
 }
 
-static int apply_now(km_image *img, int16_t type, int16_t version, const void *msg, int64_t offset,
-                     const char *where, km_delta *delta, km_err *err)
+static int apply_now(km_image *img, const km_message_desc *md, int16_t type, int16_t version, const void *msg,
+                     int64_t offset, const char *where, km_delta *delta, km_err *err)
 {
     km_apply_ctx c = {.img = img, .st = img->staging ? img->staging : img->st,
                       .delta = img->staging ? NULL : delta, .offset = offset, .type = type,
-                      .version = version, .where = where, .err = err};
+                      .version = version, .desc = md, .where = where, .err = err};
     return km_apply_msg(&c, msg);
 }
 
@@ -79,7 +79,7 @@ static int commit_txn(km_image *img, const char *where, km_delta *delta, km_err 
         if (km_ml_decode_frame(t->frame, t->len, &type, &ver, &md, &msg, &arena, &e2) < 0)
             rc = km_fail(err, "%s: offset %" PRId64 ": %s", where ? where : "image", t->offset, e2.msg);
         else
-            rc = apply_now(img, type, ver, msg, t->offset, where, delta, err);
+            rc = apply_now(img, md, type, ver, msg, t->offset, where, delta, err);
         km_arena_free(&arena);
     }
     km_arena_free(&arena);
@@ -120,7 +120,8 @@ static bool is_txn_marker(int16_t type)
 
 /* One metadata record; frame/len is its encoded form when the caller has it
  * (saves re-encoding a record that has to wait for its transaction's end). */
-static int apply_metadata(km_image *img, int16_t type, int16_t version, const void *msg, const uint8_t *frame,
+static int apply_metadata(km_image *img, const km_message_desc *md, int16_t type, int16_t version, const void *msg,
+                          const uint8_t *frame,
                           size_t len, int64_t offset, int32_t epoch, const char *where, km_delta *delta,
                           km_err *err)
 {
@@ -129,7 +130,7 @@ static int apply_metadata(km_image *img, int16_t type, int16_t version, const vo
     if (img->in_txn && frame)
         return buffer_frame(img, frame, len, offset, epoch, err);
     if (img->in_txn) {
-        const km_message_desc *md = km_find_message(KM_K_METADATA, type);
+        md = md ? md : km_find_message(KM_K_METADATA, type);
         km_buf b;
         km_buf_init(&b);
         int rc = md ? km_ml_encode_frame(md, version, msg, &b, err)
@@ -139,7 +140,7 @@ static int apply_metadata(km_image *img, int16_t type, int16_t version, const vo
         km_buf_free(&b);
         return rc;
     }
-    if (apply_now(img, type, version, msg, offset, where, delta, err) < 0)
+    if (apply_now(img, md, type, version, msg, offset, where, delta, err) < 0)
         return -1;
     if (!img->staging)
         set_pos(img, delta, offset, epoch);
@@ -151,7 +152,7 @@ int km_image_apply(km_image *img, int16_t type, int16_t version, const void *msg
 {
     if (img->failed)
         return failed(img, err);
-    if (apply_metadata(img, type, version, msg, NULL, 0, offset, epoch, where, delta, err) < 0)
+    if (apply_metadata(img, NULL, type, version, msg, NULL, 0, offset, epoch, where, delta, err) < 0)
         return poison(img, err);
     return 0;
 }
@@ -241,7 +242,7 @@ int km_image_apply_record(km_image *img, const km_metalog_record *rec, km_delta 
         rc = km_fail(err, "%s: offset %" PRId64 ": record type %d v%d was not decoded (raw reader?)",
                      rec->batch->file, rec->offset, rec->type, rec->version);
     } else {
-        rc = apply_metadata(img, rec->type, rec->version, rec->msg, rec->value.ptr,
+        rc = apply_metadata(img, rec->desc, rec->type, rec->version, rec->msg, rec->value.ptr,
                             rec->value.len > 0 ? (size_t)rec->value.len : 0, rec->offset, rec->batch->leader_epoch,
                             rec->batch->file, delta, err);
     }

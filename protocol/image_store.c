@@ -11,15 +11,23 @@
 
 uint8_t km_map_tomb_;
 
-/* FNV-1a, then a final mix so the low bits used as bucket index are good. */
+/* 8 bytes at a time (keys are replica lists, uuids and short names), then a
+ * final mix so the low bits used as bucket index are good. */
 uint64_t km_im_hash(const void *p, size_t n)
 {
     const uint8_t *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 1099511628211ull;
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, b, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 29;
+        b += 8;
+        n -= 8;
     }
+    uint64_t w = 0;
+    memcpy(&w, b, n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdull;
     h ^= h >> 33;

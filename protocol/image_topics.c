@@ -21,6 +21,13 @@ static km_topic *find_topic(const km_apply_ctx *c, km_uuid id)
     return km_map_get(&c->st->topics_by_id, id.b, 16);
 }
 
+static int unknown_topic(const km_apply_ctx *c, km_uuid id)
+{
+    char idb[23];
+    km_uuid_to_base64(id, idb);
+    return km_apply_fail(c, "unknown topic id %s", idb);
+}
+
 static int note_topic(km_apply_ctx *c, const km_topic *t, bool had, int32_t old_n, bool has)
 {
     if (!c->delta)
@@ -170,10 +177,8 @@ int km_apply_partition_record(km_apply_ctx *c, const void *msg)
 {
     const km_partition_record *r = msg;
     km_topic *t = find_topic(c, r->topic_id);
-    char idb[23];
-    km_uuid_to_base64(r->topic_id, idb);
     if (!t)
-        return km_apply_fail(c, "unknown topic id %s", idb);
+        return unknown_topic(c, r->topic_id);
     km_part np, *slot = NULL;
     if (part_from_record(c, r, &np) < 0)
         return -1;
@@ -292,12 +297,13 @@ int km_apply_partition_change(km_apply_ctx *c, const void *msg)
 {
     const km_partition_change_record *r = msg;
     km_topic *t = find_topic(c, r->topic_id);
-    char idb[23];
-    km_uuid_to_base64(r->topic_id, idb);
     if (!t)
-        return km_apply_fail(c, "unknown topic id %s", idb);
-    if (r->partition_id < 0 || r->partition_id >= t->n_parts || !t->parts[r->partition_id].present)
+        return unknown_topic(c, r->topic_id);
+    if (r->partition_id < 0 || r->partition_id >= t->n_parts || !t->parts[r->partition_id].present) {
+        char idb[23];
+        km_uuid_to_base64(r->topic_id, idb);
         return km_apply_fail(c, "unknown partition %s-%" PRId32 " (topic %s)", t->name, r->partition_id, idb);
+    }
     km_part *slot = &t->parts[r->partition_id], np;
     if (merge(c, slot, r, &np) < 0)
         return -1;
