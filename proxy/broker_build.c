@@ -11,7 +11,48 @@ const char *km_broker_err_name(int16_t code)
     return rd_kafka_err2name((rd_kafka_resp_err_t)code);
 }
 
-#define SET_INTS(dst, list) ((dst).count = (list).n, (dst).items = (int32_t *)(list).v)
+/* Requests outlive the image entities they describe (they wait in a channel queue while
+ * the image moves on), so every list and string is copied into the request's arena.
+ * A failed copy leaves a null string / empty list and sets *oom. */
+static km_str copy_str(km_arena *a, const char *s, bool *oom)
+{
+    if (!s)
+        return km_cstr(NULL);
+    size_t n = strlen(s);
+    char *p = km_arena_alloc(a, n + 1);
+    if (!p) {
+        *oom = true;
+        return km_cstr("");
+    }
+    memcpy(p, s, n + 1);
+    return (km_str){ p, (int32_t)n };
+}
+
+static int32_t *copy_ints(km_arena *a, km_i32_list l, bool *oom)
+{
+    if (l.n <= 0)
+        return NULL;
+    int32_t *p = km_arena_alloc(a, sizeof *p * (size_t)l.n);
+    if (p)
+        memcpy(p, l.v, sizeof *p * (size_t)l.n);
+    else
+        *oom = true;
+    return p;
+}
+
+#define SET_INTS(dst, list) ((dst).items = copy_ints(a, (list), oom), (dst).count = (dst).items ? (list).n : 0)
+
+/* The last topic name copied, so partitions of one topic share one copy. */
+typedef struct name_cache { const char *src; km_str copy; } name_cache;
+
+static km_str topic_name(km_arena *a, name_cache *nc, const char *t, bool *oom)
+{
+    if (nc->src != t && (!nc->src || strcmp(nc->src, t))) {
+        nc->src = t;
+        nc->copy = copy_str(a, t, oom);
+    }
+    return nc->copy;
+}
 
 /* Topic of each part as a group index (first appearance order); returns the group count. */
 static size_t group_topics(const km_bp_part *parts, const km_bp_stop *stops, size_t n, size_t *group,
@@ -52,10 +93,11 @@ static void count_groups(const size_t *group, size_t n, size_t *count)
 
 /* ---- LeaderAndIsr ----------------------------------------------------------------------- */
 
-static void lisr_state(int16_t v, const km_bp_part *p, km_leader_and_isr_request_partition_state *ps)
+static void lisr_state(int16_t v, const km_bp_part *p, km_leader_and_isr_request_partition_state *ps, km_arena *a,
+                       name_cache *nc, bool *oom)
 {
     memset(ps, 0, sizeof *ps);
-    ps->topic_name = km_cstr(p->topic);
+    ps->topic_name = topic_name(a, nc, p->topic, oom);
     ps->partition_index = p->partition;
     ps->controller_epoch = p->controller_epoch;
     ps->leader = p->leader;
@@ -83,7 +125,7 @@ static int lisr_group(const km_bp_part *parts, size_t n, km_leader_and_isr_reque
     count_groups(group, n, count);
     for (size_t g = 0; g < ng; g++) {
         memset(&ts[g], 0, sizeof ts[g]);
-        ts[g].topic_name = km_cstr(parts[first[g]].topic);
+        ts[g].topic_name = ps[first[g]].topic_name;
         ts[g].topic_id = parts[first[g]].topic_id;
         ts[g].partition_states.items = km_arena_alloc(a, sizeof *ps * count[g]);
         if (!ts[g].partition_states.items)
@@ -115,7 +157,7 @@ static bool leads_any(const km_bp_part *parts, size_t n, int32_t id)
 }
 
 static int live_leaders(const km_bp_part *parts, size_t n, const km_broker *const *brokers, size_t nb,
-                        const char *listener, km_arena *a, km_leader_and_isr_request *out)
+                        const char *listener, km_arena *a, km_leader_and_isr_request *out, bool *oom)
 {
     km_leader_and_isr_request_live_leader *ll = km_arena_alloc(a, sizeof *ll * (nb ? nb : 1));
     if (!ll)
@@ -127,7 +169,7 @@ static int live_leaders(const km_bp_part *parts, size_t n, const km_broker *cons
             continue; /* Kafka's Broker.node() would throw: such a leader is unreachable anyway */
         memset(&ll[k], 0, sizeof ll[k]);
         ll[k].broker_id = brokers[i]->id;
-        ll[k].host_name = km_cstr(ep->host);
+        ll[k].host_name = copy_str(a, ep->host, oom);
         ll[k].port = ep->port;
         k++;
     }
@@ -151,25 +193,28 @@ int km_bp_leader_and_isr(int16_t v, const km_bp_ctl *ctl, const km_bp_part *part
     km_leader_and_isr_request_partition_state *ps = km_arena_alloc(a, sizeof *ps * (n ? n : 1));
     if (!ps)
         return km_fail(err, "LeaderAndIsr v%d: out of memory for %zu partitions", v, n);
+    bool oom = false;
+    name_cache nc = { NULL, { NULL, -1 } };
     for (size_t i = 0; i < n; i++)
-        lisr_state(v, &parts[i], &ps[i]);
+        lisr_state(v, &parts[i], &ps[i], a, &nc, &oom);
     if (v < 2) {
         out->ungrouped_partition_states.count = (int32_t)n;
         out->ungrouped_partition_states.items = ps;
     } else if (lisr_group(parts, n, ps, a, out)) {
         return km_fail(err, "LeaderAndIsr v%d: out of memory grouping %zu partitions", v, n);
     }
-    if (live_leaders(parts, n, brokers, nb, listener, a, out))
+    if (live_leaders(parts, n, brokers, nb, listener, a, out, &oom) || oom)
         return km_fail(err, "LeaderAndIsr v%d: out of memory for live leaders", v);
     return 0;
 }
 
 /* ---- UpdateMetadata ------------------------------------------------------------------------- */
 
-static void umr_state(const km_bp_part *p, km_update_metadata_request_partition_state *ps)
+static void umr_state(const km_bp_part *p, km_update_metadata_request_partition_state *ps, km_arena *a,
+                      name_cache *nc, bool *oom)
 {
     memset(ps, 0, sizeof *ps);
-    ps->topic_name = km_cstr(p->topic);
+    ps->topic_name = topic_name(a, nc, p->topic, oom);
     ps->partition_index = p->partition;
     ps->controller_epoch = p->controller_epoch;
     ps->leader = p->leader;
@@ -193,7 +238,7 @@ static int umr_group(const km_bp_part *parts, size_t n, km_update_metadata_reque
     count_groups(group, n, count);
     for (size_t g = 0; g < ng; g++) {
         memset(&ts[g], 0, sizeof ts[g]);
-        ts[g].topic_name = km_cstr(parts[first[g]].topic);
+        ts[g].topic_name = ps[first[g]].topic_name;
         ts[g].topic_id = parts[first[g]].topic_id;
         ts[g].partition_states.items = km_arena_alloc(a, sizeof *ps * count[g]);
         if (!ts[g].partition_states.items)
@@ -216,11 +261,12 @@ static const char *protocol_name(int16_t sp)
 
 /* v0 carries one PLAINTEXT host:port; v1-2 cannot name listeners, so only endpoints
  * whose listener is named after its protocol fit (Kafka's builder throws otherwise). */
-static int umr_broker(int16_t v, const km_broker *b, km_update_metadata_request_broker *ub, km_arena *a)
+static int umr_broker(int16_t v, const km_broker *b, km_update_metadata_request_broker *ub, km_arena *a,
+                      bool *oom)
 {
     memset(ub, 0, sizeof *ub);
     ub->id = b->id;
-    ub->rack = v >= 2 ? km_cstr(b->rack) : km_cstr(NULL);
+    ub->rack = v >= 2 ? copy_str(a, b->rack, oom) : km_cstr(NULL);
     ub->v0_host = km_cstr("");
     ub->endpoints.items = km_arena_alloc(a, sizeof *ub->endpoints.items * (size_t)(b->n_endpoints + 1));
     if (!ub->endpoints.items)
@@ -229,7 +275,7 @@ static int umr_broker(int16_t v, const km_broker *b, km_update_metadata_request_
         const km_endpoint *ep = &b->endpoints[e];
         bool std_name = !strcmp(ep->name, protocol_name(ep->security_protocol));
         if (v == 0 && std_name && ep->security_protocol == 0) {
-            ub->v0_host = km_cstr(ep->host);
+            ub->v0_host = copy_str(a, ep->host, oom);
             ub->v0_port = ep->port;
             return 1;
         }
@@ -238,22 +284,22 @@ static int umr_broker(int16_t v, const km_broker *b, km_update_metadata_request_
         km_update_metadata_request_endpoint *ue = &ub->endpoints.items[ub->endpoints.count++];
         memset(ue, 0, sizeof *ue);
         ue->port = ep->port;
-        ue->host = km_cstr(ep->host);
-        ue->listener = km_cstr(ep->name);
+        ue->host = copy_str(a, ep->host, oom);
+        ue->listener = copy_str(a, ep->name, oom);
         ue->security_protocol = ep->security_protocol;
     }
     return v == 0 ? 0 : 1;
 }
 
 static int umr_brokers(int16_t v, const km_broker *const *brokers, size_t nb, km_arena *a,
-                       km_update_metadata_request *out)
+                       km_update_metadata_request *out, bool *oom)
 {
     km_update_metadata_request_broker *ub = km_arena_alloc(a, sizeof *ub * (nb ? nb : 1));
     if (!ub)
         return -1;
     int32_t k = 0;
     for (size_t i = 0; i < nb; i++) {
-        int rc = umr_broker(v, brokers[i], &ub[k], a);
+        int rc = umr_broker(v, brokers[i], &ub[k], a, oom);
         if (rc < 0)
             return -1;
         k += rc; /* 0: no PLAINTEXT endpoint for v0; the broker cannot be described */
@@ -278,15 +324,17 @@ int km_bp_update_metadata(int16_t v, const km_bp_ctl *ctl, const km_bp_part *par
     km_update_metadata_request_partition_state *ps = km_arena_alloc(a, sizeof *ps * (n ? n : 1));
     if (!ps)
         return km_fail(err, "UpdateMetadata v%d: out of memory for %zu partitions", v, n);
+    bool oom = false;
+    name_cache nc = { NULL, { NULL, -1 } };
     for (size_t i = 0; i < n; i++)
-        umr_state(&parts[i], &ps[i]);
+        umr_state(&parts[i], &ps[i], a, &nc, &oom);
     if (v < 5) {
         out->ungrouped_partition_states.count = (int32_t)n;
         out->ungrouped_partition_states.items = ps;
     } else if (umr_group(parts, n, ps, a, out)) {
         return km_fail(err, "UpdateMetadata v%d: out of memory grouping %zu partitions", v, n);
     }
-    if (umr_brokers(v, brokers, nb, a, out))
+    if (umr_brokers(v, brokers, nb, a, out, &oom) || oom)
         return km_fail(err, "UpdateMetadata v%d: out of memory for %zu live brokers", v, nb);
     return 0;
 }
@@ -295,6 +343,7 @@ int km_bp_update_metadata(int16_t v, const km_bp_ctl *ctl, const km_bp_part *par
 
 static int sr_grouped(int16_t v, const km_bp_stop *stops, size_t n, km_arena *a, km_stop_replica_request *out)
 {
+    bool oom = false;
     size_t *group, *first, *count;
     if (scratch(a, n, &group, &first, &count))
         return -1;
@@ -307,7 +356,7 @@ static int sr_grouped(int16_t v, const km_bp_stop *stops, size_t n, km_arena *a,
     for (size_t g = 0; g < ng; g++) {
         memset(&t1[g], 0, sizeof t1[g]);
         memset(&t3[g], 0, sizeof t3[g]);
-        t1[g].name = t3[g].topic_name = km_cstr(stops[first[g]].topic);
+        t1[g].name = t3[g].topic_name = copy_str(a, stops[first[g]].topic, &oom);
         t1[g].partition_indexes.items = km_arena_alloc(a, sizeof(int32_t) * count[g]);
         t3[g].partition_states.items = km_arena_alloc(a, sizeof *t3[g].partition_states.items * count[g]);
         if (!t1[g].partition_indexes.items || !t3[g].partition_states.items)
@@ -323,6 +372,8 @@ static int sr_grouped(int16_t v, const km_bp_stop *stops, size_t n, km_arena *a,
         ps->leader_epoch = stops[i].leader_epoch;
         ps->delete_partition = stops[i].delete_partition;
     }
+    if (oom)
+        return -1;
     if (v >= 3) {
         out->topic_states.count = (int32_t)ng;
         out->topic_states.items = t3;
@@ -338,11 +389,15 @@ static int sr_ungrouped(const km_bp_stop *stops, size_t n, km_arena *a, km_stop_
     km_stop_replica_request_partition_v0 *p = km_arena_alloc(a, sizeof *p * (n ? n : 1));
     if (!p)
         return -1;
+    bool oom = false;
+    name_cache nc = { NULL, { NULL, -1 } };
     for (size_t i = 0; i < n; i++) {
         memset(&p[i], 0, sizeof p[i]);
-        p[i].topic_name = km_cstr(stops[i].topic);
+        p[i].topic_name = topic_name(a, &nc, stops[i].topic, &oom);
         p[i].partition_index = stops[i].partition;
     }
+    if (oom)
+        return -1;
     out->ungrouped_partitions.count = (int32_t)n;
     out->ungrouped_partitions.items = p;
     return 0;

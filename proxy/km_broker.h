@@ -19,6 +19,8 @@
 #include "km_image.h"
 #include "km_net.h"
 
+struct km_capture;
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -66,7 +68,8 @@ typedef struct km_bp_stop {
     bool delete_partition;
 } km_bp_stop;
 
-/* Each fills *out for `version` (all memory from arena, which must outlive *out).
+/* Each fills *out for `version`.  Everything *out points to, strings and lists included, is
+ * copied into arena (which must outlive *out), so the inputs may change right after.
  * Partitions are grouped by topic in order of first appearance where the version groups them.
  * LeaderAndIsr's LiveLeaders are the registrations among `brokers` that lead a partition of
  * the request, at the endpoint named `listener`.  UpdateMetadata's LiveBrokers are all of
@@ -84,5 +87,126 @@ int km_bp_stop_replica(int16_t version, const km_bp_ctl *ctl, const km_bp_stop *
 
 /* librdkafka's name for a Kafka error code ("STALE_BROKER_EPOCH", "STALE_CTRL_EPOCH"). */
 const char *km_broker_err_name(int16_t code);
+
+/* Log sink: level 1 error, 2 warn, 3 info, 4 debug (km_log_level's values). */
+typedef void (*km_broker_log_fn)(int level, const char *msg, void *ud);
+
+/* ---- km_bchan: one ZK-mode broker ------------------------------------------------------ */
+
+/* Like Kafka's RequestSendThread: one request in flight, strictly in order, the same request
+ * resent on STALE_BROKER_EPOCH with the re-read epoch.  Unlike it, the queue is bounded and a
+ * broken connection drops everything: after every (re)connect and after an overflow the owner
+ * is asked for a full sync (full UpdateMetadata + full LeaderAndIsr), which subsumes whatever
+ * was lost.  So a dead broker costs nothing but its reconnect timer. */
+typedef struct km_bchan km_bchan;
+
+typedef struct km_bchan_config {
+    int32_t broker_id;
+    const char *host;                  /* its inter-broker endpoint (copied) */
+    uint16_t port;
+    km_net_opts net;                   /* TLS, frame cap, write limit, connect timeout */
+    double request_timeout;            /* seconds; 0: 30 (controller.socket.timeout.ms) */
+    double backoff_base, backoff_max;  /* reconnect backoff, seconds; 0: 0.05 and 5 */
+    size_t max_queue;                  /* requests waiting behind the one in flight; 0: 1024 */
+    const char *client_id;             /* NULL: "kmproxy" */
+    struct km_capture *capture;        /* NULL: none.  Every frame both ways is captured. */
+    km_broker_log_fn log;              /* NULL: stderr, warnings and errors */
+    void *log_ud;
+} km_bchan_config;
+
+typedef struct km_bchan_hooks {
+    /* Connected and negotiated, or the queue overflowed: queue a full sync now. */
+    void (*need_full_sync)(km_bchan *ch, void *ud);
+    /* The broker's current registration epoch (on STALE_BROKER_EPOCH); -1: unknown. */
+    int64_t (*broker_epoch)(km_bchan *ch, void *ud);
+    /* A request finished (answered, whatever its errors).  top: the top-level error code. */
+    void (*done)(km_bchan *ch, int16_t api, uint64_t seq, int16_t top, void *ud);
+    /* Top-level STALE_CONTROLLER_EPOCH: another controller owns the brokers.  The channel
+     * has stopped; the owner should stop everything. */
+    void (*fenced)(km_bchan *ch, void *ud);
+    void *ud;
+} km_bchan_hooks;
+
+km_bchan *km_bchan_new(struct ev_loop *loop, const km_bchan_config *cfg, const km_bchan_hooks *hooks,
+                       km_err *err);
+void km_bchan_free(km_bchan *ch);      /* NULL is fine; no hook runs */
+int32_t km_bchan_broker_id(const km_bchan *ch);
+/* Negotiated: requests may be submitted. */
+bool km_bchan_ready(const km_bchan *ch);
+/* Version to build `api` at (highest both sides support), -1 when not ready. */
+int16_t km_bchan_version(const km_bchan *ch, int16_t api);
+/* Queues body (a request struct for api at km_bchan_version, allocated with everything it
+ * points to from *arena).  The channel takes the arena over (*arena is left empty).
+ * Returns the request's sequence number (> 0), or 0 if the request was dropped: not ready,
+ * stopped, or queue full (a full sync follows).  Only -1 for a bad api or version. */
+int64_t km_bchan_submit(km_bchan *ch, int16_t api, void *body, km_arena *arena, km_err *err);
+/* Drop what is queued and ask for a full sync once nothing is in flight
+ * (e.g. the broker re-registered). */
+void km_bchan_resync(km_bchan *ch);
+/* Stop for good: nothing more is sent (leadership lost). */
+void km_bchan_stop(km_bchan *ch);
+/* Requests queued or in flight. */
+size_t km_bchan_pending(const km_bchan *ch);
+
+typedef struct km_bchan_stats {
+    uint64_t sent[3], acked[3];        /* by LeaderAndIsr, StopReplica, UpdateMetadata (api key - 4) */
+    uint64_t errors[3];                /* top-level and per-partition error codes != 0 */
+    uint64_t stale_broker_epoch, resent, dropped, overflows, timeouts, connects, disconnects, full_syncs;
+    uint64_t error_by_code[128];       /* all APIs, index = code (0: codes outside 1..127) */
+    bool ready, stopped;
+} km_bchan_stats;
+void km_bchan_get_stats(const km_bchan *ch, km_bchan_stats *out);
+
+/* ---- km_bprop: the migration propagator ------------------------------------------------- */
+
+/* Kafka 3.9's MigrationPropagator over km_bchan.  Channels exist exactly for the unfenced
+ * registrations with IsMigratingZkBroker, dialled at their `listener` endpoint.  Per delta:
+ *   1. brokers changed: UpdateMetadata (no partitions, all registrations as LiveBrokers) to
+ *      the ZK brokers whose registration did not change; a changed ZK broker gets a full sync;
+ *   2. Type=INCREMENTAL: LeaderAndIsr (IsNew, as Kafka sets it) to the replicas of each
+ *      changed or created partition, UpdateMetadata with those partitions to all, StopReplica
+ *      (DeletePartition, leader epoch -2) to the replicas of a deleted topic with
+ *      UpdateMetadata leader -2 for its partitions, StopReplica (DeletePartition, current
+ *      leader epoch) to replicas a reassignment removed.
+ * A full sync (on activation, on every (re)connect, after an overflow or a snapshot) is a
+ * full UpdateMetadata (Type=2, every partition) then a full LeaderAndIsr (Type=2, every
+ * partition the broker hosts).  Per-partition ControllerEpoch is the image's log epoch;
+ * the request's is the ZooKeeper controller epoch. */
+typedef struct km_bprop km_bprop;
+
+typedef struct km_bprop_config {
+    int32_t controller_id;             /* ControllerId: the KRaft controller's node id */
+    const char *listener;              /* inter-broker listener name (copied); NULL: "PLAINTEXT" */
+    km_net_opts net;                   /* for every channel: TLS, limits */
+    double request_timeout, backoff_base, backoff_max; /* 0: km_bchan's defaults */
+    size_t max_queue;
+    struct km_capture *capture;
+    km_broker_log_fn log;
+    void *log_ud;
+    /* A broker answered STALE_CONTROLLER_EPOCH: leadership is lost; everything has stopped. */
+    void (*fenced)(km_bprop *p, int32_t broker_id, void *ud);
+    void *ud;
+} km_bprop_config;
+
+km_bprop *km_bprop_new(struct ev_loop *loop, const km_bprop_config *cfg, km_err *err);
+void km_bprop_free(km_bprop *p);
+/* Start propagating img (which must outlive the propagator, or until km_bprop_deactivate)
+ * with the ZooKeeper controller epoch from the claim.  Every channel does a full sync. */
+int km_bprop_activate(km_bprop *p, const km_image *img, int32_t zk_controller_epoch, km_err *err);
+/* img has just applied delta: send what it means.  Never blocks; unreachable brokers are
+ * skipped (their next connect brings a full sync). */
+int km_bprop_publish(km_bprop *p, const km_delta *delta, km_err *err);
+/* Stop: every channel closes (leadership lost or shutting down). */
+void km_bprop_deactivate(km_bprop *p);
+bool km_bprop_active(const km_bprop *p);
+bool km_bprop_fenced(const km_bprop *p);
+/* Requests queued or in flight over all channels; 0 when every broker has acked everything. */
+size_t km_bprop_pending(const km_bprop *p);
+/* Channels that are connected, negotiated and not waiting for a full sync to be queued. */
+size_t km_bprop_ready(const km_bprop *p);
+size_t km_bprop_channel_count(const km_bprop *p);
+km_bchan *km_bprop_channel(km_bprop *p, int32_t broker_id); /* NULL: none */
+/* Prometheus samples: per broker requests/acks/errors and per error code (librdkafka names). */
+void km_bprop_render_metrics(const km_bprop *p, km_buf *out);
 
 #endif

@@ -5,3 +5,6 @@ km_add_test(test_broker_sim SOURCES ${KM_BROKER_TESTS}/test_broker_sim.c ${KM_BR
 target_link_libraries(test_broker_sim PRIVATE km_brokersim)
 km_add_test(test_broker_build SOURCES ${KM_BROKER_TESTS}/test_broker_build.c ${KM_BROKER_TESTS}/test_broker_client.c)
 target_link_libraries(test_broker_build PRIVATE km_brokersim)
+km_add_test(test_broker_e2e SOURCES ${KM_BROKER_TESTS}/test_broker_e2e.c ${KM_BROKER_TESTS}/test_broker_rig.c
+            ${KM_BROKER_TESTS}/test_broker_check.c TIMEOUT 600)
+target_link_libraries(test_broker_e2e PRIVATE km_brokersim)

@@ -1,0 +1,314 @@
+/* km_bchan: life cycle, connection, queue.  The wire side is in broker_chan_io.c. */
+#include "broker_private.h"
+#include "km_capture.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void km_bchan__log(km_bchan *ch, int level, const char *fmt, ...)
+{
+    char msg[1024];
+    int n = snprintf(msg, sizeof msg, "broker %d: ", ch->cfg.broker_id);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (ch->cfg.log)
+        ch->cfg.log(level, msg, ch->cfg.log_ud);
+    else if (level <= 2)
+        fprintf(stderr, "kmproxy: %s\n", msg);
+}
+
+void km_bchan__free_item(bchan_item *it)
+{
+    if (!it)
+        return;
+    km_arena_free(&it->arena);
+    free(it);
+}
+
+static void drop_queue(km_bchan *ch)
+{
+    while (ch->head) {
+        bchan_item *it = ch->head;
+        ch->head = it->next;
+        km_bchan__free_item(it);
+    }
+    ch->tail = NULL;
+    ch->queued = 0;
+}
+
+static void drop_inflight(km_bchan *ch)
+{
+    km_bchan__free_item(ch->inflight);
+    ch->inflight = NULL;
+    ch->parked = false;
+    ev_timer_stop(ch->loop, &ch->request_timer);
+    ev_timer_stop(ch->loop, &ch->retry_timer);
+}
+
+static void connect_now(km_bchan *ch);
+
+static void on_reconnect_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    connect_now(w->data);
+}
+
+/* Everything queued or in flight is dropped: the full sync after the next connect covers it. */
+void km_bchan__disconnect(km_bchan *ch, const char *why)
+{
+    if (ch->conn) {
+        km_net_close(ch->conn);
+        ch->conn = NULL;
+        ch->st.disconnects++;
+    }
+    if (ch->cap_conn) {
+        km_capture_conn_close(ch->cfg.capture, ch->cap_conn);
+        ch->cap_conn = NULL;
+    }
+    drop_queue(ch);
+    drop_inflight(ch);
+    ch->want_sync = false;
+    ev_timer_stop(ch->loop, &ch->sync_timer);
+    if (ch->state == CH_STOPPED)
+        return;
+    double delay = km_backoff_next(&ch->backoff);
+    km_bchan__log(ch, 2, "%s; reconnecting in %.3f s", why, delay);
+    ch->state = CH_WAITING;
+    ev_timer_set(&ch->reconnect_timer, delay, 0);
+    ev_timer_start(ch->loop, &ch->reconnect_timer);
+}
+
+static void on_ready(km_net_conn *c, void *ud)
+{
+    km_bchan *ch = ud;
+    (void)c;
+    if (ch->cfg.capture) {
+        km_capture_endpoint cl, sv;
+        km_err err;
+        if (!km_capture_endpoints_of_fd(km_net_fd(ch->conn), true, &cl, &sv, &err))
+            ch->cap_conn = km_capture_conn_open(ch->cfg.capture, cl, sv);
+    }
+    ch->state = CH_NEGOTIATING;
+    ch->av_version = 3;
+    if (km_bchan__send_api_versions(ch))
+        km_bchan__disconnect(ch, "cannot send ApiVersions");
+}
+
+static void on_close(km_net_conn *c, const km_err *why, void *ud)
+{
+    km_bchan *ch = ud;
+    (void)c;
+    ch->conn = NULL; /* km_net frees it after this returns */
+    ch->st.disconnects++;
+    char msg[600];
+    snprintf(msg, sizeof msg, "connection to %s:%u lost: %s", ch->host, ch->cfg.port,
+             why ? why->msg : "closed by the broker");
+    km_bchan__disconnect(ch, msg);
+}
+
+static void connect_now(km_bchan *ch)
+{
+    static const km_net_handlers h = { .on_ready = on_ready, .on_frame = km_bchan__on_frame,
+                                       .on_close = on_close };
+    km_err err;
+    ch->state = CH_CONNECTING;
+    ch->st.connects++;
+    ch->conn = km_net_connect(ch->loop, ch->host, ch->cfg.port, &ch->cfg.net, &h, ch, &err);
+    if (!ch->conn)
+        km_bchan__disconnect(ch, err.msg);
+}
+
+static void on_request_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    km_bchan *ch = w->data;
+    ch->st.timeouts++;
+    char msg[128];
+    snprintf(msg, sizeof msg, "no response within %.3g s", ch->cfg.request_timeout);
+    km_bchan__disconnect(ch, msg);
+}
+
+static void on_retry_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    km_bchan *ch = w->data;
+    ch->parked = false;
+    km_bchan__send_head(ch);
+}
+
+/* Deferred so a full sync is never built inside the submit that overflowed. */
+static void on_sync_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    km_bchan *ch = w->data;
+    if (ch->state != CH_READY || ch->inflight)
+        return; /* the in-flight response re-schedules us */
+    ch->want_sync = false;
+    drop_queue(ch);
+    ch->st.full_syncs++;
+    if (ch->h.need_full_sync)
+        ch->h.need_full_sync(ch, ch->h.ud);
+}
+
+void km_bchan__schedule_sync(km_bchan *ch)
+{
+    ch->want_sync = true;
+    if (!ch->inflight && !ev_is_active(&ch->sync_timer)) {
+        ev_timer_set(&ch->sync_timer, 0, 0);
+        ev_timer_start(ch->loop, &ch->sync_timer);
+    }
+}
+
+static void init_timers(km_bchan *ch)
+{
+    ev_timer_init(&ch->reconnect_timer, on_reconnect_timer, 0, 0);
+    ev_timer_init(&ch->request_timer, on_request_timer, ch->cfg.request_timeout, 0);
+    ev_timer_init(&ch->retry_timer, on_retry_timer, 0, 0);
+    ev_timer_init(&ch->sync_timer, on_sync_timer, 0, 0);
+    ch->reconnect_timer.data = ch->request_timer.data = ch->retry_timer.data = ch->sync_timer.data = ch;
+}
+
+km_bchan *km_bchan_new(struct ev_loop *loop, const km_bchan_config *cfg, const km_bchan_hooks *hooks,
+                       km_err *err)
+{
+    if (!cfg->host || !cfg->port)
+        return km_fail(err, "broker %d: no inter-broker endpoint", cfg->broker_id), NULL;
+    km_bchan *ch = calloc(1, sizeof *ch);
+    if (!ch)
+        return km_fail(err, "broker %d: out of memory for a channel", cfg->broker_id), NULL;
+    ch->loop = loop;
+    ch->cfg = *cfg;
+    ch->h = *hooks;
+    ch->host = strdup(cfg->host);
+    ch->client_id = strdup(cfg->client_id ? cfg->client_id : "kmproxy");
+    if (!ch->host || !ch->client_id) {
+        km_bchan_free(ch);
+        return km_fail(err, "broker %d: out of memory for a channel", cfg->broker_id), NULL;
+    }
+    if (ch->cfg.request_timeout <= 0)
+        ch->cfg.request_timeout = 30;
+    if (!ch->cfg.max_queue)
+        ch->cfg.max_queue = 1024;
+    km_backoff_init(&ch->backoff, cfg->backoff_base > 0 ? cfg->backoff_base : 0.05,
+                    cfg->backoff_max > 0 ? cfg->backoff_max : 5, (uint64_t)cfg->broker_id * 7919u + 1);
+    km_backoff_init(&ch->stale_backoff, 0.01, 1, (uint64_t)cfg->broker_id + 17);
+    km_buf_init(&ch->wbuf);
+    ch->corr = 1;
+    ch->next_seq = 1;
+    ch->ver[0] = ch->ver[1] = ch->ver[2] = -1;
+    init_timers(ch);
+    connect_now(ch);
+    return ch;
+}
+
+void km_bchan_free(km_bchan *ch)
+{
+    if (!ch)
+        return;
+    ch->state = CH_STOPPED;
+    km_bchan__disconnect(ch, "closing");
+    ev_timer_stop(ch->loop, &ch->reconnect_timer);
+    km_buf_free(&ch->wbuf);
+    free(ch->host);
+    free(ch->client_id);
+    free(ch);
+}
+
+int32_t km_bchan_broker_id(const km_bchan *ch) { return ch->cfg.broker_id; }
+bool km_bchan_ready(const km_bchan *ch) { return ch->state == CH_READY && !ch->want_sync; }
+
+int16_t km_bchan_version(const km_bchan *ch, int16_t api)
+{
+    if (ch->state != CH_READY || api < KM_API_LEADER_AND_ISR || api > KM_API_UPDATE_METADATA)
+        return -1;
+    return ch->ver[BCHAN_API_SLOT(api)];
+}
+
+size_t km_bchan_pending(const km_bchan *ch) { return ch->queued + (ch->inflight ? 1 : 0); }
+
+void km_bchan_get_stats(const km_bchan *ch, km_bchan_stats *out)
+{
+    *out = ch->st;
+    out->ready = km_bchan_ready(ch);
+    out->stopped = ch->state == CH_STOPPED;
+}
+
+void km_bchan_stop(km_bchan *ch)
+{
+    ch->state = CH_STOPPED;
+    km_bchan__disconnect(ch, "stopped");
+    ev_timer_stop(ch->loop, &ch->reconnect_timer);
+}
+
+void km_bchan_resync(km_bchan *ch)
+{
+    if (ch->state != CH_READY)
+        return; /* the next connect brings a full sync anyway */
+    drop_queue(ch);
+    if (ch->inflight && ch->parked)
+        drop_inflight(ch); /* parked for a stale epoch: the full sync replaces it */
+    km_bchan__schedule_sync(ch);
+}
+
+static int64_t overflow(km_bchan *ch, km_arena *arena)
+{
+    ch->st.overflows++;
+    ch->st.dropped += ch->queued + 1;
+    km_bchan__log(ch, 2, "queue full (%zu requests): dropping them for a full sync", ch->queued);
+    drop_queue(ch);
+    km_arena_free(arena);
+    km_bchan__schedule_sync(ch);
+    return 0;
+}
+
+int64_t km_bchan_submit(km_bchan *ch, int16_t api, void *body, km_arena *arena, km_err *err)
+{
+    if (api < KM_API_LEADER_AND_ISR || api > KM_API_UPDATE_METADATA)
+        return km_fail(err, "broker %d: api %d is not a control request", ch->cfg.broker_id, api);
+    if (!km_bchan_ready(ch)) {
+        ch->st.dropped++;
+        km_arena_free(arena);
+        return 0;
+    }
+    if (ch->queued >= ch->cfg.max_queue)
+        return overflow(ch, arena);
+    bchan_item *it = calloc(1, sizeof *it);
+    if (!it)
+        return overflow(ch, arena); /* out of memory: the same remedy as a full queue */
+    it->api = api;
+    it->version = ch->ver[BCHAN_API_SLOT(api)];
+    it->body = body;
+    it->arena = *arena;
+    km_arena_init(arena, arena->limit);
+    it->seq = ch->next_seq++;
+    if (ch->tail)
+        ch->tail->next = it;
+    else
+        ch->head = it;
+    ch->tail = it;
+    ch->queued++;
+    km_bchan__kick(ch);
+    return it->seq;
+}
+
+void km_bchan__kick(km_bchan *ch)
+{
+    if (ch->state == CH_READY && !ch->inflight && ch->head) {
+        bchan_item *it = ch->head;
+        ch->head = it->next;
+        if (!ch->head)
+            ch->tail = NULL;
+        ch->queued--;
+        it->next = NULL;
+        ch->inflight = it;
+        km_bchan__send_head(ch);
+    }
+}

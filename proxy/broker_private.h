@@ -1,0 +1,62 @@
+/* broker_private.h - shared by proxy/broker*.c only; not part of km_broker's API. */
+#ifndef KM_BROKER_PRIVATE_H
+#define KM_BROKER_PRIVATE_H
+
+#include "km_broker.h"
+
+#include <ev.h>
+
+typedef struct bchan_item {
+    struct bchan_item *next;
+    int16_t api, version;
+    void *body;
+    km_arena arena;
+    int64_t seq;
+} bchan_item;
+
+typedef enum bchan_state {
+    CH_WAITING,       /* backing off before the next connect */
+    CH_CONNECTING,
+    CH_NEGOTIATING,   /* ApiVersions in flight */
+    CH_READY,
+    CH_STOPPED,
+} bchan_state;
+
+#define BCHAN_API_SLOT(api) ((api) - KM_API_LEADER_AND_ISR) /* 4, 5, 6 -> 0, 1, 2 */
+
+struct km_bchan {
+    struct ev_loop *loop;
+    km_bchan_config cfg;
+    char *host, *client_id;
+    km_bchan_hooks h;
+    bchan_state state;
+    km_net_conn *conn;
+    struct km_capture_conn *cap_conn;
+    int16_t ver[3];                    /* negotiated LeaderAndIsr, StopReplica, UpdateMetadata */
+    int16_t av_version;                /* ApiVersions version last tried */
+    bchan_item *head, *tail;           /* queued, not yet sent */
+    size_t queued;
+    bchan_item *inflight;              /* sent, awaiting its response (or parked for a resend) */
+    bool parked;                       /* inflight waits on retry_timer (STALE_BROKER_EPOCH) */
+    int32_t corr, inflight_corr;
+    bool want_sync;                    /* full sync due once nothing is in flight */
+    int64_t next_seq;
+    ev_timer reconnect_timer, request_timer, retry_timer, sync_timer;
+    km_backoff backoff, stale_backoff;
+    km_buf wbuf;
+    km_bchan_stats st;
+};
+
+/* broker_chan.c */
+void km_bchan__log(km_bchan *ch, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void km_bchan__disconnect(km_bchan *ch, const char *why);
+void km_bchan__kick(km_bchan *ch);
+void km_bchan__schedule_sync(km_bchan *ch);
+void km_bchan__free_item(bchan_item *it);
+/* broker_chan_io.c */
+int km_bchan__send_api_versions(km_bchan *ch);
+void km_bchan__on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *ud);
+void km_bchan__send_head(km_bchan *ch);
+void km_bchan__capture(km_bchan *ch, int dir, const uint8_t *payload, size_t len);
+
+#endif

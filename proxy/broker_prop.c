@@ -1,0 +1,328 @@
+/* km_bprop: channels follow the image's migrating ZK brokers; full syncs; life cycle.
+ * The per-delta requests are in broker_prop_delta.c. */
+#include "broker_prop.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SCRATCH_LIMIT (1024u * 1024u * 1024u)
+
+prop_chan *km_bprop__find(const km_bprop *p, int32_t id)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->chans[i]->id == id)
+            return p->chans[i];
+    return NULL;
+}
+
+const km_endpoint *km_bprop__endpoint(const km_bprop *p, const km_broker *b)
+{
+    for (int32_t e = 0; e < b->n_endpoints; e++)
+        if (!strcmp(b->endpoints[e].name, p->listener))
+            return &b->endpoints[e];
+    return NULL;
+}
+
+/* ---- channel hooks ---------------------------------------------------------------------- */
+
+static void on_need_full_sync(km_bchan *ch, void *ud)
+{
+    (void)ch;
+    prop_chan *pc = ud;
+    km_err err;
+    if (km_bprop__full_sync(pc->p, pc, &err))
+        km_bprop__log(pc->p, 1, "broker %d: full sync: %s", pc->id, err.msg);
+}
+
+static int64_t on_broker_epoch(km_bchan *ch, void *ud)
+{
+    (void)ch;
+    prop_chan *pc = ud;
+    const km_broker *b = pc->p->img ? km_image_broker(pc->p->img, pc->id) : NULL;
+    return b ? b->epoch : -1;
+}
+
+static void on_fenced_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    km_bprop *p = w->data;
+    if (p->cfg.fenced)
+        p->cfg.fenced(p, p->fenced_by, p->cfg.ud);
+}
+
+/* Runs inside a channel's frame callback: stop (never free) channels, and tell the owner
+ * from a fresh loop iteration so it may tear everything down. */
+static void on_fenced(km_bchan *ch, void *ud)
+{
+    prop_chan *pc = ud;
+    km_bprop *p = pc->p;
+    (void)ch;
+    if (p->fenced)
+        return;
+    p->fenced = true;
+    p->fenced_by = pc->id;
+    for (size_t i = 0; i < p->n; i++)
+        km_bchan_stop(p->chans[i]->ch);
+    ev_timer_start(p->loop, &p->fenced_timer);
+}
+
+/* ---- channel set ----------------------------------------------------------------------------- */
+
+static int add_chan(km_bprop *p, const km_broker *b, const km_endpoint *ep, km_err *err)
+{
+    static const km_bchan_hooks proto = { .need_full_sync = on_need_full_sync, .broker_epoch = on_broker_epoch,
+                                          .fenced = on_fenced };
+    prop_chan *pc = calloc(1, sizeof *pc);
+    if (!pc || !(pc->host = strdup(ep->host)))
+        return free(pc), km_fail(err, "broker %d: out of memory", b->id);
+    pc->p = p;
+    pc->id = b->id;
+    pc->port = ep->port;
+    km_bchan_hooks h = proto;
+    h.ud = pc;
+    km_bchan_config cfg = { .broker_id = b->id, .host = ep->host, .port = ep->port, .net = p->cfg.net,
+                            .request_timeout = p->cfg.request_timeout, .backoff_base = p->cfg.backoff_base,
+                            .backoff_max = p->cfg.backoff_max, .max_queue = p->cfg.max_queue,
+                            .capture = p->cfg.capture, .log = p->cfg.log, .log_ud = p->cfg.log_ud };
+    if (p->n == p->cap) {
+        size_t ncap = p->cap ? p->cap * 2 : 8;
+        prop_chan **grown = realloc(p->chans, ncap * sizeof *grown);
+        if (!grown)
+            return free(pc->host), free(pc), km_fail(err, "broker %d: out of memory", b->id);
+        p->chans = grown;
+        p->cap = ncap;
+    }
+    if (!(pc->ch = km_bchan_new(p->loop, &cfg, &h, err)))
+        return free(pc->host), free(pc), -1;
+    p->chans[p->n++] = pc;
+    km_bprop__log(p, 3, "broker %d: channel to %s:%u", b->id, ep->host, ep->port);
+    return 0;
+}
+
+static void remove_chan(km_bprop *p, size_t i)
+{
+    prop_chan *pc = p->chans[i];
+    km_bprop__log(p, 3, "broker %d: channel closed", pc->id);
+    km_bchan_free(pc->ch);
+    free(pc->host);
+    free(pc);
+    p->chans[i] = p->chans[--p->n];
+}
+
+static bool wanted(const km_bprop *p, const km_broker *b, const prop_chan *pc)
+{
+    const km_endpoint *ep = b ? km_bprop__endpoint(p, b) : NULL;
+    if (!b || !b->is_migrating_zk_broker || b->fenced || !ep)
+        return false;
+    return !pc || (!strcmp(pc->host, ep->host) && pc->port == ep->port);
+}
+
+/* MigrationPropagator.publishMetadata: a channel per unfenced migrating ZK broker; an endpoint
+ * change means a new channel (Kafka's Broker equality covers endpoints).  *fresh gets the ids
+ * of channels created here (they full-sync on their own once connected). */
+int km_bprop__sync_channels(km_bprop *p, int32_t *fresh, size_t *nfresh, km_err *err)
+{
+    for (size_t i = 0; i < p->n;) {
+        if (wanted(p, km_image_broker(p->img, p->chans[i]->id), p->chans[i]))
+            i++;
+        else
+            remove_chan(p, i);
+    }
+    size_t it = 0, nf = 0;
+    const km_broker *b;
+    while ((b = km_image_next_broker(p->img, &it))) {
+        if (km_bprop__find(p, b->id) || !wanted(p, b, NULL))
+            continue;
+        if (add_chan(p, b, km_bprop__endpoint(p, b), err))
+            return -1;
+        if (fresh)
+            fresh[nf++] = b->id;
+    }
+    if (nfresh)
+        *nfresh = nf;
+    return 0;
+}
+
+/* ---- full sync ---------------------------------------------------------------------------------- */
+
+/* Replicas with no registration at all (MigrationControllerChannelContext.isReplicaOnline). */
+km_i32_list km_bprop__offline(const km_bprop *p, km_i32_list replicas, km_arena *a)
+{
+    int32_t *v = km_arena_alloc(a, sizeof *v * (size_t)(replicas.n > 0 ? replicas.n : 1));
+    int32_t n = 0;
+    for (int32_t i = 0; v && i < replicas.n; i++)
+        if (!km_image_broker(p->img, replicas.v[i]))
+            v[n++] = replicas.v[i];
+    return (km_i32_list){ v, n };
+}
+
+km_bp_part km_bprop__part(const km_bprop *p, const char *topic, km_uuid id, const km_partition *x, km_arena *a)
+{
+    return (km_bp_part){ .topic = topic, .topic_id = id, .partition = x->id,
+                         .controller_epoch = km_image_epoch(p->img), .leader = x->leader,
+                         .leader_epoch = x->leader_epoch, .partition_epoch = x->partition_epoch,
+                         .leader_recovery_state = x->leader_recovery_state, .is_new = true, .isr = x->isr,
+                         .replicas = x->replicas, .adding = x->adding_replicas, .removing = x->removing_replicas,
+                         .offline = km_bprop__offline(p, x->replicas, a) };
+}
+
+/* Every registration: LiveBrokers carries ZK and KRaft brokers alike (and, as in Kafka 3.9's
+ * liveOrShuttingDownBrokers, fenced ones too). */
+const km_broker **km_bprop__brokers(const km_bprop *p, size_t *n, km_arena *a)
+{
+    size_t count = km_image_broker_count(p->img), it = 0, k = 0;
+    const km_broker **v = km_arena_alloc(a, sizeof *v * (count ? count : 1));
+    const km_broker *b;
+    while (v && k < count && (b = km_image_next_broker(p->img, &it)))
+        v[k++] = b;
+    *n = k;
+    return v;
+}
+
+static km_bp_part *all_parts(const km_bprop *p, size_t *n, km_arena *a)
+{
+    size_t total = km_image_partition_count(p->img), it = 0, k = 0;
+    km_bp_part *v = km_arena_alloc(a, sizeof *v * (total ? total : 1));
+    const km_topic *t;
+    while (v && (t = km_image_next_topic(p->img, &it))) {
+        int32_t np = km_topic_partition_count(t);
+        for (int32_t i = 0; i < np && k < total; i++) {
+            km_partition x;
+            if (km_topic_partition(t, i, &x))
+                v[k++] = km_bprop__part(p, km_topic_name(t), km_topic_id(t), &x, a);
+        }
+    }
+    *n = k;
+    return v;
+}
+
+km_bp_ctl km_bprop__ctl(const km_bprop *p, int32_t broker_id, int8_t type)
+{
+    const km_broker *b = km_image_broker(p->img, broker_id);
+    return (km_bp_ctl){ .controller_id = p->cfg.controller_id, .controller_epoch = p->zk_epoch,
+                        .broker_epoch = b ? b->epoch : -1, .type = type, .kraft = true };
+}
+
+int km_bprop__full_sync(km_bprop *p, prop_chan *pc, km_err *err)
+{
+    if (!p->active || p->fenced)
+        return 0;
+    km_arena scratch;
+    km_arena_init(&scratch, SCRATCH_LIMIT);
+    size_t np = 0, nb = 0, nh = 0;
+    km_bp_part *parts = all_parts(p, &np, &scratch);
+    const km_broker **brokers = km_bprop__brokers(p, &nb, &scratch);
+    km_bp_part *hosted = km_arena_alloc(&scratch, sizeof *hosted * (np ? np : 1));
+    int rc = -1;
+    if (!parts || !brokers || !hosted) {
+        km_fail(err, "out of memory building a full sync of %zu partitions", np);
+        goto out;
+    }
+    for (size_t i = 0; i < np; i++)
+        for (int32_t r = 0; r < parts[i].replicas.n; r++)
+            if (parts[i].replicas.v[r] == pc->id)
+                hosted[nh++] = parts[i];
+    km_bp_ctl ctl = km_bprop__ctl(p, pc->id, KM_CTL_TYPE_FULL);
+    if (km_bprop__send_umr(p, pc, &ctl, parts, np, brokers, nb, err) ||
+        km_bprop__send_lisr(p, pc, &ctl, hosted, nh, brokers, nb, err))
+        goto out;
+    km_bprop__log(p, 3, "broker %d: full sync queued (%zu partitions, %zu hosted)", pc->id, np, nh);
+    rc = 0;
+out:
+    km_arena_free(&scratch);
+    return rc;
+}
+
+/* ---- life cycle ------------------------------------------------------------------------------------ */
+
+void km_bprop__log(const km_bprop *p, int level, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (p->cfg.log)
+        p->cfg.log(level, msg, p->cfg.log_ud);
+    else if (level <= 2)
+        fprintf(stderr, "kmproxy: %s\n", msg);
+}
+
+km_bprop *km_bprop_new(struct ev_loop *loop, const km_bprop_config *cfg, km_err *err)
+{
+    km_bprop *p = calloc(1, sizeof *p);
+    if (!p)
+        return km_fail(err, "propagator: out of memory"), NULL;
+    p->loop = loop;
+    p->cfg = *cfg;
+    p->listener = strdup(cfg->listener ? cfg->listener : "PLAINTEXT");
+    if (!p->listener) {
+        free(p);
+        return km_fail(err, "propagator: out of memory"), NULL;
+    }
+    p->cfg.listener = p->listener;
+    ev_timer_init(&p->fenced_timer, on_fenced_timer, 0, 0);
+    p->fenced_timer.data = p;
+    return p;
+}
+
+void km_bprop_deactivate(km_bprop *p)
+{
+    while (p->n)
+        remove_chan(p, p->n - 1);
+    p->active = false;
+    p->img = NULL;
+}
+
+void km_bprop_free(km_bprop *p)
+{
+    if (!p)
+        return;
+    km_bprop_deactivate(p);
+    ev_timer_stop(p->loop, &p->fenced_timer);
+    free(p->chans);
+    free(p->listener);
+    free(p);
+}
+
+int km_bprop_activate(km_bprop *p, const km_image *img, int32_t zk_controller_epoch, km_err *err)
+{
+    if (p->fenced)
+        return km_fail(err, "propagator: fenced by broker %d (STALE_CONTROLLER_EPOCH); make a new one",
+                       p->fenced_by);
+    p->img = img;
+    p->zk_epoch = zk_controller_epoch;
+    p->active = true;
+    /* channels that survive from an earlier activation resync; new ones sync once connected */
+    for (size_t i = 0; i < p->n; i++)
+        km_bchan_resync(p->chans[i]->ch);
+    return km_bprop__sync_channels(p, NULL, NULL, err);
+}
+
+bool km_bprop_active(const km_bprop *p) { return p->active; }
+bool km_bprop_fenced(const km_bprop *p) { return p->fenced; }
+size_t km_bprop_channel_count(const km_bprop *p) { return p->n; }
+
+km_bchan *km_bprop_channel(km_bprop *p, int32_t broker_id)
+{
+    prop_chan *pc = km_bprop__find(p, broker_id);
+    return pc ? pc->ch : NULL;
+}
+
+size_t km_bprop_pending(const km_bprop *p)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->n; i++)
+        n += km_bchan_pending(p->chans[i]->ch);
+    return n;
+}
+
+size_t km_bprop_ready(const km_bprop *p)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->n; i++)
+        n += km_bchan_ready(p->chans[i]->ch);
+    return n;
+}

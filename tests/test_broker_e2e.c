@@ -1,0 +1,286 @@
+/* End to end: a `metadata gen` log -> image -> propagator -> simulated ZK-mode brokers.
+ * After the log is consumed every broker's state equals the image; after leader changes, a topic
+ * deletion, a reassignment and a new broker (follow mode) it converges again. */
+#include "test_broker_rig.h"
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#define GUARD 30.0 /* seconds: only a guard against hangs */
+
+static brig R;
+
+static void fini(void) { brig_free(&R); }
+
+static void init(int brokers, const char *max_versions)
+{
+    brig_opts o = { .brokers = brokers, .topics = 6, .partitions = 4, .replication = 3, .leader_changes = 40,
+                    .max_versions = max_versions };
+    cr_assert(brig_init(&R, &o), "%s", R.why);
+}
+
+static void converge(const char *when)
+{
+    cr_assert(brig_run_until(&R, brig_converged, GUARD) && !R.failed, "%s: %s", when, R.why);
+}
+
+/* The i-th topic of the image (in its iteration order) and its partition p. */
+static const km_topic *topic_at(int i)
+{
+    size_t it = 0;
+    const km_topic *t = NULL;
+    for (int k = 0; k <= i; k++)
+        t = km_image_next_topic(R.img, &it);
+    cr_assert(t);
+    return t;
+}
+
+static void leader_change(const km_topic *t, int32_t p)
+{
+    km_partition x;
+    cr_assert(km_topic_partition(t, p, &x));
+    km_partition_change_record rec;
+    km_partition_change_record_init(&rec);
+    rec.topic_id = km_topic_id(t);
+    rec.partition_id = p;
+    for (int32_t i = 0; i < x.isr.n; i++)
+        if (x.isr.v[i] != x.leader)
+            rec.leader = x.isr.v[i];
+    if (rec.leader < 0) { /* a lone ISR: an unclean election to another replica */
+        for (int32_t i = 0; i < x.replicas.n; i++)
+            if (x.replicas.v[i] != x.leader)
+                rec.leader = x.replicas.v[i];
+        rec.isr.count = 1;
+        rec.isr.items = &rec.leader;
+    }
+    cr_assert(rec.leader >= 0, "no other replica");
+    cr_assert(brig_append(&R, &km_partition_change_record_desc, &rec), "%s", R.why);
+}
+
+static void remove_topic(const km_topic *t)
+{
+    km_remove_topic_record rec;
+    km_remove_topic_record_init(&rec);
+    rec.topic_id = km_topic_id(t);
+    cr_assert(brig_append(&R, &km_remove_topic_record_desc, &rec), "%s", R.why);
+}
+
+/* Moves the replica `from` of t-p to `to` (reassignment complete: replicas and ISR set). */
+static int32_t reassign(const km_topic *t, int32_t p, int32_t to)
+{
+    km_partition x;
+    cr_assert(km_topic_partition(t, p, &x));
+    int32_t reps[16], isr[16], ni = 0, from = -1;
+    for (int32_t i = 0; i < x.replicas.n; i++) {
+        reps[i] = x.replicas.v[i];
+        if (from < 0 && reps[i] != x.leader) {
+            from = reps[i];
+            reps[i] = to;
+        }
+    }
+    for (int32_t i = 0; i < x.isr.n; i++)
+        if (x.isr.v[i] != from)
+            isr[ni++] = x.isr.v[i];
+    km_partition_change_record rec;
+    km_partition_change_record_init(&rec);
+    rec.topic_id = km_topic_id(t);
+    rec.partition_id = p;
+    rec.leader = x.leader; /* as Kafka's controller does: bump the leader epoch when replicas go */
+    rec.replicas.count = x.replicas.n;
+    rec.replicas.items = reps;
+    rec.isr.count = ni;
+    rec.isr.items = isr;
+    cr_assert(brig_append(&R, &km_partition_change_record_desc, &rec), "%s", R.why);
+    return from;
+}
+
+static json_int_t stop_replicas_seen(int32_t broker)
+{
+    json_t *st = km_bsim_state_json(brig_sim(&R, broker));
+    json_t *byv = json_object_get(json_object_get(st, "requests"), "STOP_REPLICA");
+    json_int_t n = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(byv, k, v) n += json_integer_value(v);
+    json_decref(st);
+    return n;
+}
+
+Test(broker_e2e, converges_then_follows_changes, .fini = fini, .timeout = 120)
+{
+    init(5, NULL);
+    cr_assert(brig_activate(&R), "%s", R.why);
+    converge("after activation");
+
+    const km_topic *t0 = topic_at(0), *t1 = topic_at(1), *t2 = topic_at(2);
+    for (int32_t p = 0; p < 4; p++)
+        leader_change(t0, p);
+    char deleted[64];
+    snprintf(deleted, sizeof deleted, "%s", km_topic_name(t1));
+    remove_topic(t1);
+    cr_assert(brig_add_broker(&R, 6, 1006, NULL), "%s", R.why);
+    cr_assert(brig_run_until(&R, brig_converged, GUARD), "new broker: %s", R.why);
+    int32_t from = reassign(t2, 0, 6);
+    converge("after leader changes, a deletion, a new broker and a reassignment");
+
+    cr_assert_null(km_image_topic_by_name(R.img, deleted));
+    cr_assert(stop_replicas_seen(from) >= 1, "broker %d got no StopReplica for the replica moved away", from);
+    km_bchan_stats s;
+    km_bchan_get_stats(km_bprop_channel(R.prop, 6), &s);
+    cr_assert(s.full_syncs >= 1);
+}
+
+Test(broker_e2e, every_version_a_broker_may_advertise, .fini = fini, .timeout = 240)
+{
+    /* k covers LeaderAndIsr 0-7, UpdateMetadata 0-8 and StopReplica 0-4 */
+    for (int k = 0; k <= 8; k++) {
+        int l = k < 7 ? k : 7, u = k, s = k < 4 ? k : 4;
+        char mv[96];
+        snprintf(mv, sizeof mv, "LeaderAndIsr=%d,UpdateMetadata=%d,StopReplica=%d", l, u, s);
+        brig_opts o = { .brokers = 4, .topics = 3, .partitions = 2, .replication = 3, .leader_changes = 5,
+                        .max_versions = mv };
+        cr_assert(brig_init(&R, &o), "%s", R.why);
+        R.no_lisr_topic_ids = l < 5;
+        R.no_umr_topic_ids = u < 7;
+        R.no_umr_kraft = u < 8;
+        cr_assert(brig_activate(&R), "%s", R.why);
+        converge(mv);
+        leader_change(topic_at(0), 0);
+        remove_topic(topic_at(1));
+        reassign(topic_at(2), 1, 4);
+        converge(mv);
+        for (int i = 0; i < R.nsims; i++) {
+            json_t *st = km_bsim_state_json(R.sims[i]);
+            json_t *req = json_object_get(st, "requests");
+            char want[3][4];
+            snprintf(want[0], 4, "%d", l);
+            snprintf(want[1], 4, "%d", u);
+            snprintf(want[2], 4, "%d", s);
+            cr_assert(json_object_get(json_object_get(req, "LEADER_AND_ISR"), want[0]), "%s: LISR v%d", mv, l);
+            cr_assert(json_object_get(json_object_get(req, "UPDATE_METADATA"), want[1]), "%s: UMR v%d", mv, u);
+            cr_assert_eq(json_object_size(json_object_get(req, "LEADER_AND_ISR")), 1, "%s: one LISR version", mv);
+            cr_assert_eq(json_object_size(json_object_get(req, "UPDATE_METADATA")), 1, "%s: one UMR version", mv);
+            json_t *sr = json_object_get(req, "STOP_REPLICA");
+            cr_assert(!sr || (json_object_size(sr) == 1 && json_object_get(sr, want[2])), "%s: SR v%d", mv, s);
+            json_decref(st);
+        }
+        brig_free(&R);
+        memset(&R, 0, sizeof R);
+    }
+}
+
+static bool others_converged(brig *r) { return brig_converged(r); }
+
+Test(broker_e2e, a_dead_broker_never_blocks_the_others, .fini = fini, .timeout = 120)
+{
+    init(4, NULL);
+    /* broker 4's simulator dies before we connect; it stays registered and unfenced */
+    km_bsim_free(R.sims[3]);
+    R.nsims = 3;
+    cr_assert(brig_activate(&R), "%s", R.why);
+    cr_assert(brig_run_until(&R, others_converged, GUARD), "%s", R.why);
+    for (int32_t p = 0; p < 4; p++)
+        leader_change(topic_at(0), p);
+    remove_topic(topic_at(1));
+    cr_assert(brig_run_until(&R, others_converged, GUARD), "%s", R.why);
+    km_bchan_stats s;
+    km_bchan_get_stats(km_bprop_channel(R.prop, 4), &s);
+    cr_assert(!s.ready);
+    cr_assert(s.connects >= 2, "broker 4 is retried with backoff");
+}
+
+Test(broker_e2e, reconnect_brings_a_full_sync, .fini = fini, .timeout = 120)
+{
+    init(3, NULL);
+    cr_assert(brig_activate(&R), "%s", R.why);
+    converge("activation");
+    km_bsim_drop_connections(brig_sim(&R, 2));
+    leader_change(topic_at(0), 1);
+    converge("after broker 2's connection dropped");
+    km_bchan_stats s;
+    km_bchan_get_stats(km_bprop_channel(R.prop, 2), &s);
+    cr_assert(s.full_syncs >= 2, "full syncs: %llu", (unsigned long long)s.full_syncs);
+    cr_assert(s.connects >= 2);
+}
+
+static bool never(brig *r)
+{
+    (void)r;
+    return false;
+}
+
+Test(broker_e2e, stale_broker_epoch_rereads_and_resends, .fini = fini, .timeout = 120)
+{
+    init(3, NULL);
+    cr_assert(brig_activate(&R), "%s", R.why);
+    converge("activation");
+    /* broker 1 restarted with a new registration that the image has not seen yet */
+    km_bsim_set_kraft_broker_epoch(brig_sim(&R, 1), 2001);
+    leader_change(topic_at(0), 0);
+    leader_change(topic_at(0), 1);
+    brig_run_until(&R, never, 0.3); /* broker 1 keeps answering STALE_BROKER_EPOCH meanwhile */
+    cr_assert(!brig_converged(&R));
+    /* now its registration arrives: the parked request is resent with epoch 2001 */
+    km_register_broker_record rec;
+    km_register_broker_record_init(&rec);
+    const km_broker *b1 = km_image_broker(R.img, 1);
+    km_register_broker_record_broker_endpoint ep = { km_cstr("PLAINTEXT"), km_cstr("127.0.0.1"),
+                                                     b1->endpoints[0].port, 0, { 0, 0 } };
+    rec.broker_id = 1;
+    rec.is_migrating_zk_broker = true;
+    rec.broker_epoch = 2001;
+    rec.incarnation_id.b[3] = 9;
+    rec.end_points.count = 1;
+    rec.end_points.items = &ep;
+    rec.fenced = false;
+    cr_assert(brig_append(&R, &km_register_broker_record_desc, &rec), "%s", R.why);
+    converge("after the new registration");
+    km_bchan_stats s;
+    km_bchan_get_stats(km_bprop_channel(R.prop, 1), &s);
+    cr_assert(s.stale_broker_epoch >= 1, "broker 1 never answered STALE_BROKER_EPOCH");
+    cr_assert(s.error_by_code[77] >= 1);
+}
+
+static int fenced_calls;
+static int32_t fenced_broker;
+
+static void on_fenced(km_bprop *p, int32_t broker, void *ud)
+{
+    (void)p;
+    (void)ud;
+    fenced_calls++;
+    fenced_broker = broker;
+}
+
+static bool is_fenced(brig *r) { return fenced_calls > 0 && km_bprop_fenced(r->prop); }
+
+Test(broker_e2e, stale_controller_epoch_stops_everything, .fini = fini, .timeout = 120)
+{
+    init(3, NULL);
+    cr_assert(brig_activate(&R), "%s", R.why);
+    converge("activation");
+    /* a second propagator with an older ZooKeeper controller epoch: the brokers refuse it */
+    km_bprop_config pc = { .controller_id = BRIG_CONTROLLER, .listener = "PLAINTEXT", .request_timeout = 5,
+                           .backoff_base = 0.01, .backoff_max = 0.1, .fenced = on_fenced };
+    km_err err;
+    km_bprop *old = R.prop;
+    R.prop = km_bprop_new(R.loop, &pc, &err);
+    cr_assert(R.prop, "%s", err.msg);
+    km_bprop_free(old);
+    R.zk_epoch = 6;
+    cr_assert(brig_activate(&R), "%s", R.why);
+    cr_assert(brig_run_until(&R, is_fenced, GUARD), "never fenced");
+    cr_assert_eq(fenced_calls, 1);
+    cr_assert(fenced_broker >= 1 && fenced_broker <= 3);
+    /* everything stopped: nothing more goes out */
+    leader_change(topic_at(0), 0);
+    cr_assert(brig_pump(&R), "%s", R.why);
+    cr_assert_eq(km_bprop_pending(R.prop), 0);
+    for (int32_t b = 1; b <= 3; b++) {
+        km_bchan_stats s;
+        km_bchan_get_stats(km_bprop_channel(R.prop, b), &s);
+        cr_assert(s.stopped, "broker %d's channel still runs", b);
+    }
+}

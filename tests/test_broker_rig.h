@@ -1,0 +1,63 @@
+/* test_broker_rig.h - a `metadata gen` log, simulated ZK-mode brokers and a propagator on one
+ * libev loop, for the end-to-end tests and the benchmark.  The brokers are re-registered in the
+ * log at their simulators' loopback ports (as a restarted ZK broker would register again). */
+#ifndef KM_TEST_BROKER_RIG_H
+#define KM_TEST_BROKER_RIG_H
+
+#include "km_broker.h"
+#include "km_brokersim.h"
+#include "km_image.h"
+#include "km_metalog.h"
+
+#include <stdbool.h>
+
+#define BRIG_MAX_SIMS 8
+#define BRIG_CONTROLLER 3000
+
+typedef struct brig_opts {
+    int brokers, topics, partitions, replication;
+    int64_t leader_changes;
+    const char *max_versions;          /* for every simulator ("" or NULL: the codec's maxima) */
+    struct km_capture *capture;
+    int32_t zk_epoch;                  /* ControllerEpoch; 0: 7 */
+} brig_opts;
+
+typedef struct brig {
+    struct ev_loop *loop;
+    char *tmp, logdir[512];
+    km_image *img;
+    km_image_follow *follow;
+    km_delta *delta;
+    km_metalog_writer *w;
+    km_bsim *sims[BRIG_MAX_SIMS];
+    int nsims;
+    km_bprop *prop;
+    int32_t zk_epoch;
+    uint64_t deltas;
+    char why[1024];                    /* the last mismatch or failure */
+    bool failed;                       /* a rig operation failed (why says which) */
+    /* what old versions cannot carry, so the check does not expect it */
+    bool no_lisr_topic_ids, no_umr_topic_ids, no_umr_kraft;
+} brig;
+
+/* Generates the log, starts the simulators, re-registers the brokers, loads the image and
+ * creates (not activates) the propagator.  false + r->why on failure. */
+bool brig_init(brig *r, const brig_opts *o);
+void brig_free(brig *r);
+/* Adds a simulator for a new broker id and registers it (unfenced, migrating). */
+bool brig_add_broker(brig *r, int32_t id, int64_t epoch, const char *max_versions);
+bool brig_activate(brig *r);
+/* Appends one metadata record (at the codec's highest version) as its own batch. */
+bool brig_append(brig *r, const km_message_desc *md, const void *msg);
+/* Reads what the log has and publishes each delta. */
+bool brig_pump(brig *r);
+/* Runs the loop (pumping the log) until pred holds or `seconds` pass (a guard against hangs,
+ * not an assertion about speed). */
+bool brig_run_until(brig *r, bool (*pred)(brig *r), double seconds);
+/* Every simulator's state equals the image (and nothing is in flight).  Sets r->why if not. */
+bool brig_converged(brig *r);
+km_bsim *brig_sim(brig *r, int32_t id);
+/* A topic's id by name (zero if absent). */
+km_uuid brig_topic_id(brig *r, const char *name);
+
+#endif
