@@ -173,4 +173,9 @@ bool km_zkb_idle(const km_zkb *b);
 void km_zkb_get_summary(const km_zkb *b, km_zkb_summary *s);
 km_zkw *km_zkb_writer(km_zkb *b);
 
+/* The ops a full sync of img onto an empty ZooKeeper writes, in order (benchmarks compare the
+ * writer with the raw client on exactly these). Paths and data are owned by the array. */
+int km_zk_full_sync_ops(const struct km_image *img, int32_t controller_epoch, km_zop **ops, size_t *n, km_err *err);
+void km_zk_ops_free(km_zop *ops, size_t n);
+
 #endif

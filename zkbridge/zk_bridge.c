@@ -287,3 +287,30 @@ int km_zkb_delta(km_zkb *b, const km_delta *d, km_err *err)
     zk_ops_free(&ops);
     return rc;
 }
+
+int km_zk_full_sync_ops(const km_image *img, int32_t controller_epoch, km_zop **ops, size_t *n, km_err *err)
+{
+    zk_tree want = {0}, none = {0};
+    zk_vcache known = {0};
+    zk_ops o = {0};
+    if (zk_render_image(img, controller_epoch, &want, err)) {
+        zk_tree_free(&want);
+        return -1;
+    }
+    zk_reconcile(&known, &none, &want, img, &o);
+    zk_tree_free(&want);
+    zk_vcache_clear(&known);
+    if (o.oom) {
+        zk_ops_free(&o);
+        return km_fail(err, "zk ops: out of memory");
+    }
+    *ops = o.v;
+    *n = o.n;
+    return 0;
+}
+
+void km_zk_ops_free(km_zop *ops, size_t n)
+{
+    zk_ops o = {.v = ops, .n = n, .cap = n};
+    zk_ops_free(&o);
+}
