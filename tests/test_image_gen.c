@@ -214,6 +214,76 @@ Test(image_gen, follow_delivers_one_delta_per_batch)
     free(dir);
 }
 
+Test(image_gen, cluster_id_from_meta_properties)
+{
+    char *base = km_test_tmpdir("imgmeta"), log[PATH_MAX], props[PATH_MAX];
+    snprintf(log, sizeof log, "%s/__cluster_metadata-0", base);
+    snprintf(props, sizeof props, "%s/meta.properties", base);
+    FILE *f = fopen(props, "w");
+    cr_assert(f);
+    fputs("#\nnode.id=1\nversion=1\ncluster.id=MkU3OEVBNTcwNTJENDM2Qg\n", f);
+    fclose(f);
+    km_gen_opts o = small_opts(false);
+    km_err err = {{0}};
+    cr_assert_gt(km_gen_write(log, &o, NULL, &err), 0, "%s", err.msg);
+    km_image *img = km_image_new();
+    cr_assert_gt(km_image_load(img, log, NULL, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(km_image_cluster_id(img), "MkU3OEVBNTcwNTJENDM2Qg");
+    cr_assert_eq(km_image_set_cluster_id(img, "other", &err), 0);
+    cr_assert_str_eq(km_image_cluster_id(img), "other");
+    km_image_free(img);
+    km_test_rmtree(base);
+    free(base);
+}
+
+/* A transaction over three batches is delivered once, with the batch holding its End. */
+Test(image_gen, follow_transaction_across_batches)
+{
+    char *dir = km_test_tmpdir("imgfollow");
+    km_gen_opts o = small_opts(false);
+    km_image *img = km_image_new();
+    km_err err = {{0}};
+    cr_assert_gt(km_gen_write(dir, &o, NULL, &err), 0, "%s", err.msg);
+    km_image_follow *f = km_image_follow_open(img, dir, NULL, &err);
+    cr_assert(f, "%s", err.msg);
+    km_delta *d = km_delta_new();
+    while (km_image_follow_next(f, d, &err) == 1)
+        ;
+    int64_t before = km_image_offset(img);
+    km_metalog_writer_opts wo = {.leader_epoch = 1, .timestamp = 1};
+    km_metalog_writer *w = km_metalog_writer_open_dir(dir, &wo, &err);
+    cr_assert(w, "%s", err.msg);
+    km_begin_transaction_record b;
+    km_begin_transaction_record_init(&b);
+    km_topic_record t;
+    km_topic_record_init(&t);
+    t.name = km_cstr("txn-topic");
+    t.topic_id = ti_uuid(200);
+    km_end_transaction_record e;
+    km_end_transaction_record_init(&e);
+    km_metalog_entry eb = {&km_begin_transaction_record_desc, 0, &b, -1}, et = {&km_topic_record_desc, 0, &t, -1},
+                     ee = {&km_end_transaction_record_desc, 0, &e, -1};
+    cr_assert_eq(km_metalog_writer_append(w, &eb, 1, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_metalog_writer_append(w, &et, 1, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_image_follow_next(f, d, &err), 0, "open transaction: nothing to deliver yet");
+    cr_assert_null(km_image_topic_by_name(img, "txn-topic"));
+    cr_assert_eq(km_image_offset(img), before);
+    cr_assert_eq(km_metalog_writer_append(w, &ee, 1, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_metalog_writer_finish(w, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_image_follow_next(f, d, &err), 1, "%s", err.msg);
+    size_t it = 0;
+    km_topic_change tc;
+    cr_assert(km_delta_next_topic(d, &it, &tc));
+    cr_assert_eq(tc.op, KM_CREATED);
+    cr_assert_str_eq(tc.name, "txn-topic");
+    cr_assert_eq(km_delta_offset(d), before + 3);
+    km_delta_free(d);
+    km_image_follow_close(f);
+    km_image_free(img);
+    km_test_rmtree(dir);
+    free(dir);
+}
+
 /* ---- the CLI ----------------------------------------------------------------------------- */
 
 static int run(char **out, char **errout, const char *a1, const char *a2, const char *a3)
