@@ -186,8 +186,10 @@ static int register_broker(gen *g, int32_t id)
     km_register_broker_record_broker_feature *ft = arr(g, 1, sizeof *ft);
     if (!ep || !ft)
         return km_fail(g->err, "gen: out of memory");
-    *ep = (km_register_broker_record_broker_endpoint){.name = km_cstr("PLAINTEXT"),
-                                                      .host = astr(g, "broker%d.kmproxy.test", id), .port = 9092};
+    /* Real endpoints let the demo and tests point brokers at local simulators. */
+    km_str host = g->o->broker_host ? astr(g, "%s", g->o->broker_host) : astr(g, "broker%d.kmproxy.test", id);
+    uint16_t port = g->o->broker_ports ? g->o->broker_ports[id - 1] : 9092;
+    *ep = (km_register_broker_record_broker_endpoint){.name = km_cstr("PLAINTEXT"), .host = host, .port = port};
     *ft = (km_register_broker_record_broker_feature){.name = km_cstr("metadata.version"), .min_supported_version = 1,
                                                      .max_supported_version = KM_MV_3_9_IV0};
     r->end_points.count = r->features.count = 1;

@@ -63,6 +63,10 @@ struct json_t;
 #define KM_LRS_RECOVERING 1
 #define KM_MV_3_9_IV0 21               /* metadata.version feature level of 3.9-IV0 */
 
+/* Limits that keep hostile input from exhausting memory (errors name them). */
+#define KM_IMAGE_MAX_PARTITION_ID 10000000        /* highest partition id accepted in a topic */
+#define KM_IMAGE_TXN_MAX_BYTES (256u * 1024 * 1024) /* records buffered in one open transaction */
+
 typedef enum km_zk_migration_state {   /* ZkMigrationState */
     KM_ZKM_NONE = 0, KM_ZKM_MIGRATION = 1, KM_ZKM_PRE_MIGRATION = 2,
     KM_ZKM_POST_MIGRATION = 3, KM_ZKM_ZK = 4
@@ -419,6 +423,8 @@ typedef struct km_gen_opts {
     int32_t records_per_batch;         /* 0: 1000 */
     uint64_t segment_bytes;            /* 0: metalog default */
     int64_t timestamp;                 /* batch timestamps in ms; 0: a fixed constant (reproducible) */
+    const char *broker_host;           /* every broker's PLAINTEXT host; NULL: "broker<id>.kmproxy.test" */
+    const uint16_t *broker_ports;      /* broker id i listens on broker_ports[i - 1]; NULL: 9092 each */
 } km_gen_opts;
 
 /* Writes a valid `__cluster_metadata-0` log of a synthetic cluster into dir
