@@ -108,6 +108,8 @@ int km_ml_encode_batch(const km_metalog_batch_params *p, const km_metalog_entry 
         return km_fail(err, "a batch needs 1..%d records, not %zu", INT32_MAX, n);
     if ((int)p->compression < KM_ML_NONE || (int)p->compression > KM_ML_ZSTD)
         return km_fail(err, "unknown compression codec %d", (int)p->compression);
+    if (out->count_only) /* the CRC and compression need the bytes themselves */
+        return km_fail(err, "a record batch cannot be built into a counting-only buffer");
     km_buf recs, packed;
     km_buf_init(&recs);
     km_buf_init(&packed);
