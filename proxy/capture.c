@@ -15,6 +15,8 @@ struct km_capture {
     cap_rec *head, *tail;          /* under mu */
     size_t queued_bytes;           /* frame records (with their headers) queued or being written, under mu */
     bool stopping;                 /* under mu */
+    bool writing;                  /* under mu: the writer holds a batch */
+    pthread_cond_t idle;           /* signalled when the writer runs out of work */
     km_capture_stats stats;        /* under mu */
     uint64_t next_conn_id;         /* under mu */
     km_capture_conn *live;         /* under mu: opened and not yet written closed */
@@ -26,6 +28,8 @@ struct km_capture {
     cap_pcap pcap;
     cap_jsonl jsonl;
     bool pcap_on, jsonl_on;
+    bool pcap_full, jsonl_full;    /* reached max_file_bytes (not an error) */
+    uint64_t max_file_bytes;
 };
 
 static uint64_t now_ns(void)
@@ -68,16 +72,35 @@ static void note_failure(km_capture *cap, const km_err *e)
 
 /* A failing sink (disk full, say) is switched off after its first error so
  * it cannot flood; the other sink carries on. */
+/* A full file stops growing but stays valid: records end on a boundary. */
+static bool has_room(km_capture *cap, bool *on, bool *full, FILE *f)
+{
+    if (*on && cap->max_file_bytes) {
+        long pos = ftell(f);
+        if (pos >= 0 && (uint64_t)pos >= cap->max_file_bytes) {
+            *on = false;
+            *full = true;
+        }
+    }
+    return *on;
+}
+
 static void write_one(km_capture *cap, const cap_rec *r)
 {
     km_err e = {{0}};
-    if (cap->pcap_on && km_cap__pcap_record(&cap->pcap, r, &e)) {
+    if (has_room(cap, &cap->pcap_on, &cap->pcap_full, cap->pcap.f) && km_cap__pcap_record(&cap->pcap, r, &e)) {
         cap->pcap_on = false;
         note_failure(cap, &e);
     }
-    if (cap->jsonl_on && km_cap__jsonl_record(&cap->jsonl, r, &e)) {
+    if (has_room(cap, &cap->jsonl_on, &cap->jsonl_full, cap->jsonl.f) &&
+        km_cap__jsonl_record(&cap->jsonl, r, &e)) {
         cap->jsonl_on = false;
         note_failure(cap, &e);
+    }
+    if (r->type == REC_FRAME && (cap->pcap_full || cap->jsonl_full)) {
+        pthread_mutex_lock(&cap->mu);
+        cap->stats.skipped_frames++;
+        pthread_mutex_unlock(&cap->mu);
     }
 }
 
@@ -123,6 +146,9 @@ static void write_batch(km_capture *cap, cap_rec *batch)
     flush_sink(cap, &cap->jsonl_on, cap->jsonl.f, "JSON lines", cap->jsonl.path);
     pthread_mutex_lock(&cap->mu);
     cap->queued_bytes -= bytes;
+    cap->writing = false;
+    if (!cap->head)
+        pthread_cond_broadcast(&cap->idle);
     pthread_mutex_unlock(&cap->mu);
 }
 
@@ -135,6 +161,7 @@ static void *writer_main(void *arg)
             pthread_cond_wait(&cap->cv, &cap->mu);
         cap_rec *batch = cap->head;
         cap->head = cap->tail = NULL;
+        cap->writing = batch != NULL;
         pthread_mutex_unlock(&cap->mu);
         if (!batch)
             return NULL; /* stopping and drained */
@@ -180,14 +207,17 @@ km_capture *km_capture_open(const km_capture_opts *opts, km_err *err)
     if (!cap)
         return km_fail(err, "capture: out of memory"), NULL;
     cap->buffer_limit = opts->buffer_limit ? opts->buffer_limit : KM_CAPTURE_BUFFER_DEFAULT;
+    cap->max_file_bytes = opts->max_file_bytes;
     pthread_mutex_init(&cap->mu, NULL);
     pthread_cond_init(&cap->cv, NULL);
+    pthread_cond_init(&cap->idle, NULL);
     int rc = open_sinks(cap, opts, err);
     if (!rc && (rc = pthread_create(&cap->thread, NULL, writer_main, cap)) != 0)
         rc = km_fail(err, "capture: cannot start the writer thread: %s", strerror(rc));
     if (rc) {
         km_err ignored;
         close_sinks(cap, &ignored);
+        pthread_cond_destroy(&cap->idle);
         pthread_cond_destroy(&cap->cv);
         pthread_mutex_destroy(&cap->mu);
         free(cap);
@@ -212,12 +242,14 @@ int km_capture_close(km_capture *cap, km_err *err)
     pthread_mutex_unlock(&cap->mu);
     pthread_join(cap->thread, NULL);
     km_err e = {{0}};
-    if (cap->jsonl_on && km_cap__jsonl_summary(&cap->jsonl, &cap->stats, &e) && !cap->have_err) {
+    bool summary = cap->jsonl_on || cap->jsonl_full; /* a full file still gets its last line */
+    if (summary && km_cap__jsonl_summary(&cap->jsonl, &cap->stats, &e) && !cap->have_err) {
         cap->first_err = e;
         cap->have_err = true;
     }
     close_sinks(cap, &cap->first_err);
     int rc = cap->have_err ? km_fail(err, "%s", cap->first_err.msg) : 0;
+    pthread_cond_destroy(&cap->idle);
     pthread_cond_destroy(&cap->cv);
     pthread_mutex_destroy(&cap->mu);
     free(cap);
@@ -305,6 +337,14 @@ void km_capture_conn_close(km_capture *cap, km_capture_conn *conn)
         conn->close_rec->ts_ns = now_ns(); /* allocated at open; stamped now */
         push_locked(cap, conn->close_rec);
     }
+    pthread_mutex_unlock(&cap->mu);
+}
+
+void km_capture_flush(km_capture *cap)
+{
+    pthread_mutex_lock(&cap->mu);
+    while (cap->head || cap->writing)
+        pthread_cond_wait(&cap->idle, &cap->mu);
     pthread_mutex_unlock(&cap->mu);
 }
 

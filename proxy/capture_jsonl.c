@@ -192,9 +192,11 @@ int km_cap__jsonl_record(cap_jsonl *j, const cap_rec *r, km_err *err)
 /* The last line: what the capture could not keep, so a reader knows the file has holes. */
 int km_cap__jsonl_summary(cap_jsonl *j, const km_capture_stats *st, km_err *err)
 {
-    json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "event", "capture_end", "frames", (json_int_t)st->frames,
-                          "bytes", (json_int_t)st->bytes, "dropped_frames", (json_int_t)st->dropped_frames,
-                          "dropped_bytes", (json_int_t)st->dropped_bytes, "write_errors", (json_int_t)st->write_errors);
+    json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "event", "capture_end", "frames",
+                          (json_int_t)st->frames, "bytes", (json_int_t)st->bytes, "dropped_frames",
+                          (json_int_t)st->dropped_frames, "dropped_bytes", (json_int_t)st->dropped_bytes,
+                          "write_errors", (json_int_t)st->write_errors, "skipped_frames",
+                          (json_int_t)st->skipped_frames);
     errno = 0;
     int rc = !o || json_dumpf(o, j->f, JSON_COMPACT) || fputc('\n', j->f) == EOF
                  ? km_fail(err, "JSON lines capture %s: write failed: %s", j->path, strerror(errno ? errno : EIO))

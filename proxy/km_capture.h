@@ -44,6 +44,8 @@ typedef struct km_capture_opts {
     uint16_t mss;              /* TCP payload per synthetic segment (64..65495); 0: 1460 */
     km_capture_link link;
     size_t json_body_limit;    /* larger frames get no "body" in JSON; 0: 1 MiB */
+    uint64_t max_file_bytes;   /* per file; once reached that file stops growing (it may pass
+                                * the limit by one record).  0: unlimited */
 } km_capture_opts;
 
 typedef enum km_capture_dir {
@@ -60,6 +62,7 @@ typedef struct km_capture_stats {
     uint64_t frames, bytes;                 /* queued for writing */
     uint64_t dropped_frames, dropped_bytes; /* refused because the queue was full */
     uint64_t write_errors;                  /* records the writer failed to store */
+    uint64_t skipped_frames;                /* not written because a file hit max_file_bytes */
 } km_capture_stats;
 
 typedef struct km_capture km_capture;
@@ -81,7 +84,12 @@ void km_capture_frame(km_capture *cap, km_capture_conn *conn, km_capture_dir dir
 /* Ends the connection (FIN exchange in pcapng); conn must not be used after. */
 void km_capture_conn_close(km_capture *cap, km_capture_conn *conn);
 
+/* Counters as of now; frames still queued are counted in frames, not yet in
+ * write_errors or skipped_frames (km_capture_flush first for final figures). */
 void km_capture_get_stats(km_capture *cap, km_capture_stats *out);
+/* Blocks the caller (never call it on the data path) until everything queued
+ * so far is written and flushed to the files. */
+void km_capture_flush(km_capture *cap);
 
 /* The two ends of a connected socket, as seen from fd's side.  `we_are_client`
  * says which end fd is.  Non-IPv4 addresses map into 127.255.0.0/16 so they

@@ -376,3 +376,34 @@ Test(capture, bad_paths_and_write_errors_are_named)
     cr_assert_eq(km_capture_close(cap, &err), -1);
     cr_assert(strstr(err.msg, "/dev/full") && strstr(err.msg, "No space left"), "%s", err.msg);
 }
+
+Test(capture, files_stop_growing_at_max_file_bytes_and_stay_valid)
+{
+    km_err err = {{0}};
+    km_capture_opts o = {.pcapng_path = pcap_path, .jsonl_path = jsonl_path, .max_file_bytes = 1500};
+    km_capture *cap = km_capture_open(&o, &err);
+    cr_assert(cap, "%s", err.msg);
+    synthetic_exchange(cap);
+    km_capture_flush(cap);
+    km_capture_stats st;
+    km_capture_get_stats(cap, &st);
+    cr_assert_gt(st.skipped_frames, 0);
+    cr_assert_eq(st.write_errors, 0, "a full file is not an error");
+    cr_assert_eq(km_capture_close(cap, &err), 0, "%s", err.msg);
+
+    FILE *f = fopen(pcap_path, "rb");
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    cr_assert_lt(size, 1500 + 16384, "at most one record past the limit: %ld", size);
+    static const char *const num[] = {"frame.number", NULL};
+    char *bad = tshark(pcap_path, "_ws.malformed", num); /* tshark also fails on a cut block */
+    cr_assert_str_empty(bad, "%s", bad);
+    free(bad);
+    size_t n;
+    json_t *lines = read_lines(jsonl_path, &n);
+    json_t *end = json_array_get(lines, n - 1);
+    cr_assert_str_eq(str_of(end, "event"), "capture_end");
+    cr_assert_gt(int_of(end, "skipped_frames"), 0);
+    json_decref(lines);
+}
