@@ -8,9 +8,10 @@
  *
  * Lifetime: a connection ends exactly one of two ways.  Either the owner calls
  * km_net_close (no callback follows), or the connection fails, the peer
- * closes or a km_net_shutdown completes, and on_close runs once; in both cases the km_net_conn is freed and
- * must not be used afterwards.  km_net_close and km_net_send are safe from
- * inside any callback.
+ * closes or a km_net_shutdown completes, and on_close runs once.  Either way
+ * the km_net_conn is freed and must not be used afterwards.  Every call here
+ * is safe from inside any callback; none may be made from another thread
+ * (hop onto the loop with an ev_async first).
  *
  * SIGPIPE: writes use MSG_NOSIGNAL (plain) or km_tls' socket I/O (TLS), so a
  * vanished peer is an error return, never a signal.
