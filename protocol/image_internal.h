@@ -171,7 +171,7 @@ struct km_image {
     int32_t raft_leader, raft_leader_epoch;
     bool in_txn;
     km_txn_rec *txn;
-    size_t n_txn, cap_txn;
+    size_t n_txn, cap_txn, txn_bytes;
     bool failed;
     km_err failure;
 };

@@ -31,6 +31,9 @@ static void set_pos(km_image *img, km_delta *delta, int64_t offset, int32_t epoc
 
 static int buffer_frame(km_image *img, const uint8_t *p, size_t len, int64_t offset, int32_t epoch, km_err *err)
 {
+    if (img->txn_bytes + len > KM_IMAGE_TXN_MAX_BYTES)
+        return km_fail(err, "image: offset %" PRId64 ": transaction larger than %u MiB", offset,
+                       KM_IMAGE_TXN_MAX_BYTES >> 20);
     if (img->n_txn == img->cap_txn) {
         size_t nc = img->cap_txn ? img->cap_txn * 2 : 64;
         km_txn_rec *nt = realloc(img->txn, nc * sizeof *nt);
@@ -44,6 +47,7 @@ static int buffer_frame(km_image *img, const uint8_t *p, size_t len, int64_t off
         return km_fail(err, "image: offset %" PRId64 ": out of memory buffering a transaction", offset);
     memcpy(c, p, len);
     img->txn[img->n_txn++] = (km_txn_rec){offset, epoch, (uint32_t)len, c};
+    img->txn_bytes += len;
     return 0;
 }
 
@@ -52,6 +56,7 @@ static void drop_txn(km_image *img)
     for (size_t i = 0; i < img->n_txn; i++)
         free(img->txn[i].frame);
     img->n_txn = 0;
+    img->txn_bytes = 0;
     img->in_txn = false;
 }
 

@@ -105,8 +105,8 @@ int km_apply_topic_record(km_apply_ctx *c, const void *msg)
 
 static int slot_for(km_apply_ctx *c, km_topic *t, int32_t pid, km_part **out)
 {
-    if (pid < 0)
-        return km_apply_fail(c, "partition id %" PRId32 " is negative", pid);
+    if (pid < 0 || pid > KM_IMAGE_MAX_PARTITION_ID)
+        return km_apply_fail(c, "partition id %" PRId32 " out of range (0-%d)", pid, KM_IMAGE_MAX_PARTITION_ID);
     if (pid >= t->cap_parts) {
         int32_t nc = t->cap_parts ? t->cap_parts : 1;
         while (nc <= pid)

@@ -2,6 +2,7 @@
 #include "test_image_util.h"
 
 #include <criterion/criterion.h>
+#include <stdint.h>
 #include <string.h>
 
 static ti_ctx C;
@@ -611,4 +612,16 @@ Test(image_delta, replica_lists_are_interned)
     ti_partition(&C, ti_uuid(1), 2, TI_LIST(1, 2, 3), 1);
     cr_assert_eq(part(0).replicas.v, part(2).replicas.v);
     cr_assert_eq(part(0).replicas.v, part(0).isr.v);
+}
+
+Test(image_delta, hostile_partition_id_is_refused)
+{
+    ti_topic(&C, "t", ti_uuid(1));
+    km_partition_record r;
+    km_partition_record_init(&r);
+    r.topic_id = ti_uuid(1);
+    r.partition_id = INT32_MAX;
+    r.replicas.count = r.isr.count = r.removing_replicas.count = r.adding_replicas.count = r.directories.count = 0;
+    cr_assert_eq(ti_apply(&C, KM_MDR_PARTITION_RECORD, 1, &r), -1);
+    cr_assert(strstr(C.err.msg, "PARTITION_RECORD v1: partition id 2147483647 out of range"), "%s", C.err.msg);
 }
