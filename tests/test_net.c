@@ -599,3 +599,44 @@ Test(net, listener_freed_inside_accept_callback)
     close(b);
     world_free(&w);
 }
+
+/* Frames trickling in a few bytes at a time, the loop running between writes,
+ * so size prefixes and payloads are split at every kind of boundary. */
+Test(net, frames_split_at_arbitrary_boundaries)
+{
+    world w;
+    world_init(&w);
+    uint16_t port = start_server(&w);
+    int fd = raw_client(port);
+    while (!w.server.conn)
+        ev_run(w.loop, EVRUN_ONCE);
+    uint8_t stream[4096];
+    size_t len = 0, sizes[MAX_FRAMES];
+    for (int i = 0; i < MAX_FRAMES; i++) {
+        sizes[i] = (size_t)(i * 37 % 200);
+        uint8_t hdr[4] = {0, 0, (uint8_t)(sizes[i] >> 8), (uint8_t)sizes[i]};
+        memcpy(stream + len, hdr, 4);
+        for (size_t k = 0; k < sizes[i]; k++)
+            stream[len + 4 + k] = (uint8_t)(i + k);
+        len += 4 + sizes[i];
+    }
+    uint64_t rng = 7;
+    for (size_t off = 0; off < len;) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        size_t n = 1 + (size_t)(rng >> 61); /* 1..8 bytes */
+        if (n > len - off)
+            n = len - off;
+        cr_assert_eq(write(fd, stream + off, n), (ssize_t)n);
+        off += n;
+        ev_run(w.loop, EVRUN_NOWAIT);
+    }
+    while (w.server.frames < MAX_FRAMES)
+        ev_run(w.loop, EVRUN_ONCE);
+    for (int i = 0; i < MAX_FRAMES; i++) {
+        cr_assert_eq(w.server.sizes[i], sizes[i], "frame %d", i);
+        for (size_t k = 0; k < sizes[i]; k++)
+            cr_assert_eq(w.server.data[i][k], (uint8_t)(i + k));
+    }
+    close(fd);
+    world_free(&w);
+}
