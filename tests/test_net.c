@@ -640,3 +640,40 @@ Test(net, frames_split_at_arbitrary_boundaries)
     close(fd);
     world_free(&w);
 }
+
+/* With TLS, paused data can sit decrypted inside OpenSSL where the fd never
+ * signals it; resuming must still deliver it. */
+Test(net, pause_and_resume_over_tls)
+{
+    km_test_pki pki;
+    cr_assert_eq(km_test_pki_make(&pki), 0);
+    km_err err = {{0}};
+    km_tls_config scfg = {.cert_file = pki.server_cert, .key_file = pki.server_key};
+    km_tls_config ccfg = {.ca_file = pki.ca};
+    km_tls_ctx *sctx = km_tls_server_ctx_new(&scfg, &err), *cctx = km_tls_client_ctx_new(&ccfg, &err);
+    cr_assert(sctx && cctx, "%s", err.msg);
+    world w;
+    world_init(&w);
+    w.server_opts.tls = sctx;
+    w.pause_after = 1;
+    uint16_t port = start_server(&w);
+    km_net_opts copts = {.tls = cctx, .tls_name = "localhost"};
+    connect_client(&w, port, &copts);
+    uint8_t *frames[3];
+    for (int i = 0; i < 3; i++) { /* 40 kB each: several TLS records per frame */
+        frames[i] = pattern(40000, (unsigned)i + 3);
+        cr_assert_eq(km_net_send_frame(w.client.conn, frames[i], 40000, &err), 0, "%s", err.msg);
+    }
+    while (w.server.frames < 3 && !w.server.closed)
+        ev_run(w.loop, EVRUN_ONCE);
+    cr_assert_eq(w.server.frames, 3, "%s", w.server.why.msg);
+    cr_assert_eq(w.frames_at_resume, 1);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_arr_eq(w.server.data[i], frames[i], 40000);
+        free(frames[i]);
+    }
+    world_free(&w);
+    km_tls_ctx_free(sctx);
+    km_tls_ctx_free(cctx);
+    km_test_pki_free(&pki);
+}
