@@ -79,6 +79,8 @@ static void fail_call(km_zkw *w, int rc, const char *what)
     zkw_log(w, KM_LOG_WARN, "zk claim: %s failed: %s; retrying the claim from the start", what, zerror(rc));
     if (++w->claim_attempts > 20) {
         w->state = KM_ZKW_REFUSED;
+        snprintf(w->fence_reason, sizeof w->fence_reason, "claim gave up after %d attempts (last: %s: %s)",
+                 w->claim_attempts, what, zerror(rc));
         zkw_log(w, KM_LOG_ERROR, "zk claim: gave up after %d attempts (last: %s: %s)", w->claim_attempts, what,
                 zerror(rc));
         zkw_emit(w, KM_ZKW_EV_REFUSED);

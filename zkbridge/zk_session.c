@@ -65,10 +65,53 @@ static void on_watch(zhandle_t *zh, int type, int state, const char *path, void 
         s->on_state(s, state);
 }
 
+/* ---- the chroot: ZK-mode brokers create it when missing, and so do we ---- */
+
+static void on_chroot_created(int rc, const char *value, const void *data)
+{
+    (void)value;
+    zk_session *s = (zk_session *)data;
+    if (rc != ZOK && rc != ZNODEEXISTS)
+        s->chroot_pending = -1;  /* try again with the next handle */
+    else if (s->chroot_pending > 0)
+        s->chroot_pending--;
+    if (s->chroot_pending <= 0) {
+        s->chroot_ready = s->chroot_pending == 0;
+        zk_session_restart(s);   /* the root handle's job is done: open the chrooted one */
+    }
+}
+
+/* On the root handle: create every prefix of the chroot in order ("/a", then "/a/b"). */
+static void on_root_watch(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)path;
+    zk_session *s = ctx;
+    if (type != ZOO_SESSION_EVENT || state != ZOO_CONNECTED_STATE || s->chroot_pending)
+        return;
+    const char *chroot = strchr(s->hosts, '/');
+    char prefix[1024];
+    for (size_t i = 1; chroot[i - 1] && i < sizeof prefix; i++) {
+        if (chroot[i] != '/' && chroot[i])
+            continue;
+        memcpy(prefix, chroot, i);
+        prefix[i] = '\0';
+        if (zoo_acreate(zh, prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, on_chroot_created, s) == ZOK)
+            s->chroot_pending++;
+    }
+}
+
 int zk_session_open(zk_session *s, km_err *err)
 {
     zoo_set_debug_level((ZooLogLevel)0); /* quiet: our own log says what matters */
-    s->zh = zookeeper_init(s->hosts, on_watch, s->timeout_ms, NULL, s, 0);
+    const char *chroot = strchr(s->hosts, '/');
+    if (chroot && chroot[1] && !s->chroot_ready) {
+        char root[1024];
+        snprintf(root, sizeof root, "%.*s", (int)(chroot - s->hosts), s->hosts);
+        s->chroot_pending = 0;
+        s->zh = zookeeper_init(root, on_root_watch, s->timeout_ms, NULL, s, 0);
+    } else {
+        s->zh = zookeeper_init(s->hosts, on_watch, s->timeout_ms, NULL, s, 0);
+    }
     if (!s->zh)
         return km_fail(err, "zk session: zookeeper_init(%s) failed (bad host list?)", s->hosts);
     s->generation++;

@@ -15,6 +15,8 @@ struct zk_session {
     int timeout_ms;
     unsigned generation; /* bumps with every new handle, so stale completions can be told apart */
     bool in_process, restart_pending;
+    bool chroot_ready;   /* the chroot in `hosts` exists (or there is none) */
+    int chroot_pending;  /* creates of the chroot's path still unanswered */
     ev_io io;
     ev_timer timer;
     ev_prepare prepare;
