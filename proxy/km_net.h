@@ -104,7 +104,8 @@ void km_net_set_userdata(km_net_conn *c, void *ud);
  * usually hands both to km_net_accept. */
 typedef void (*km_net_accept_fn)(km_net_listener *l, int fd, const char *peer, void *ud);
 
-/* Listens on host:port (port 0: any free port, see km_net_listener_port). */
+/* Listens on host:port (host NULL: every local address; port 0: any free
+ * port, see km_net_listener_port). */
 km_net_listener *km_net_listen(struct ev_loop *loop, const char *host, uint16_t port, km_net_accept_fn fn,
                                void *ud, km_err *err);
 uint16_t km_net_listener_port(const km_net_listener *l);

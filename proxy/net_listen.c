@@ -73,19 +73,21 @@ static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
     ev_io_start(loop, &l->io);
 }
 
+/* host NULL: every local address (AI_PASSIVE). */
 static int bind_listen(km_net_listener *l, const char *host, uint16_t port, km_err *err)
 {
+    const char *shown = host ? host : "*";
     char service[8];
     snprintf(service, sizeof service, "%u", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res;
     int rc = getaddrinfo(host, service, &hints, &res);
     if (rc)
-        return km_fail(err, "listen on %s:%u: cannot resolve: %s", host, port, gai_strerror(rc));
+        return km_fail(err, "listen on %s:%u: cannot resolve: %s", shown, port, gai_strerror(rc));
     l->fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     if (l->fd < 0 || setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
         bind(l->fd, res->ai_addr, res->ai_addrlen) || listen(l->fd, 128)) {
-        rc = km_fail(err, "listen on %s:%u: %s", host, port, strerror(errno));
+        rc = km_fail(err, "listen on %s:%u: %s", shown, port, strerror(errno));
         freeaddrinfo(res);
         return rc;
     }
@@ -93,7 +95,7 @@ static int bind_listen(km_net_listener *l, const char *host, uint16_t port, km_e
     struct sockaddr_storage ss;
     socklen_t len = sizeof ss;
     if (getsockname(l->fd, (struct sockaddr *)&ss, &len))
-        return km_fail(err, "listen on %s:%u: getsockname: %s", host, port, strerror(errno));
+        return km_fail(err, "listen on %s:%u: getsockname: %s", shown, port, strerror(errno));
     l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                               : ((struct sockaddr_in *)&ss)->sin_port);
     return 0;

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <ev.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -676,4 +677,20 @@ Test(net, pause_and_resume_over_tls)
     km_tls_ctx_free(sctx);
     km_tls_ctx_free(cctx);
     km_test_pki_free(&pki);
+}
+
+Test(net, listening_on_a_busy_port_names_it)
+{
+    world w;
+    world_init(&w);
+    uint16_t port = start_server(&w);
+    km_err err = {{0}};
+    km_net_listener *again = km_net_listen(w.loop, "127.0.0.1", port, accepted, &w, &err);
+    cr_assert_null(again);
+    char want[64];
+    snprintf(want, sizeof want, "listen on 127.0.0.1:%u: Address already in use", port);
+    cr_assert_str_eq(err.msg, want);
+    cr_assert_null(km_net_listen(w.loop, "no-such-host.invalid", 0, accepted, &w, &err));
+    cr_assert(strstr(err.msg, "no-such-host.invalid") && strstr(err.msg, "cannot resolve"), "%s", err.msg);
+    world_free(&w);
 }
