@@ -144,6 +144,9 @@ static void plan_sync(km_zkb *b)
     b->sum.deleted += b->sync_ops.deleted;
     if (b->sync_ops.oom)
         return stop(b, "zk sync: out of memory planning the full sync");
+    zkw_log(b->w, KM_LOG_INFO, "zk sync: %zu znodes in ZooKeeper, %zu ops planned (%zu create, %zu update, "
+            "%zu delete) after %lld ms", b->actual.n, b->sync_ops.n, b->sync_ops.created, b->sync_ops.updated,
+            b->sync_ops.deleted, (long long)(zk_now_ms() - b->sync_started_ms));
     if (b->cfg.diff_only) {
         b->sum.full_syncs++;
         return set_phase(b, KM_ZKB_DUAL_WRITE);
@@ -156,6 +159,8 @@ static void on_walked(zk_walk *wk, int rc, void *ctx)
     km_zkb *b = ctx;
     zk_walk_free(wk);
     b->walking = false;
+    if (b->phase == KM_ZKB_STOPPED)
+        return; /* fenced, or being freed: the replies are ZCLOSING */
     if (rc != ZOK) {
         zkw_log(b->w, KM_LOG_WARN, "zk sync: reading ZooKeeper failed (%s); retrying", zerror(rc));
         ev_timer_set(&b->retry, 0.1, 0.);
@@ -231,6 +236,7 @@ void km_zkb_free(km_zkb *b)
     if (!b)
         return;
     ev_timer_stop(b->loop, &b->retry);
+    b->phase = KM_ZKB_STOPPED;
     km_zkw_free(b->w); /* fires outstanding walk replies (ZCLOSING) while the walk still exists */
     zk_walk_free(&b->walk);
     zk_tree_free(&b->actual);

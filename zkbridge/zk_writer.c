@@ -12,6 +12,7 @@
  * told apart from a second writer (who would have moved a guard). */
 #include "zk_writer.h"
 
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,17 +218,20 @@ char *km_zkw_metrics_json(const km_zkw *w)
 {
     km_zkw_metrics m;
     km_zkw_get_metrics(w, &m);
-    char *out = NULL;
-    if (asprintf(&out,
-                 "{\"zk_write_behind_lag\":%lld,\"zk_blocking_kraft_ms\":%lld,\"zk_write_delta_time_ms\":%lld,"
-                 "\"zk_write_snapshot_time_ms\":%lld,\"zk_migration_state\":\"%s\",\"zk_fence_reason\":\"%s\","
-                 "\"zk_multis_ok\":%llu,\"zk_multis_resent\":%llu,\"zk_lost_acks_adopted\":%llu,"
-                 "\"zk_sessions\":%llu,\"zk_claims\":%llu}",
-                 (long long)m.write_behind_lag, (long long)m.blocking_kraft_ms, (long long)m.write_delta_time_ms,
-                 (long long)m.write_snapshot_time_ms, km_zkw_state_name(m.state),
-                 w->state == KM_ZKW_FENCED ? "see log" : "", (unsigned long long)m.multis_ok,
-                 (unsigned long long)m.multis_resent, (unsigned long long)m.lost_acks_adopted,
-                 (unsigned long long)m.sessions, (unsigned long long)m.claims) < 0)
-        return NULL;
+    json_t *j = json_pack("{s:I,s:I,s:I,s:I,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+                          "zk_write_behind_lag", (json_int_t)m.write_behind_lag,
+                          "zk_blocking_kraft_ms", (json_int_t)m.blocking_kraft_ms,
+                          "zk_write_delta_time_ms", (json_int_t)m.write_delta_time_ms,
+                          "zk_write_snapshot_time_ms", (json_int_t)m.write_snapshot_time_ms,
+                          "zk_migration_state", km_zkw_state_name(m.state),
+                          "zk_fence_reason", w->fence_reason,
+                          "zk_multis_ok", (json_int_t)m.multis_ok, "zk_multis_resent", (json_int_t)m.multis_resent,
+                          "zk_lost_acks_adopted", (json_int_t)m.lost_acks_adopted,
+                          "zk_sessions", (json_int_t)m.sessions, "zk_claims", (json_int_t)m.claims,
+                          "zk_znodes_created", (json_int_t)m.znodes_created,
+                          "zk_znodes_updated", (json_int_t)m.znodes_updated,
+                          "zk_znodes_deleted", (json_int_t)m.znodes_deleted);
+    char *out = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
     return out;
 }
