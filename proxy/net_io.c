@@ -53,8 +53,12 @@ static int frame_size(km_net_conn *c, size_t off, size_t *size)
         return -1;
     }
     if (raw > c->opts.max_frame) {
-        fail_msg(c, "frame from %s at stream byte %llu: size %u exceeds the %zu byte frame limit", c->peer,
-                 (unsigned long long)at, raw, c->opts.max_frame);
+        /* A TLS record header (0x16 0x03) first thing on a plaintext connection is
+         * the classic TLS-vs-plaintext listener mix-up; say so. */
+        bool tls_hello = at == 0 && !c->tls && c->rbuf[off] == 0x16 && c->rbuf[off + 1] == 0x03;
+        fail_msg(c, "frame from %s at stream byte %llu: size %u exceeds the %zu byte frame limit%s", c->peer,
+                 (unsigned long long)at, raw, c->opts.max_frame,
+                 tls_hello ? " (the peer is speaking TLS to a plaintext endpoint)" : "");
         return -1;
     }
     *size = raw;

@@ -694,3 +694,42 @@ Test(net, listening_on_a_busy_port_names_it)
     cr_assert(strstr(err.msg, "no-such-host.invalid") && strstr(err.msg, "cannot resolve"), "%s", err.msg);
     world_free(&w);
 }
+
+/* The usual misconfiguration, both ways round: the errors must say what happened. */
+Test(net, tls_and_plaintext_mixups_are_explained)
+{
+    km_test_pki pki;
+    cr_assert_eq(km_test_pki_make(&pki), 0);
+    km_err err = {{0}};
+    km_tls_config scfg = {.cert_file = pki.server_cert, .key_file = pki.server_key};
+    km_tls_config ccfg = {.ca_file = pki.ca};
+    km_tls_ctx *sctx = km_tls_server_ctx_new(&scfg, &err), *cctx = km_tls_client_ctx_new(&ccfg, &err);
+    cr_assert(sctx && cctx, "%s", err.msg);
+
+    world w; /* TLS client, plaintext server */
+    world_init(&w);
+    uint16_t port = start_server(&w);
+    km_net_opts copts = {.tls = cctx, .tls_name = "localhost", .connect_timeout = 5};
+    connect_client(&w, port, &copts);
+    while (!w.server.closed)
+        ev_run(w.loop, EVRUN_ONCE);
+    cr_assert(strstr(w.server.why.msg, "the peer is speaking TLS to a plaintext endpoint"), "%s", w.server.why.msg);
+    while (!w.client.closed)
+        ev_run(w.loop, EVRUN_ONCE);
+    cr_assert(strstr(w.client.why.msg, "TLS handshake with localhost: peer closed the connection"), "%s",
+              w.client.why.msg);
+    world_free(&w);
+
+    world_init(&w); /* plaintext Kafka client, TLS server */
+    w.server_opts.tls = sctx;
+    port = start_server(&w);
+    uint8_t api_versions[] = {0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 1, 0xff, 0xff};
+    expect_server_error(port, &w, api_versions, sizeof api_versions, false);
+    cr_assert(strstr(w.server.why.msg, "TLS handshake with 127.0.0.1:"), "%s", w.server.why.msg);
+    cr_assert(strstr(w.server.why.msg, "wrong version number"), "OpenSSL's reason is passed on: %s",
+              w.server.why.msg);
+    world_free(&w);
+    km_tls_ctx_free(sctx);
+    km_tls_ctx_free(cctx);
+    km_test_pki_free(&pki);
+}
