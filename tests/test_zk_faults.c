@@ -182,3 +182,30 @@ Test(zk_faults, lost_ack_during_the_claim)
     free(epoch);
     zkt_writer_free(t);
 }
+
+/* KAFKA-16667 by construction: every read of /migration - during the claim and during lost-ack
+ * recovery - comes right after a sync(), with nothing but reads in between. */
+Test(zk_faults, every_migration_read_follows_a_sync)
+{
+    model md;
+    zkt_writer *t = setup(&md);
+    for (int i = 0; i < 5; i++) {
+        km_fp_arm(fp, i % 2 ? KM_FP_MULTI_CHECKPOINT : KM_FP_MULTI_DATA, KM_FP_DROP_REPLY, "/migration", 0);
+        submit_round(t, &md, 50 + i);
+        cr_assert(zkt_wait_drained(t, 30000));
+    }
+    static km_fp_req log[KM_FP_LOG_MAX];
+    int n = km_fp_log(fp, log, KM_FP_LOG_MAX), reads = 0;
+    bool synced = false;
+    for (int i = 0; i < n; i++) {
+        if (log[i].type == 9) /* sync */
+            synced = true;
+        else if (log[i].type == 4 && !strcmp(log[i].path, "/migration")) {
+            cr_assert(synced, "request %d: getData /migration without a sync() before it", i);
+            reads++;
+        } else if (log[i].type != 4 && log[i].type != 8 && log[i].type != 12) /* a write */
+            synced = false;
+    }
+    cr_assert_geq(reads, 6, "the claim and 5 recoveries read /migration (%d reads)", reads);
+    zkt_writer_free(t);
+}

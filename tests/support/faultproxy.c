@@ -50,6 +50,8 @@ struct km_fp {
     int skip, fired, multis;
     fp_conn conns[FP_MAX_CONNS];
     char hosts[64];
+    km_fp_req log[KM_FP_LOG_MAX];
+    int log_n, log_at;
 };
 
 static uint32_t be32(const unsigned char *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
@@ -182,6 +184,35 @@ static void conn_close(fp_conn *c)
     c->drop_xid = -1;
 }
 
+static void log_request(km_fp *fp, int32_t type, const unsigned char *body, size_t len)
+{
+    km_fp_req *r = &fp->log[fp->log_at];
+    fp->log_at = (fp->log_at + 1) % KM_FP_LOG_MAX;
+    if (fp->log_n < KM_FP_LOG_MAX)
+        fp->log_n++;
+    r->type = type;
+    r->path[0] = '\0';
+    rd rr = {body, len, false};
+    int32_t plen;
+    const unsigned char *p = type == OP_MULTI ? NULL : rd_bytes(&rr, &plen);
+    if (p && plen > 0) {
+        size_t n = (size_t)plen < sizeof r->path - 1 ? (size_t)plen : sizeof r->path - 1;
+        memcpy(r->path, p, n);
+        r->path[n] = '\0';
+    }
+}
+
+int km_fp_log(km_fp *fp, km_fp_req *out, int max)
+{
+    pthread_mutex_lock(&fp->mu);
+    int n = fp->log_n < max ? fp->log_n : max;
+    int start = (fp->log_at - fp->log_n + KM_FP_LOG_MAX) % KM_FP_LOG_MAX;
+    for (int i = 0; i < n; i++)
+        out[i] = fp->log[(start + i) % KM_FP_LOG_MAX];
+    pthread_mutex_unlock(&fp->mu);
+    return n;
+}
+
 /* Decides one complete client frame: 0 forward, 1 cut the connection without forwarding. */
 static int on_client_frame(km_fp *fp, fp_conn *c, const unsigned char *frame, size_t len)
 {
@@ -194,6 +225,8 @@ static int on_client_frame(km_fp *fp, fp_conn *c, const unsigned char *frame, si
     int32_t xid = (int32_t)be32(frame), type = (int32_t)be32(frame + 4);
     pthread_mutex_lock(&fp->mu);
     int verdict = 0;
+    if (type != 11) /* not a ping */
+        log_request(fp, type, frame + 8, len - 8);
     if (type == OP_MULTI)
         fp->multis++;
     if (fp->armed && request_matches(fp, type, frame + 8, len - 8) && fp->skip-- == 0) {

@@ -35,6 +35,15 @@ void km_fp_disarm(km_fp *fp);
 /* Faults injected so far, and requests of opcode 14 seen so far. */
 int km_fp_fired(km_fp *fp);
 int km_fp_multis_seen(km_fp *fp);
+/* The requests clients sent, in order (pings left out): opcode and first path. Keeps the last
+ * KM_FP_LOG_MAX; returns how many were copied into out. */
+#define KM_FP_LOG_MAX 8192
+typedef struct km_fp_req {
+    int type;
+    char path[96];
+} km_fp_req;
+int km_fp_log(km_fp *fp, km_fp_req *out, int max);
+
 /* Cuts every open connection now (no request dropped on purpose). */
 void km_fp_cut_all(km_fp *fp);
 /* While refusing, new connections are closed as soon as they are accepted. */
