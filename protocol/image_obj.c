@@ -91,45 +91,64 @@ static void free_features(const km_feature_range *f, int32_t n)
     free((km_feature_range *)f);
 }
 
+static void free_broker(km_broker *b)
+{
+    free_endpoints(b->endpoints, b->n_endpoints);
+    free_features(b->features, b->n_features);
+    free((char *)b->rack);
+    free((km_uuid *)b->log_dirs.v);
+}
+
+static void free_config(km_config_res *r)
+{
+    for (int32_t i = 0; i < r->n; i++) {
+        free((char *)r->kv[i].name);
+        free((char *)r->kv[i].value);
+    }
+    free((km_config_kv *)r->kv);
+    free((char *)r->name);
+}
+
+static void free_quota(km_client_quota *q)
+{
+    for (int32_t i = 0; i < q->n_parts; i++) {
+        free((char *)q->parts[i].type);
+        free((char *)q->parts[i].name);
+    }
+    for (int32_t i = 0; i < q->n; i++)
+        free((char *)q->kv[i].key);
+    free((km_quota_entity_part *)q->parts);
+    free((km_quota_kv *)q->kv);
+}
+
+static void free_token(km_token *t)
+{
+    free((char *)t->token_id);
+    free((char *)t->owner);
+    free((char *)t->requester);
+    for (int32_t i = 0; i < t->n_renewers; i++)
+        free((char *)t->renewers[i]);
+    free((char **)t->renewers);
+}
+
 static void free_contents(km_obj_kind kind, void *o)
 {
     switch (kind) {
-    case KM_OBJ_BROKER: {
-        km_broker *b = o;
-        free_endpoints(b->endpoints, b->n_endpoints);
-        free_features(b->features, b->n_features);
-        free((char *)b->rack);
-        free((km_uuid *)b->log_dirs.v);
+    case KM_OBJ_BROKER:
+        free_broker(o);
         break;
-    }
     case KM_OBJ_CONTROLLER: {
         km_controller *c = o;
         free_endpoints(c->endpoints, c->n_endpoints);
         free_features(c->features, c->n_features);
         break;
     }
-    case KM_OBJ_CONFIG: {
-        km_config_res *r = o;
-        for (int32_t i = 0; i < r->n; i++) {
-            free((char *)r->kv[i].name);
-            free((char *)r->kv[i].value);
-        }
-        free((km_config_kv *)r->kv);
-        free((char *)r->name);
+    case KM_OBJ_CONFIG:
+        free_config(o);
         break;
-    }
-    case KM_OBJ_QUOTA: {
-        km_client_quota *q = o;
-        for (int32_t i = 0; i < q->n_parts; i++) {
-            free((char *)q->parts[i].type);
-            free((char *)q->parts[i].name);
-        }
-        for (int32_t i = 0; i < q->n; i++)
-            free((char *)q->kv[i].key);
-        free((km_quota_entity_part *)q->parts);
-        free((km_quota_kv *)q->kv);
+    case KM_OBJ_QUOTA:
+        free_quota(o);
         break;
-    }
     case KM_OBJ_SCRAM: {
         km_scram *s = o;
         free((char *)s->user);
@@ -145,16 +164,9 @@ static void free_contents(km_obj_kind kind, void *o)
         free((char *)a->host);
         break;
     }
-    case KM_OBJ_TOKEN: {
-        km_token *t = o;
-        free((char *)t->token_id);
-        free((char *)t->owner);
-        free((char *)t->requester);
-        for (int32_t i = 0; i < t->n_renewers; i++)
-            free((char *)t->renewers[i]);
-        free((char **)t->renewers);
+    case KM_OBJ_TOKEN:
+        free_token(o);
         break;
-    }
     case KM_OBJ_N:
         break;
     }

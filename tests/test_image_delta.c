@@ -625,3 +625,56 @@ Test(image_delta, hostile_partition_id_is_refused)
     cr_assert_eq(ti_apply(&C, KM_MDR_PARTITION_RECORD, 1, &r), -1);
     cr_assert(strstr(C.err.msg, "PARTITION_RECORD v1: partition id 2147483647 out of range"), "%s", C.err.msg);
 }
+
+Test(image_delta, scram_and_delegation_tokens)
+{
+    km_user_scram_credential_record s;
+    km_user_scram_credential_record_init(&s);
+    uint8_t salt[4] = {1, 2, 3, 4};
+    s.name = km_cstr("alice");
+    s.mechanism = 2;
+    s.salt = (km_bytes){salt, 4};
+    s.stored_key = s.server_key = (km_bytes){salt, 2};
+    s.iterations = 8192;
+    cr_assert_eq(ti_apply(&C, KM_MDR_USER_SCRAM_CREDENTIAL_RECORD, 0, &s), 0, "%s", C.err.msg);
+    const km_scram *sc = km_image_scram(C.img, "alice", 2);
+    cr_assert(sc);
+    cr_assert_eq(sc->iterations, 8192);
+    cr_assert_eq(sc->salt.len, 4);
+    cr_assert_null(km_image_scram(C.img, "alice", 1), "per mechanism");
+    km_remove_user_scram_credential_record rs;
+    km_remove_user_scram_credential_record_init(&rs);
+    rs.name = km_cstr("alice");
+    rs.mechanism = 2;
+    cr_assert_eq(ti_apply(&C, KM_MDR_REMOVE_USER_SCRAM_CREDENTIAL_RECORD, 0, &rs), 0, "%s", C.err.msg);
+    cr_assert_null(km_image_scram(C.img, "alice", 2));
+    size_t it = 0;
+    km_scram_change sch;
+    cr_assert_not(km_delta_next_scram(C.delta, &it, &sch), "added and removed within the delta");
+
+    km_delegation_token_record t;
+    km_delegation_token_record_init(&t);
+    km_str renewers[] = {km_cstr("User:r")};
+    t.token_id = km_cstr("tok1");
+    t.owner = km_cstr("User:o");
+    t.requester = km_cstr("User:o");
+    t.renewers.count = 1;
+    t.renewers.items = renewers;
+    t.expiration_timestamp = 99;
+    cr_assert_eq(ti_apply(&C, KM_MDR_DELEGATION_TOKEN_RECORD, 0, &t), 0, "%s", C.err.msg);
+    const km_token *tk = km_image_token(C.img, "tok1");
+    cr_assert(tk);
+    cr_assert_str_eq(tk->renewers[0], "User:r");
+    cr_assert_eq(tk->expiration_timestamp, 99);
+    km_delta_clear(C.delta);
+    km_remove_delegation_token_record rt;
+    km_remove_delegation_token_record_init(&rt);
+    rt.token_id = km_cstr("tok1");
+    cr_assert_eq(ti_apply(&C, KM_MDR_REMOVE_DELEGATION_TOKEN_RECORD, 0, &rt), 0, "%s", C.err.msg);
+    cr_assert_null(km_image_token(C.img, "tok1"));
+    km_token_change tch;
+    it = 0;
+    cr_assert(km_delta_next_token(C.delta, &it, &tch));
+    cr_assert(tch.old && !tch.new);
+    cr_assert_str_eq(tch.old->owner, "User:o");
+}
