@@ -678,3 +678,19 @@ Test(image_delta, scram_and_delegation_tokens)
     cr_assert(tch.old && !tch.new);
     cr_assert_str_eq(tch.old->owner, "User:o");
 }
+
+Test(image_delta, added_partitions_change_the_topic)
+{
+    cluster();
+    ti_partition(&C, ti_uuid(1), 2, TI_LIST(3, 1, 2), 3);
+    size_t it = 0;
+    km_topic_change tc;
+    cr_assert(km_delta_next_topic(C.delta, &it, &tc));
+    cr_assert_eq(tc.op, KM_CHANGED);
+    cr_assert_eq(tc.old_partitions, 2);
+    cr_assert_eq(tc.new_partitions, 3);
+    km_partition_change pc;
+    cr_assert_eq(count_partition_changes(&pc), 1);
+    cr_assert(!pc.has_old && pc.has_new);
+    cr_assert_eq(pc.partition, 2);
+}
