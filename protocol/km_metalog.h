@@ -16,8 +16,9 @@
  * An unknown api key, version or control type is an error, never skipped.
  *
  * Errors: every failing call returns -1 (or NULL) and fills a km_err of the
- * form "<file>: offset <byte pos>: <reason>" (byte position in the file, and
- * the Kafka offset where one is known).
+ * form "<file>: byte <pos> (offset <kafka offset>): <reason>" - the batch's
+ * byte position in the file, its (or the record's) offset where known, and
+ * for record-level faults "record <i> of <n>: ..." inside the reason.
  *
  * No threads, no globals.  Follow mode is driven by the caller's event loop:
  * watch km_metalog_fd() for readability (inotify) or, when it returns -1,
@@ -36,7 +37,8 @@
 
 #define KM_ML_BATCH_OVERHEAD 61        /* bytes of a v2 batch header */
 #define KM_ML_LOG_OVERHEAD 12          /* baseOffset + batchLength */
-#define KM_ML_MAX_BATCH_DEFAULT (8u * 1024u * 1024u)    /* Kafka's default max.message.bytes is ~1 MiB */
+/* KRaft writes batches of at most KafkaRaftClient.MAX_BATCH_SIZE_BYTES (8 MiB); twice that is refused. */
+#define KM_ML_MAX_BATCH_DEFAULT (16u * 1024u * 1024u)
 #define KM_ML_MAX_INFLATED_DEFAULT (64u * 1024u * 1024u) /* cap on one batch's decompressed records */
 
 typedef enum km_ml_compression {
