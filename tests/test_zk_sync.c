@@ -215,3 +215,53 @@ Test(zk_sync, cli_sync_then_diff)
     km_test_rmtree(dir);
     free(dir);
 }
+
+/* Real Kafka ZooKeeper trees (the corpus' ZK snapshots): syncing an image over what real brokers
+ * and controllers wrote leaves ZooKeeper equal to the image and the brokers' own znodes alone. */
+Test(zk_sync, over_real_kafka_zookeeper_snapshots, .timeout = 300)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/corpus/zk-snapshot", km_test_shared_dir());
+    DIR *d = opendir(dir);
+    if (!d)
+        cr_skip_test("corpus not available at %s", dir);
+    char *gdir = km_test_tmpdir("zksnap"), log[512];
+    snprintf(log, sizeof log, "%s/log", gdir);
+    km_image *img = gen_image(log, 4, 3, 10);
+    struct dirent *e;
+    int done = 0;
+    while ((e = readdir(d)) && done < 4) {
+        if (!strstr(e->d_name, "snapshot.") || strstr(e->d_name, "snapshot.0"))
+            continue; /* snapshot.0 files are empty trees */
+        char path[2048], err[512] = "";
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        km_zks *real = km_zks_start(1, path, 0, err, sizeof err);
+        if (!real)
+            continue;
+        km_zkc *c = km_zkc_open(km_zks_hosts(real, 0), NULL, 10000);
+        cr_assert(c);
+        char **ids = NULL;
+        int nids = 0, rc_ids = km_zkc_children(c, "/brokers/ids", &ids, &nids);
+        zkt_bridge *t = zkt_bridge_new(km_zks_hosts(real, 0), img, 3000, 1, NULL);
+        cr_assert(zkt_bridge_wait_idle(t, 60000), "%s: %s", e->d_name, km_zkb_error(t->b));
+        char why[512];
+        cr_assert(zkt_zk_equals_image(c, img, 1, why, sizeof why), "%s: %s", e->d_name, why);
+        char **after = NULL;
+        int nafter = 0;
+        if (rc_ids == ZOK) {
+            cr_assert_eq(km_zkc_children(c, "/brokers/ids", &after, &nafter), ZOK);
+            cr_assert_eq(nafter, nids, "%s: /brokers/ids is the brokers' own", e->d_name);
+        }
+        km_zkc_free_strings(ids, nids);
+        km_zkc_free_strings(after, nafter);
+        cr_log_info("synced over %s", e->d_name);
+        zkt_bridge_free(t);
+        km_zkc_close(c);
+        km_zks_stop(real);
+        done++;
+    }
+    closedir(d);
+    km_image_free(img);
+    km_test_rmtree(gdir);
+    free(gdir);
+}
