@@ -196,3 +196,41 @@ Test(capture_net, km_net_capture_tap_on_a_dialled_connection)
     km_test_rmtree(dir);
     free(dir);
 }
+
+/* IPv6 peers have no place in an IPv4 capture; they map into 127.255.0.0/16
+ * and still make a decodable stream. */
+Test(capture_net, ipv6_connection_maps_into_an_ipv4_capture)
+{
+    char *dir = km_test_tmpdir("cap6");
+    char path[512];
+    snprintf(path, sizeof path, "%s/v6.pcapng", dir);
+    rig r = {.loop = ev_loop_new(EVFLAG_AUTO)};
+    km_err err = {{0}};
+    km_capture_opts o = {.pcapng_path = path};
+    r.cap = km_capture_open(&o, &err);
+    cr_assert(r.cap, "%s", err.msg);
+    km_net_listener *l = km_net_listen(r.loop, "::1", 0, on_accept, &r, &err);
+    if (!l)
+        cr_skip_test("no IPv6 loopback: %s", err.msg);
+    uint16_t port = km_net_listener_port(l);
+    r.client_conn = km_net_connect(r.loop, "::1", port, NULL, &cli_h, &r, &err);
+    cr_assert(r.client_conn, "%s", err.msg);
+    char want[32];
+    snprintf(want, sizeof want, "[::1]:%u", port);
+    cr_assert_str_eq(km_net_peer(r.client_conn), want);
+    send_api_versions(r.client_conn, 3, 31);
+    send_api_versions(r.client_conn, 3, 32);
+    ev_run(r.loop, 0);
+    cr_assert(r.server_closed);
+    cr_assert_eq(r.client.ip >> 16, 0x7fffu, "mapped client address %08x", r.client.ip);
+    cr_assert_eq(r.server.ip, r.client.ip, "the same IPv6 address maps to the same IPv4 one");
+    cr_assert_eq(r.server.port, port);
+    km_net_listener_free(l);
+    cr_assert_eq(km_capture_close(r.cap, &err), 0, "%s", err.msg);
+    ev_loop_destroy(r.loop);
+    char *corr = run_tshark(path, port, "kafka", "kafka.correlation_id");
+    cr_assert_str_eq(corr, "31\n31\n32\n32\n", "%s", corr);
+    free(corr);
+    km_test_rmtree(dir);
+    free(dir);
+}
