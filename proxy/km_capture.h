@@ -62,7 +62,7 @@ typedef struct km_capture_stats {
     uint64_t frames, bytes;                 /* queued for writing */
     uint64_t dropped_frames, dropped_bytes; /* refused because the queue was full */
     uint64_t write_errors;                  /* records the writer failed to store */
-    uint64_t skipped_frames;                /* not written because a file hit max_file_bytes */
+    uint64_t skipped_frames;                /* missing from a file that hit max_file_bytes */
 } km_capture_stats;
 
 typedef struct km_capture km_capture;
