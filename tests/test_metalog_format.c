@@ -749,3 +749,29 @@ Test(metalog_snapshot, log_records_covered_by_the_snapshot_are_not_decoded)
     km_buf_free(&v);
     km_buf_free(&b);
 }
+
+Test(metalog_snapshot, abort_leaves_nothing_behind)
+{
+    char *dir = km_test_tmpdir("ml-abort");
+    char *path = tm_path(dir, "00000000000000000009-0000000001.checkpoint");
+    char *part = tm_path(dir, "00000000000000000009-0000000001.checkpoint.part");
+    km_err err;
+    km_metalog_writer *w = km_metalog_writer_open_snapshot(path, 5, NULL, &err);
+    cr_assert(w, "%s", err.msg);
+    cr_assert_eq(access(part, F_OK), 0, "written as .part first");
+    cr_assert_eq(access(path, F_OK), -1);
+    km_metalog_writer_abort(w);
+    cr_assert_eq(access(part, F_OK), -1);
+    cr_assert_eq(access(path, F_OK), -1);
+    /* and a directory reader never mistakes a .part for a snapshot */
+    w = km_metalog_writer_open_snapshot(path, 5, NULL, &err);
+    km_metalog *m = km_metalog_open_dir(dir, NULL, &err);
+    cr_assert(m, "%s", err.msg);
+    cr_assert_eq(km_metalog_snapshot_id(m, NULL, NULL), 0);
+    km_metalog_close(m);
+    km_metalog_writer_abort(w);
+    km_test_rmtree(dir);
+    free(path);
+    free(part);
+    free(dir);
+}
