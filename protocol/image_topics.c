@@ -156,9 +156,17 @@ static int part_from_record(km_apply_ctx *c, const km_partition_record *r, km_pa
     p->partition_epoch = r->partition_epoch;
     p->lrs = r->leader_recovery_state;
     p->present = true;
-    if (intern(c, r->replicas.items, r->replicas.count, 4, &p->replicas) < 0 ||
-        intern(c, r->isr.items, r->isr.count, 4, &p->isr) < 0 ||
-        intern(c, r->removing_replicas.items, r->removing_replicas.count, 4, &p->removing) < 0 ||
+    if (intern(c, r->replicas.items, r->replicas.count, 4, &p->replicas) < 0)
+        goto fail;
+    /* A full ISR is the common case: same list, no second hash. */
+    if (r->isr.count == r->replicas.count && r->isr.count > 0 &&
+        !memcmp(r->isr.items, r->replicas.items, (size_t)r->isr.count * 4)) {
+        km_pool_ref(&c->img->pool, p->replicas);
+        p->isr = p->replicas;
+    } else if (intern(c, r->isr.items, r->isr.count, 4, &p->isr) < 0) {
+        goto fail;
+    }
+    if (intern(c, r->removing_replicas.items, r->removing_replicas.count, 4, &p->removing) < 0 ||
         intern(c, r->adding_replicas.items, r->adding_replicas.count, 4, &p->adding) < 0 ||
         intern(c, r->eligible_leader_replicas.items, r->eligible_leader_replicas.count, 4, &p->elr) < 0 ||
         intern(c, r->last_known_elr.items, r->last_known_elr.count, 4, &p->lkelr) < 0)

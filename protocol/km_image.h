@@ -400,10 +400,12 @@ void km_image_follow_close(km_image_follow *f);
 
 /* ---- JSON ------------------------------------------------------------------------------- */
 
-/* The image as one JSON object: clusterId, offset, epoch, raftLeader,
- * metadataVersion, features, zkMigrationState, producerIds, brokers,
- * controllers, topics (with partitions), configs, clientQuotas, scram
- * (without secrets), acls, delegationTokens.  New reference, or NULL. */
+/* The image as one JSON object, keys in this order: clusterId, offset,
+ * epoch, raftLeader {id, epoch}, metadataVersion, features {name: level},
+ * zkMigrationState (name), producerIds, topicCount, partitionCount, brokers,
+ * controllers, configs, clientQuotas, scramCredentials (no salts or keys),
+ * acls, delegationTokens, topics (by name, each with its partitions).
+ * Record field names as Kafka's JSON spells them.  New reference, or NULL. */
 struct json_t *km_image_to_json(const km_image *img, km_err *err);
 /* A partition as Kafka's PartitionRecord JSON names its fields. */
 struct json_t *km_partition_to_json(const km_partition *p);
