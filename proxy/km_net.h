@@ -93,6 +93,12 @@ void km_net_shutdown(km_net_conn *c);
  * after ready; frames queued before it are captured once connected. */
 void km_net_capture(km_net_conn *c, km_capture *cap);
 
+typedef struct km_net_stats {
+    uint64_t frames_in, bytes_in;  /* delivered frames; bytes read (after TLS) */
+    uint64_t bytes_out;            /* bytes written to the socket (before TLS) */
+} km_net_stats;
+void km_net_get_stats(const km_net_conn *c, km_net_stats *out);
+
 bool km_net_is_ready(const km_net_conn *c);
 const char *km_net_peer(const km_net_conn *c); /* "host:port" */
 int km_net_fd(const km_net_conn *c);

@@ -379,6 +379,7 @@ int km_net_send_frame(km_net_conn *c, const void *payload, size_t len, km_err *e
 }
 
 size_t km_net_queued(const km_net_conn *c) { return c->queued; }
+void km_net_get_stats(const km_net_conn *c, km_net_stats *out) { *out = c->stats; }
 size_t km_net_room(const km_net_conn *c) { return c->opts.write_limit - c->queued; }
 bool km_net_is_ready(const km_net_conn *c) { return c->state == NET_READY; }
 const char *km_net_peer(const km_net_conn *c) { return c->peer; }

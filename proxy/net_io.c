@@ -90,6 +90,7 @@ static bool deliver_frames(km_net_conn *c)
             return false;
         if (c->rlen - off - 4 < size)
             break;
+        c->stats.frames_in++;
         km_net__tap_in(c, c->rbuf + off + 4, size);
         km_net__enter(c);
         if (c->h.on_frame)
@@ -179,6 +180,7 @@ void km_net__read_ready(km_net_conn *c)
             return;
         }
         c->rlen += n;
+        c->stats.bytes_in += n;
         if (!deliver_frames(c))
             return;
     }
@@ -245,6 +247,7 @@ static km_tls_status raw_write(km_net_conn *c, size_t *n, km_err *err)
 static void advance(km_net_conn *c, size_t n)
 {
     c->queued -= n;
+    c->stats.bytes_out += n;
     while (n && c->head) {
         size_t left = c->head->len - c->head_off;
         if (n < left) {

@@ -43,6 +43,7 @@ struct km_net_conn {
     net_chunk *head, *tail;
     size_t head_off, queued;
     km_tls_status write_block;
+    km_net_stats stats;
     /* capture tap (net_capture.c) */
     bool we_dialled;           /* connect (client side) rather than accept */
     km_capture *cap;

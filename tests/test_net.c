@@ -421,6 +421,11 @@ Test(net, write_queue_is_bounded_and_drains)
     cr_assert_eq(w.client.frames, 1);
     cr_assert_geq(w.client.drains, 1);
     cr_assert_eq(km_net_room(w.client.conn), 1000);
+    km_net_stats st;
+    km_net_get_stats(w.client.conn, &st);
+    cr_assert_eq(st.bytes_out, 604);
+    cr_assert_eq(st.bytes_in, 604);
+    cr_assert_eq(st.frames_in, 1);
     cr_assert_eq(km_net_send_frame(w.client.conn, buf, sizeof buf, &err), 0, "%s", err.msg);
     world_free(&w);
 }
