@@ -59,7 +59,8 @@ static json_t *parts_json(const bsim_state *st)
     json_t *a = json_array();
     if (!sorted)
         return a;
-    memcpy(sorted, st->parts, sizeof *sorted * st->n_parts);
+    if (st->n_parts) /* memcpy from NULL is undefined even for 0 bytes */
+        memcpy(sorted, st->parts, sizeof *sorted * st->n_parts);
     qsort(sorted, st->n_parts, sizeof *sorted, cmp_part);
     for (size_t i = 0; i < st->n_parts; i++)
         json_array_append_new(a, part_json(sorted[i]));
@@ -73,7 +74,8 @@ static json_t *brokers_json(const bsim_state *st)
     bsim_broker *sorted = malloc(sizeof *sorted * (st->n_brokers + 1));
     if (!sorted)
         return a;
-    memcpy(sorted, st->brokers, sizeof *sorted * st->n_brokers);
+    if (st->n_brokers)
+        memcpy(sorted, st->brokers, sizeof *sorted * st->n_brokers);
     qsort(sorted, st->n_brokers, sizeof *sorted, cmp_broker);
     for (size_t i = 0; i < st->n_brokers; i++) {
         json_t *eps = json_array();
@@ -112,7 +114,8 @@ static json_t *topics_json(const bsim_state *st)
     bsim_mpart **sorted = malloc(sizeof *sorted * (st->n_mparts + 1));
     if (!sorted)
         return a;
-    memcpy(sorted, st->mparts, sizeof *sorted * st->n_mparts);
+    if (st->n_mparts)
+        memcpy(sorted, st->mparts, sizeof *sorted * st->n_mparts);
     qsort(sorted, st->n_mparts, sizeof *sorted, cmp_mpart);
     json_t *topic = NULL;
     for (size_t i = 0; i < st->n_mparts; i++) {
