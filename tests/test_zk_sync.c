@@ -265,3 +265,79 @@ Test(zk_sync, over_real_kafka_zookeeper_snapshots, .timeout = 300)
     km_test_rmtree(gdir);
     free(gdir);
 }
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct poll_ctx {
+    const km_image *img;
+    char why[512];
+} poll_ctx;
+
+static bool zk_matches(km_zkc *c, poll_ctx *p, int guard_ms)
+{
+    for (int waited = 0; waited < guard_ms; waited += 100) {
+        if (zkt_zk_equals_image(c, p->img, 1000, p->why, sizeof p->why))
+            return true;
+        usleep(100 * 1000);
+    }
+    return false;
+}
+
+/* Appends a config change and a topic deletion to the log as one batch, and to the expected image. */
+static void append_changes(const char *log, km_image *expect)
+{
+    km_err err = {{0}};
+    km_metalog_writer *w = km_metalog_writer_open_dir(log, &(km_metalog_writer_opts){.leader_epoch = 1}, &err);
+    cr_assert(w, "%s", err.msg);
+    km_config_record cfg;
+    km_config_record_init(&cfg);
+    cfg.resource_type = KM_CFG_TOPIC;
+    cfg.resource_name = km_cstr("topic-0");
+    cfg.name = km_cstr("retention.ms");
+    cfg.value = km_cstr("777");
+    km_remove_topic_record rm;
+    km_remove_topic_record_init(&rm);
+    rm.topic_id = km_topic_id(km_image_topic_by_name(expect, "topic-2"));
+    km_metalog_entry e[2] = {{&km_config_record_desc, 0, &cfg, -1}, {&km_remove_topic_record_desc, 0, &rm, -1}};
+    int64_t base = -1;
+    cr_assert_eq(km_metalog_writer_append(w, e, 2, &base, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_metalog_writer_finish(w, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_image_apply(expect, KM_MDR_CONFIG_RECORD, 0, &cfg, base, 1, "test", NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_image_apply(expect, KM_MDR_REMOVE_TOPIC_RECORD, 0, &rm, base + 1, 1, "test", NULL, &err), 0,
+                 "%s", err.msg);
+}
+
+Test(zk_sync, cli_follow_dual_writes_appended_records)
+{
+    char *dir = km_test_tmpdir("zkfollow"), log[512], out[600];
+    snprintf(log, sizeof log, "%s/log", dir);
+    snprintf(out, sizeof out, "%s/stdout", dir);
+    km_image *expect = gen_image(log, 4, 3, 10);
+    char *hosts = strdup(km_zks_hosts(zs, 0));
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *f = freopen(out, "w", stdout);
+        (void)f;
+        execl(km_test_binary(), km_test_binary(), "zk", "sync", "--follow", "--zookeeper", hosts, "--metadata", log,
+              (char *)NULL);
+        _exit(127);
+    }
+    poll_ctx p = {.img = expect};
+    cr_assert(zk_matches(zc, &p, 30000), "initial sync: %s", p.why);
+    append_changes(log, expect);
+    cr_assert(zk_matches(zc, &p, 30000), "after the appended batch: %s", p.why);
+    cr_assert_null(zkt_get(zc, "/brokers/topics/topic-2", NULL));
+    char *cfg = zkt_get(zc, "/config/topics/topic-0", NULL);
+    cr_assert(cfg && strstr(cfg, "\"retention.ms\":\"777\""), "%s", cfg);
+    free(cfg);
+    kill(pid, SIGTERM);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+    free(hosts);
+    km_image_free(expect);
+    km_test_rmtree(dir);
+    free(dir);
+}
