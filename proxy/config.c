@@ -148,8 +148,8 @@ int km_config_validate(const km_config *c, km_err *err)
         return km_fail(err, "broker.tls.enabled=true needs broker.tls.ca.file");
     if (!c->broker_tls_cert != !c->broker_tls_key)
         return km_fail(err, "broker.tls.cert.file and broker.tls.key.file go together");
-    if (!c->zk_connect && !c->brokers_enabled)
-        return km_fail(err, "nothing to do: set zookeeper.connect or brokers.enabled=true");
+    if (!c->zk_connect)  /* broker RPCs carry the ZooKeeper controller epoch our claim produces */
+        return km_fail(err, "zookeeper.connect is required (HOST:PORT[,HOST:PORT][/chroot])");
     return 0;
 }
 

@@ -9,5 +9,6 @@ KM_CLI_ENTRY int km_cli_wire(int argc, char **argv);      /* proxy/cli_wire.c */
 KM_CLI_ENTRY int km_cli_metadata(int argc, char **argv);  /* proxy/cli_metadata.c */
 KM_CLI_ENTRY int km_cli_zk(int argc, char **argv);        /* proxy/cli_zk.c */
 KM_CLI_ENTRY int km_cli_demo(int argc, char **argv);      /* proxy/cli_demo.c */
+KM_CLI_ENTRY int km_cli_run(int argc, char **argv);       /* proxy/cli_run.c: the daemon */
 
 #endif

@@ -15,7 +15,7 @@ typedef struct km_config {
     char *metadata_dir;              /* metadata.dir: the __cluster_metadata-0 directory (required) */
     char *cluster_id;                /* cluster.id: overrides meta.properties */
     int32_t kraft_controller_id;     /* kraft.controller.id: -1 = the raft leader the log names */
-    char *zk_connect;                /* zookeeper.connect: HOST:PORT[,HOST:PORT][/chroot]; NULL = no mirror */
+    char *zk_connect;                /* zookeeper.connect: HOST:PORT[,HOST:PORT][/chroot] (required) */
     int32_t zk_session_timeout_ms;   /* zookeeper.session.timeout.ms */
     int32_t zk_max_pending_records;  /* zk.write.behind.max.records */
     bool brokers_enabled;            /* brokers.enabled: send controller RPCs to ZK-mode brokers */

@@ -76,6 +76,10 @@ Test(config, validation_of_the_whole)
     cr_assert_eq(km_config_validate(&c, &err), -1);
     cr_assert(strstr(err.msg, "metadata.dir is required"), "%s", err.msg);
     km_config_free(&c);
+    cr_assert_eq(load("metadata.dir=/x\n", &c, &err), 0);
+    cr_assert_eq(km_config_validate(&c, &err), -1);
+    cr_assert(strstr(err.msg, "zookeeper.connect is required"), "%s", err.msg);
+    km_config_free(&c);
     cr_assert_eq(load("metadata.dir=/x\nbroker.tls.enabled=true\n", &c, &err), 0);
     cr_assert_eq(km_config_validate(&c, &err), -1);
     cr_assert(strstr(err.msg, "broker.tls.ca.file"), "%s", err.msg);

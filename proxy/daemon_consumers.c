@@ -1,0 +1,238 @@
+/* What the daemon feeds each image delta to: the ZooKeeper bridge and the broker propagator.
+ *
+ * Order follows Kafka 3.9's migration driver: claim ZooKeeper, full sync (SYNC_KRAFT_TO_ZK),
+ * and only then talk to the brokers (KRAFT_CONTROLLER_TO_BROKER_COMM), with the ZooKeeper
+ * controller epoch the claim produced.  Both start once the log has been read up to its end,
+ * because the KRaft controller's id and epoch come from the log.  A new KRaft leader epoch
+ * restarts both: the bridge re-claims with the higher epoch and re-syncs, the brokers get a
+ * full sync under the new controller epoch. */
+#include "daemon_internal.h"
+#include "km_broker.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RESUME_CHECK_SECONDS 0.01
+
+typedef struct km_daemon_consumers {
+    km_zkb *zkb;
+    km_bprop *bprop;
+    int32_t controller_id, controller_epoch;  /* what the bridge claimed with */
+    ev_timer resume;                          /* while reading is paused: is there room again? */
+} km_daemon_consumers;
+
+static void bridge_log(km_log_level level, const char *msg, void *ctx)
+{
+    km_daemon_log(ctx, (int)level, "zk: %s", msg);
+}
+
+static void broker_log(int level, const char *msg, void *ud)
+{
+    km_daemon_log(ud, level, "brokers: %s", msg);
+}
+
+static void brokers_fenced(km_bprop *p, int32_t broker_id, void *ud)
+{
+    (void)p;
+    km_daemon_fatal(ud, "broker %d answered STALE_CONTROLLER_EPOCH: another controller owns the brokers",
+                    broker_id);
+}
+
+/* Brokers only hear from us once ZooKeeper holds our claim and the full sync is done. */
+static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
+{
+    km_daemon *d = ctx;
+    km_daemon_consumers *c = d->consumers;
+    if (phase == KM_ZKB_STOPPED) {
+        km_daemon_fatal(d, "ZooKeeper mirror stopped: %s", km_zkb_error(b));
+        return;
+    }
+    if (phase != KM_ZKB_DUAL_WRITE || !c->bprop || km_bprop_active(c->bprop))
+        return;
+    km_err err = {{0}};
+    int32_t zk_epoch = km_zkw_zk_controller_epoch(km_zkb_writer(b));
+    km_daemon_log(d, KM_LOG_INFO, "zk: in sync; sending to ZK-mode brokers with controller epoch %d", zk_epoch);
+    if (km_bprop_activate(c->bprop, d->img, zk_epoch, &err))
+        km_daemon_fatal(d, "brokers: %s", err.msg);
+}
+
+static int controller_identity(km_daemon *d, int32_t *id, int32_t *epoch, km_err *err)
+{
+    *id = d->cfg.kraft_controller_id >= 0 ? d->cfg.kraft_controller_id : km_image_raft_leader(d->img);
+    *epoch = km_image_raft_leader_epoch(d->img) >= 0 ? km_image_raft_leader_epoch(d->img) : km_image_epoch(d->img);
+    if (*id < 0)
+        return km_fail(err, "the log names no KRaft leader yet: set kraft.controller.id");
+    if (*epoch < 0)
+        return km_fail(err, "the metadata log is empty: no KRaft epoch to claim ZooKeeper with");
+    return 0;
+}
+
+static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
+{
+    if (controller_identity(d, &c->controller_id, &c->controller_epoch, err))
+        return -1;
+    km_zkb_config zc = {
+        .zk = {.hosts = d->cfg.zk_connect, .session_timeout_ms = d->cfg.zk_session_timeout_ms,
+               .controller_id = c->controller_id, .controller_epoch = c->controller_epoch,
+               .max_pending_ops = (size_t)d->cfg.zk_max_pending_records, .log = bridge_log, .ctx = d},
+        .on_phase = bridge_phase, .ctx = d};
+    km_daemon_log(d, KM_LOG_INFO, "zk: claiming %s as KRaft controller %d, epoch %d", d->cfg.zk_connect,
+                  c->controller_id, c->controller_epoch);
+    c->zkb = km_zkb_new(d->loop, d->img, &zc, err);
+    return c->zkb ? 0 : -1;
+}
+
+static int start_brokers(km_daemon *d, km_daemon_consumers *c, km_err *err)
+{
+    if (!d->cfg.brokers_enabled)
+        return 0;
+    km_bprop_config bc = {
+        .controller_id = c->controller_id, .listener = d->cfg.broker_listener,
+        .request_timeout = d->cfg.broker_request_timeout_ms / 1000.0, .max_queue = (size_t)d->cfg.broker_max_queued,
+        .log = broker_log, .log_ud = d, .fenced = brokers_fenced, .ud = d};
+    c->bprop = km_bprop_new(d->loop, &bc, err);
+    return c->bprop ? 0 : -1;
+}
+
+static void stop_all(km_daemon_consumers *c)
+{
+    km_bprop_free(c->bprop);
+    km_zkb_free(c->zkb);
+    c->bprop = NULL;
+    c->zkb = NULL;
+}
+
+/* First time the log is read to its end, or after a KRaft leader change: (re)start both. */
+static int ensure_started(km_daemon *d)
+{
+    km_daemon_consumers *c = d->consumers;
+    int32_t id, epoch;
+    km_err err = {{0}};
+    if (c->zkb && !controller_identity(d, &id, &epoch, &err) && epoch == c->controller_epoch &&
+        id == c->controller_id)
+        return 0;
+    if (c->zkb)
+        km_daemon_log(d, KM_LOG_INFO, "KRaft controller is now %d (epoch %d): re-claiming ZooKeeper",
+                      km_image_raft_leader(d->img), km_image_raft_leader_epoch(d->img));
+    stop_all(c);
+    if (start_bridge(d, c, &err) || start_brokers(d, c, &err)) {
+        km_daemon_fatal(d, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void resume_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop; (void)revents;
+    km_daemon *d = t->data;
+    if (km_daemon_consumers_ready(d)) {
+        ev_timer_stop(d->loop, t);
+        km_daemon_kick(d);
+    }
+}
+
+int km_daemon_start_consumers(km_daemon *d, km_err *err)
+{
+    km_daemon_consumers *c = calloc(1, sizeof *c);
+    if (!c)
+        return km_fail(err, "out of memory");
+    ev_timer_init(&c->resume, resume_cb, RESUME_CHECK_SECONDS, RESUME_CHECK_SECONDS);
+    c->resume.data = d;
+    d->consumers = c;
+    return 0;
+}
+
+void km_daemon_stop_consumers(km_daemon *d)
+{
+    if (!d->consumers)
+        return;
+    ev_timer_stop(d->loop, &d->consumers->resume);
+    stop_all(d->consumers);
+    free(d->consumers);
+    d->consumers = NULL;
+}
+
+bool km_daemon_consumers_ready(km_daemon *d)
+{
+    km_daemon_consumers *c = d->consumers;
+    if (!c->zkb || km_zkb_can_accept(c->zkb))
+        return true;
+    if (!ev_is_active(&c->resume))
+        ev_timer_start(d->loop, &c->resume);
+    return false;
+}
+
+void km_daemon_publish_delta(km_daemon *d, const km_delta *delta)
+{
+    km_daemon_consumers *c = d->consumers;
+    km_err err = {{0}};
+    if (c->zkb && km_zkb_delta(c->zkb, delta, &err)) {
+        km_daemon_fatal(d, "zk: %s", err.msg);
+        return;
+    }
+    if (c->bprop && km_bprop_active(c->bprop) && km_bprop_publish(c->bprop, delta, &err))
+        km_daemon_fatal(d, "brokers: %s", err.msg);
+}
+
+void km_daemon_caught_up(km_daemon *d)
+{
+    if (d->cfg.zk_connect && km_image_offset(d->img) >= 0)
+        ensure_started(d);
+}
+
+void km_daemon_consumers_status(const km_daemon *d, km_daemon_status *st)
+{
+    const km_daemon_consumers *c = d->consumers;
+    if (c && c->zkb) {
+        km_zkw_metrics m;
+        km_zkw_get_metrics(km_zkb_writer(c->zkb), &m);
+        st->zk_confirmed_offset = km_zkw_confirmed_offset(km_zkb_writer(c->zkb));
+        st->zk_write_behind_lag = m.write_behind_lag;
+        st->zk_state = km_zkw_state_name(m.state);
+        st->zk_idle = km_zkb_idle(c->zkb);
+    }
+    if (c && c->bprop) {
+        st->brokers_total = (int)km_bprop_channel_count(c->bprop);
+        st->brokers_in_sync = km_bprop_active(c->bprop) ? (int)km_bprop_ready(c->bprop) : 0;
+        st->broker_requests_pending = km_bprop_pending(c->bprop);
+    }
+}
+
+static void zk_metrics(const km_daemon *d, km_zkb *zkb, km_buf *out)
+{
+    km_zkw_metrics m;
+    km_zkw_get_metrics(km_zkb_writer(zkb), &m);
+    km_metrics_sample(out, "zk_write_behind_lag", "gauge",
+                      "Last image offset minus the offset ZooKeeper is confirmed to hold (ZkWriteBehindLag).", NULL,
+                      true, (double)m.write_behind_lag);
+    km_metrics_sample(out, "zk_blocking_kraft_ms", "counter",
+                      "Time the log reader was held back by the write-behind bound.", NULL, true,
+                      (double)m.blocking_kraft_ms);
+    km_metrics_sample(out, "zk_write_delta_time_ms", "gauge", "Last delta batch, submit to confirm (ZkWriteDeltaTimeMs).",
+                      NULL, true, (double)m.write_delta_time_ms);
+    km_metrics_sample(out, "zk_write_snapshot_time_ms", "gauge", "Last full sync (ZkWriteSnapshotTimeMs).", NULL, true,
+                      (double)m.write_snapshot_time_ms);
+    km_metrics_sample(out, "zk_migration_state", "gauge",
+                      "ZkMigrationState from the image: 0 NONE, 1 MIGRATION, 2 PRE_MIGRATION, 3 POST_MIGRATION.", NULL,
+                      true, km_image_zk_migration_state(d->img));
+    char labels[64];
+    snprintf(labels, sizeof labels, "state=\"%s\"", km_zkw_state_name(m.state));
+    km_metrics_sample(out, "zk_writer_state", "gauge", "The ZooKeeper writer's state (1 for the current one).",
+                      labels, true, 1);
+    km_metrics_sample(out, "zk_fenced", "gauge", "1 once another writer owns ZooKeeper.", NULL, true,
+                      m.state == KM_ZKW_FENCED);
+    km_metrics_sample(out, "zk_lost_acks_adopted_total", "counter",
+                      "Writes whose ack was lost and that were found to have landed.", NULL, true,
+                      (double)m.lost_acks_adopted);
+}
+
+void km_daemon_consumers_metrics(const km_daemon *d, km_buf *out)
+{
+    const km_daemon_consumers *c = d->consumers;
+    if (c && c->zkb)
+        zk_metrics(d, c->zkb, out);
+    if (c && c->bprop)
+        km_bprop_render_metrics(c->bprop, out);
+}
