@@ -412,3 +412,25 @@ Test(image_cli, usage_errors_exit_2)
     free(out);
     free(err);
 }
+
+Test(image_cli, dump_snapshot_prints_control_records)
+{
+    char *dir = km_test_tmpdir("imgsnapcli");
+    char *snap = write_snapshot(dir), *out, *err;
+    cr_assert_eq(run(&out, &err, "dump", snap, NULL), 0, "%s", err);
+    cr_assert_eq(count_lines(out, NULL), 5, "header, three records, footer: %s", out);
+    const char *first = "{\"offset\":0,\"epoch\":2,\"type\":\"SNAPSHOT_HEADER\",\"version\":0,\"data\":{\"version\":0,"
+                        "\"lastContainedLogTimestamp\":1},\"control\":true}\n";
+    cr_assert(!strncmp(out, first, strlen(first)), "%s", out);
+    cr_assert(strstr(out, "\"type\":\"SNAPSHOT_FOOTER\""), "%s", out);
+    cr_assert(strstr(out, "\"type\":\"TOPIC_RECORD\",\"version\":0,\"data\":{\"name\":\"only\""), "%s", out);
+    free(out);
+    free(err);
+    cr_assert_eq(run(&out, &err, "image", dir, NULL), 0, "%s", err);
+    cr_assert(strstr(out, "\"offset\": 99"), "%.300s", out);
+    free(out);
+    free(err);
+    km_test_rmtree(dir);
+    free(dir);
+    free(snap);
+}
