@@ -146,6 +146,7 @@ struct km_metalog_writer {
     char *dir;               /* segment writer */
     char *path, *part;       /* snapshot writer: final name and the `.part` being written */
     int fd;
+    bool broken;             /* a write failed part-way: appending more would bury a torn batch */
     uint64_t size;           /* bytes in the current file */
     int64_t next_offset;
     km_buf buf;
@@ -317,9 +318,14 @@ static int roll_if_full(km_metalog_writer *w, size_t batch, km_err *err)
 int km_metalog_writer_append(km_metalog_writer *w, const km_metalog_entry *e, size_t n,
                              int64_t *base_offset, km_err *err)
 {
-    if (encode_into(w, e, n, err) < 0 || roll_if_full(w, w->buf.len, err) < 0 ||
-        write_all(w, w->buf.data, w->buf.len, err) < 0)
+    if (w->broken)
+        return km_fail(err, "%s: an earlier write failed; the writer accepts nothing more", w->part ? w->part : w->path);
+    if (encode_into(w, e, n, err) < 0)
         return -1;
+    if (roll_if_full(w, w->buf.len, err) < 0 || write_all(w, w->buf.data, w->buf.len, err) < 0) {
+        w->broken = true;
+        return -1;
+    }
     if (base_offset)
         *base_offset = w->next_offset;
     w->next_offset += (int64_t)n;
@@ -390,7 +396,9 @@ static void sync_parent(const char *path)
 int km_metalog_writer_finish(km_metalog_writer *w, km_err *err)
 {
     int rc = 0;
-    if (w->part && append_marker(w, KM_ML_CTRL_SNAPSHOT_FOOTER, 0, err) < 0)
+    if (w->broken)
+        rc = km_fail(err, "%s: an earlier write failed", w->part ? w->part : w->path);
+    if (rc == 0 && w->part && append_marker(w, KM_ML_CTRL_SNAPSHOT_FOOTER, 0, err) < 0)
         rc = -1;
     if (rc == 0 && fsync(w->fd) < 0)
         rc = km_fail(err, "%s: fsync: %s", w->part ? w->part : w->path, strerror(errno));

@@ -6,6 +6,8 @@
 #include <ev.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -330,6 +332,44 @@ Test(metalog_follow, drives_from_a_libev_loop)
     cr_assert_eq(c.last, 4);
     ev_loop_destroy(loop);
     km_metalog_close(c.m);
+    km_test_rmtree(dir);
+    free(dir);
+}
+
+Test(metalog_follow, writer_stops_after_a_failed_write)
+{
+    char *dir = km_test_tmpdir("ml-efbig");
+    signal(SIGXFSZ, SIG_IGN); /* the write then fails with EFBIG instead of killing the test */
+    struct rlimit rl, saved;
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &saved), 0);
+    rl = saved;
+    rl.rlim_cur = 3000; /* the soft limit only, so it can be put back without privileges */
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    km_err err;
+    km_metalog_writer *w = km_metalog_writer_open_dir(dir, NULL, &err);
+    cr_assert(w, "%s", err.msg);
+    km_topic_record t;
+    km_topic_record_init(&t);
+    t.name = km_cstr("a-topic-name-long-enough-to-fill-the-file-quickly");
+    km_metalog_entry e[8];
+    for (int i = 0; i < 8; i++)
+        e[i] = (km_metalog_entry){.desc = &km_topic_record_desc, .msg = &t, .control_type = -1};
+    int rc = 0, batches = 0;
+    while ((rc = km_metalog_writer_append(w, e, 8, NULL, &err)) == 0)
+        batches++;
+    cr_assert(strstr(err.msg, "write failed"), "%s", err.msg);
+    cr_assert_eq(km_metalog_writer_append(w, e, 1, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "accepts nothing more"), "%s", err.msg);
+    cr_assert_eq(km_metalog_writer_finish(w, &err), -1);
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &saved), 0);
+    /* what did land is a clean prefix plus (at most) one torn batch */
+    km_metalog_opts o = {.follow = true};
+    km_metalog *m = km_metalog_open_dir(dir, &o, &err);
+    long n = 0;
+    int64_t last = -1;
+    cr_assert_eq(tm_drain(m, &n, &last, &err), 1, "%s", err.msg);
+    cr_assert_eq(n, 8L * batches);
+    km_metalog_close(m);
     km_test_rmtree(dir);
     free(dir);
 }
