@@ -11,3 +11,6 @@ target_link_libraries(test_broker_e2e PRIVATE km_brokersim)
 km_add_test(test_broker_capture SOURCES ${KM_BROKER_TESTS}/test_broker_capture.c ${KM_BROKER_TESTS}/test_broker_rig.c
             ${KM_BROKER_TESTS}/test_broker_check.c)
 target_link_libraries(test_broker_capture PRIVATE km_brokersim)
+km_add_test(test_broker_zk SOURCES ${KM_BROKER_TESTS}/test_broker_zk.c ${KM_BROKER_TESTS}/test_broker_rig.c
+            ${KM_BROKER_TESTS}/test_broker_check.c TIMEOUT 600)
+target_link_libraries(test_broker_zk PRIVATE km_brokersim)

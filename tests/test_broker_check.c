@@ -129,7 +129,7 @@ static bool check_brokers(brig *r, int32_t b, json_t *st)
 {
     json_t *md = json_object_get(st, "metadata");
     json_t *brokers = json_object_get(md, "brokers");
-    if (geti(md, "controllerId") != BRIG_CONTROLLER ||
+    if (geti(md, "controllerId") != r->controller_id ||
         (!r->no_umr_kraft && !json_is_true(json_object_get(md, "isKRaftController"))) ||
         geti(st, "controllerEpoch") != r->zk_epoch)
         return miss(r, "broker %d: controller %d epoch %d", b, (int)geti(md, "controllerId"),

@@ -106,6 +106,7 @@ bool brig_init(brig *r, const brig_opts *o)
     memset(r, 0, sizeof *r);
     r->loop = ev_loop_new(EVFLAG_AUTO);
     r->zk_epoch = o->zk_epoch ? o->zk_epoch : 7;
+    r->controller_id = BRIG_CONTROLLER;
     r->tmp = km_test_tmpdir("brig");
     if (!r->loop || !r->tmp)
         return fail(r, "no loop or tmpdir");

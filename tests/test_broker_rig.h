@@ -32,7 +32,8 @@ typedef struct brig {
     km_bsim *sims[BRIG_MAX_SIMS];
     int nsims;
     km_bprop *prop;
-    int32_t zk_epoch;
+    int32_t zk_epoch;                  /* what the brokers must hold as ControllerEpoch */
+    int32_t controller_id;             /* ... and as the controller id (BRIG_CONTROLLER) */
     uint64_t deltas;
     char why[1024];                    /* the last mismatch or failure */
     bool failed;                       /* a rig operation failed (why says which) */
