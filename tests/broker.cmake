@@ -14,3 +14,6 @@ target_link_libraries(test_broker_capture PRIVATE km_brokersim)
 km_add_test(test_broker_zk SOURCES ${KM_BROKER_TESTS}/test_broker_zk.c ${KM_BROKER_TESTS}/test_broker_rig.c
             ${KM_BROKER_TESTS}/test_broker_check.c TIMEOUT 600)
 target_link_libraries(test_broker_zk PRIVATE km_brokersim)
+km_add_test(test_broker_simexe SOURCES ${KM_BROKER_TESTS}/test_broker_simexe.c ${KM_BROKER_TESTS}/test_broker_client.c)
+target_compile_definitions(test_broker_simexe PRIVATE KM_BSIM_BINARY="$<TARGET_FILE:kmproxy-brokersim>")
+add_dependencies(test_broker_simexe kmproxy-brokersim)

@@ -28,11 +28,14 @@ static void unlink_conn(bsim_conn *bc)
 }
 
 /* A broker closes a connection whose request it cannot parse; so do we, and remember why. */
-static void reject(bsim_conn *bc, const char *why)
+static void note_rejection(bsim_state *st, const char *why)
 {
-    bsim_state *st = &bc->s->st;
     st->rejected++;
     snprintf(st->last_rejection, sizeof st->last_rejection, "%s", why);
+}
+
+static void close_conn(bsim_conn *bc)
+{
     km_net_close(bc->c);
     unlink_conn(bc);
 }
@@ -163,12 +166,18 @@ static void on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *u
     km_err err = { "" };
     pthread_mutex_lock(&s->mu);
     int rc = serve(bc, payload, len, &out, &a, &err);
-    if (rc || out.oom)
-        reject(bc, rc ? err.msg : "out of memory encoding a response");
-    else if (km_net_send(bc->c, out.data, out.len, &err))
-        reject(bc, err.msg);
-    if (s->dump_path && km_bsim_dump_locked(s, s->dump_path, &err))
-        fprintf(stderr, "brokersim %d: %s\n", s->cfg.broker_id, err.msg);
+    if (!rc && out.oom)
+        rc = km_fail(&err, "out of memory encoding a response");
+    if (!rc && km_net_send(bc->c, out.data, out.len, &err))
+        rc = -1;
+    if (rc)
+        note_rejection(&s->st, err.msg);
+    /* dump before closing, so whoever sees the close also sees the state that caused it */
+    km_err derr;
+    if (s->dump_path && km_bsim_dump_locked(s, s->dump_path, &derr))
+        fprintf(stderr, "brokersim %d: %s\n", s->cfg.broker_id, derr.msg);
+    if (rc)
+        close_conn(bc);
     pthread_mutex_unlock(&s->mu);
     km_buf_free(&out);
     km_arena_free(&a);
