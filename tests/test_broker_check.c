@@ -155,7 +155,7 @@ bool brig_converged(brig *r)
     for (int i = 0; i < r->nsims; i++) {
         int32_t b = km_bsim_broker_id(r->sims[i]);
         const km_broker *kb = km_image_broker(r->img, b);
-        if (!kb || kb->fenced)
+        if (!kb || kb->fenced || !kb->is_migrating_zk_broker)
             continue; /* not propagated to */
         km_bchan *ch = km_bprop_channel(r->prop, b);
         if (!ch || !km_bchan_ready(ch) || km_bchan_pending(ch))

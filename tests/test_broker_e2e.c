@@ -126,6 +126,13 @@ Test(broker_e2e, converges_then_follows_changes, .fini = fini, .timeout = 120)
     converge("after leader changes, a deletion, a new broker and a reassignment");
 
     cr_assert_null(km_image_topic_by_name(R.img, deleted));
+    km_buf m;
+    km_buf_init(&m);
+    km_bprop_render_metrics(R.prop, &m);
+    km_buf_put(&m, "", 1);
+    cr_assert(strstr((char *)m.data, "kmproxy_broker_requests_acked_total{broker=\"6\",api=\"LeaderAndIsr\"}"),
+              "%s", (char *)m.data);
+    km_buf_free(&m);
     cr_assert(stop_replicas_seen(from) >= 1, "broker %d got no StopReplica for the replica moved away", from);
     km_bchan_stats s;
     km_bchan_get_stats(km_bprop_channel(R.prop, 6), &s);
@@ -283,4 +290,45 @@ Test(broker_e2e, stale_controller_epoch_stops_everything, .fini = fini, .timeout
         km_bchan_get_stats(km_bprop_channel(R.prop, b), &s);
         cr_assert(s.stopped, "broker %d's channel still runs", b);
     }
+}
+
+static json_int_t requests_seen(int32_t broker)
+{
+    json_t *st = km_bsim_state_json(brig_sim(&R, broker));
+    json_int_t n = json_integer_value(json_object_get(st, "rejected"));
+    const char *k, *k2;
+    json_t *byv, *v;
+    json_object_foreach(json_object_get(st, "requests"), k, byv) {
+        if (json_is_integer(byv))
+            n += json_integer_value(byv);
+        else
+            json_object_foreach(byv, k2, v) n += json_integer_value(v);
+    }
+    json_decref(st);
+    return n;
+}
+
+Test(broker_e2e, only_unfenced_migrating_brokers_get_rpcs, .fini = fini, .timeout = 120)
+{
+    init(3, NULL);
+    /* broker 8 is a KRaft broker: it is a live broker for the others, but gets no RPCs */
+    cr_assert(brig_add_broker_ex(&R, 8, 1008, NULL, false), "%s", R.why);
+    cr_assert(brig_activate(&R), "%s", R.why);
+    converge("activation");
+    cr_assert_eq(requests_seen(8), 0);
+    cr_assert_null(km_bprop_channel(R.prop, 8));
+    /* fencing ZK broker 3 closes its channel; the others learn it (LiveBrokers keeps every
+     * registration, as Kafka 3.9 does) and nothing more goes to 3 */
+    km_fence_broker_record f;
+    km_fence_broker_record_init(&f);
+    f.id = 3;
+    f.epoch = 1003;
+    cr_assert(brig_append(&R, &km_fence_broker_record_desc, &f), "%s", R.why);
+    converge("after fencing broker 3");
+    cr_assert_null(km_bprop_channel(R.prop, 3));
+    json_int_t before = requests_seen(3);
+    leader_change(topic_at(0), 0);
+    converge("after a leader change");
+    cr_assert_eq(requests_seen(3), before, "a fenced broker got RPCs");
+    cr_assert_eq(requests_seen(8), 0, "a KRaft broker got RPCs");
 }

@@ -43,14 +43,14 @@ bool brig_append(brig *r, const km_message_desc *md, const void *msg)
     return true;
 }
 
-static bool register_broker(brig *r, int32_t id, int64_t epoch, uint16_t port)
+static bool register_broker(brig *r, int32_t id, int64_t epoch, uint16_t port, bool migrating)
 {
     km_register_broker_record rec;
     km_register_broker_record_init(&rec);
     km_register_broker_record_broker_endpoint ep = { km_cstr("PLAINTEXT"), km_cstr("127.0.0.1"), port, 0, { 0, 0 } };
     km_register_broker_record_broker_feature ft = { km_cstr("metadata.version"), 1, KM_MV_3_9_IV0, { 0, 0 } };
     rec.broker_id = id;
-    rec.is_migrating_zk_broker = true;
+    rec.is_migrating_zk_broker = migrating;
     rec.incarnation_id.b[0] = (uint8_t)id;
     rec.incarnation_id.b[1] = (uint8_t)epoch;
     rec.incarnation_id.b[15] = 0x42;
@@ -79,12 +79,17 @@ static km_bsim *start_sim(brig *r, int32_t id, int64_t epoch, const char *max_ve
     return s;
 }
 
-bool brig_add_broker(brig *r, int32_t id, int64_t epoch, const char *max_versions)
+bool brig_add_broker_ex(brig *r, int32_t id, int64_t epoch, const char *max_versions, bool migrating)
 {
     if (r->nsims == BRIG_MAX_SIMS)
         return fail(r, "too many simulators");
     km_bsim *s = start_sim(r, id, epoch, max_versions);
-    return s && register_broker(r, id, epoch, km_bsim_port(s));
+    return s && register_broker(r, id, epoch, km_bsim_port(s), migrating);
+}
+
+bool brig_add_broker(brig *r, int32_t id, int64_t epoch, const char *max_versions)
+{
+    return brig_add_broker_ex(r, id, epoch, max_versions, true);
 }
 
 static bool make_log(brig *r, const brig_opts *o)

@@ -47,6 +47,8 @@ bool brig_init(brig *r, const brig_opts *o);
 void brig_free(brig *r);
 /* Adds a simulator for a new broker id and registers it (unfenced, migrating). */
 bool brig_add_broker(brig *r, int32_t id, int64_t epoch, const char *max_versions);
+/* Same; migrating false registers a KRaft broker (it must get no RPCs, only appear in LiveBrokers). */
+bool brig_add_broker_ex(brig *r, int32_t id, int64_t epoch, const char *max_versions, bool migrating);
 bool brig_activate(brig *r);
 /* Appends one metadata record (at the codec's highest version) as its own batch. */
 bool brig_append(brig *r, const km_message_desc *md, const void *msg);
