@@ -434,3 +434,18 @@ Test(image_cli, dump_snapshot_prints_control_records)
     free(dir);
     free(snap);
 }
+
+Test(image_cli, image_cluster_id_option)
+{
+    char *dir = gen_cli("--brokers 1 --topics 1 --partitions 1");
+    char log[PATH_MAX], *out, *err;
+    snprintf(log, sizeof log, "%s/log", dir);
+    char *argv[] = {(char *)km_test_binary(), "metadata", "image", "--cluster-id", "abcDEF", log, NULL};
+    size_t n;
+    cr_assert_eq(km_test_run(argv, NULL, 0, &out, &n, &err), 0, "%s", err);
+    cr_assert(strstr(out, "\"clusterId\": \"abcDEF\""), "%.200s", out);
+    free(out);
+    free(err);
+    km_test_rmtree(dir);
+    free(dir);
+}
