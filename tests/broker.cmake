@@ -17,3 +17,6 @@ target_link_libraries(test_broker_zk PRIVATE km_brokersim)
 km_add_test(test_broker_simexe SOURCES ${KM_BROKER_TESTS}/test_broker_simexe.c ${KM_BROKER_TESTS}/test_broker_client.c)
 target_compile_definitions(test_broker_simexe PRIVATE KM_BSIM_BINARY="$<TARGET_FILE:kmproxy-brokersim>")
 add_dependencies(test_broker_simexe kmproxy-brokersim)
+km_add_test(test_broker_chan SOURCES ${KM_BROKER_TESTS}/test_broker_chan.c ${KM_BROKER_TESTS}/test_broker_rig.c
+            ${KM_BROKER_TESTS}/test_broker_check.c ${KM_BROKER_TESTS}/test_tls_certs.c)
+target_link_libraries(test_broker_chan PRIVATE km_brokersim)

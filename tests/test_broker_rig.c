@@ -43,7 +43,7 @@ bool brig_append(brig *r, const km_message_desc *md, const void *msg)
     return true;
 }
 
-static bool register_broker(brig *r, int32_t id, int64_t epoch, uint16_t port, bool migrating)
+bool brig_register(brig *r, int32_t id, int64_t epoch, uint16_t port, bool migrating)
 {
     km_register_broker_record rec;
     km_register_broker_record_init(&rec);
@@ -69,6 +69,7 @@ static km_bsim *start_sim(brig *r, int32_t id, int64_t epoch, const char *max_ve
     km_bsim_config_init(&cfg);
     cfg.broker_id = id;
     cfg.kraft_broker_epoch = epoch;
+    cfg.tls = r->o.tls_server;
     km_err err;
     if (max_versions && km_bsim_parse_max_versions(&cfg, max_versions, &err))
         return fail(r, "%s", err.msg), NULL;
@@ -84,7 +85,7 @@ bool brig_add_broker_ex(brig *r, int32_t id, int64_t epoch, const char *max_vers
     if (r->nsims == BRIG_MAX_SIMS)
         return fail(r, "too many simulators");
     km_bsim *s = start_sim(r, id, epoch, max_versions);
-    return s && register_broker(r, id, epoch, km_bsim_port(s), migrating);
+    return s && brig_register(r, id, epoch, km_bsim_port(s), migrating);
 }
 
 bool brig_add_broker(brig *r, int32_t id, int64_t epoch, const char *max_versions)
@@ -109,6 +110,7 @@ static bool make_log(brig *r, const brig_opts *o)
 bool brig_init(brig *r, const brig_opts *o)
 {
     memset(r, 0, sizeof *r);
+    r->o = *o;
     r->loop = ev_loop_new(EVFLAG_AUTO);
     r->zk_epoch = o->zk_epoch ? o->zk_epoch : 7;
     r->controller_id = BRIG_CONTROLLER;
@@ -127,8 +129,10 @@ bool brig_init(brig *r, const brig_opts *o)
     r->delta = km_delta_new();
     if (!r->img || !r->delta || !(r->follow = km_image_follow_open(r->img, r->logdir, &mo, &err)))
         return fail(r, "follow: %s", err.msg);
-    km_bprop_config pc = { .controller_id = BRIG_CONTROLLER, .listener = "PLAINTEXT", .request_timeout = 10,
-                           .backoff_base = 0.01, .backoff_max = 0.2, .capture = o->capture, .log = quiet_log };
+    km_bprop_config pc = { .controller_id = BRIG_CONTROLLER, .listener = "PLAINTEXT",
+                           .request_timeout = o->request_timeout > 0 ? o->request_timeout : 10,
+                           .max_queue = o->max_queue, .backoff_base = 0.01, .backoff_max = 0.2,
+                           .capture = o->capture, .log = quiet_log, .net = { .tls = o->tls_client } };
     if (!(r->prop = km_bprop_new(r->loop, &pc, &err)))
         return fail(r, "propagator: %s", err.msg);
     return brig_pump(r);

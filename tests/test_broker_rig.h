@@ -20,10 +20,14 @@ typedef struct brig_opts {
     const char *max_versions;          /* for every simulator ("" or NULL: the codec's maxima) */
     struct km_capture *capture;
     int32_t zk_epoch;                  /* ControllerEpoch; 0: 7 */
+    double request_timeout;            /* 0: 10 s */
+    size_t max_queue;                  /* 0: km_bchan's default */
+    struct km_tls_ctx *tls_server, *tls_client; /* both or neither: every broker connection is TLS */
 } brig_opts;
 
 typedef struct brig {
     struct ev_loop *loop;
+    brig_opts o;
     char *tmp, logdir[512];
     km_image *img;
     km_image_follow *follow;
@@ -49,6 +53,8 @@ void brig_free(brig *r);
 bool brig_add_broker(brig *r, int32_t id, int64_t epoch, const char *max_versions);
 /* Same; migrating false registers a KRaft broker (it must get no RPCs, only appear in LiveBrokers). */
 bool brig_add_broker_ex(brig *r, int32_t id, int64_t epoch, const char *max_versions, bool migrating);
+/* Registers broker id at 127.0.0.1:port without a simulator (e.g. a black hole). */
+bool brig_register(brig *r, int32_t id, int64_t epoch, uint16_t port, bool migrating);
 bool brig_activate(brig *r);
 /* Appends one metadata record (at the codec's highest version) as its own batch. */
 bool brig_append(brig *r, const km_message_desc *md, const void *msg);

@@ -1,9 +1,10 @@
 /* kmproxy-brokersim: the broker simulator as a process, for the demo and for tests.
  *   kmproxy-brokersim --broker-id N [--port P] [--host H] [--broker-epoch E]
- *                     [--max-version api=ver,...] [--state-dump PATH]
+ *                     [--max-version api=ver,...] [--state-dump PATH] [--tls-cert PEM --tls-key PEM]
  * Prints "listening on HOST:PORT" once ready.  The state is rewritten to PATH after every
  * request and on SIGUSR1; SIGTERM/SIGINT stop it. */
 #include "km_brokersim.h"
+#include "km_tls.h"
 
 #include <ev.h>
 #include <getopt.h>
@@ -26,12 +27,13 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
     ev_break(loop, EVBREAK_ALL);
 }
 
-static int parse_args(int argc, char **argv, km_bsim_config *cfg, km_err *err)
+static int parse_args(int argc, char **argv, km_bsim_config *cfg, km_tls_config *tls, km_err *err)
 {
     static const struct option opts[] = {
         { "port", required_argument, 0, 'p' },         { "host", required_argument, 0, 'H' },
         { "broker-id", required_argument, 0, 'b' },    { "broker-epoch", required_argument, 0, 'e' },
         { "max-version", required_argument, 0, 'm' },  { "state-dump", required_argument, 0, 's' },
+        { "tls-cert", required_argument, 0, 'c' },     { "tls-key", required_argument, 0, 'k' },
         { 0, 0, 0, 0 } };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -45,8 +47,11 @@ static int parse_args(int argc, char **argv, km_bsim_config *cfg, km_err *err)
                 return -1;
             break;
         case 's': cfg->state_dump = optarg; break;
+        case 'c': tls->cert_file = optarg; break;
+        case 'k': tls->key_file = optarg; break;
         default: return km_fail(err, "usage: kmproxy-brokersim --broker-id N [--port P] [--host H] "
-                                     "[--broker-epoch E] [--max-version api=ver,...] [--state-dump PATH]");
+                                     "[--broker-epoch E] [--max-version api=ver,...] [--state-dump PATH] "
+                                     "[--tls-cert PEM --tls-key PEM]");
         }
     }
     return 0;
@@ -57,7 +62,12 @@ int main(int argc, char **argv)
     km_bsim_config cfg;
     km_bsim_config_init(&cfg);
     km_err err;
-    if (parse_args(argc, argv, &cfg, &err)) {
+    km_tls_config tls = { 0 };
+    if (parse_args(argc, argv, &cfg, &tls, &err)) {
+        fprintf(stderr, "kmproxy-brokersim: %s\n", err.msg);
+        return 2;
+    }
+    if (tls.cert_file && !(cfg.tls = km_tls_server_ctx_new(&tls, &err))) {
         fprintf(stderr, "kmproxy-brokersim: %s\n", err.msg);
         return 2;
     }
@@ -80,5 +90,6 @@ int main(int argc, char **argv)
     fflush(stdout);
     ev_run(loop, 0);
     km_bsim_free(a.sim);
+    km_tls_ctx_free(cfg.tls);
     return 0;
 }

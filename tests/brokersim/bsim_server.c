@@ -197,7 +197,7 @@ static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
     static const km_net_handlers h = { .on_frame = on_frame, .on_close = on_close };
     bsim_conn *bc = calloc(1, sizeof *bc);
     km_err err;
-    km_net_opts opts = { 0 };
+    km_net_opts opts = { .tls = s->cfg.tls };
     if (!bc) {
         close(fd);
         return;

@@ -35,6 +35,7 @@
 
 struct ev_loop;
 struct json_t;
+struct km_tls_ctx;
 
 typedef struct km_bsim km_bsim;
 
@@ -50,6 +51,7 @@ typedef struct km_bsim_config {
     int16_t max_version[KM_BSIM_APIS];
     int16_t max_api_versions;   /* highest ApiVersions version; -1: 3 (Kafka 3.9) */
     const char *state_dump;     /* if set, the state is rewritten there (atomically) after each request */
+    struct km_tls_ctx *tls;     /* a km_tls server context: connections are TLS; NULL: plaintext */
 } km_bsim_config;
 
 void km_bsim_config_init(km_bsim_config *cfg);
@@ -79,7 +81,7 @@ void km_bsim_drop_connections(km_bsim *s);
  *  "metadata": {"controllerId","isKRaftController","brokers":[{"id","rack","endpoints":[...]}],
  *               "topics":[{"name","topicId","partitions":[{"partition","leader","leaderEpoch",
  *               "isr","zkVersion","replicas","offlineReplicas","controllerEpoch"}]}]},
- *  "requests": {"LEADER_AND_ISR": {"7": n}, ...}, "errors": {"STALE_BROKER_EPOCH": n, ...},
+ *  "requests": {"LEADER_AND_ISR": {"7": n}, ...}, "errors": {"77": n, ...} (by error code),
  *  "rejected": n (requests that closed the connection), "lastRejection": "..."} */
 struct json_t *km_bsim_state_json(km_bsim *s);
 int km_bsim_dump(km_bsim *s, const char *path, km_err *err);
