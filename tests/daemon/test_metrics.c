@@ -64,8 +64,7 @@ static void fetch(km_metrics_server *s, struct ev_loop *loop, const char *reques
     ev_run(loop, 0);
     ev_timer_stop(loop, &poll);
     pthread_join(th, NULL);
-    strncpy(out, c.response, cap - 1);
-    out[cap - 1] = '\0';
+    snprintf(out, cap, "%s", c.response);
 }
 
 Test(metrics, serves_prometheus_text)
