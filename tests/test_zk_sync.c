@@ -341,3 +341,49 @@ Test(zk_sync, cli_follow_dual_writes_appended_records)
     km_test_rmtree(dir);
     free(dir);
 }
+
+static bool sync_writing(void *ctx)
+{
+    zkt_bridge *t = ctx;
+    km_zkw_metrics m;
+    km_zkw_get_metrics(km_zkb_writer(t->b), &m);
+    return km_zkb_get_phase(t->b) == KM_ZKB_SYNC && m.multis_ok >= 2;
+}
+
+/* Deltas that arrive while the full sync runs are folded in: one catch-up pass against our model
+ * of ZooKeeper when it ends, no second read of ZooKeeper, then dual write. */
+Test(zk_sync, deltas_during_the_full_sync_are_caught_up)
+{
+    char *dir = km_test_tmpdir("zkcatch"), log[512];
+    snprintf(log, sizeof log, "%s/log", dir);
+    km_image *expect = gen_image(log, 8, 6, 200);
+    km_image *img = km_image_new();
+    km_err err = {{0}};
+    km_metalog_opts opts = {0};
+    km_image_follow *f = km_image_follow_open(img, log, &opts, &err);
+    cr_assert(f, "%s", err.msg);
+    km_delta *d = km_delta_new();
+    while (km_image_partition_count(img) < 48) /* start from the image with every partition */
+        cr_assert_eq(km_image_follow_next(f, d, &err), 1, "%s", err.msg);
+    zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, 3,
+                                   &(km_zkb_config){.zk = {.max_multi_ops = 10, .max_inflight = 2}});
+    cr_assert(zkt_run_until(t->loop, sync_writing, t, 60000), "the full sync never started writing");
+    int r;
+    while ((r = km_image_follow_next(f, d, &err)) == 1)
+        cr_assert_eq(km_zkb_delta(t->b, d, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_zkb_get_phase(t->b), KM_ZKB_SYNC, "the deltas must arrive mid-sync");
+    cr_assert_eq(r, 0, "%s", err.msg);
+    cr_assert(zkt_bridge_wait_idle(t, 60000), "%s", km_zkb_error(t->b));
+    char why[512];
+    cr_assert(zkt_zk_equals_image(zc, img, 3, why, sizeof why), "%s", why);
+    km_zkb_summary s;
+    km_zkb_get_summary(t->b, &s);
+    cr_assert_eq(s.full_syncs, 1, "one read of ZooKeeper, then the catch-up from the model");
+    km_delta_free(d);
+    km_image_follow_close(f);
+    zkt_bridge_free(t);
+    km_image_free(img);
+    km_image_free(expect);
+    km_test_rmtree(dir);
+    free(dir);
+}

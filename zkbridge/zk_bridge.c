@@ -81,6 +81,41 @@ static size_t chunk_ops(const km_zkb *b)
     return bound / 2 ? bound / 2 : 1;
 }
 
+/* Every path of our model of ZooKeeper, sorted: the deletion candidates of a catch-up pass. */
+static void known_paths(const zk_vcache *known, zk_tree *out)
+{
+    for (size_t i = 0; i < known->cap; i++)
+        if (zk_vcache_key_at(known, i))
+            zk_tree_add(out, zk_vcache_key_at(known, i), NULL, ZN_DIR, NOTIFY_NONE, NULL);
+    zk_tree_sort(out);
+}
+
+/* The image moved while the full sync ran. Reading ZooKeeper again could chase a busy log forever;
+ * our model of it is exact by now, so the whole image is reconciled against the model in one
+ * batch, and dual write starts right behind it. */
+static void catch_up(km_zkb *b)
+{
+    km_err err = {{0}};
+    zk_tree want = {0}, cands = {0};
+    zk_ops ops = {0};
+    b->dirty = false;
+    if (zk_render_image(b->img, b->cfg.zk.controller_epoch, &want, &err)) {
+        zk_tree_free(&want);
+        return stop(b, err.msg);
+    }
+    known_paths(&b->known, &cands);
+    zk_reconcile(&b->known, &cands, &want, b->img, &ops);
+    b->sum.created += ops.created;
+    b->sum.updated += ops.updated;
+    b->sum.deleted += ops.deleted;
+    if (ops.oom || km_zkw_submit(b->w, ops.v, ops.n, km_image_offset(b->img), km_image_epoch(b->img), &err))
+        zkw_log(b->w, KM_LOG_ERROR, "zk sync: catching up with the image failed: %s",
+                ops.oom ? "out of memory" : err.msg);
+    zk_ops_free(&ops);
+    zk_tree_free(&want);
+    zk_tree_free(&cands);
+}
+
 static void finish_sync(km_zkb *b)
 {
     km_zkw_set_snapshot_time(b->w, zk_now_ms() - b->sync_started_ms);
@@ -90,7 +125,7 @@ static void finish_sync(km_zkb *b)
     zk_ops_free(&b->sync_ops);
     set_phase(b, KM_ZKB_DUAL_WRITE);
     if (b->dirty)
-        start_full_sync(b); /* the image moved meanwhile: cheap second pass */
+        catch_up(b);
 }
 
 /* Step 3: queue the difference in batches while the write-behind bound allows. Only the last
@@ -272,10 +307,13 @@ int km_zkb_delta(km_zkb *b, const km_delta *d, km_err *err)
     if (b->phase == KM_ZKB_STOPPED)
         return km_fail(err, "zk bridge: stopped: %s", b->error);
     km_zkw_note_log_offset(b->w, km_delta_offset(d));
-    if (b->phase != KM_ZKB_DUAL_WRITE || b->cfg.diff_only || km_delta_is_snapshot(d)) {
-        b->dirty = true; /* the running (or next) full sync renders the newer image */
-        if (b->phase == KM_ZKB_DUAL_WRITE && !b->cfg.diff_only)
-            start_full_sync(b);
+    if (b->phase != KM_ZKB_DUAL_WRITE || b->cfg.diff_only) {
+        b->dirty = true; /* the running (or next) full sync catches up with the newer image */
+        return 0;
+    }
+    if (km_delta_is_snapshot(d)) { /* a new snapshot replaced the image: reconcile all of it */
+        b->dirty = true;
+        catch_up(b);
         return 0;
     }
     zk_tree want = {0}, cands = {0};

@@ -167,3 +167,8 @@ void zk_vcache_clear(zk_vcache *c)
     free(c->datas);
     memset(c, 0, sizeof *c);
 }
+
+const char *zk_vcache_key_at(const zk_vcache *c, size_t i)
+{
+    return i < c->cap && c->keys[i] != TOMBSTONE ? c->keys[i] : NULL;
+}

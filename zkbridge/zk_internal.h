@@ -22,6 +22,8 @@ void zk_vcache_clear(zk_vcache *c);
 /* With a payload (owned by the cache from now on; NULL allowed). get returns -1 when absent. */
 int zk_vcache_put_data(zk_vcache *c, const char *path, int version, char *data);
 int zk_vcache_get_data(const zk_vcache *c, const char *path, const char **data);
+/* Slot i's key (0 <= i < c->cap), or NULL for a free slot: iterates every key. */
+const char *zk_vcache_key_at(const zk_vcache *c, size_t i);
 
 int64_t zk_now_ms(void);  /* monotonic */
 int64_t zk_wall_ms(void); /* epoch ms, for /controller's timestamp */
