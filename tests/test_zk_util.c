@@ -224,7 +224,7 @@ static bool check_topic(km_zkc *c, const km_image *img, const km_topic *t, int32
     bool ok = j && json_integer_value(json_object_get(j, "version")) == 3 &&
               !strcmp(json_string_value(json_object_get(j, "topic_id")) ? json_string_value(json_object_get(j, "topic_id")) : "", id) &&
               json_is_object(json_object_get(j, "adding_replicas")) && json_is_object(json_object_get(j, "removing_replicas")) &&
-              json_object_size(parts) == (size_t)n;
+              json_object_size(j) == 5 && json_object_size(parts) == (size_t)n;
     for (int32_t i = 0; ok && i < n; i++) {
         km_partition p;
         char key[16];
@@ -288,8 +288,42 @@ static bool check_acls(km_zkc *c, const km_image *img, char *why, size_t whylen)
     return true;
 }
 
+/* Quota znodes: every value of the image, as a number ZK brokers parse back to the same double. */
+static bool check_quotas(km_zkc *c, const km_image *img, char *why, size_t whylen)
+{
+    size_t it = 0;
+    const km_client_quota *q;
+    while ((q = km_image_next_quota(img, &it))) {
+        const char *user = NULL, *client = NULL, *ip = NULL;
+        for (int32_t i = 0; i < q->n_parts; i++) {
+            const char *name = q->parts[i].name ? q->parts[i].name : "<default>";
+            if (!strcmp(q->parts[i].type, "user")) user = name;
+            else if (!strcmp(q->parts[i].type, "client-id")) client = name;
+            else if (!strcmp(q->parts[i].type, "ip")) ip = name;
+        }
+        char path[512];
+        if (user && client) snprintf(path, sizeof path, "/config/users/%s/clients/%s", user, client);
+        else if (user) snprintf(path, sizeof path, "/config/users/%s", user);
+        else if (client) snprintf(path, sizeof path, "/config/clients/%s", client);
+        else if (ip) snprintf(path, sizeof path, "/config/ips/%s", ip);
+        else continue;
+        json_t *j = get_json(c, path), *cfg = json_object_get(j, "config");
+        for (int32_t i = 0; i < q->n; i++) {
+            const char *v = json_string_value(json_object_get(cfg, q->kv[i].key));
+            if (!v || strtod(v, NULL) != q->kv[i].value) {
+                json_decref(j);
+                return WHY("%s: %s is %s, the image has %g", path, q->kv[i].key, v ? v : "absent", q->kv[i].value);
+            }
+        }
+        json_decref(j);
+    }
+    return true;
+}
+
 static bool check_rest(km_zkc *c, const km_image *img, char *why, size_t whylen)
 {
+    if (!check_quotas(c, img, why, whylen))
+        return false;
     size_t it = 0;
     const km_config_res *res;
     while ((res = km_image_next_config(img, &it))) {
