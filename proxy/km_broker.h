@@ -171,7 +171,19 @@ void km_bchan_get_stats(const km_bchan *ch, km_bchan_stats *out);
  * A full sync (on activation, on every (re)connect, after an overflow or a snapshot) is a
  * full UpdateMetadata (Type=2, every partition) then a full LeaderAndIsr (Type=2, every
  * partition the broker hosts).  Per-partition ControllerEpoch is the image's log epoch;
- * the request's is the ZooKeeper controller epoch. */
+ * the request's is the ZooKeeper controller epoch.
+ *
+ * Where this knowingly differs from Kafka 3.9 (each is a superset of what Kafka sends, or a fix):
+ *  - versions come from ApiVersions (highest common), not from metadata.version;
+ *  - a full sync is UpdateMetadata(Type=2) then LeaderAndIsr(Type=2); Kafka's image path sends
+ *    UpdateMetadata(Type=0, all partitions), LeaderAndIsr(Type=2), UpdateMetadata(Type=2), and its
+ *    delta path gives a changed ZK broker Type=0/Type=1 requests instead of a full sync;
+ *  - Kafka resends the same request after a reconnect; we full-sync (the brokers' state converges
+ *    either way, and a bounded queue needs a way to forget);
+ *  - OfflineReplicas of a deleted topic's partitions are its unregistered replicas (Kafka 3.9
+ *    lists the registered ones there, a naming slip);
+ *  - batch 1's UpdateMetadata to unchanged brokers carries no partitions (Kafka's shares the
+ *    batch's partition map, so it repeats every partition when some ZK broker changed). */
 typedef struct km_bprop km_bprop;
 
 typedef struct km_bprop_config {

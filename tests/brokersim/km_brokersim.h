@@ -70,7 +70,8 @@ void km_bsim_stop_thread(km_bsim *s);
 
 /* A broker restart with a new registration: later requests need at least this epoch. */
 void km_bsim_set_kraft_broker_epoch(km_bsim *s, int64_t epoch);
-/* Drops every open connection (simulates a network blip; the state is kept). */
+/* Drops every open connection (simulates a network blip; the state is kept).  Call it on the
+ * simulator's loop thread. */
 void km_bsim_drop_connections(km_bsim *s);
 
 /* The whole state as JSON (new reference):
