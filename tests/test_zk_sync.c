@@ -387,3 +387,95 @@ Test(zk_sync, deltas_during_the_full_sync_are_caught_up)
     km_test_rmtree(dir);
     free(dir);
 }
+
+/* Is there a change notification `prefix<seq>` under dir holding exactly `want`? */
+static bool has_notification(const char *dir, const char *prefix, const char *want)
+{
+    char **kids = NULL, path[512];
+    int n = 0;
+    bool found = false;
+    if (km_zkc_children(zc, dir, &kids, &n) == ZOK)
+        for (int i = 0; i < n && !found; i++) {
+            snprintf(path, sizeof path, "%s/%s", dir, kids[i]);
+            char *data = zkt_get(zc, path, NULL);
+            found = !strncmp(kids[i], prefix, strlen(prefix)) && strlen(kids[i]) == strlen(prefix) + 10 && data &&
+                    !strcmp(data, want);
+            free(data);
+        }
+    km_zkc_free_strings(kids, n);
+    return found;
+}
+
+/* Exact bytes of the formats the generator does not produce: delegation tokens (sanitized
+ * principals), prefixed ACLs and their extended change event, and quota values through
+ * Java's Double.toString. */
+Test(zk_sync, tokens_prefixed_acls_and_quota_numbers_in_kafka_formats)
+{
+    char *dir = km_test_tmpdir("zkfmt"), log[512];
+    snprintf(log, sizeof log, "%s/log", dir);
+    km_image *img = gen_image(log, 1, 1, 0);
+    km_err err = {{0}};
+    int64_t off = km_image_offset(img);
+    km_delegation_token_record tok;
+    km_delegation_token_record_init(&tok);
+    tok.owner = km_cstr("User:alice smith");
+    tok.requester = km_cstr("User:bob");
+    km_str renewers[1] = {km_cstr("User:carol")};
+    tok.renewers.count = 1;
+    tok.renewers.items = renewers;
+    tok.issue_timestamp = 1;
+    tok.expiration_timestamp = 2;
+    tok.max_timestamp = 3;
+    tok.token_id = km_cstr("tok1");
+    cr_assert_eq(km_image_apply(img, KM_MDR_DELEGATION_TOKEN_RECORD, 0, &tok, ++off, 1, "t", NULL, &err), 0, "%s", err.msg);
+    km_access_control_entry_record acl;
+    km_access_control_entry_record_init(&acl);
+    acl.id.b[0] = 0x42;
+    acl.resource_type = 2;
+    acl.resource_name = km_cstr("pay");
+    acl.pattern_type = 4;
+    acl.principal = km_cstr("User:alice");
+    acl.host = km_cstr("*");
+    acl.operation = 3;
+    acl.permission_type = 3;
+    cr_assert_eq(km_image_apply(img, KM_MDR_ACCESS_CONTROL_ENTRY_RECORD, 0, &acl, ++off, 1, "t", NULL, &err), 0, "%s", err.msg);
+    const char *types[2] = {"user", "client-id"}, *names[2] = {"quser", "cli"}, *keys[2] = {"request_percentage", "controller_mutation_rate"};
+    double values[2] = {12.5, 1e7};
+    for (int i = 0; i < 2; i++) {
+        km_client_quota_record q;
+        km_client_quota_record_init(&q);
+        km_client_quota_record_entity_data e = {km_cstr(types[i]), km_cstr(names[i]), {0, NULL}};
+        q.entity.count = 1;
+        q.entity.items = &e;
+        q.key = km_cstr(keys[i]);
+        q.value = values[i];
+        cr_assert_eq(km_image_apply(img, KM_MDR_CLIENT_QUOTA_RECORD, 0, &q, ++off, 1, "t", NULL, &err), 0, "%s", err.msg);
+    }
+    zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, 1, NULL);
+    cr_assert(zkt_bridge_wait_idle(t, 60000), "%s", km_zkb_error(t->b));
+    char *s = zkt_get(zc, "/delegation_token/tokens/tok1", NULL);
+    cr_assert_str_eq(s, "{\"version\":3,\"owner\":\"User%3Aalice%20smith\",\"tokenRequester\":\"User%3Abob\","
+                        "\"renewers\":[\"User%3Acarol\"],\"issueTimestamp\":1,\"maxTimestamp\":3,"
+                        "\"expiryTimestamp\":2,\"tokenId\":\"tok1\"}");
+    free(s);
+    cr_assert(has_notification("/delegation_token/token_changes", "token_change_", "tok1"));
+    s = zkt_get(zc, "/kafka-acl-extended/prefixed/Topic/pay", NULL);
+    cr_assert_str_eq(s, "{\"version\":1,\"acls\":[{\"principal\":\"User:alice\",\"permissionType\":\"Allow\","
+                        "\"operation\":\"Read\",\"host\":\"*\"}]}");
+    free(s);
+    cr_assert(has_notification("/kafka-acl-extended-changes", "acl_changes_",
+                               "{\"version\":1,\"resourceType\":\"TOPIC\",\"name\":\"pay\",\"patternType\":\"PREFIXED\"}"));
+    cr_assert(has_notification("/config/changes", "config_change_", "{\"version\":2,\"entity_path\":\"clients/cli\"}"));
+    s = zkt_get(zc, "/config/users/quser", NULL);
+    cr_assert_str_eq(s, "{\"version\":1,\"config\":{\"request_percentage\":\"12.5\"}}");
+    free(s);
+    s = zkt_get(zc, "/config/clients/cli", NULL);
+    cr_assert_str_eq(s, "{\"version\":1,\"config\":{\"controller_mutation_rate\":\"1.0E7\"}}");
+    free(s);
+    char why[512];
+    cr_assert(zkt_zk_equals_image(zc, img, 1, why, sizeof why), "%s", why);
+    zkt_bridge_free(t);
+    km_image_free(img);
+    km_test_rmtree(dir);
+    free(dir);
+}
