@@ -479,3 +479,42 @@ Test(zk_sync, tokens_prefixed_acls_and_quota_numbers_in_kafka_formats)
     km_test_rmtree(dir);
     free(dir);
 }
+
+/* A second writer moves /migration while we dual-write: the next delta fences the bridge, and the
+ * reason is in the metrics. */
+Test(zk_sync, second_writer_stops_the_bridge)
+{
+    char *dir = km_test_tmpdir("zk2w"), log[512];
+    snprintf(log, sizeof log, "%s/log", dir);
+    km_image *img = gen_image(log, 2, 2, 0);
+    zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, 1, NULL);
+    cr_assert(zkt_bridge_wait_idle(t, 60000), "%s", km_zkb_error(t->b));
+    cr_assert_eq(km_zkc_set(zc, "/migration", "{\"version\":0,\"kraft_controller_id\":7,\"kraft_controller_epoch\":9,"
+                                              "\"kraft_metadata_offset\":1,\"kraft_metadata_epoch\":1}", -1, NULL), ZOK);
+    km_config_record cfg;
+    km_config_record_init(&cfg);
+    cfg.resource_type = KM_CFG_TOPIC;
+    cfg.resource_name = km_cstr("topic-0");
+    cfg.name = km_cstr("retention.ms");
+    cfg.value = km_cstr("5");
+    km_delta *d = km_delta_new();
+    km_err err = {{0}};
+    cr_assert_eq(km_image_apply(img, KM_MDR_CONFIG_RECORD, 0, &cfg, km_image_offset(img) + 1, 1, "t", d, &err), 0,
+                 "%s", err.msg);
+    cr_assert_eq(km_zkb_delta(t->b, d, &err), 0, "%s", err.msg);
+    zkt_bridge_wait_idle(t, 20000);
+    cr_assert_eq(km_zkb_get_phase(t->b), KM_ZKB_STOPPED);
+    cr_assert(strstr(km_zkb_error(t->b), "second writer"), "%s", km_zkb_error(t->b));
+    char *cfgdata = zkt_get(zc, "/config/topics/topic-0", NULL);
+    cr_assert(cfgdata && !strstr(cfgdata, "\"retention.ms\":\"5\""), "a fenced bridge wrote %s", cfgdata);
+    free(cfgdata);
+    char *m = km_zkw_metrics_json(km_zkb_writer(t->b));
+    cr_assert(strstr(m, "\"zk_migration_state\":\"FENCED\"") && strstr(m, "second writer"), "%s", m);
+    free(m);
+    cr_assert_eq(km_zkb_delta(t->b, d, &err), -1, "a stopped bridge refuses deltas");
+    km_delta_free(d);
+    zkt_bridge_free(t);
+    km_image_free(img);
+    km_test_rmtree(dir);
+    free(dir);
+}
