@@ -43,20 +43,6 @@ static char *corpus_file(const char *sub, const char *prefix, const char *suffix
     return found;
 }
 
-/* Files whose records are newer than our spec: the reader must name the record and version. */
-static const char *newer_than_spec[] = {
-    "KS9602__KASYNO__00000000000000012997-0000000019.checkpoint",
-    "KS9602__KASYNO__00000000000000064833-0000000044.checkpoint",
-};
-
-static bool is_newer_than_spec(const char *name)
-{
-    for (size_t i = 0; i < sizeof newer_than_spec / sizeof *newer_than_spec; i++)
-        if (strcmp(name, newer_than_spec[i]) == 0)
-            return true;
-    return false;
-}
-
 static void decode_all_in(const char *sub, const char *suffix)
 {
     char *dir = corpus(sub);
@@ -77,13 +63,8 @@ static void decode_all_in(const char *sub, const char *suffix)
             long recs = 0;
             int64_t last = -1;
             int rc = tm_drain(m, &recs, &last, &err);
-            if (rc < 0 && !raw && is_newer_than_spec(e->d_name)) {
-                cr_assert(strstr(err.msg, "RegisterBrokerRecord (type 0) version 4 is not supported"), "%s", err.msg);
-                fprintf(stderr, "note: %s\n", err.msg); /* cr_log_warn would fail the run */
-            } else {
-                cr_assert_eq(rc, 1, "%s", err.msg);
-                cr_assert_gt(recs, 0, "%s: no records", path);
-            }
+            cr_assert_eq(rc, 1, "%s", err.msg);
+            cr_assert_gt(recs, 0, "%s: no records", path);
             km_metalog_close(m);
         }
         free(path);
@@ -221,20 +202,27 @@ Test(metalog_corpus, two_segment_directory)
     free(a); free(b); free(la); free(lb); free(dir);
 }
 
-Test(metalog_corpus, record_newer_than_spec_is_named_not_skipped)
+/* Kafka 4.x writes RegisterBrokerRecord v4: version 3's fields plus tagged field 1, which is kept. */
+Test(metalog_corpus, register_broker_v4_keeps_its_new_tag)
 {
     char *p = corpus_file("corpus/kraft-snapshot", "KS9602__KASYNO__", "12997-0000000019.checkpoint");
     km_err err;
     km_metalog *m = km_metalog_open_file(p, NULL, &err);
-    long n = 0;
-    int64_t last;
-    int rc = tm_drain(m, &n, &last, &err);
-    if (rc == 1)
-        fprintf(stderr, "note: the codec now knows RegisterBrokerRecord v4\n");
-    else {
-        cr_assert(strstr(err.msg, p), "%s", err.msg);
-        cr_assert(strstr(err.msg, "(offset 7): record 6 of 66: RegisterBrokerRecord (type 0) version 4"), "%s", err.msg);
+    cr_assert(m, "%s", err.msg);
+    km_metalog_record rec;
+    int rc, seen = 0;
+    while ((rc = km_metalog_next(m, &rec, &err)) == 1) {
+        if (rec.control || rec.type != KM_MDR_REGISTER_BROKER_RECORD)
+            continue;
+        const km_register_broker_record *r = rec.msg;
+        cr_assert_eq(rec.version, 4);
+        cr_assert_eq(r->broker_id, 1);
+        cr_assert_eq(r->unknown_tags.count, 1);
+        cr_assert_eq(r->unknown_tags.items[0].tag, 1);
+        seen++;
     }
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    cr_assert_eq(seen, 1);
     km_metalog_close(m);
     free(p);
 }
