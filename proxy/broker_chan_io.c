@@ -104,9 +104,14 @@ static void on_api_versions(km_bchan *ch, km_reader *r, km_arena *a)
         return;
     }
     if (rs.error_code == E_UNSUPPORTED_VERSION && ch->av_version > 0) {
-        ch->av_version = 0;
+        /* retry at the highest version the broker listed for ApiVersions (as Kafka's clients do) */
+        int16_t v = 0;
+        for (int32_t k = 0; k < rs.api_keys.count; k++)
+            if (rs.api_keys.items[k].api_key == KM_API_API_VERSIONS)
+                v = rs.api_keys.items[k].max_version;
+        ch->av_version = v > 0 && v < ch->av_version ? v : 0;
         if (km_bchan__send_api_versions(ch))
-            km_bchan__disconnect(ch, "cannot send ApiVersions v0");
+            km_bchan__disconnect(ch, "cannot send ApiVersions");
         return;
     }
     if (rs.error_code || negotiate(ch, &rs)) {
