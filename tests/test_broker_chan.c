@@ -107,3 +107,75 @@ Test(broker_chan, tls_to_every_broker, .fini = fini, .timeout = 120)
     km_tls_ctx_free(server);
     km_test_pki_free(&pki);
 }
+
+/* ---- per-partition errors ------------------------------------------------------------------- */
+
+typedef struct seed { km_bchan *ch; int done; const km_topic *t; } seed;
+
+/* A ZooKeeper-era controller (epoch 5) left broker 1 at leader epoch 99 for one partition. */
+static void seed_sync(km_bchan *ch, void *ud)
+{
+    seed *s = ud;
+    km_partition x;
+    cr_assert(km_topic_partition(s->t, 0, &x));
+    km_bp_part p = { .topic = km_topic_name(s->t), .topic_id = km_topic_id(s->t), .partition = 0,
+                     .controller_epoch = 5, .leader = x.leader, .leader_epoch = 99, .partition_epoch = 99,
+                     .isr = x.isr, .replicas = x.replicas };
+    km_bp_ctl c = { .controller_id = 1, .controller_epoch = 5, .broker_epoch = -1, .kraft = false };
+    km_arena a;
+    km_arena_init(&a, 0);
+    km_leader_and_isr_request *rq = km_arena_alloc(&a, sizeof *rq);
+    km_err err;
+    int16_t v = km_bchan_version(ch, KM_API_LEADER_AND_ISR);
+    cr_assert(!km_bp_leader_and_isr(v, &c, &p, 1, NULL, 0, "PLAINTEXT", &a, rq, &err), "%s", err.msg);
+    cr_assert(km_bchan_submit(ch, KM_API_LEADER_AND_ISR, rq, &a, &err) > 0);
+}
+
+static void seed_done(km_bchan *ch, int16_t api, uint64_t seq, int16_t top, void *ud)
+{
+    (void)ch;
+    (void)api;
+    (void)seq;
+    (void)top;
+    ((seed *)ud)->done++;
+}
+
+static seed *the_seed;
+static bool seeded(brig *r) { (void)r; return the_seed->done > 0; }
+
+static bool stale_partition_seen(brig *r)
+{
+    km_bchan_stats s;
+    km_bchan_get_stats(km_bprop_channel(r->prop, 1), &s);
+    return s.error_by_code[11] >= 1 && !km_bprop_pending(r->prop);
+}
+
+Test(broker_chan, per_partition_errors_are_logged_and_counted_by_name, .fini = fini, .timeout = 120)
+{
+    brig_opts o = { .brokers = 3, .topics = 2, .partitions = 2, .replication = 3 };
+    cr_assert(brig_init(&R, &o), "%s", R.why);
+    size_t it = 0;
+    seed s = { .t = km_image_next_topic(R.img, &it) };
+    the_seed = &s;
+    const km_broker *b1 = km_image_broker(R.img, 1);
+    km_bchan_config cc = { .broker_id = 1, .host = "127.0.0.1", .port = b1->endpoints[0].port };
+    km_bchan_hooks h = { .need_full_sync = seed_sync, .done = seed_done, .ud = &s };
+    km_err err;
+    s.ch = km_bchan_new(R.loop, &cc, &h, &err);
+    cr_assert(s.ch, "%s", err.msg);
+    cr_assert(brig_run_until(&R, seeded, 30));
+    km_bchan_free(s.ch);
+
+    cr_assert(brig_activate(&R), "%s", R.why);
+    cr_assert(brig_run_until(&R, stale_partition_seen, 30), "no per-partition STALE_CONTROLLER_EPOCH");
+    km_buf m;
+    km_buf_init(&m);
+    km_bprop_render_metrics(R.prop, &m);
+    km_buf_put(&m, "", 1);
+    cr_assert(strstr((char *)m.data, "kmproxy_broker_error_codes_total{broker=\"1\",error=\"STALE_CTRL_EPOCH\"} 1"),
+              "%s", (char *)m.data);
+    km_buf_free(&m);
+    /* a per-partition error is not a lost leadership: nothing stopped */
+    cr_assert(!km_bprop_fenced(R.prop));
+    cr_assert(km_bchan_ready(km_bprop_channel(R.prop, 1)));
+}
