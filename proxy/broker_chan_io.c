@@ -158,9 +158,11 @@ static void lisr_errors(km_bchan *ch, int16_t v, const km_leader_and_isr_respons
     for (int32_t t = 0; t < rs->topics.count; t++) {
         char id[23];
         km_uuid_to_base64(rs->topics.items[t].topic_id, id);
+        const char *name = ch->h.topic_name ? ch->h.topic_name(ch, rs->topics.items[t].topic_id, ch->h.ud) : NULL;
         for (int32_t i = 0; i < rs->topics.items[t].partition_errors.count; i++) {
             const km_leader_and_isr_response_partition_error *pe = &rs->topics.items[t].partition_errors.items[i];
-            partition_error(ch, KM_API_LEADER_AND_ISR, id, pe->partition_index, pe->error_code, logged);
+            partition_error(ch, KM_API_LEADER_AND_ISR, name ? name : id, pe->partition_index, pe->error_code,
+                            logged);
         }
     }
 }

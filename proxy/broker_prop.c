@@ -43,6 +43,14 @@ static int64_t on_broker_epoch(km_bchan *ch, void *ud)
     return b ? b->epoch : -1;
 }
 
+static const char *on_topic_name(km_bchan *ch, km_uuid id, void *ud)
+{
+    (void)ch;
+    prop_chan *pc = ud;
+    const km_topic *t = pc->p->img ? km_image_topic_by_id(pc->p->img, id) : NULL;
+    return t ? km_topic_name(t) : NULL;
+}
+
 static void on_fenced_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)loop;
@@ -73,7 +81,7 @@ static void on_fenced(km_bchan *ch, void *ud)
 static int add_chan(km_bprop *p, const km_broker *b, const km_endpoint *ep, km_err *err)
 {
     static const km_bchan_hooks proto = { .need_full_sync = on_need_full_sync, .broker_epoch = on_broker_epoch,
-                                          .fenced = on_fenced };
+                                          .fenced = on_fenced, .topic_name = on_topic_name };
     prop_chan *pc = calloc(1, sizeof *pc);
     if (!pc || !(pc->host = strdup(ep->host)))
         return free(pc), km_fail(err, "broker %d: out of memory", b->id);

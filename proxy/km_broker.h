@@ -124,6 +124,8 @@ typedef struct km_bchan_hooks {
     /* Top-level STALE_CONTROLLER_EPOCH: another controller owns the brokers.  The channel
      * has stopped; the owner should stop everything. */
     void (*fenced)(km_bchan *ch, void *ud);
+    /* Optional: a topic's name for logs (LeaderAndIsr v5+ answers by topic id); NULL: unknown. */
+    const char *(*topic_name)(km_bchan *ch, km_uuid id, void *ud);
     void *ud;
 } km_bchan_hooks;
 
