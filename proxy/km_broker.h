@@ -205,7 +205,8 @@ typedef struct km_bprop_config {
 km_bprop *km_bprop_new(struct ev_loop *loop, const km_bprop_config *cfg, km_err *err);
 void km_bprop_free(km_bprop *p);
 /* Start propagating img (which must outlive the propagator, or until km_bprop_deactivate)
- * with the ZooKeeper controller epoch from the claim.  Every channel does a full sync. */
+ * with the ZooKeeper controller epoch from the claim.  Every channel does a full sync.  Calling
+ * it again (a new claim, a new epoch) resyncs every channel at the new epoch. */
 int km_bprop_activate(km_bprop *p, const km_image *img, int32_t zk_controller_epoch, km_err *err);
 /* img has just applied delta: send what it means.  Never blocks; unreachable brokers are
  * skipped (their next connect brings a full sync). */
