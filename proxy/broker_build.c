@@ -3,6 +3,7 @@
 #include "km_broker.h"
 
 #include <librdkafka/rdkafka.h>
+#include <stddef.h>
 #include <string.h>
 
 const char *km_broker_err_name(int16_t code)
@@ -112,31 +113,61 @@ static void lisr_state(int16_t v, const km_bp_part *p, km_leader_and_isr_request
     ps->leader_recovery_state = v >= 6 ? p->leader_recovery_state : 0;
 }
 
-static int lisr_group(const km_bp_part *parts, size_t n, km_leader_and_isr_request_partition_state *ps,
-                      km_arena *a, km_leader_and_isr_request *out)
+/* Where the grouping below finds its fields in the two requests' generated structs (their
+ * partition arrays share km_array_any's layout, so one function serves both). */
+typedef struct group_layout {
+    size_t ts_size, ts_name, ts_id, ts_parts;   /* the topic state struct */
+    size_t ps_size, ps_name;                    /* the partition state struct */
+} group_layout;
+
+/* Groups ps[0..n) (one per parts[i]) under one topic state per topic, in order of first
+ * appearance, into *out (an array of topic states). */
+static int group_by_topic(const km_bp_part *parts, size_t n, const void *ps, const group_layout *L, km_arena *a,
+                          km_array_any *out)
 {
     size_t *group, *first, *count;
     if (scratch(a, n, &group, &first, &count))
         return -1;
     size_t ng = group_topics(parts, NULL, n, group, first);
-    km_leader_and_isr_request_topic_state *ts = km_arena_alloc(a, sizeof *ts * (ng ? ng : 1));
+    char *ts = km_arena_alloc(a, L->ts_size * (ng ? ng : 1));  /* zeroed */
     if (!ts)
         return -1;
     count_groups(group, n, count);
     for (size_t g = 0; g < ng; g++) {
-        memset(&ts[g], 0, sizeof ts[g]);
-        ts[g].topic_name = ps[first[g]].topic_name;
-        ts[g].topic_id = parts[first[g]].topic_id;
-        ts[g].partition_states.items = km_arena_alloc(a, sizeof *ps * count[g]);
-        if (!ts[g].partition_states.items)
+        char *t = ts + g * L->ts_size;
+        km_array_any items = {0, km_arena_alloc(a, L->ps_size * count[g])};
+        if (!items.items)
             return -1;
+        memcpy(t + L->ts_name, (const char *)ps + first[g] * L->ps_size + L->ps_name, sizeof(km_str));
+        memcpy(t + L->ts_id, &parts[first[g]].topic_id, sizeof(km_uuid));
+        memcpy(t + L->ts_parts, &items, sizeof items);
     }
     for (size_t i = 0; i < n; i++) {
-        km_leader_and_isr_request_topic_state *t = &ts[group[i]];
-        t->partition_states.items[t->partition_states.count++] = ps[i];
+        km_array_any items;
+        char *t = ts + group[i] * L->ts_size;
+        memcpy(&items, t + L->ts_parts, sizeof items);
+        memcpy((char *)items.items + (size_t)items.count++ * L->ps_size, (const char *)ps + i * L->ps_size,
+               L->ps_size);
+        memcpy(t + L->ts_parts, &items, sizeof items);
     }
-    out->topic_states.count = (int32_t)ng;
-    out->topic_states.items = ts;
+    out->count = (int32_t)ng;
+    out->items = ts;
+    return 0;
+}
+
+static int lisr_group(const km_bp_part *parts, size_t n, km_leader_and_isr_request_partition_state *ps,
+                      km_arena *a, km_leader_and_isr_request *out)
+{
+    static const group_layout L = {
+        sizeof(km_leader_and_isr_request_topic_state), offsetof(km_leader_and_isr_request_topic_state, topic_name),
+        offsetof(km_leader_and_isr_request_topic_state, topic_id),
+        offsetof(km_leader_and_isr_request_topic_state, partition_states),
+        sizeof(km_leader_and_isr_request_partition_state),
+        offsetof(km_leader_and_isr_request_partition_state, topic_name)};
+    km_array_any topics;
+    if (group_by_topic(parts, n, ps, &L, a, &topics))
+        return -1;
+    memcpy(&out->topic_states, &topics, sizeof topics);  /* same layout; memcpy keeps aliasing rules */
     return 0;
 }
 
@@ -228,28 +259,16 @@ static void umr_state(const km_bp_part *p, km_update_metadata_request_partition_
 static int umr_group(const km_bp_part *parts, size_t n, km_update_metadata_request_partition_state *ps,
                      km_arena *a, km_update_metadata_request *out)
 {
-    size_t *group, *first, *count;
-    if (scratch(a, n, &group, &first, &count))
+    static const group_layout L = {
+        sizeof(km_update_metadata_request_topic_state), offsetof(km_update_metadata_request_topic_state, topic_name),
+        offsetof(km_update_metadata_request_topic_state, topic_id),
+        offsetof(km_update_metadata_request_topic_state, partition_states),
+        sizeof(km_update_metadata_request_partition_state),
+        offsetof(km_update_metadata_request_partition_state, topic_name)};
+    km_array_any topics;
+    if (group_by_topic(parts, n, ps, &L, a, &topics))
         return -1;
-    size_t ng = group_topics(parts, NULL, n, group, first);
-    km_update_metadata_request_topic_state *ts = km_arena_alloc(a, sizeof *ts * (ng ? ng : 1));
-    if (!ts)
-        return -1;
-    count_groups(group, n, count);
-    for (size_t g = 0; g < ng; g++) {
-        memset(&ts[g], 0, sizeof ts[g]);
-        ts[g].topic_name = ps[first[g]].topic_name;
-        ts[g].topic_id = parts[first[g]].topic_id;
-        ts[g].partition_states.items = km_arena_alloc(a, sizeof *ps * count[g]);
-        if (!ts[g].partition_states.items)
-            return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        km_update_metadata_request_topic_state *t = &ts[group[i]];
-        t->partition_states.items[t->partition_states.count++] = ps[i];
-    }
-    out->topic_states.count = (int32_t)ng;
-    out->topic_states.items = ts;
+    memcpy(&out->topic_states, &topics, sizeof topics);  /* same layout; memcpy keeps aliasing rules */
     return 0;
 }
 
