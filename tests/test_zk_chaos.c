@@ -181,3 +181,30 @@ Test(zk_chaos, stale_follower_read_on_a_3_server_ensemble, .timeout = 300)
     zkt_writer_free(b);
     km_zks_stop(zs);
 }
+
+/* The lost ack of a sync's very last /migration write (with data, then a no-op re-sync): recovery
+ * adopts it, and the bridge must notice it is done (it once waited for an event that never came). */
+Test(zk_chaos, lost_ack_on_the_last_checkpoint_of_a_sync, .timeout = 120)
+{
+    char err[512] = "", *dir;
+    km_zks *zs = km_zks_start(1, NULL, 0, err, sizeof err);
+    cr_assert(zs, "%s", err);
+    km_fp *fp = km_fp_start(km_zks_port(zs, 0), err, sizeof err);
+    cr_assert(fp, "%s", err);
+    km_image *img = gen_image(&dir, 3, 3);
+    for (int round = 0; round < 2; round++) {
+        /* round 1: the claim's own setData of /migration comes first (round 0 creates it) */
+        km_fp_arm(fp, KM_FP_MULTI_CHECKPOINT, KM_FP_DROP_REPLY, "/migration", round);
+        zkt_bridge *t = zkt_bridge_new(km_fp_hosts(fp), img, 3000, 2 + round, NULL);
+        cr_assert(zkt_bridge_wait_idle(t, 30000), "round %d: phase %d, %s", round, (int)km_zkb_get_phase(t->b),
+                  km_zkb_error(t->b));
+        cr_assert_eq(km_fp_fired(fp), round + 1);
+        check_equal(zs, img, 2 + round);
+        zkt_bridge_free(t);
+    }
+    km_fp_stop(fp);
+    km_image_free(img);
+    km_test_rmtree(dir);
+    free(dir);
+    km_zks_stop(zs);
+}

@@ -302,8 +302,10 @@ void zkw_ack(km_zkw *w, zkw_multi *m, bool adopted, int mig_version)
         confirm_batch(w, m->batch, mig_version);
 }
 
-/* Frees the acknowledged prefix; emits CONFIRMED / DRAINED as batches complete. */
-void zkw_pop_acked(km_zkw *w)
+/* Frees the acknowledged prefix; true when a batch was confirmed. No events: recovery must finish
+ * its bookkeeping before the owner reacts (a CONFIRMED seen while still RECOVERING would look
+ * "not idle" to the owner, and nothing would wake it again). */
+bool zkw_pop_acked_quiet(km_zkw *w)
 {
     bool confirmed = false;
     while (w->head && w->head->st == M_ACKED) {
@@ -323,10 +325,20 @@ void zkw_pop_acked(km_zkw *w)
         }
         zkw_free_multi(m);
     }
+    return confirmed;
+}
+
+void zkw_emit_progress(km_zkw *w, bool confirmed)
+{
     if (confirmed)
         zkw_emit(w, KM_ZKW_EV_CONFIRMED);
-    if (confirmed && !w->head && w->state == KM_ZKW_READY)
+    if (confirmed && !w->head && km_zkw_get_state(w) == KM_ZKW_READY)
         zkw_emit(w, KM_ZKW_EV_DRAINED);
+}
+
+void zkw_pop_acked(km_zkw *w)
+{
+    zkw_emit_progress(w, zkw_pop_acked_quiet(w));
 }
 
 static bool session_gone(int rc)

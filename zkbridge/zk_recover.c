@@ -45,8 +45,8 @@ static zkw_batch *landed_batch(km_zkw *w, const rec_call *c)
     return NULL;
 }
 
-/* Marks batches up to and including `upto` as landed. */
-static void adopt_upto(km_zkw *w, zkw_batch *upto, int version)
+/* Marks batches up to and including `upto` as landed; true (always) once they are freed. */
+static bool adopt_upto(km_zkw *w, zkw_batch *upto, int version)
 {
     for (zkw_multi *m = w->head; m; m = m->next) {
         zkw_batch *b = m->batch;
@@ -55,7 +55,7 @@ static void adopt_upto(km_zkw *w, zkw_batch *upto, int version)
         if (b == upto && m->is_last)
             break;
     }
-    zkw_pop_acked(w);
+    return zkw_pop_acked_quiet(w);
 }
 
 /* Everything not acknowledged goes out again, in order, on versions re-derived from now. */
@@ -87,10 +87,11 @@ static void decide(km_zkw *w, rec_call *c)
     if (!unchanged && !b)
         return zkw_fence(w, "/migration holds %.200s at zkVersion %d; our last confirmed write left zkVersion %d "
                          "(%.200s): a second writer", c->data[1], c->st[1].version, w->mig_version, w->mig);
+    bool confirmed = false;
     if (b) {
         zkw_log(w, KM_LOG_INFO, "zk recover: our /migration write to offset %lld had landed (lost ack); "
                 "adopting zkVersion %d", (long long)b->offset, c->st[1].version);
-        adopt_upto(w, b, c->st[1].version);
+        confirmed = adopt_upto(w, b, c->st[1].version);
     }
     requeue(w);
     w->verify_running = false;
@@ -102,6 +103,7 @@ static void decide(km_zkw *w, rec_call *c)
         return;
     }
     zkw_pump(w);
+    zkw_emit_progress(w, confirmed || !w->head); /* READY again: the owner may see it idle and move on */
 }
 
 static void on_rec_read(int rc, const char *value, int len, const struct Stat *st, const void *data)

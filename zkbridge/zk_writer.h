@@ -125,5 +125,7 @@ void zkw_drop_pipeline(km_zkw *w);
 void zkw_free_multi(zkw_multi *m);
 void zkw_ack(km_zkw *w, zkw_multi *m, bool adopted, int mig_version);
 void zkw_pop_acked(km_zkw *w);
+bool zkw_pop_acked_quiet(km_zkw *w);
+void zkw_emit_progress(km_zkw *w, bool confirmed);
 
 #endif
