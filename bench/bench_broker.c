@@ -2,6 +2,7 @@
  * has acked what it implies (LeaderAndIsr to the replicas, UpdateMetadata to all), over 10,000
  * leader changes with 5 simulated brokers; against the loopback TCP round trip measured in the
  * same run (one 64-byte ping-pong through the kernel, no event loop). */
+#include "bench_util.h"
 #include "test_broker_rig.h"
 
 #include <arpa/inet.h>
@@ -19,12 +20,6 @@
 #define CHANGES 10000
 #define BROKERS 5
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -70,11 +65,11 @@ static int loopback_rtt(double *out, int n)
         return -1;
     char buf[64] = { 0 };
     for (int i = 0; i < n; i++) {
-        double t0 = now();
+        double t0 = bench_wall_s();
         if (send(fd, buf, sizeof buf, 0) != (ssize_t)sizeof buf ||
             recv(fd, buf, sizeof buf, MSG_WAITALL) != (ssize_t)sizeof buf)
             return -1;
-        out[i] = now() - t0;
+        out[i] = bench_wall_s() - t0;
     }
     close(fd);
     pthread_join(t, NULL);
@@ -117,7 +112,7 @@ static double read_lat[CHANGES];
 static int propagate(brig *r, double *lat, int n)
 {
     for (int i = 0; i < n; i++) {
-        double t0 = now();
+        double t0 = bench_wall_s();
         int64_t target = km_metalog_writer_next_offset(r->w);
         if (!change_leader(r, i))
             return -1;
@@ -126,10 +121,10 @@ static int propagate(brig *r, double *lat, int n)
         while (km_image_offset(r->img) < target)
             if (!brig_pump(r))
                 return -1;
-        read_lat[i] = now() - t0;
+        read_lat[i] = bench_wall_s() - t0;
         while (km_bprop_pending(r->prop))
             ev_run(r->loop, EVRUN_ONCE);
-        lat[i] = now() - t0;
+        lat[i] = bench_wall_s() - t0;
     }
     return 0;
 }

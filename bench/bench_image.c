@@ -8,6 +8,7 @@
  *
  * usage: bench_image [topics [partitions-per-topic [leader-changes]]]
  */
+#include "bench_util.h"
 #include "km_image.h"
 
 #include <dirent.h>
@@ -22,13 +23,6 @@
 enum { ROUNDS = 3 };
 #define RSS_BOUND (300.0 * 1024 * 1024)
 
-/* CPU time of this process: on a busy shared machine it skews both sides far less than wall time. */
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static long rss_bytes(void)
 {
@@ -56,40 +50,16 @@ static int generate(const char *dir, const km_gen_opts *o)
     return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
-/* The baseline: every segment read() into one reused buffer. */
-static double plain_read(const char *dir, long *bytes)
-{
-    static char buf[1 << 20];
-    double t0 = now_s();
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    *bytes = 0;
-    while (d && (e = readdir(d))) {
-        if (!strstr(e->d_name, ".log"))
-            continue;
-        char p[4096];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        int fd = open(p, O_RDONLY);
-        ssize_t n;
-        while (fd >= 0 && (n = read(fd, buf, sizeof buf)) > 0)
-            *bytes += n;
-        if (fd >= 0)
-            close(fd);
-    }
-    if (d)
-        closedir(d);
-    return now_s() - t0;
-}
 
 /* Loads the image; returns seconds, *records and (first call) the RSS it added. */
 static double load(const char *dir, int64_t *records, long *rss_added, size_t *parts)
 {
     long before = rss_bytes();
-    double t0 = now_s();
+    double t0 = bench_cpu_s();
     km_image *img = km_image_new();
     km_err err;
     *records = img ? km_image_load(img, dir, NULL, &err) : -1;
-    double dt = now_s() - t0;
+    double dt = bench_cpu_s() - t0;
     if (*records < 0) {
         fprintf(stderr, "bench_image: %s\n", err.msg);
         km_image_free(img);
@@ -122,13 +92,14 @@ int main(int argc, char **argv)
     snprintf(log, sizeof log, "%s/__cluster_metadata-0", base);
     if (generate(log, &o) < 0)
         return 1;
-    long bytes = 0, rss_first = 0, rss;
+    size_t bytes = 0;
+    long rss_first = 0, rss;
     int64_t records = 0;
     size_t parts = 0;
     double best_read = 1e9, best_load = 1e9;
-    plain_read(log, &bytes);                     /* warm the page cache */
+    bench_plain_read(log, &bytes);                     /* warm the page cache */
     for (int r = 0; r < ROUNDS; r++) {
-        double tr = plain_read(log, &bytes), tl = load(log, &records, &rss, &parts);
+        double tr = bench_plain_read(log, &bytes), tl = load(log, &records, &rss, &parts);
         if (tl < 0)
             return 1;
         if (r == 0)

@@ -8,6 +8,7 @@
  * process's CPU time (user + system, so read()'s kernel copy counts), which
  * a shared, busy machine skews far less than wall-clock time.
  */
+#include "bench_util.h"
 #include "km_metalog.h"
 
 #include <dirent.h>
@@ -20,12 +21,6 @@
 
 enum { BATCHES = 2000, PER_BATCH = 100, ROUNDS = 5 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static int write_log(const char *dir, km_ml_compression c)
 {
@@ -60,50 +55,19 @@ static int write_log(const char *dir, km_ml_compression c)
     return km_metalog_writer_finish(w, &err) < 0 ? (fprintf(stderr, "%s\n", err.msg), -1) : 0;
 }
 
-/* The baseline: read() every segment into a 1 MiB buffer, touching each byte once. */
-static double plain_read(const char *dir, size_t *bytes)
-{
-    static const size_t cap = 1u << 20;
-    unsigned char *buf = malloc(cap);
-    unsigned sum = 0;
-    *bytes = 0;
-    double t0 = now_s();
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (!strstr(e->d_name, ".log"))
-            continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        int fd = open(path, O_RDONLY);
-        ssize_t n;
-        while (fd >= 0 && (n = read(fd, buf, cap)) > 0) {
-            for (ssize_t i = 0; i < n; i += 64)
-                sum += buf[i];
-            *bytes += (size_t)n;
-        }
-        if (fd >= 0)
-            close(fd);
-    }
-    if (d)
-        closedir(d);
-    double t = now_s() - t0;
-    free(buf);
-    return sum == 0xdeadbeef ? t + 1e-9 : t; /* keeps the loop from being optimised away */
-}
 
 static double metalog_read(const char *dir, bool raw, long *records)
 {
     km_err err;
     km_metalog_opts o = {.raw = raw};
-    double t0 = now_s();
+    double t0 = bench_cpu_s();
     km_metalog *m = km_metalog_open_dir(dir, &o, &err);
     km_metalog_record r;
     int rc = m ? 0 : -1;
     *records = 0;
     while (m && (rc = km_metalog_next(m, &r, &err)) == 1)
         (*records)++;
-    double t = now_s() - t0;
+    double t = bench_cpu_s() - t0;
     if (rc < 0)
         fprintf(stderr, "bench_metalog: %s\n", err.msg);
     km_metalog_close(m);
@@ -120,9 +84,9 @@ static int run(km_ml_compression c, const char *label)
     size_t bytes = 0;
     long recs = 0;
     double best_plain = 1e9, best_full = 1e9, best_raw = 1e9;
-    plain_read(dir, &bytes); /* warm the page cache */
+    bench_plain_read(dir, &bytes); /* warm the page cache */
     for (int i = 0; i < ROUNDS; i++) {
-        double p = plain_read(dir, &bytes), f = metalog_read(dir, false, &recs), r = metalog_read(dir, true, &recs);
+        double p = bench_plain_read(dir, &bytes), f = metalog_read(dir, false, &recs), r = metalog_read(dir, true, &recs);
         if (f < 0 || r < 0)
             return -1;
         best_plain = p < best_plain ? p : best_plain;
