@@ -66,6 +66,8 @@ static void init_op(zoo_op_t *z, const km_zop *o)
 static double raw_run(const char *hosts, const km_zop *ops, size_t n)
 {
     zhandle_t *zh = zookeeper_init(hosts, NULL, 30000, NULL, NULL, 0);
+    if (zh) /* as the bridge does: no DNS round trip per loop iteration */
+        zoo_set_servers_resolution_delay(zh, 10000);
     while (zh && zoo_state(zh) != ZOO_CONNECTED_STATE)
         pump(zh);
     int outstanding = 0, failed = 0;

@@ -64,7 +64,8 @@ static void assert_zk_equals(const model *md, int64_t offset)
     for (int i = 0; i < 8; i++) {
         int v = -1;
         char *d = zkt_get(zc, md->path[i], &v);
-        cr_assert_str_eq(d, md->value[i], "%s", md->path[i]);
+        cr_assert(d && !strcmp(d, md->value[i]), "%s holds %s (zkVersion %d), want %s", md->path[i], d ? d : "(none)", v,
+                  md->value[i]);
         cr_assert_eq(v, md->version[i], "%s: zkVersion %d, want %d (a write applied twice?)", md->path[i], v,
                      md->version[i]);
         free(d);

@@ -202,7 +202,8 @@ static void on_walked(zk_walk *wk, int rc, void *ctx)
         ev_timer_start(b->loop, &b->retry);
         return;
     }
-    zkw_log(b->w, KM_LOG_INFO, "zk sync: read %zu znodes", b->actual.n);
+    zkw_log(b->w, KM_LOG_INFO, "zk sync: read %zu znodes in %lld ms", b->actual.n,
+            (long long)(zk_now_ms() - b->sync_started_ms));
     plan_sync(b);
 }
 

@@ -260,6 +260,10 @@ void zkw_pump(km_zkw *w)
         return;
     while (w->next_send && w->inflight < w->cfg.max_inflight) {
         zkw_multi *m = w->next_send;
+        if (m->st == M_ACKED) { /* found landed by recovery, waiting for its predecessors */
+            w->next_send = m->next;
+            continue;
+        }
         if (send_multi(w, m)) {
             w->recover_wanted = true; /* not connected: the session watcher starts recovery */
             return;
@@ -347,21 +351,21 @@ static bool session_gone(int rc)
            rc == ZINVALIDSTATE;
 }
 
-/* A failed multi: ops 0/1 are the guards (verify, then adopt or fence); a data op failing on a
- * resend of a non-final multi means its first attempt landed; otherwise ZooKeeper has drifted
+/* A failed multi: ops 0/1 are the guards (verify, then adopt or fence); a failure no op carries
+ * is the client's own (outcome unknown, verify); a data op failing means ZooKeeper has drifted
  * from our predictions and only a full sync can say how. */
 static void on_failed(km_zkw *w, zkw_multi *m, int rc)
 {
     int f = zkw_failed_op(m->res, m->nops + 2);
-    if (f >= 2 && m->resent && !m->is_last) {
-        zkw_log(w, KM_LOG_INFO, "zk write: resent multi hit %s on %s: its first attempt had landed",
-                zerror(m->res[f].err), m->ops[f - 2].path);
-        zkw_ack(w, m, true, 0);
-        return;
-    }
     m->st = M_UNKNOWN;
     w->recover_wanted = true;
+    if (f < 0) { /* no op carries an error: the client failed it locally, the outcome is unknown */
+        zkw_log(w, KM_LOG_INFO, "zk write: multi failed without a server verdict (%s); verifying", zerror(rc));
+        return;
+    }
     if (f >= 2) {
+        /* Recovery decided whether each multi landed before resending it, so a data op failing
+         * now is never our own earlier attempt. */
         const zkw_op *o = &m->ops[f - 2];
         static const char *verbs[] = {"create", "create sequential", "setData", "delete"};
         zkw_log(w, KM_LOG_WARN, "zk write: %s %s (expected zkVersion %d) failed: %s: ZooKeeper differs from our "

@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void recover_finish(km_zkw *w);
+static void probe_start(km_zkw *w);
+
 typedef struct rec_call {
     km_zkw *w;
     unsigned generation;
@@ -45,20 +48,19 @@ static zkw_batch *landed_batch(km_zkw *w, const rec_call *c)
     return NULL;
 }
 
-/* Marks batches up to and including `upto` as landed; true (always) once they are freed. */
-static bool adopt_upto(km_zkw *w, zkw_batch *upto, int version)
+/* /migration shows batches up to `upto` ended: their last multis landed (the other multis of
+ * those batches are probed like any other, see probe_start). */
+static void adopt_upto(km_zkw *w, zkw_batch *upto, int version)
 {
     for (zkw_multi *m = w->head; m; m = m->next) {
-        zkw_batch *b = m->batch;
-        if (m->st != M_ACKED)
+        if (m->is_last && m->st != M_ACKED)
             zkw_ack(w, m, true, version);
-        if (b == upto && m->is_last)
+        if (m->batch == upto && m->is_last)
             break;
     }
-    return zkw_pop_acked_quiet(w);
 }
 
-/* Everything not acknowledged goes out again, in order, on versions re-derived from now. */
+/* Everything not landed goes out again, in order, on versions re-derived from now. */
 static void requeue(km_zkw *w)
 {
     for (zkw_multi *m = w->head; m; m = m->next)
@@ -71,6 +73,22 @@ static void requeue(km_zkw *w)
         b->check_version = -1;
     w->next_check = w->mig_version;
     w->next_send = w->head;
+}
+
+static void recover_finish(km_zkw *w)
+{
+    bool confirmed = zkw_pop_acked_quiet(w);
+    requeue(w);
+    w->verify_running = false;
+    w->recover_wanted = false;
+    if (w->resync_wanted) {
+        w->resync_wanted = false;
+        zkw_drop_pipeline(w);
+        zkw_emit(w, KM_ZKW_EV_RESYNC);
+        return;
+    }
+    zkw_pump(w);
+    zkw_emit_progress(w, confirmed || !w->head); /* READY again: the owner may see it idle and move on */
 }
 
 static void decide(km_zkw *w, rec_call *c)
@@ -87,23 +105,14 @@ static void decide(km_zkw *w, rec_call *c)
     if (!unchanged && !b)
         return zkw_fence(w, "/migration holds %.200s at zkVersion %d; our last confirmed write left zkVersion %d "
                          "(%.200s): a second writer", c->data[1], c->st[1].version, w->mig_version, w->mig);
-    bool confirmed = false;
     if (b) {
         zkw_log(w, KM_LOG_INFO, "zk recover: our /migration write to offset %lld had landed (lost ack); "
                 "adopting zkVersion %d", (long long)b->offset, c->st[1].version);
-        confirmed = adopt_upto(w, b, c->st[1].version);
+        adopt_upto(w, b, c->st[1].version);
     }
-    requeue(w);
-    w->verify_running = false;
-    w->recover_wanted = false;
-    if (w->resync_wanted) {
-        w->resync_wanted = false;
-        zkw_drop_pipeline(w);
-        zkw_emit(w, KM_ZKW_EV_RESYNC);
-        return;
-    }
-    zkw_pump(w);
-    zkw_emit_progress(w, confirmed || !w->head); /* READY again: the owner may see it idle and move on */
+    if (w->resync_wanted)
+        return recover_finish(w);
+    probe_start(w);
 }
 
 static void on_rec_read(int rc, const char *value, int len, const struct Stat *st, const void *data)
@@ -171,4 +180,80 @@ void zkw_recover_start(km_zkw *w)
         rec_free(c);
         rec_abort(w);
     }
+}
+
+/* ---- which of the multis whose replies we lost did land? ----
+ * Each one is judged on its own by the zkVersion of its first conditional data op (versions only
+ * grow, and the guards just proved nobody else writes): a setData at version v landed iff the
+ * node is past v, a create iff the node exists, a delete iff it is gone. So nothing is resent
+ * that had landed, and nothing is taken for landed that had not. */
+
+typedef struct probe {
+    km_zkw *w;
+    zkw_multi *m;
+    unsigned generation;
+} probe;
+
+static const zkw_op *probe_op(const zkw_multi *m)
+{
+    for (int i = 0; i < m->nops; i++)
+        if (m->ops[i].kind != KM_ZOP_CREATE_SEQ)
+            return &m->ops[i];
+    return NULL;
+}
+
+static bool landed(const zkw_op *o, int rc, const struct Stat *st)
+{
+    switch (o->kind) {
+    case KM_ZOP_SET: return rc == ZOK && st->version > o->version;
+    case KM_ZOP_CREATE: return rc == ZOK;
+    case KM_ZOP_DELETE: return rc == ZNONODE;
+    default: return false;
+    }
+}
+
+static void on_probe(int rc, const struct Stat *st, const void *data)
+{
+    probe *p = (probe *)data;
+    km_zkw *w = p->w;
+    bool current = p->generation == w->sess.generation && w->state == KM_ZKW_READY;
+    if (current && rc != ZOK && rc != ZNONODE)
+        w->probe_failed = true;
+    else if (current && landed(probe_op(p->m), rc, st)) {
+        zkw_ack(w, p->m, true, 0);
+        zkw_log(w, KM_LOG_INFO, "zk recover: a multi whose reply was lost had landed (%s)", probe_op(p->m)->path);
+    }
+    free(p);
+    if (--w->probes_pending > 0 || !current)
+        return;
+    if (w->probe_failed)
+        return rec_abort(w); /* connection lost again: the whole verification restarts */
+    recover_finish(w);
+}
+
+static void probe_start(km_zkw *w)
+{
+    w->probes_pending = 1; /* held until every probe is issued */
+    w->probe_failed = false;
+    for (zkw_multi *m = w->head; m; m = m->next) {
+        if (m->st != M_UNKNOWN || m->is_last || !probe_op(m))
+            continue; /* a batch's last multi is judged by /migration (its data rides with it) */
+        probe *p = malloc(sizeof *p);
+        if (!p) {
+            w->probe_failed = true;
+            break;
+        }
+        *p = (probe){w, m, w->sess.generation};
+        if (zoo_aexists(w->sess.zh, probe_op(m)->path, 0, on_probe, p) != ZOK) {
+            free(p);
+            w->probe_failed = true;
+            break;
+        }
+        w->probes_pending++;
+    }
+    if (--w->probes_pending > 0)
+        return;
+    if (w->probe_failed)
+        return rec_abort(w);
+    recover_finish(w);
 }

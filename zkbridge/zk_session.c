@@ -114,6 +114,10 @@ int zk_session_open(zk_session *s, km_err *err)
     }
     if (!s->zh)
         return km_fail(err, "zk session: zookeeper_init(%s) failed (bad host list?)", s->hosts);
+    /* By default the client re-resolves the host list every time it is asked for its interest,
+     * i.e. on every loop iteration: a netlink round trip per batch of replies. Once every 10 s
+     * still follows DNS changes (and it always re-resolves after a lost connection). */
+    zoo_set_servers_resolution_delay(s->zh, 10000);
     s->generation++;
     return 0;
 }

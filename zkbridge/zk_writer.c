@@ -4,12 +4,13 @@
  * waiting for each other. Each multi is [check /controller_epoch, check /migration V, data ops...];
  * the batch's last one sets /migration (V -> V+1) instead of checking it, so ZooKeeper holds the
  * batch's offset only once everything in it is there. ZooKeeper applies a session's requests in
- * order, so after a lost connection what landed is a prefix of what we sent. We never resend
- * blindly: we stop, let every outstanding reply come back, sync() and re-read /migration and
- * /controller_epoch, adopt what is ours, fence on anything foreign, then resend the rest. Data ops
- * are all conditional (create / setData at version / delete at version), so a resent multi whose
- * first attempt had landed fails on its data op while both guards pass: that is our own write,
- * told apart from a second writer (who would have moved a guard). */
+ * order. We never resend blindly: after a lost connection (or a failed guard) we stop, let every
+ * outstanding reply come back, sync() and re-read /controller_epoch and /migration: a moved epoch
+ * or a /migration that is neither what we confirmed nor what one of our batches meant to write is a
+ * second writer (FENCED). Then each multi whose reply was lost is judged on its own: a batch's last
+ * one by /migration, the others by the zkVersion of their first conditional data op (versions only
+ * grow, and the guards just proved nobody else writes). What landed is adopted, the rest resent.
+ * So our own retried write is told apart from a genuine second writer, and nothing lands twice. */
 #include "zk_writer.h"
 
 #include <jansson.h>

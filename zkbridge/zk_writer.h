@@ -104,6 +104,8 @@ struct km_zkw {
     size_t pending_ops;
     bool recover_wanted;                   /* stop sending; verify once everything is back */
     bool verify_running;
+    int probes_pending;                    /* recovery: existence checks outstanding */
+    bool probe_failed;
     bool resync_wanted;
     /* metrics */
     int64_t log_offset;
