@@ -161,6 +161,9 @@ static void plan_sync(km_zkb *b)
     km_err err = {{0}};
     zk_vcache_clear(&b->known);
     km_zkw_cache_forget_all(b->w);
+    size_t expect = b->actual.n + km_image_partition_count(b->img) * 2 + km_image_topic_count(b->img) * 3 + 64;
+    zk_vcache_reserve(&b->known, expect);
+    zk_vcache_reserve(&b->w->cache, expect);
     for (size_t i = 0; i < b->actual.n; i++) {
         zk_node *n = &b->actual.v[i];
         zk_vcache_put_data(&b->known, n->path, 0, n->data ? strdup(n->data) : NULL);
@@ -171,6 +174,8 @@ static void plan_sync(km_zkb *b)
         zk_tree_free(&want);
         return stop(b, err.msg);
     }
+    zkw_log(b->w, KM_LOG_DEBUG, "zk sync: rendered %zu znodes after %lld ms", want.n,
+            (long long)(zk_now_ms() - b->sync_started_ms));
     b->sync_ops.diff = b->cfg.diff_only ? &b->diff : NULL;
     zk_reconcile(&b->known, &b->actual, &want, b->img, &b->sync_ops);
     zk_tree_free(&want);

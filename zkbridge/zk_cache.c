@@ -55,10 +55,10 @@ static size_t find(const zk_vcache *c, const char *path, size_t *free_slot, int 
     return (size_t)-1;
 }
 
-static int grow(zk_vcache *c)
+static int grow_to(zk_vcache *c, size_t cap)
 {
     zk_vcache next = {0};
-    next.cap = c->cap ? c->cap * 2 : 1024;
+    next.cap = cap;
     next.keys = calloc(next.cap, sizeof *next.keys);
     next.vals = calloc(next.cap, sizeof *next.vals);
     next.datas = calloc(next.cap, sizeof *next.datas);
@@ -84,6 +84,16 @@ static int grow(zk_vcache *c)
     free(c->datas);
     *c = next;
     return 0;
+}
+
+static int grow(zk_vcache *c) { return grow_to(c, c->cap ? c->cap * 2 : 1024); }
+
+int zk_vcache_reserve(zk_vcache *c, size_t n)
+{
+    size_t cap = c->cap ? c->cap : 1024;
+    while ((c->used + n + 1) * 2 > cap)
+        cap *= 2;
+    return cap == c->cap ? 0 : grow_to(c, cap);
 }
 
 int zk_vcache_put_data(zk_vcache *c, const char *path, int version, char *data)

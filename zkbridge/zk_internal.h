@@ -19,6 +19,8 @@ int zk_vcache_put(zk_vcache *c, const char *path, int version); /* -1 on OOM */
 int zk_vcache_get(const zk_vcache *c, const char *path);        /* -1 when absent */
 void zk_vcache_del(zk_vcache *c, const char *path);
 void zk_vcache_clear(zk_vcache *c);
+/* Sizes the table for n more keys at once (a full sync knows how many), sparing the rehashes. */
+int zk_vcache_reserve(zk_vcache *c, size_t n);
 /* With a payload (owned by the cache from now on; NULL allowed). get returns -1 when absent. */
 int zk_vcache_put_data(zk_vcache *c, const char *path, int version, char *data);
 int zk_vcache_get_data(const zk_vcache *c, const char *path, const char **data);
