@@ -121,9 +121,9 @@ typedef struct group_layout {
 } group_layout;
 
 /* Groups ps[0..n) (one per parts[i]) under one topic state per topic, in order of first
- * appearance, into *out (an array of topic states). */
+ * appearance, into the request's topic-state array at `out` (km_array_any's layout). */
 static int group_by_topic(const km_bp_part *parts, size_t n, const void *ps, const group_layout *L, km_arena *a,
-                          km_array_any *out)
+                          void *out)
 {
     size_t *group, *first, *count;
     if (scratch(a, n, &group, &first, &count))
@@ -150,8 +150,8 @@ static int group_by_topic(const km_bp_part *parts, size_t n, const void *ps, con
                L->ps_size);
         memcpy(t + L->ts_parts, &items, sizeof items);
     }
-    out->count = (int32_t)ng;
-    out->items = ts;
+    km_array_any topics = {(int32_t)ng, ts};
+    memcpy(out, &topics, sizeof topics);  /* memcpy, not a cast: keeps the aliasing rules */
     return 0;
 }
 
@@ -164,11 +164,7 @@ static int lisr_group(const km_bp_part *parts, size_t n, km_leader_and_isr_reque
         offsetof(km_leader_and_isr_request_topic_state, partition_states),
         sizeof(km_leader_and_isr_request_partition_state),
         offsetof(km_leader_and_isr_request_partition_state, topic_name)};
-    km_array_any topics;
-    if (group_by_topic(parts, n, ps, &L, a, &topics))
-        return -1;
-    memcpy(&out->topic_states, &topics, sizeof topics);  /* same layout; memcpy keeps aliasing rules */
-    return 0;
+    return group_by_topic(parts, n, ps, &L, a, &out->topic_states);
 }
 
 static const km_endpoint *endpoint_named(const km_broker *b, const char *listener)
@@ -265,11 +261,7 @@ static int umr_group(const km_bp_part *parts, size_t n, km_update_metadata_reque
         offsetof(km_update_metadata_request_topic_state, partition_states),
         sizeof(km_update_metadata_request_partition_state),
         offsetof(km_update_metadata_request_partition_state, topic_name)};
-    km_array_any topics;
-    if (group_by_topic(parts, n, ps, &L, a, &topics))
-        return -1;
-    memcpy(&out->topic_states, &topics, sizeof topics);  /* same layout; memcpy keeps aliasing rules */
-    return 0;
+    return group_by_topic(parts, n, ps, &L, a, &out->topic_states);
 }
 
 static const char *protocol_name(int16_t sp)
