@@ -1,38 +1,30 @@
 /* The demo's ZK-mode brokers: kmproxy-brokersim processes, and the check of their state. */
 #include "cli_demo.h"
+#include "km_localzk.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
 #include <libgen.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 int demo_pick_ports(demo_sim *sims, int n, km_err *err)
 {
-    int fds[DEMO_MAX_BROKERS];
-    int rc = 0;
-    for (int i = 0; i < n; i++) {  /* hold every socket until all are picked, so none repeats */
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t len = sizeof sa;
-        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&sa, sizeof sa) ||
-            getsockname(fds[i], (struct sockaddr *)&sa, &len))
-            rc = km_fail(err, "no free loopback port: %s", strerror(errno));
-        sims[i].port = ntohs(sa.sin_port);
+    uint16_t ports[DEMO_MAX_BROKERS];
+    if (n > DEMO_MAX_BROKERS)
+        return km_fail(err, "at most %d brokers", DEMO_MAX_BROKERS);
+    if (km_free_loopback_ports(ports, n, err))
+        return -1;
+    for (int i = 0; i < n; i++) {
+        sims[i].port = ports[i];
         sims[i].id = i + 1;
     }
-    for (int i = 0; i < n; i++)
-        if (fds[i] >= 0)
-            close(fds[i]);
-    return rc;
+    return 0;
 }
 
 /* kmproxy-brokersim is built next to kmproxy. */

@@ -17,6 +17,10 @@ typedef struct km_localzk {
     char hosts[32];        /* "127.0.0.1:<port>" */
 } km_localzk;
 
+/* n distinct loopback ports nobody listens on now (the kernel picks; all are held until every one
+ * is picked, so none repeats).  The small race before they are used does not matter for a demo. */
+int km_free_loopback_ports(uint16_t *ports, int n, km_err *err);
+
 /* Starts a server with its data under `dir` and waits (up to timeout_s) until it serves. */
 int km_localzk_start(km_localzk *zk, const char *dir, double timeout_s, km_err *err);
 void km_localzk_stop(km_localzk *zk);

@@ -19,17 +19,26 @@
 #define ZK_JARS "/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:" \
                 "/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar"
 
-/* A port nobody listens on now (the kernel picks; the small race does not matter for a demo). */
-static int free_port(uint16_t *port)
+int km_free_loopback_ports(uint16_t *ports, int n, km_err *err)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof sa;
-    int rc = (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) ||
-              getsockname(fd, (struct sockaddr *)&sa, &len)) ? -1 : 0;
-    *port = ntohs(sa.sin_port);
-    if (fd >= 0)
-        close(fd);
+    int fds[64];
+    if (n > 64)
+        return km_fail(err, "at most 64 ports at once");
+    for (int i = 0; i < n; i++)
+        fds[i] = -1;
+    int rc = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof sa;
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&sa, sizeof sa) ||
+            getsockname(fds[i], (struct sockaddr *)&sa, &len))
+            rc = km_fail(err, "no free loopback port: %s", strerror(errno));
+        ports[i] = ntohs(sa.sin_port);
+    }
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
     return rc;
 }
 
@@ -86,8 +95,8 @@ int km_localzk_start(km_localzk *zk, const char *dir, double timeout_s, km_err *
         return km_fail(err, "ZooKeeper is not installed (Debian package 'zookeeper'; run deploy/install-deps.sh)");
     if (mkdir(data, 0755) && errno != EEXIST)
         return km_fail(err, "%s: %s", data, strerror(errno));
-    if (free_port(&zk->port))
-        return km_fail(err, "no free loopback port: %s", strerror(errno));
+    if (km_free_loopback_ports(&zk->port, 1, err))
+        return -1;
     if (write_config(dir, zk->port, cfg, sizeof cfg, err))
         return -1;
     zk->pid = spawn_java(cfg, log);
