@@ -4,4 +4,7 @@ set(KM_ZK_TESTS ${CMAKE_CURRENT_LIST_DIR})
 km_add_test(test_zk_writer SOURCES ${KM_ZK_TESTS}/test_zk_writer.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 900)
 km_add_test(test_zk_faults SOURCES ${KM_ZK_TESTS}/test_zk_faults.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 900)
 km_add_test(test_zk_sync SOURCES ${KM_ZK_TESTS}/test_zk_sync.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 900)
-km_add_test(test_zk_chaos SOURCES ${KM_ZK_TESTS}/test_zk_chaos.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 900)
+# Alone and one test at a time: its 3-server ensemble with a paused follower must not compete for the
+# two cores with other ZooKeeper JVMs (under ASan a starved quorum looked like a wedged writer).
+km_add_test(test_zk_chaos SOURCES ${KM_ZK_TESTS}/test_zk_chaos.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 900
+            SERIAL JOBS 1)
