@@ -144,10 +144,35 @@ typedef enum km_zkb_phase {
 
 typedef struct km_zkb km_zkb;
 
+/* ---- Kafka's PasswordEncoder (password.encoder.*): how password-type configs are stored in
+ * ZooKeeper. ZK-mode brokers decode them with their own password.encoder.secret, so the migration
+ * writes them encrypted with the same secret (ZkConfigMigrationClient.writeConfigs). ---- */
+typedef struct km_zk_password_config {
+    const char *secret;               /* password.encoder.secret; NULL: stored as is (Kafka's NOOP encoder) */
+    const char *keyfactory_algorithm; /* password.encoder.keyfactory.algorithm; NULL: Kafka's default */
+    const char *cipher_algorithm;     /* password.encoder.cipher.algorithm; NULL: AES/CBC/PKCS5Padding */
+    int key_length;                   /* password.encoder.key.length; 0: 128 */
+    int iterations;                   /* password.encoder.iterations; 0: 4096 */
+} km_zk_password_config;
+
+typedef struct km_zk_pwenc km_zk_pwenc;
+/* Checks the algorithms and lengths (an unsupported one is an error naming it). */
+km_zk_pwenc *km_zk_pwenc_new(const km_zk_password_config *cfg, km_err *err);
+void km_zk_pwenc_free(km_zk_pwenc *e);
+/* True when a secret is set (otherwise encode and decode return their input). */
+bool km_zk_pwenc_enabled(const km_zk_pwenc *e);
+/* DynamicBrokerConfig.isPasswordConfig: is this config name stored encoded? */
+bool km_zk_is_password_config(const char *name);
+/* Kafka's encoded form ("encryptedPassword:...,salt:...,...") of plain, and back (malloc'd;
+ * NULL + err naming what is wrong, e.g. a bad secret or a malformed field). */
+char *km_zk_password_encode(const km_zk_pwenc *e, const char *plain, km_err *err);
+char *km_zk_password_decode(const km_zk_pwenc *e, const char *encoded, km_err *err);
+
 typedef struct km_zkb_config {
     km_zkw_config zk;      /* hosts, controller id/epoch, bounds, log (on_event is the bridge's) */
     bool diff_only;        /* read and compare, never claim or write */
     size_t sync_chunk_ops; /* full-sync batch size in ops; 0: half of max_pending_ops */
+    km_zk_password_config passwords; /* how password-type configs are written */
     void (*on_phase)(km_zkb *b, km_zkb_phase phase, void *ctx);
     void *ctx;
 } km_zkb_config;
