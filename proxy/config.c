@@ -1,5 +1,6 @@
 /* Kafka-style .properties parsing for the daemon, strict about every key. */
 #include "km_config.h"
+#include "km_zkbridge.h" /* checks the password.encoder.* combination */
 
 #include <errno.h>
 #include <stddef.h>
@@ -39,6 +40,11 @@ static const key_def KEYS[] = {
     STR("capture.pcapng", capture_pcapng),
     STR("capture.jsonl", capture_jsonl),
     {"log.level", K_LEVEL, offsetof(km_config, log_level), 0, 0},
+    STR("password.encoder.secret", password_encoder_secret),
+    STR("password.encoder.keyfactory.algorithm", password_encoder_keyfactory_algorithm),
+    STR("password.encoder.cipher.algorithm", password_encoder_cipher_algorithm),
+    INT("password.encoder.key.length", password_encoder_key_length, 8, INT32_MAX),   /* Kafka's atLeast(8) */
+    INT("password.encoder.iterations", password_encoder_iterations, 1024, INT32_MAX), /* Kafka's atLeast(1024) */
 };
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
 
@@ -52,6 +58,8 @@ void km_config_defaults(km_config *c)
     c->broker_request_timeout_ms = 30000;  /* Kafka's controller.socket.timeout.ms */
     c->broker_max_queued = 1000;
     c->log_level = strdup("info");
+    c->password_encoder_key_length = 128;  /* Kafka's password.encoder.* defaults */
+    c->password_encoder_iterations = 4096;
 }
 
 static int set_string(char **slot, const char *value, const char *where, const char *key, km_err *err)
@@ -94,6 +102,10 @@ static int parse_value(const key_def *k, km_config *c, const char *value, const 
 
 int km_config_set(km_config *c, const char *key, const char *value, const char *where, km_err *err)
 {
+    /* Empty would mean "no encoding" here but an empty secret to Kafka: refuse the ambiguity. */
+    if (!strcmp(key, "password.encoder.secret") && !*value)
+        return km_fail(err, "%s: password.encoder.secret is empty: remove the line to store passwords as they are",
+                       where);
     for (size_t i = 0; i < N_KEYS; i++)
         if (!strcmp(KEYS[i].key, key))
             return parse_value(&KEYS[i], c, value, where, err);
@@ -140,6 +152,19 @@ int km_config_load(km_config *c, const char *path, km_err *err)
     return rc;
 }
 
+/* Algorithms and lengths the encoder cannot use stop start-up here, not at the first password.
+ * Without the secret: the check needs no key derivation. */
+static int validate_password_encoder(const km_config *c, km_err *err)
+{
+    km_zk_password_config pc = {.keyfactory_algorithm = c->password_encoder_keyfactory_algorithm,
+                                .cipher_algorithm = c->password_encoder_cipher_algorithm,
+                                .key_length = c->password_encoder_key_length,
+                                .iterations = c->password_encoder_iterations};
+    km_zk_pwenc *e = km_zk_pwenc_new(&pc, err);
+    km_zk_pwenc_free(e);
+    return e ? 0 : -1;
+}
+
 int km_config_validate(const km_config *c, km_err *err)
 {
     if (!c->metadata_dir)
@@ -150,11 +175,13 @@ int km_config_validate(const km_config *c, km_err *err)
         return km_fail(err, "broker.tls.cert.file and broker.tls.key.file go together");
     if (!c->zk_connect)  /* broker RPCs carry the ZooKeeper controller epoch our claim produces */
         return km_fail(err, "zookeeper.connect is required (HOST:PORT[,HOST:PORT][/chroot])");
-    return 0;
+    return validate_password_encoder(c, err);
 }
 
 void km_config_free(km_config *c)
 {
+    if (c->password_encoder_secret)
+        explicit_bzero(c->password_encoder_secret, strlen(c->password_encoder_secret));
     for (size_t i = 0; i < N_KEYS; i++)
         if (KEYS[i].kind == K_STRING || KEYS[i].kind == K_LEVEL)
             free(*(char **)((char *)c + KEYS[i].offset));

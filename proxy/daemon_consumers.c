@@ -76,6 +76,11 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
         .zk = {.hosts = d->cfg.zk_connect, .session_timeout_ms = d->cfg.zk_session_timeout_ms,
                .controller_id = c->controller_id, .controller_epoch = c->controller_epoch,
                .max_pending_ops = (size_t)d->cfg.zk_max_pending_records, .log = bridge_log, .ctx = d},
+        .passwords = {.secret = d->cfg.password_encoder_secret,
+                      .keyfactory_algorithm = d->cfg.password_encoder_keyfactory_algorithm,
+                      .cipher_algorithm = d->cfg.password_encoder_cipher_algorithm,
+                      .key_length = d->cfg.password_encoder_key_length,
+                      .iterations = d->cfg.password_encoder_iterations},
         .on_phase = bridge_phase, .ctx = d};
     km_daemon_log(d, KM_LOG_INFO, "zk: claiming %s as KRaft controller %d, epoch %d", d->cfg.zk_connect,
                   c->controller_id, c->controller_epoch);

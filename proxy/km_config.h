@@ -27,6 +27,13 @@ typedef struct km_config {
     char *metrics_listen;            /* metrics.listen: HOST:PORT for Prometheus text; NULL = off */
     char *capture_pcapng, *capture_jsonl;
     char *log_level;                 /* log.level: error, warn, info, debug */
+    /* Kafka's password.encoder.*: how password-type configs are written into ZooKeeper; the same
+     * values as the KRaft controllers' (and the ZK-mode brokers') own. No secret: stored as is. */
+    char *password_encoder_secret;
+    char *password_encoder_keyfactory_algorithm; /* NULL: PBKDF2WithHmacSHA512 */
+    char *password_encoder_cipher_algorithm;     /* NULL: AES/CBC/PKCS5Padding */
+    int32_t password_encoder_key_length;
+    int32_t password_encoder_iterations;
 } km_config;
 
 void km_config_defaults(km_config *c);

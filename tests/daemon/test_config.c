@@ -112,3 +112,60 @@ Test(config, shipped_example_is_valid)
     cr_assert_str_eq(c.metrics_listen, "127.0.0.1:9779");
     km_config_free(&c);
 }
+
+Test(config, password_encoder_keys)
+{
+    km_config c;
+    km_err err = {{0}};
+    cr_assert_eq(load("metadata.dir=/x\nzookeeper.connect=h:1\n", &c, &err), 0, "%s", err.msg);
+    cr_assert_null(c.password_encoder_secret, "no secret: Kafka's NOOP encoder");
+    cr_assert_null(c.password_encoder_keyfactory_algorithm);
+    cr_assert_null(c.password_encoder_cipher_algorithm);
+    cr_assert_eq(c.password_encoder_key_length, 128);
+    cr_assert_eq(c.password_encoder_iterations, 4096);
+    km_config_free(&c);
+    cr_assert_eq(load("metadata.dir=/x\nzookeeper.connect=h:1\npassword.encoder.secret=s3cr=t:x\n"
+                      "password.encoder.keyfactory.algorithm=PBKDF2WithHmacSHA1\n"
+                      "password.encoder.cipher.algorithm=AES/GCM/NoPadding\npassword.encoder.key.length=256\n"
+                      "password.encoder.iterations=8192\n", &c, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(c.password_encoder_secret, "s3cr=t:x");
+    cr_assert_str_eq(c.password_encoder_keyfactory_algorithm, "PBKDF2WithHmacSHA1");
+    cr_assert_str_eq(c.password_encoder_cipher_algorithm, "AES/GCM/NoPadding");
+    cr_assert_eq(c.password_encoder_key_length, 256);
+    cr_assert_eq(c.password_encoder_iterations, 8192);
+    cr_assert_eq(km_config_validate(&c, &err), 0, "%s", err.msg);
+    km_config_free(&c);
+}
+
+Test(config, password_encoder_errors)
+{
+    static const struct {
+        const char *line, *want;
+        bool at_validate; /* the line parses; the combination fails km_config_validate */
+    } bad[] = {
+        {"password.encoder.key.length=abc", ":3: password.encoder.key.length must be an integer in [8, ", false},
+        {"password.encoder.key.length=4", "password.encoder.key.length must be an integer in [8, ", false},
+        {"password.encoder.iterations=100", ":3: password.encoder.iterations must be an integer in [1024, ", false},
+        {"password.encoder.secret=", ":3: password.encoder.secret is empty", false},
+        {"password.encoder.key.length=100", "password.encoder.key.length 100 is not an AES key length", true},
+        {"password.encoder.cipher.algorithm=DES/CBC/PKCS5Padding",
+         "password.encoder.cipher.algorithm 'DES/CBC/PKCS5Padding' is not supported", true},
+        {"password.encoder.keyfactory.algorithm=PBKDF2WithHmacMD5",
+         "password.encoder.keyfactory.algorithm 'PBKDF2WithHmacMD5' is not supported", true},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        km_config c;
+        km_err err = {{0}};
+        char *text = NULL;
+        cr_assert(asprintf(&text, "metadata.dir=/x\nzookeeper.connect=h:1\n%s\n", bad[i].line) > 0);
+        int rc = load(text, &c, &err);
+        if (bad[i].at_validate) {
+            cr_assert_eq(rc, 0, "%s: %s", bad[i].line, err.msg);
+            rc = km_config_validate(&c, &err);
+        }
+        cr_assert_eq(rc, -1, "%s accepted", bad[i].line);
+        cr_assert(strstr(err.msg, bad[i].want), "%s: %s", bad[i].line, err.msg);
+        km_config_free(&c);
+        free(text);
+    }
+}
