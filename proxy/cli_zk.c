@@ -7,6 +7,7 @@
 #include "km_image.h"
 #include "km_zkbridge.h"
 
+#include <errno.h>
 #include <ev.h>
 #include <getopt.h>
 #include <signal.h>
@@ -19,6 +20,8 @@ typedef struct zk_cli {
     bool follow, diff, verbose;
     int32_t controller_id, controller_epoch;
     long max_pending;
+    const char *secret;       /* from --password-encoder-secret-file; NULL: passwords stored as they are */
+    char secret_buf[4096];
     struct ev_loop *loop;
     km_image *img;
     km_image_follow *fol;
@@ -34,10 +37,32 @@ static int usage(FILE *to, int code)
 {
     fprintf(to, "usage: kmproxy zk sync --zookeeper HOST:PORT[/chroot] --metadata PATH [--follow]\n"
                 "                       [--controller-id N] [--controller-epoch N] [--max-pending N] [-v]\n"
+                "                       [--password-encoder-secret-file FILE]\n"
                 "       kmproxy zk diff --zookeeper HOST:PORT[/chroot] --metadata PATH\n"
+                "                       [--password-encoder-secret-file FILE]\n"
                 "PATH is a log segment, a .checkpoint file or a __cluster_metadata-0 directory.\n"
-                "The controller id/epoch default to the raft leader and epoch seen in the log.\n");
+                "The controller id/epoch default to the raft leader and epoch seen in the log.\n"
+                "FILE's first line is Kafka's password.encoder.secret: password-type configs are\n"
+                "written encrypted with it (Kafka's default algorithms); without it, as they are.\n");
     return code;
+}
+
+/* The secret comes from a file: on the command line it would show in ps. */
+static int read_secret(zk_cli *c, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return fprintf(stderr, "kmproxy zk: --password-encoder-secret-file %s: %s\n", path, strerror(errno)), -1;
+    bool got = fgets(c->secret_buf, sizeof c->secret_buf, f) != NULL;
+    fclose(f);
+    size_t n = got ? strcspn(c->secret_buf, "\r\n") : 0;
+    if (got && !c->secret_buf[n] && n == sizeof c->secret_buf - 1)
+        return fprintf(stderr, "kmproxy zk: %s: the secret is longer than %zu bytes\n", path, n), -1;
+    c->secret_buf[n] = '\0';
+    if (!n)
+        return fprintf(stderr, "kmproxy zk: %s: the first line (the secret) is empty\n", path), -1;
+    c->secret = c->secret_buf;
+    return 0;
 }
 
 static int parse(zk_cli *c, int argc, char **argv)
@@ -46,7 +71,8 @@ static int parse(zk_cli *c, int argc, char **argv)
         {"zookeeper", required_argument, NULL, 'z'}, {"metadata", required_argument, NULL, 'm'},
         {"follow", no_argument, NULL, 'f'}, {"controller-id", required_argument, NULL, 'i'},
         {"controller-epoch", required_argument, NULL, 'e'}, {"max-pending", required_argument, NULL, 'p'},
-        {"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'}, {0}};
+        {"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
+        {"password-encoder-secret-file", required_argument, NULL, 's'}, {0}};
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "z:m:fi:e:p:vh", opts, NULL)) != -1) {
@@ -58,6 +84,7 @@ static int parse(zk_cli *c, int argc, char **argv)
         case 'e': c->controller_epoch = (int32_t)strtol(optarg, NULL, 10); break;
         case 'p': c->max_pending = strtol(optarg, NULL, 10); break;
         case 'v': c->verbose = true; break;
+        case 's': if (read_secret(c, optarg)) return -1; break;
         case 'h': return usage(stdout, 0) ? 1 : 1;
         default: return -1;
         }
@@ -175,6 +202,7 @@ static int run(zk_cli *c)
     cfg.zk.log = cli_log;
     cfg.zk.ctx = c;
     cfg.diff_only = c->diff;
+    cfg.passwords.secret = c->secret; /* the other password.encoder.* settings: Kafka's defaults */
     c->loop = ev_loop_new(EVFLAG_AUTO);
     if (!c->loop || !(c->b = km_zkb_new(c->loop, c->img, &cfg, &err))) {
         fprintf(stderr, "kmproxy zk: %s\n", err.msg[0] ? err.msg : "cannot create the event loop");
