@@ -37,7 +37,7 @@ static const pw_case CASES[] = {
 };
 #define N_CASES (sizeof CASES / sizeof CASES[0])
 
-static const char *const SECRETS[] = {"password-encoder-secret", "s\xC3\xA9" "cret \xE2\x9C\x93 \xF0\x9F\x94\x91"};
+static const char *const SECRETS[] = {"password-encoder-secret", ("s\xC3\xA9" "cret \xE2\x9C\x93 \xF0\x9F\x94\x91")};
 
 /* Empty, ASCII, non-ASCII (2-, 3- and 4-byte UTF-8: 4-byte ones are two UTF-16 units), the CSV
  * separators themselves, and a PEM-sized value (ssl.keystore.key). */
@@ -46,8 +46,8 @@ static const char *password(int i)
 {
     static char pem[4200];
     static const char *const fixed[] = {
-        "", "hunter2", "p\xC3\xA4ssw\xC3\xB6rd \xE2\x80\x93 \xD0\xBA\xD0\xBB\xD1\x8E\xD1\x87 \xE4\xB8\xAD\xE6\x96\x87 "
-        "\xF0\x9F\x98\x80\xF0\x9D\x84\x9E", "with,commas:and:colons\nand\ttabs  "};
+        "", "hunter2", ("p\xC3\xA4ssw\xC3\xB6rd \xE2\x80\x93 \xD0\xBA\xD0\xBB\xD1\x8E\xD1\x87 \xE4\xB8\xAD\xE6\x96\x87 "
+        "\xF0\x9F\x98\x80\xF0\x9D\x84\x9E"), "with,commas:and:colons\nand\ttabs  "};
     if (i < 4)
         return fixed[i];
     if (!pem[0]) {
