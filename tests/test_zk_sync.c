@@ -342,6 +342,49 @@ Test(zk_sync, cli_follow_dual_writes_appended_records)
     free(dir);
 }
 
+typedef struct stream_watch {
+    zkt_bridge *t;
+    bool acked_while_planning;
+    size_t max_pending;
+} stream_watch;
+
+static bool stream_settled(void *ctx)
+{
+    stream_watch *s = ctx;
+    km_zkw *w = km_zkb_writer(s->t->b);
+    km_zkw_metrics m;
+    km_zkw_get_metrics(w, &m);
+    s->acked_while_planning |= km_zkb_planning(s->t->b) && m.multis_ok > 0;
+    if (km_zkw_pending_ops(w) > s->max_pending)
+        s->max_pending = km_zkw_pending_ops(w);
+    return km_zkb_idle(s->t->b) || km_zkb_get_phase(s->t->b) == KM_ZKB_STOPPED;
+}
+
+/* The full sync does not plan everything before writing: slices go to ZooKeeper while the next
+ * ones are planned, and planning waits at the write-behind bound (40,000 znodes through a bound
+ * of 2,000 ops). */
+Test(zk_sync, full_sync_streams_its_plan_within_the_write_behind_bound, .timeout = 300)
+{
+    char *dir = km_test_tmpdir("zkstream"), log[512];
+    snprintf(log, sizeof log, "%s/log", dir);
+    km_image *img = gen_image(log, 100, 200, 0);
+    zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, 2,
+                                   &(km_zkb_config){.zk = {.max_multi_ops = 200, .max_pending_ops = 2000},
+                                                    .sync_chunk_ops = 400});
+    stream_watch w = {t, false, 0};
+    zkt_run_until(t->loop, stream_settled, &w, 240000);
+    cr_assert(km_zkb_idle(t->b), "%s", km_zkb_error(t->b));
+    cr_assert(w.acked_while_planning, "nothing was acknowledged before the plan was complete");
+    /* the bound plus what one hand-over adds (400 ops and the slice that reached them) */
+    cr_assert_leq(w.max_pending, 2000 + 400 + 2 * 1024, "pending ops peaked at %zu", w.max_pending);
+    char why[512];
+    cr_assert(zkt_zk_equals_image(zc, img, 2, why, sizeof why), "%s", why);
+    zkt_bridge_free(t);
+    km_image_free(img);
+    km_test_rmtree(dir);
+    free(dir);
+}
+
 static bool sync_writing(void *ctx)
 {
     zkt_bridge *t = ctx;

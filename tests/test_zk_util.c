@@ -42,6 +42,7 @@ static void on_event(km_zkw *w, km_zkw_event ev, void *ctx)
     case KM_ZKW_EV_CLAIMED: t->claimed++; break;
     case KM_ZKW_EV_CONFIRMED: t->confirmed++; break;
     case KM_ZKW_EV_DRAINED: t->drained++; break;
+    case KM_ZKW_EV_PROGRESS: break;
     case KM_ZKW_EV_RESYNC: t->resync++; break;
     case KM_ZKW_EV_FENCED: t->fenced++; break;
     case KM_ZKW_EV_REFUSED: t->refused++; break;

@@ -36,6 +36,8 @@ static zkt_writer *claimed_writer(int32_t id, int32_t epoch, const km_zkw_config
     return t;
 }
 
+static bool resync_seen(zkt_writer *t) { return t->resync > 0; }
+
 Test(zk_writer, claim_on_empty_zookeeper)
 {
     zkt_writer *t = claimed_writer(3000, 5, NULL);
@@ -203,6 +205,72 @@ Test(zk_writer, write_behind_bound_refuses_until_drained)
     km_zkw_get_metrics(t->w, &m);
     cr_assert_eq(m.write_behind_lag, 15, "log at 25, ZooKeeper confirmed 10: lag %lld", (long long)m.write_behind_lag);
     cr_assert_geq(m.blocking_kraft_ms, 0);
+    zkt_writer_free(t);
+}
+
+/* A batch's /migration write waits for the batch's other multis. Here the first one fails (its
+ * znode drifted behind our back) while the second lands: the third, which would move /migration,
+ * must never be sent, or ZooKeeper would claim an offset whose data it lacks. */
+Test(zk_writer, migration_bump_never_outruns_a_failed_multi_of_its_batch)
+{
+    km_zkc_mkdirs(zc, "/h/x");
+    zkt_writer *t = claimed_writer(3000, 5, &(km_zkw_config){.max_multi_ops = 2, .max_inflight = 16});
+    km_zkw_cache_put(t->w, "/h/x", 0);
+    cr_assert_eq(km_zkc_set(zc, "/h/x", "drift", -1, NULL), ZOK); /* now at zkVersion 1 */
+    int v0;
+    char *before = zkt_get(zc, "/migration", &v0);
+    km_zop ops[5] = {{KM_ZOP_SET, "/h/x", "a", 1, false}, {KM_ZOP_CREATE, "/h/a", "a", 1, false},
+                     {KM_ZOP_CREATE, "/h/b", "b", 1, false}, {KM_ZOP_CREATE, "/h/c", "c", 1, false},
+                     {KM_ZOP_CREATE, "/h/d", "d", 1, false}};
+    km_err err = {{0}};
+    cr_assert_eq(km_zkw_submit(t->w, ops, 5, 77, 3, &err), 0, "%s", err.msg);
+    cr_assert(zkt_run_until(t->loop, (bool (*)(void *))resync_seen, t, 30000), "no RESYNC after the drifted setData");
+    char *b = zkt_get(zc, "/h/b", NULL);
+    cr_assert_str_eq(b, "b", "the second multi was sent alongside the first");
+    int v;
+    char *after = zkt_get(zc, "/migration", &v);
+    cr_assert_eq(v, v0, "/migration moved although the batch's first multi failed: %s", after);
+    cr_assert_str_eq(after, before);
+    cr_assert_null(zkt_get(zc, "/h/d", NULL), "the /migration multi must not have been sent");
+    cr_assert_eq(km_zkw_confirmed_offset(t->w), -1);
+    free(b); free(before); free(after);
+    zkt_writer_free(t);
+}
+
+/* Partial batches (the full sync's stream) only check /migration; the batch that ends them moves it
+ * once, after all of them are acknowledged. */
+Test(zk_writer, partial_batches_ride_on_one_migration_version)
+{
+    km_zkc_mkdirs(zc, "/p");
+    zkt_writer *t = claimed_writer(3000, 5, &(km_zkw_config){.max_multi_ops = 4, .max_inflight = 16});
+    int v0 = km_zkw_migration_version(t->w);
+    km_err err = {{0}};
+    cr_assert_eq(km_zkw_submit_partial(t->w, NULL, 0, &err), 0, "%s", err.msg);
+    cr_assert(km_zkw_idle(t->w), "an empty partial batch queues nothing");
+    char paths[25][16];
+    km_zop ops[25];
+    for (int i = 0; i < 25; i++) {
+        snprintf(paths[i], sizeof paths[i], "/p/%02d", i);
+        ops[i] = (km_zop){KM_ZOP_CREATE, paths[i], "v", 1, false};
+    }
+    cr_assert_eq(km_zkw_submit_partial(t->w, ops, 10, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_zkw_submit_partial(t->w, ops + 10, 10, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_zkw_submit(t->w, ops + 20, 5, 50, 2, &err), 0, "%s", err.msg);
+    cr_assert(zkt_wait_drained(t, 30000));
+    int v;
+    char *mig = zkt_get(zc, "/migration", &v);
+    cr_assert_eq(v, v0 + 1, "one /migration write for the three batches, got zkVersion %d from %d", v, v0);
+    cr_assert(strstr(mig, "\"kraft_metadata_offset\":50,\"kraft_metadata_epoch\":2}"), "%s", mig);
+    char **kids = NULL;
+    int n = 0;
+    cr_assert_eq(km_zkc_children(zc, "/p", &kids, &n), ZOK);
+    cr_assert_eq(n, 25);
+    km_zkc_free_strings(kids, n);
+    km_zkw_metrics m;
+    km_zkw_get_metrics(t->w, &m);
+    cr_assert_eq(m.multis_ok, 3 + 3 + 2);
+    cr_assert_eq(t->confirmed, 1, "only the ending batch confirms an offset");
+    free(mig);
     zkt_writer_free(t);
 }
 

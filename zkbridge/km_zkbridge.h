@@ -38,6 +38,7 @@ typedef enum km_zkw_event {
     KM_ZKW_EV_CLAIMED,      /* leadership held and /migration known: (re)do the full sync now */
     KM_ZKW_EV_CONFIRMED,    /* a batch's /migration write succeeded: confirmed offset advanced */
     KM_ZKW_EV_DRAINED,      /* nothing pending any more */
+    KM_ZKW_EV_PROGRESS,     /* multis were acknowledged: pending ops went down (room to submit more) */
     KM_ZKW_EV_RESYNC,       /* ZooKeeper's data differed from what we predicted: redo the full sync */
     KM_ZKW_EV_FENCED,       /* terminal; km_zkw_fence_reason() says why */
     KM_ZKW_EV_REFUSED,      /* terminal */
@@ -89,6 +90,11 @@ typedef struct km_zop {
  * READY, when a path's version is unknown, or when a unit cannot fit one multi. n may be 0
  * (only /migration moves, e.g. after NoOpRecords). */
 int km_zkw_submit(km_zkw *w, const km_zop *ops, size_t n, int64_t offset, int32_t epoch, km_err *err);
+/* Queues ops that ride on /migration's current zkVersion without moving it: the front of a batch
+ * that a later km_zkw_submit ends (the full sync streams its plan this way, so that writing starts
+ * before planning ends). The ending batch's /migration write waits until these are acknowledged.
+ * n == 0 queues nothing. */
+int km_zkw_submit_partial(km_zkw *w, const km_zop *ops, size_t n, km_err *err);
 /* Write-behind bound: false while pending ops >= max_pending_ops (the caller stops reading the
  * log); the time spent refused is counted as blocking time. */
 bool km_zkw_can_accept(km_zkw *w);
@@ -195,6 +201,9 @@ int km_zkb_delta(km_zkb *b, const struct km_delta *d, km_err *err);
 bool km_zkb_can_accept(km_zkb *b);
 /* DUAL_WRITE, nothing pending, and ZooKeeper confirmed at the image's offset. */
 bool km_zkb_idle(const km_zkb *b);
+/* A pass over the image (full sync or catch-up) still has slices to plan; what it planned so far
+ * is being written meanwhile. */
+bool km_zkb_planning(const km_zkb *b);
 void km_zkb_get_summary(const km_zkb *b, km_zkb_summary *s);
 km_zkw *km_zkb_writer(km_zkb *b);
 

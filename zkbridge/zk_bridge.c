@@ -15,15 +15,22 @@ struct km_zkb {
     km_zkw *w;
     km_zkb_phase phase;
     char error[600];
-    zk_vcache known;     /* path -> data ZooKeeper holds once our queued writes land */
-    bool dirty;          /* the image moved during a full sync: sync again when it ends */
+    zk_vcache known;     /* path -> data ZooKeeper holds once our queued writes land; vals: pass marks */
+    bool dirty;          /* the image moved during a pass: a catch-up pass follows it */
     int failed_syncs;    /* re-syncs in a row without a completed full sync */
     bool walking;
     zk_walk walk;
     zk_tree actual;
-    zk_ops sync_ops;
-    size_t sync_cursor;
-    bool sync_all_queued;
+    /* the running pass over the image (a full sync after a read of ZooKeeper, or a catch-up) */
+    zk_plan plan;
+    int pass;            /* the mark of the running pass in known's vals */
+    bool planning;       /* slices left to plan */
+    bool full;           /* it follows a read of ZooKeeper */
+    bool all_queued;     /* its last batch, moving /migration, is with the writer */
+    zk_ops pass_ops;     /* planned, not yet handed to the writer */
+    int64_t pass_offset; /* the image's position when the pass began: what its last batch claims */
+    int32_t pass_epoch;
+    ev_idle plan_idle;
     int64_t sync_started_ms;
     ev_timer retry;
     void (*user_log)(km_log_level lvl, const char *msg, void *ctx);
@@ -41,9 +48,19 @@ static void set_phase(km_zkb *b, km_zkb_phase p)
         b->cfg.on_phase(b, p, b->cfg.ctx);
 }
 
+static void abort_pass(km_zkb *b)
+{
+    ev_idle_stop(b->loop, &b->plan_idle);
+    zk_plan_free(&b->plan);
+    zk_ops_free(&b->pass_ops);
+    memset(&b->pass_ops, 0, sizeof b->pass_ops); /* its counts too: what was not handed over never happened */
+    b->planning = b->all_queued = false;
+}
+
 static void stop(km_zkb *b, const char *why)
 {
     snprintf(b->error, sizeof b->error, "%s", why);
+    abort_pass(b);
     set_phase(b, KM_ZKB_STOPPED);
 }
 
@@ -62,136 +79,164 @@ static void start_full_sync(km_zkb *b)
 {
     if (b->walking || b->phase == KM_ZKB_STOPPED || km_zkw_get_state(b->w) != KM_ZKW_READY)
         return;
+    abort_pass(b);
     set_phase(b, KM_ZKB_SYNC);
-    b->dirty = false;
     b->sync_started_ms = zk_now_ms();
     zk_tree_free(&b->actual);
-    zk_ops_free(&b->sync_ops);
-    b->sync_cursor = 0;
-    b->sync_all_queued = false;
     b->walking = true;
     zk_walk_start(&b->walk, km_zkw_handle(b->w), &b->actual, on_walked, b);
 }
 
-static size_t chunk_ops(const km_zkb *b)
+/* Step 2 starts a pass: from now on the slices are planned between the loop's other work. */
+static void begin_pass(km_zkb *b, bool full, zk_tree *cands)
 {
-    if (b->cfg.sync_chunk_ops)
-        return b->cfg.sync_chunk_ops;
-    size_t bound = b->cfg.zk.max_pending_ops ? b->cfg.zk.max_pending_ops : 100000;
-    return bound / 2 ? bound / 2 : 1;
+    abort_pass(b);
+    if (++b->pass == 0) /* 0 is what deltas leave in known's vals */
+        b->pass = 1;
+    zk_plan_start(&b->plan, b->img, b->cfg.zk.controller_epoch, &b->known, full ? &b->w->cache : NULL, b->pass,
+                  cands);
+    b->pass_ops.diff = b->cfg.diff_only ? &b->diff : NULL;
+    b->pass_offset = km_image_offset(b->img);
+    b->pass_epoch = km_image_epoch(b->img);
+    b->full = full;
+    b->dirty = false;
+    b->planning = true;
+    ev_idle_start(b->loop, &b->plan_idle);
 }
 
-/* Every path of our model of ZooKeeper, sorted: the deletion candidates of a catch-up pass. */
+/* Every path of our model of ZooKeeper: the deletion candidates of a catch-up pass. */
 static void known_paths(const zk_vcache *known, zk_tree *out)
 {
     for (size_t i = 0; i < known->cap; i++)
         if (zk_vcache_key_at(known, i))
             zk_tree_add(out, zk_vcache_key_at(known, i), NULL, ZN_DIR, NOTIFY_NONE, NULL);
-    zk_tree_sort(out);
 }
 
-/* The image moved while the full sync ran. Reading ZooKeeper again could chase a busy log forever;
- * our model of it is exact by now, so the whole image is reconciled against the model in one
- * batch, and dual write starts right behind it. */
-static void catch_up(km_zkb *b)
+/* The image moved during a pass. Reading ZooKeeper again could chase a busy log forever; our
+ * model of it is exact by now, so the whole image is reconciled against the model instead. */
+static void begin_catch_up(km_zkb *b)
 {
-    km_err err = {{0}};
-    zk_tree want = {0}, cands = {0};
-    zk_ops ops = {0};
-    b->dirty = false;
-    if (zk_render_image(b->img, b->cfg.zk.controller_epoch, &want, &err)) {
-        zk_tree_free(&want);
-        return stop(b, err.msg);
-    }
+    zk_tree cands = {0};
     known_paths(&b->known, &cands);
-    zk_reconcile(&b->known, &cands, &want, b->img, &ops);
-    b->sum.created += ops.created;
-    b->sum.updated += ops.updated;
-    b->sum.deleted += ops.deleted;
-    if (ops.oom || km_zkw_submit(b->w, ops.v, ops.n, km_image_offset(b->img), km_image_epoch(b->img), &err))
-        zkw_log(b->w, KM_LOG_ERROR, "zk sync: catching up with the image failed: %s",
-                ops.oom ? "out of memory" : err.msg);
-    zk_ops_free(&ops);
-    zk_tree_free(&want);
-    zk_tree_free(&cands);
-}
-
-static void finish_sync(km_zkb *b)
-{
-    km_zkw_set_snapshot_time(b->w, zk_now_ms() - b->sync_started_ms);
-    b->sum.full_syncs++;
-    b->failed_syncs = 0;
-    zk_tree_free(&b->actual);
-    zk_ops_free(&b->sync_ops);
-    set_phase(b, KM_ZKB_DUAL_WRITE);
-    if (b->dirty)
-        catch_up(b);
-}
-
-/* Step 3: queue the difference in batches while the write-behind bound allows. Only the last
- * batch moves /migration to the image's offset; the others keep what ZooKeeper had, so a crash
- * half way never claims more than ZooKeeper holds. */
-static void pump_sync(km_zkb *b)
-{
-    zk_ops *o = &b->sync_ops;
-    km_err err = {{0}};
-    while (b->phase == KM_ZKB_SYNC && !b->walking && !b->sync_all_queued && km_zkw_can_accept(b->w)) {
-        size_t end = b->sync_cursor + chunk_ops(b);
-        if (end > o->n)
-            end = o->n;
-        while (end < o->n && end > 0 && o->v[end - 1].join_next)
-            end++;
-        bool last = end == o->n;
-        int64_t off = last ? km_image_offset(b->img) : km_zkw_confirmed_offset(b->w);
-        int32_t ep = last ? km_image_epoch(b->img) : km_zkw_confirmed_epoch(b->w);
-        if (km_zkw_submit(b->w, o->v + b->sync_cursor, end - b->sync_cursor, off, ep, &err)) {
-            zkw_log(b->w, KM_LOG_ERROR, "zk sync: %s", err.msg);
-            return; /* the writer asked for a re-sync (RESYNC event) or is stopping */
-        }
-        b->sync_cursor = end;
-        b->sync_all_queued = last;
+    if (cands.oom) {
+        zk_tree_free(&cands);
+        return stop(b, "zk sync: out of memory listing our model of ZooKeeper");
     }
-    if (b->phase == KM_ZKB_SYNC && b->sync_all_queued && km_zkw_idle(b->w))
-        finish_sync(b);
+    set_phase(b, KM_ZKB_SYNC);
+    begin_pass(b, false, &cands);
 }
 
-/* Step 2: our model of ZooKeeper is what we just read; the ops are the difference. */
-static void plan_sync(km_zkb *b)
+static void finish_pass(km_zkb *b)
+{
+    if (b->full) {
+        km_zkw_set_snapshot_time(b->w, zk_now_ms() - b->sync_started_ms);
+        b->sum.full_syncs++;
+        b->failed_syncs = 0;
+    }
+    abort_pass(b);
+    if (b->dirty)
+        return begin_catch_up(b);
+    set_phase(b, KM_ZKB_DUAL_WRITE);
+}
+
+static void maybe_finish(km_zkb *b)
+{
+    if (b->phase == KM_ZKB_SYNC && b->all_queued && km_zkw_idle(b->w))
+        finish_pass(b);
+}
+
+static void count_ops(km_zkb *b, zk_ops *o)
+{
+    b->sum.created += o->created;
+    b->sum.updated += o->updated;
+    b->sum.deleted += o->deleted;
+    o->created = o->updated = o->deleted = 0;
+}
+
+/* Hands the planned ops to the writer: as a partial batch (checks only) while the pass goes on,
+ * as the batch that moves /migration to the pass's offset at its end. So a crash half way never
+ * leaves ZooKeeper claiming more than it holds. */
+static void hand_over(km_zkb *b, bool last)
 {
     km_err err = {{0}};
+    zk_ops *o = &b->pass_ops;
+    count_ops(b, o);
+    int rc = last ? km_zkw_submit(b->w, o->v, o->n, b->pass_offset, b->pass_epoch, &err)
+                  : km_zkw_submit_partial(b->w, o->v, o->n, &err);
+    zk_ops_free(o);
+    if (rc) {
+        zkw_log(b->w, KM_LOG_ERROR, "zk sync: %s", err.msg);
+        return abort_pass(b); /* the writer asked for a re-sync (RESYNC), or a new claim restarts it */
+    }
+    if (last) {
+        b->all_queued = true;
+        maybe_finish(b);
+    }
+}
+
+static size_t hand_over_ops(const km_zkb *b)
+{
+    if (b->cfg.sync_chunk_ops)
+        return b->cfg.sync_chunk_ops;
+    return 4 * (size_t)(b->cfg.zk.max_multi_ops ? b->cfg.zk.max_multi_ops : 1000);
+}
+
+static void finish_diff(km_zkb *b)
+{
+    count_ops(b, &b->pass_ops);
+    abort_pass(b);
+    b->sum.full_syncs++;
+    zkw_log(b->w, KM_LOG_INFO, "zk diff: %zu missing, %zu different, %zu only in ZooKeeper after %lld ms",
+            b->sum.created, b->sum.updated, b->sum.deleted, (long long)(zk_now_ms() - b->sync_started_ms));
+    set_phase(b, KM_ZKB_DUAL_WRITE);
+}
+
+/* One slice per loop iteration with nothing else to do, while the write-behind bound allows. */
+static void plan_pump(km_zkb *b)
+{
+    if (!b->planning || b->phase != KM_ZKB_SYNC)
+        return ev_idle_stop(b->loop, &b->plan_idle);
+    if (!b->cfg.diff_only && !km_zkw_can_accept(b->w))
+        return ev_idle_stop(b->loop, &b->plan_idle); /* the writer's PROGRESS resumes it */
+    bool done = zk_plan_step(&b->plan, &b->pass_ops);
+    if (b->pass_ops.oom)
+        return stop(b, "zk sync: out of memory planning the pass over the image");
+    if (done) {
+        b->planning = false;
+        ev_idle_stop(b->loop, &b->plan_idle);
+        zkw_log(b->w, KM_LOG_INFO, "zk sync: pass planned after %lld ms",
+                (long long)(zk_now_ms() - b->sync_started_ms));
+    }
+    if (b->cfg.diff_only) {
+        zk_ops_free(&b->pass_ops); /* only the counts and the diff lines matter */
+        if (done)
+            finish_diff(b);
+        return;
+    }
+    if (done || b->pass_ops.n >= hand_over_ops(b))
+        hand_over(b, done);
+}
+
+static void on_plan_idle(struct ev_loop *loop, ev_idle *w, int revents)
+{
+    (void)loop; (void)revents;
+    plan_pump(w->data);
+}
+
+static void resume_pass(km_zkb *b)
+{
+    if (b->planning && b->phase == KM_ZKB_SYNC && !ev_is_active(&b->plan_idle))
+        ev_idle_start(b->loop, &b->plan_idle);
+    maybe_finish(b);
+}
+
+/* Our model of ZooKeeper is about to be what we just read (the plan's first stage loads it). */
+static int reset_model(km_zkb *b)
+{
     zk_vcache_clear(&b->known);
     km_zkw_cache_forget_all(b->w);
     size_t expect = b->actual.n + km_image_partition_count(b->img) * 2 + km_image_topic_count(b->img) * 3 + 64;
-    zk_vcache_reserve(&b->known, expect);
-    zk_vcache_reserve(&b->w->cache, expect);
-    for (size_t i = 0; i < b->actual.n; i++) {
-        zk_node *n = &b->actual.v[i];
-        zk_vcache_put_data(&b->known, n->path, 0, n->data ? strdup(n->data) : NULL);
-        km_zkw_cache_put(b->w, n->path, n->version);
-    }
-    zk_tree want = {0};
-    if (zk_render_image(b->img, b->cfg.zk.controller_epoch, &want, &err)) {
-        zk_tree_free(&want);
-        return stop(b, err.msg);
-    }
-    zkw_log(b->w, KM_LOG_DEBUG, "zk sync: rendered %zu znodes after %lld ms", want.n,
-            (long long)(zk_now_ms() - b->sync_started_ms));
-    b->sync_ops.diff = b->cfg.diff_only ? &b->diff : NULL;
-    zk_reconcile(&b->known, &b->actual, &want, b->img, &b->sync_ops);
-    zk_tree_free(&want);
-    b->sum.created += b->sync_ops.created;
-    b->sum.updated += b->sync_ops.updated;
-    b->sum.deleted += b->sync_ops.deleted;
-    if (b->sync_ops.oom)
-        return stop(b, "zk sync: out of memory planning the full sync");
-    zkw_log(b->w, KM_LOG_INFO, "zk sync: %zu znodes in ZooKeeper, %zu ops planned (%zu create, %zu update, "
-            "%zu delete) after %lld ms", b->actual.n, b->sync_ops.n, b->sync_ops.created, b->sync_ops.updated,
-            b->sync_ops.deleted, (long long)(zk_now_ms() - b->sync_started_ms));
-    if (b->cfg.diff_only) {
-        b->sum.full_syncs++;
-        return set_phase(b, KM_ZKB_DUAL_WRITE);
-    }
-    pump_sync(b);
+    return zk_vcache_reserve(&b->known, expect) || zk_vcache_reserve(&b->w->cache, expect) ? -1 : 0;
 }
 
 static void on_walked(zk_walk *wk, int rc, void *ctx)
@@ -209,7 +254,9 @@ static void on_walked(zk_walk *wk, int rc, void *ctx)
     }
     zkw_log(b->w, KM_LOG_INFO, "zk sync: read %zu znodes in %lld ms", b->actual.n,
             (long long)(zk_now_ms() - b->sync_started_ms));
-    plan_sync(b);
+    if (reset_model(b))
+        return stop(b, "zk sync: out of memory sizing our model of ZooKeeper");
+    begin_pass(b, true, &b->actual);
 }
 
 static void on_writer_event(km_zkw *w, km_zkw_event ev, void *ctx)
@@ -222,6 +269,7 @@ static void on_writer_event(km_zkw *w, km_zkw_event ev, void *ctx)
         if (++b->failed_syncs > 5)
             return stop(b, "zk sync: ZooKeeper kept differing from what we read a moment before "
                            "(5 full syncs in a row); another writer is changing it");
+        abort_pass(b);
         set_phase(b, KM_ZKB_WAITING);
         ev_timer_set(&b->retry, 0.05 * b->failed_syncs, 0.);
         ev_timer_start(b->loop, &b->retry);
@@ -232,7 +280,8 @@ static void on_writer_event(km_zkw *w, km_zkw_event ev, void *ctx)
         break;
     case KM_ZKW_EV_CONFIRMED:
     case KM_ZKW_EV_DRAINED:
-        pump_sync(b);
+    case KM_ZKW_EV_PROGRESS:
+        resume_pass(b);
         break;
     case KM_ZKW_EV_FENCED:
     case KM_ZKW_EV_REFUSED:
@@ -264,6 +313,8 @@ km_zkb *km_zkb_new(struct ev_loop *loop, const km_image *img, const km_zkb_confi
     zs_init(&b->diff);
     ev_timer_init(&b->retry, on_retry, 0.1, 0.);
     b->retry.data = b;
+    ev_idle_init(&b->plan_idle, on_plan_idle);
+    b->plan_idle.data = b;
     b->w = km_zkw_new(loop, &b->cfg.zk, err);
     if (!b->w) {
         free(b);
@@ -277,11 +328,11 @@ void km_zkb_free(km_zkb *b)
     if (!b)
         return;
     ev_timer_stop(b->loop, &b->retry);
+    abort_pass(b);
     b->phase = KM_ZKB_STOPPED;
     km_zkw_free(b->w); /* fires outstanding walk replies (ZCLOSING) while the walk still exists */
     zk_walk_free(&b->walk);
     zk_tree_free(&b->actual);
-    zk_ops_free(&b->sync_ops);
     zk_vcache_clear(&b->known);
     zs_free(&b->diff);
     free(b);
@@ -302,6 +353,8 @@ bool km_zkb_idle(const km_zkb *b)
            km_zkw_confirmed_offset(b->w) == km_image_offset(b->img);
 }
 
+bool km_zkb_planning(const km_zkb *b) { return b->planning; }
+
 void km_zkb_get_summary(const km_zkb *b, km_zkb_summary *s)
 {
     *s = b->sum;
@@ -318,8 +371,7 @@ int km_zkb_delta(km_zkb *b, const km_delta *d, km_err *err)
         return 0;
     }
     if (km_delta_is_snapshot(d)) { /* a new snapshot replaced the image: reconcile all of it */
-        b->dirty = true;
-        catch_up(b);
+        begin_catch_up(b);
         return 0;
     }
     zk_tree want = {0}, cands = {0};

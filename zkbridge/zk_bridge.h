@@ -74,6 +74,11 @@ const zk_node *zk_tree_find(const zk_tree *t, const char *path); /* after sort *
 
 /* zk_desired.c: the whole image as znodes (sorted); controller_epoch goes into partition states. */
 int zk_render_image(const km_image *img, int32_t controller_epoch, zk_tree *out, km_err *err);
+/* Its parts (unsorted), for the sliced full sync: the type directories, every broker config,
+ * tokens and the producer-id block. */
+void zk_render_roots(zk_tree *out);
+void zk_render_broker_configs(const km_image *img, zk_tree *out);
+void zk_render_tokens_and_pids(const km_image *img, zk_tree *out);
 /* The znodes of one entity, for deltas. `paths` receives every path the entity may own
  * (present or not), `out` the ones that exist in the image now. */
 void zk_render_topic_nodes(const km_image *img, const km_topic *t, int32_t controller_epoch, zk_tree *out);
@@ -89,7 +94,7 @@ char *zk_quota_path(const km_client_quota *q);
 char *zk_scram_user_path(const char *user);
 char *zk_acl_path(const km_acl *a);
 
-/* zk_walk.c: reads the mirrored namespace into a sorted tree (data + zkVersion). */
+/* zk_walk.c: reads the mirrored namespace into a tree (data + zkVersion), in no particular order. */
 typedef struct zk_walk zk_walk;
 struct zk_walk {
     zhandle_t *zh;
@@ -117,6 +122,40 @@ void zk_ops_free(zk_ops *o);
 /* known: our model of ZooKeeper (path -> data); cands: every path that may need deleting (sorted);
  * want: what should exist (sorted). Appends ops and updates known to the outcome. */
 void zk_reconcile(zk_vcache *known, const zk_tree *cands, const zk_tree *want, const km_image *img, zk_ops *o);
+/* Its parts, for a pass over the whole image in slices (zk_plan.c): the writes of one sorted slice,
+ * marking each wanted path's entry in known with `pass`; whether a znode is ours to delete; the
+ * delete of one (with its change notification). */
+void zk_reconcile_writes(zk_vcache *known, const zk_tree *want, int pass, zk_ops *o);
+bool zk_deletable(const char *path, const km_image *img);
+void zk_reconcile_delete(zk_vcache *known, const char *path, zk_ops *o);
+int zk_path_depth(const char *path);
+
+/* zk_plan.c: a pass over the whole image (the full sync's plan, or a catch-up from our model),
+ * a slice at a time, so that writing starts at once and the loop never stalls for long. */
+typedef enum zk_plan_stage {
+    PLAN_LOAD, PLAN_ROOTS, PLAN_TOPICS, PLAN_BROKER_CONFIGS, PLAN_QUOTAS, PLAN_ACLS, PLAN_TOKENS, PLAN_SCAN,
+    PLAN_DELETES, PLAN_DONE,
+} zk_plan_stage;
+typedef struct zk_plan {
+    const km_image *img;
+    int32_t controller_epoch;
+    zk_vcache *known;     /* our model of ZooKeeper; its vals mark the pass that wanted each path */
+    zk_vcache *versions;  /* the writer's zkVersion cache, filled by PLAN_LOAD */
+    int pass;
+    zk_tree cands;        /* deletion candidates, any order (owned) */
+    zk_plan_stage stage;
+    size_t it;            /* the image iterator (topics), or the position in cands / doomed */
+    const char **doomed;  /* the candidates found unwanted, deepest first once the scan is done */
+    size_t n_doomed, cap_doomed;
+} zk_plan;
+/* Takes over *cands (left empty). With `versions`, cands is what was just read from ZooKeeper
+ * (data and zkVersions), loaded into known and versions first; without, the pass is a catch-up
+ * against known as it stands. pass must differ from every mark already in known. */
+void zk_plan_start(zk_plan *p, const km_image *img, int32_t controller_epoch, zk_vcache *known,
+                   zk_vcache *versions, int pass, zk_tree *cands);
+/* Appends the next slice's ops to o (o->oom on failure); true once the pass is complete. */
+bool zk_plan_step(zk_plan *p, zk_ops *o);
+void zk_plan_free(zk_plan *p);
 
 /* zk_delta.c: the znodes a delta touches: cands = every path it may own, want = what exists now. */
 void zk_delta_render(const km_image *img, const km_delta *d, int32_t controller_epoch, zk_tree *want,

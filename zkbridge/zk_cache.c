@@ -141,6 +141,15 @@ int zk_vcache_get_data(const zk_vcache *c, const char *path, const char **data)
     return c->vals[i];
 }
 
+size_t zk_vcache_slot(const zk_vcache *c, const char *path)
+{
+    if (!c->cap)
+        return ZK_VCACHE_NONE;
+    int found;
+    size_t i = find(c, path, NULL, &found);
+    return found ? i : ZK_VCACHE_NONE;
+}
+
 int zk_vcache_get(const zk_vcache *c, const char *path)
 {
     if (!c->cap)

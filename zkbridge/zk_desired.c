@@ -92,7 +92,7 @@ static char *fmt_path(const char *fmt, const char *a, const char *b)
 static void add_dir(zk_tree *t, const char *path) { zk_tree_add(t, path, NULL, ZN_DIR, NOTIFY_NONE, NULL); }
 
 /* Every parent ZK-mode brokers and our writes need (Kafka creates them at broker start-up). */
-static void add_roots(zk_tree *t)
+void zk_render_roots(zk_tree *t)
 {
     static const char *const dirs[] = {
         "/admin", "/admin/delete_topics", "/brokers", "/brokers/topics", "/config", "/config/brokers",
@@ -184,20 +184,16 @@ void zk_render_broker_config(const km_config_res *res, zk_tree *out)
     add_config_node(out, "brokers", res->name[0] ? res->name : "<default>", take(&s));
 }
 
-static void render_topics_and_configs(const km_image *img, int32_t epoch, zk_tree *out)
+void zk_render_broker_configs(const km_image *img, zk_tree *out)
 {
     size_t it = 0;
-    const km_topic *t;
-    while ((t = km_image_next_topic(img, &it)))
-        zk_render_topic_nodes(img, t, epoch, out);
-    it = 0;
     const km_config_res *res;
     while ((res = km_image_next_config(img, &it)))
         if (res->type == KM_CFG_BROKER)
             zk_render_broker_config(res, out);
 }
 
-static void render_tokens_and_pids(const km_image *img, zk_tree *out)
+void zk_render_tokens_and_pids(const km_image *img, zk_tree *out)
 {
     size_t it = 0;
     const km_token *tok;
@@ -224,11 +220,15 @@ void zk_render_token_node(const km_token *tok, zk_tree *out)
 
 int zk_render_image(const km_image *img, int32_t controller_epoch, zk_tree *out, km_err *err)
 {
-    add_roots(out);
-    render_topics_and_configs(img, controller_epoch, out);
+    zk_render_roots(out);
+    size_t it = 0;
+    const km_topic *t;
+    while ((t = km_image_next_topic(img, &it)))
+        zk_render_topic_nodes(img, t, controller_epoch, out);
+    zk_render_broker_configs(img, out);
     zk_render_quotas(img, NULL, out);
     zk_render_acls(img, NULL, out);
-    render_tokens_and_pids(img, out);
+    zk_render_tokens_and_pids(img, out);
     if (out->oom)
         return km_fail(err, "zk render: out of memory rendering %zu znodes", out->n);
     zk_tree_sort(out);

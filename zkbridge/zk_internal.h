@@ -24,6 +24,10 @@ int zk_vcache_reserve(zk_vcache *c, size_t n);
 /* With a payload (owned by the cache from now on; NULL allowed). get returns -1 when absent. */
 int zk_vcache_put_data(zk_vcache *c, const char *path, int version, char *data);
 int zk_vcache_get_data(const zk_vcache *c, const char *path, const char **data);
+/* The slot holding path (its vals[] and datas[] may be read and changed in place until the next
+ * put), or ZK_VCACHE_NONE. */
+#define ZK_VCACHE_NONE ((size_t)-1)
+size_t zk_vcache_slot(const zk_vcache *c, const char *path);
 /* Slot i's key (0 <= i < c->cap), or NULL for a free slot: iterates every key. */
 const char *zk_vcache_key_at(const zk_vcache *c, size_t i);
 

@@ -40,17 +40,19 @@ static int unit_len(const km_zop *ops, size_t n, size_t i, size_t *bytes, km_err
     return (int)(k - i + 1);
 }
 
-static zkw_batch *batch_new(km_zkw *w, int64_t offset, int32_t epoch)
+static zkw_batch *batch_new(km_zkw *w, int64_t offset, int32_t epoch, bool bumps)
 {
     zkw_batch *b = calloc(1, sizeof *b);
     if (!b)
         return NULL;
     b->offset = offset;
     b->epoch = epoch;
+    b->bumps = bumps;
     b->check_version = -1;
     b->submitted_ms = zk_now_ms();
-    b->mig_len = km_zk_migration_json(b->mig, sizeof b->mig, w->cfg.controller_id, w->cfg.controller_epoch,
-                                      offset, epoch);
+    if (bumps)
+        b->mig_len = km_zk_migration_json(b->mig, sizeof b->mig, w->cfg.controller_id, w->cfg.controller_epoch,
+                                          offset, epoch);
     return b;
 }
 
@@ -170,16 +172,19 @@ static int split(km_zkw *w, zkw_batch *b, const km_zop *ops, size_t n, km_err *e
         append_multi(w, m);
         i = j;
     }
-    w->tail->is_last = true;
+    w->tail->is_last = b->bumps;
     return 0;
 }
 
-int km_zkw_submit(km_zkw *w, const km_zop *ops, size_t n, int64_t offset, int32_t epoch, km_err *err)
+static int submit_batch(km_zkw *w, const km_zop *ops, size_t n, int64_t offset, int32_t epoch, bool bumps,
+                        km_err *err)
 {
     if (w->state != KM_ZKW_READY || w->cfg.read_only)
         return km_fail(err, "zk submit: writer is %s%s, not DUAL_WRITE", km_zkw_state_name(km_zkw_get_state(w)),
                        w->cfg.read_only ? " (read only)" : "");
-    zkw_batch *b = batch_new(w, offset, epoch);
+    if (!bumps && n == 0)
+        return 0;
+    zkw_batch *b = batch_new(w, offset, epoch, bumps);
     if (!b)
         return km_fail(err, "zk submit: out of memory");
     b->ops = n;
@@ -197,9 +202,20 @@ int km_zkw_submit(km_zkw *w, const km_zop *ops, size_t n, int64_t offset, int32_
     else
         w->bhead = b;
     w->btail = b;
-    km_zkw_note_log_offset(w, offset);
+    if (bumps)
+        km_zkw_note_log_offset(w, offset);
     zkw_pump(w);
     return 0;
+}
+
+int km_zkw_submit(km_zkw *w, const km_zop *ops, size_t n, int64_t offset, int32_t epoch, km_err *err)
+{
+    return submit_batch(w, ops, n, offset, epoch, true, err);
+}
+
+int km_zkw_submit_partial(km_zkw *w, const km_zop *ops, size_t n, km_err *err)
+{
+    return submit_batch(w, ops, n, w->confirmed_offset, w->confirmed_epoch, false, err);
 }
 
 static void on_multi(int rc, const void *data);
@@ -254,6 +270,22 @@ static int send_multi(km_zkw *w, zkw_multi *m)
     return 0;
 }
 
+/* A multi that moves /migration goes out only once every earlier multi checking the same
+ * /migration version is acknowledged. Otherwise one of them could fail (a drifted znode) while the
+ * bump lands, and ZooKeeper would claim an offset whose data it does not hold. Multis before an
+ * earlier bump need no wait: if that bump fails, ours fails its /migration check with it. */
+static bool bump_may_go(const km_zkw *w, const zkw_multi *m)
+{
+    int open = 0;
+    for (const zkw_multi *x = w->head; x && x != m; x = x->next) {
+        if (x->is_last)
+            open = 0;
+        else if (x->st != M_ACKED)
+            open++;
+    }
+    return open == 0;
+}
+
 void zkw_pump(km_zkw *w)
 {
     if (w->state != KM_ZKW_READY || w->recover_wanted || !w->sess.zh)
@@ -264,6 +296,8 @@ void zkw_pump(km_zkw *w)
             w->next_send = m->next;
             continue;
         }
+        if (m->is_last && !bump_may_go(w, m))
+            return; /* the replies still due call us again */
         if (send_multi(w, m)) {
             w->recover_wanted = true; /* not connected: the session watcher starts recovery */
             return;
@@ -306,12 +340,12 @@ void zkw_ack(km_zkw *w, zkw_multi *m, bool adopted, int mig_version)
         confirm_batch(w, m->batch, mig_version);
 }
 
-/* Frees the acknowledged prefix; true when a batch was confirmed. No events: recovery must finish
- * its bookkeeping before the owner reacts (a CONFIRMED seen while still RECOVERING would look
- * "not idle" to the owner, and nothing would wake it again). */
-bool zkw_pop_acked_quiet(km_zkw *w)
+/* Frees the acknowledged prefix. No events: recovery must finish its bookkeeping before the
+ * owner reacts (a CONFIRMED seen while still RECOVERING would look "not idle" to the owner, and
+ * nothing would wake it again). */
+zkw_popped zkw_pop_acked_quiet(km_zkw *w)
 {
-    bool confirmed = false;
+    zkw_popped p = {false, false};
     while (w->head && w->head->st == M_ACKED) {
         zkw_multi *m = w->head;
         w->head = m->next;
@@ -320,23 +354,26 @@ bool zkw_pop_acked_quiet(km_zkw *w)
         if (w->next_send == m)
             w->next_send = m->next;
         w->pending_ops -= (size_t)m->nops;
+        p.any = true;
         if (--m->batch->multis_left == 0 && m->batch == w->bhead) {
             w->bhead = m->batch->next;
             if (w->btail == m->batch)
                 w->btail = NULL;
+            p.confirmed |= m->batch->bumps;
             free(m->batch);
-            confirmed = true;
         }
         zkw_free_multi(m);
     }
-    return confirmed;
+    return p;
 }
 
-void zkw_emit_progress(km_zkw *w, bool confirmed)
+void zkw_emit_progress(km_zkw *w, zkw_popped p)
 {
-    if (confirmed)
+    if (p.confirmed)
         zkw_emit(w, KM_ZKW_EV_CONFIRMED);
-    if (confirmed && !w->head && km_zkw_get_state(w) == KM_ZKW_READY)
+    if (p.any)
+        zkw_emit(w, KM_ZKW_EV_PROGRESS);
+    if ((p.any || p.confirmed) && !w->head && km_zkw_get_state(w) == KM_ZKW_READY)
         zkw_emit(w, KM_ZKW_EV_DRAINED);
 }
 

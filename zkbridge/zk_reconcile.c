@@ -41,7 +41,7 @@ static void ops_add(zk_ops *o, km_zop_kind kind, const char *path, const char *d
     o->v[o->n++] = (km_zop){kind, p, d, d ? (int)strlen(d) : -1, join_next};
 }
 
-static int depth_of(const char *path)
+int zk_path_depth(const char *path)
 {
     int n = 0;
     for (; *path; path++)
@@ -52,9 +52,9 @@ static int depth_of(const char *path)
 static bool starts(const char *s, const char *prefix) { return !strncmp(s, prefix, strlen(prefix)); }
 
 /* Only entity znodes are ours to delete; type directories and anything else stay. */
-static bool deletable(const char *path, const km_image *img)
+bool zk_deletable(const char *path, const km_image *img)
 {
-    int d = depth_of(path);
+    int d = zk_path_depth(path);
     if (starts(path, "/brokers/topics/")) return d >= 3;
     if (starts(path, "/config/users/")) return d >= 3 && d <= 5;
     if (starts(path, "/config/topics/") || starts(path, "/config/brokers/") || starts(path, "/config/clients/") ||
@@ -82,7 +82,7 @@ static const char *notify_path(zk_notify n)
 /* The notification for deleting `path` (the deleted entity is no longer rendered). */
 static zk_notify delete_notify(const char *path, zstr *payload)
 {
-    int d = depth_of(path);
+    int d = zk_path_depth(path);
     if (starts(path, "/config/") && !starts(path, "/config/changes") && d >= 3 &&
         !(starts(path, "/config/users/") && d == 4)) {
         zs_add(payload, "{\"version\":2,\"entity_path\":");
@@ -134,46 +134,62 @@ static void diff_line(zk_ops *o, char mark, const char *path)
     }
 }
 
+void zk_reconcile_delete(zk_vcache *known, const char *path, zk_ops *o)
+{
+    zstr payload;
+    zs_init(&payload);
+    zk_notify n = delete_notify(path, &payload);
+    add_with_notify(o, KM_ZOP_DELETE, path, NULL, n, payload.p);
+    zs_free(&payload);
+    diff_line(o, '-', path);
+    o->deleted++;
+    zk_vcache_del(known, path);
+}
+
 static void reconcile_deletes(zk_vcache *known, const zk_tree *cands, const zk_tree *want, const km_image *img,
                               zk_ops *o)
 {
     for (size_t i = cands->n; i-- > 0;) {
         const char *p = cands->v[i].path, *kdata;
-        if (zk_tree_find(want, p) || zk_vcache_get_data(known, p, &kdata) < 0 || !deletable(p, img))
-            continue;
-        zstr payload;
-        zs_init(&payload);
-        zk_notify n = delete_notify(p, &payload);
-        add_with_notify(o, KM_ZOP_DELETE, p, NULL, n, payload.p);
-        zs_free(&payload);
-        diff_line(o, '-', p);
-        o->deleted++;
-        zk_vcache_del(known, p);
+        if (!zk_tree_find(want, p) && zk_vcache_get_data(known, p, &kdata) >= 0 && zk_deletable(p, img))
+            zk_reconcile_delete(known, p, o);
     }
 }
 
 /* Type directories (depth <= 2: /config/changes, /kafka-acl/Topic, ...) come first: notifications
- * and entities of every type need them, whatever their place in path order. */
-static void reconcile_writes(zk_vcache *known, const zk_tree *want, zk_ops *o, bool roots)
+ * and entities of every type need them, whatever their place in path order. Each wanted path's
+ * entry in known gets `mark`. */
+static void reconcile_writes(zk_vcache *known, const zk_tree *want, zk_ops *o, bool roots, int mark)
 {
     for (size_t i = 0; i < want->n; i++) {
         const zk_node *w = &want->v[i];
-        if ((w->kind == ZN_DIR && depth_of(w->path) <= 2) != roots)
+        if ((w->kind == ZN_DIR && zk_path_depth(w->path) <= 2) != roots)
             continue;
-        const char *kdata;
-        int present = zk_vcache_get_data(known, w->path, &kdata) >= 0;
-        if (present && (w->kind == ZN_DIR || zk_same_data(w->kind, kdata, kdata ? (int)strlen(kdata) : 0, w->data)))
-            continue;
+        size_t slot = zk_vcache_slot(known, w->path);
+        if (slot != ZK_VCACHE_NONE) {
+            const char *kdata = known->datas[slot];
+            known->vals[slot] = mark;
+            if (w->kind == ZN_DIR || zk_same_data(w->kind, kdata, kdata ? (int)strlen(kdata) : 0, w->data))
+                continue;
+        }
+        bool present = slot != ZK_VCACHE_NONE;
         add_with_notify(o, present ? KM_ZOP_SET : KM_ZOP_CREATE, w->path, w->data, w->notify, w->notify_data);
         diff_line(o, present ? '~' : '+', w->path);
         if (present) o->updated++; else o->created++;
-        zk_vcache_put_data(known, w->path, 0, w->data ? strdup(w->data) : NULL);
+        if (zk_vcache_put_data(known, w->path, mark, w->data ? strdup(w->data) : NULL))
+            o->oom = true;
     }
+}
+
+void zk_reconcile_writes(zk_vcache *known, const zk_tree *want, int pass, zk_ops *o)
+{
+    reconcile_writes(known, want, o, true, pass);
+    reconcile_writes(known, want, o, false, pass);
 }
 
 void zk_reconcile(zk_vcache *known, const zk_tree *cands, const zk_tree *want, const km_image *img, zk_ops *o)
 {
     reconcile_deletes(known, cands, want, img, o);
-    reconcile_writes(known, want, o, true);
-    reconcile_writes(known, want, o, false);
+    reconcile_writes(known, want, o, true, 0);
+    reconcile_writes(known, want, o, false, 0);
 }

@@ -42,7 +42,7 @@ static void rec_abort(km_zkw *w)
 static zkw_batch *landed_batch(km_zkw *w, const rec_call *c)
 {
     for (zkw_batch *b = w->bhead; b; b = b->next)
-        if (b->check_version >= 0 && c->st[1].version == b->check_version + 1 && c->len[1] == b->mig_len &&
+        if (b->bumps && b->check_version >= 0 && c->st[1].version == b->check_version + 1 && c->len[1] == b->mig_len &&
             !memcmp(c->data[1], b->mig, (size_t)b->mig_len))
             return b;
     return NULL;
@@ -77,7 +77,7 @@ static void requeue(km_zkw *w)
 
 static void recover_finish(km_zkw *w)
 {
-    bool confirmed = zkw_pop_acked_quiet(w);
+    zkw_popped popped = zkw_pop_acked_quiet(w);
     requeue(w);
     w->verify_running = false;
     w->recover_wanted = false;
@@ -88,7 +88,8 @@ static void recover_finish(km_zkw *w)
         return;
     }
     zkw_pump(w);
-    zkw_emit_progress(w, confirmed || !w->head); /* READY again: the owner may see it idle and move on */
+    popped.any |= !w->head; /* READY again: the owner may see it idle and move on */
+    zkw_emit_progress(w, popped);
 }
 
 static void decide(km_zkw *w, rec_call *c)

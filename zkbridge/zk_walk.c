@@ -121,8 +121,6 @@ static void walk_pump(zk_walk *wk)
         wk->finished = true;
         while (wk->qn)
             free(wk->queue[--wk->qn].path);
-        if (wk->rc == ZOK)
-            zk_tree_sort(wk->out);
         wk->done(wk, wk->rc, wk->ctx);
     }
 }

@@ -63,6 +63,7 @@ struct zkw_batch {
     struct zkw_batch *next;
     int64_t offset;
     int32_t epoch;
+    bool bumps;           /* ends with /migration := mig (false: a partial batch, checks only) */
     char mig[256];        /* the /migration value this batch ends with */
     int mig_len;
     int check_version;    /* /migration zkVersion its multis check; -1 until the first is sent */
@@ -126,8 +127,12 @@ void zkw_recover_start(km_zkw *w);
 void zkw_drop_pipeline(km_zkw *w);
 void zkw_free_multi(zkw_multi *m);
 void zkw_ack(km_zkw *w, zkw_multi *m, bool adopted, int mig_version);
+typedef struct zkw_popped {
+    bool any;       /* multis were freed: pending ops went down */
+    bool confirmed; /* among them a batch's /migration write */
+} zkw_popped;
 void zkw_pop_acked(km_zkw *w);
-bool zkw_pop_acked_quiet(km_zkw *w);
-void zkw_emit_progress(km_zkw *w, bool confirmed);
+zkw_popped zkw_pop_acked_quiet(km_zkw *w);
+void zkw_emit_progress(km_zkw *w, zkw_popped p);
 
 #endif
