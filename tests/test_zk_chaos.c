@@ -106,7 +106,7 @@ Test(zk_chaos, lost_acks_during_full_sync, .timeout = 240)
     km_image *img = gen_image(&dir, 20, 20);
     km_fp_arm(fp, KM_FP_MULTI_DATA, KM_FP_DROP_REPLY, "/migration", 5);
     km_zkb_config cfg = SLOW;
-    cfg.sync_chunk_ops = 200; /* several batches, so several checkpoint multis */
+    cfg.sync_chunk_ops = 200; /* many partial batches ahead of the one checkpoint multi */
     zkt_bridge *t = zkt_bridge_new(km_fp_hosts(fp), img, 3000, 2, &cfg);
     progress p = {t, 10};
     cr_assert(zkt_run_until(t->loop, multis_at_least, &p, 60000));

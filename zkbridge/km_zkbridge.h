@@ -177,7 +177,7 @@ char *km_zk_password_decode(const km_zk_pwenc *e, const char *encoded, km_err *e
 typedef struct km_zkb_config {
     km_zkw_config zk;      /* hosts, controller id/epoch, bounds, log (on_event is the bridge's) */
     bool diff_only;        /* read and compare, never claim or write */
-    size_t sync_chunk_ops; /* full-sync batch size in ops; 0: half of max_pending_ops */
+    size_t sync_chunk_ops; /* ops handed to the writer at a time while a pass streams; 0: 4 x max_multi_ops */
     km_zk_password_config passwords; /* how password-type configs are written */
     void (*on_phase)(km_zkb *b, km_zkb_phase phase, void *ctx);
     void *ctx;
