@@ -6,6 +6,7 @@
 
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -557,6 +558,101 @@ Test(zk_sync, second_writer_stops_the_bridge)
     cr_assert_eq(km_zkb_delta(t->b, d, &err), -1, "a stopped bridge refuses deltas");
     km_delta_free(d);
     zkt_bridge_free(t);
+    km_image_free(img);
+    km_test_rmtree(dir);
+    free(dir);
+}
+
+/* ---- password-type configs (ZkConfigMigrationClient: PasswordEncoder on write, decode on read) ---- */
+
+static void apply_config(km_image *img, int8_t type, const char *res, const char *name, const char *value)
+{
+    km_config_record cfg;
+    km_config_record_init(&cfg);
+    cfg.resource_type = type;
+    cfg.resource_name = km_cstr(res);
+    cfg.name = km_cstr(name);
+    cfg.value = km_cstr(value);
+    km_err err = {{0}};
+    int64_t at = km_image_offset(img) + 1;
+    cr_assert_eq(km_image_apply(img, KM_MDR_CONFIG_RECORD, 0, &cfg, at, 1, "test", NULL, &err), 0, "%s", err.msg);
+}
+
+/* The value of config `key` in the config znode at path (caller frees), or NULL. */
+static char *zk_config_value(const char *path, const char *key)
+{
+    char *data = zkt_get(zc, path, NULL);
+    json_error_t e;
+    json_t *j = data ? json_loads(data, 0, &e) : NULL;
+    const char *v = json_string_value(json_object_get(json_object_get(j, "config"), key));
+    char *out = v ? strdup(v) : NULL;
+    json_decref(j);
+    free(data);
+    return out;
+}
+
+static km_zkb_summary sync_with_secret(const km_image *img, int32_t epoch, const char *secret)
+{
+    km_zkb_config cfg = {.passwords = {.secret = secret}};
+    zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, epoch, &cfg);
+    cr_assert(t);
+    cr_assert(zkt_bridge_wait_idle(t, 60000), "%s", km_zkb_error(t->b));
+    km_zkb_summary s;
+    km_zkb_get_summary(t->b, &s);
+    zkt_bridge_free(t);
+    return s;
+}
+
+static char *decoded(const char *secret, const char *encoded)
+{
+    km_err err = {{0}};
+    km_zk_pwenc *e = km_zk_pwenc_new(&(km_zk_password_config){.secret = secret}, &err);
+    cr_assert(e, "%s", err.msg);
+    char *plain = km_zk_password_decode(e, encoded, &err);
+    km_zk_pwenc_free(e);
+    return plain;
+}
+
+/* Passwords reach ZooKeeper encoded with the configured secret, the other values as they are; a
+ * re-sync compares the decoded values (every encoding has a fresh IV, Kafka's a fresh salt), so
+ * it writes nothing; a password stored in the clear is rewritten encoded. */
+Test(zk_sync, password_configs_are_written_encoded_and_compared_decoded)
+{
+    char *dir = km_test_tmpdir("zkpw"), log[512];
+    snprintf(log, sizeof log, "%s/log", dir);
+    km_image *img = gen_image(log, 2, 2, 0);
+    const char *key = "listener.name.internal.ssl.keystore.password", *plain = "k\xc3\xa9ystore-pass";
+    apply_config(img, KM_CFG_BROKER, "1", key, plain);
+    apply_config(img, KM_CFG_BROKER, "1", "log.cleaner.threads", "2");
+    apply_config(img, KM_CFG_TOPIC, "topic-0", "sasl.jaas.config", "jaas-secret");
+    km_zkb_summary s = sync_with_secret(img, 2, "encoder-secret");
+    cr_assert_gt(s.created, 0);
+    char *stored = zk_config_value("/config/brokers/1", key), *topic = zk_config_value("/config/topics/topic-0",
+                                                                                        "sasl.jaas.config");
+    char *threads = zk_config_value("/config/brokers/1", "log.cleaner.threads");
+    cr_assert_str_eq(threads, "2", "non-password values stay as they are");
+    cr_assert(stored && strstr(stored, "encryptedPassword:") && !strstr(stored, "ystore-pass"), "%s", stored);
+    char *back = decoded("encoder-secret", stored), *tback = decoded("encoder-secret", topic);
+    cr_assert_str_eq(back, plain);
+    cr_assert_str_eq(tback, "jaas-secret");
+    cr_assert_null(decoded("another-secret", stored), "a wrong secret must not decode");
+    /* a new process: new salt and IVs, same plain values */
+    s = sync_with_secret(img, 3, "encoder-secret");
+    cr_assert_eq(s.created + s.updated + s.deleted, 0, "%zu/%zu/%zu", s.created, s.updated, s.deleted);
+    /* stored in the clear (a controller without a secret wrote it): rewritten, encoded */
+    cr_assert_eq(km_zkc_set(zc, "/config/brokers/1",
+                            "{\"version\":1,\"config\":{\"listener.name.internal.ssl.keystore.password\":"
+                            "\"k\xc3\xa9ystore-pass\",\"log.cleaner.threads\":\"2\"}}", -1, NULL), ZOK);
+    s = sync_with_secret(img, 4, "encoder-secret");
+    cr_assert_eq(s.updated, 1, "%zu/%zu/%zu", s.created, s.updated, s.deleted);
+    char *again = zk_config_value("/config/brokers/1", key), *aback = decoded("encoder-secret", again);
+    cr_assert_str_eq(aback, plain);
+    /* no secret: Kafka's NOOP encoder, the value goes as it is */
+    s = sync_with_secret(img, 5, NULL);
+    cr_assert_eq(s.updated, 2, "both password configs rewritten in the clear: %zu", s.updated);
+    char *clear = zk_config_value("/config/brokers/1", key);
+    cr_assert_str_eq(clear, plain);
+    free(stored); free(topic); free(threads); free(back); free(tback); free(again); free(aback); free(clear);
     km_image_free(img);
     km_test_rmtree(dir);
     free(dir);

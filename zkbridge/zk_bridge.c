@@ -16,6 +16,8 @@ struct km_zkb {
     km_zkb_phase phase;
     char error[600];
     zk_vcache known;     /* path -> data ZooKeeper holds once our queued writes land; vals: pass marks */
+    km_zk_pwenc *pw;     /* how password-type config values are stored */
+    bool warned_plain;   /* said once that passwords go to ZooKeeper in the clear */
     bool dirty;          /* the image moved during a pass: a catch-up pass follows it */
     int failed_syncs;    /* re-syncs in a row without a completed full sync */
     bool walking;
@@ -87,19 +89,40 @@ static void start_full_sync(km_zkb *b)
     zk_walk_start(&b->walk, km_zkw_handle(b->w), &b->actual, on_walked, b);
 }
 
+/* Without password.encoder.secret passwords are stored as they are (Kafka's NOOP encoder), and
+ * ZK-mode brokers that have a secret then drop them: worth saying, once. */
+static void warn_plain_passwords(km_zkb *b)
+{
+    size_t it = 0;
+    const km_config_res *res;
+    if (b->warned_plain || km_zk_pwenc_enabled(b->pw))
+        return;
+    while ((res = km_image_next_config(b->img, &it)))
+        for (int32_t i = 0; i < res->n; i++)
+            if (km_zk_is_password_config(res->kv[i].name)) {
+                zkw_log(b->w, KM_LOG_WARN, "zk sync: config %s of %s is a password and no password.encoder.secret "
+                        "is set: it goes to ZooKeeper in the clear, which ZK-mode brokers configured with a "
+                        "secret cannot decode", res->kv[i].name, res->name[0] ? res->name : "<default>");
+                b->warned_plain = true;
+                return;
+            }
+}
+
 /* Step 2 starts a pass: from now on the slices are planned between the loop's other work. */
 static void begin_pass(km_zkb *b, bool full, zk_tree *cands)
 {
     abort_pass(b);
     if (++b->pass == 0) /* 0 is what deltas leave in known's vals */
         b->pass = 1;
-    zk_plan_start(&b->plan, b->img, b->cfg.zk.controller_epoch, &b->known, full ? &b->w->cache : NULL, b->pass,
-                  cands);
+    zk_plan_start(&b->plan, b->img, b->cfg.zk.controller_epoch, b->pw, &b->known, full ? &b->w->cache : NULL,
+                  b->pass, cands);
     b->pass_ops.diff = b->cfg.diff_only ? &b->diff : NULL;
     b->pass_offset = km_image_offset(b->img);
     b->pass_epoch = km_image_epoch(b->img);
     b->full = full;
     b->dirty = false;
+    if (full)
+        warn_plain_passwords(b);
     b->planning = true;
     ev_idle_start(b->loop, &b->plan_idle);
 }
@@ -315,8 +338,10 @@ km_zkb *km_zkb_new(struct ev_loop *loop, const km_image *img, const km_zkb_confi
     b->retry.data = b;
     ev_idle_init(&b->plan_idle, on_plan_idle);
     b->plan_idle.data = b;
-    b->w = km_zkw_new(loop, &b->cfg.zk, err);
+    b->pw = km_zk_pwenc_new(&cfg->passwords, err);
+    b->w = b->pw ? km_zkw_new(loop, &b->cfg.zk, err) : NULL;
     if (!b->w) {
+        km_zk_pwenc_free(b->pw);
         free(b);
         return NULL;
     }
@@ -334,6 +359,7 @@ void km_zkb_free(km_zkb *b)
     zk_walk_free(&b->walk);
     zk_tree_free(&b->actual);
     zk_vcache_clear(&b->known);
+    km_zk_pwenc_free(b->pw);
     zs_free(&b->diff);
     free(b);
 }
@@ -375,9 +401,9 @@ int km_zkb_delta(km_zkb *b, const km_delta *d, km_err *err)
         return 0;
     }
     zk_tree want = {0}, cands = {0};
-    zk_delta_render(b->img, d, b->cfg.zk.controller_epoch, &want, &cands);
+    zk_delta_render(b->img, d, b->cfg.zk.controller_epoch, b->pw, &want, &cands);
     zk_ops ops = {0};
-    zk_reconcile(&b->known, &cands, &want, b->img, &ops);
+    zk_reconcile(&b->known, &cands, &want, b->img, b->pw, &ops);
     zk_tree_free(&want);
     zk_tree_free(&cands);
     b->sum.created += ops.created;
@@ -395,11 +421,11 @@ int km_zk_full_sync_ops(const km_image *img, int32_t controller_epoch, km_zop **
     zk_tree want = {0}, none = {0};
     zk_vcache known = {0};
     zk_ops o = {0};
-    if (zk_render_image(img, controller_epoch, &want, err)) {
+    if (zk_render_image(img, controller_epoch, NULL, &want, err)) {
         zk_tree_free(&want);
         return -1;
     }
-    zk_reconcile(&known, &none, &want, img, &o);
+    zk_reconcile(&known, &none, &want, img, NULL, &o);
     zk_tree_free(&want);
     zk_vcache_clear(&known);
     if (o.oom) {

@@ -25,7 +25,8 @@ void zs_sanitized(zstr *s, const char *v);
 void zk_uuid_b64url(km_uuid id, char out[23]);
 void zk_render_topic(zstr *s, const km_topic *t);
 void zk_render_state(zstr *s, const km_partition *p, int32_t controller_epoch);
-void zk_render_config_kv(zstr *s, const km_config_kv *kv, int32_t n);
+/* pw encodes password-type values as Kafka stores them (NULL: as they are); s->oom when it fails. */
+void zk_render_config_kv(zstr *s, const km_config_kv *kv, int32_t n, const km_zk_pwenc *pw);
 void zk_java_double(char *out, size_t cap, double v);
 void zk_quota_value(char *out, size_t cap, const char *key, double v);
 void zk_scram_string(zstr *s, const km_scram *c);
@@ -44,6 +45,7 @@ typedef enum zk_nkind {
     ZN_STATE,     /* partition state: compared ignoring controller_epoch */
     ZN_ACLS,      /* ACL list: compared as a set */
     ZN_RAW,       /* compared byte for byte (/controller_epoch-like plain values) */
+    ZN_CONFIG,    /* a config entity: compared as JSON with password values decoded (fresh salts and IVs) */
 } zk_nkind;
 
 /* What kind of change notification a write to this znode needs (written in the same multi). */
@@ -73,17 +75,19 @@ void zk_tree_sort(zk_tree *t);
 const zk_node *zk_tree_find(const zk_tree *t, const char *path); /* after sort */
 
 /* zk_desired.c: the whole image as znodes (sorted); controller_epoch goes into partition states. */
-int zk_render_image(const km_image *img, int32_t controller_epoch, zk_tree *out, km_err *err);
+int zk_render_image(const km_image *img, int32_t controller_epoch, const km_zk_pwenc *pw, zk_tree *out,
+                    km_err *err);
 /* Its parts (unsorted), for the sliced full sync: the type directories, every broker config,
  * tokens and the producer-id block. */
 void zk_render_roots(zk_tree *out);
-void zk_render_broker_configs(const km_image *img, zk_tree *out);
+void zk_render_broker_configs(const km_image *img, const km_zk_pwenc *pw, zk_tree *out);
 void zk_render_tokens_and_pids(const km_image *img, zk_tree *out);
 /* The znodes of one entity, for deltas. `paths` receives every path the entity may own
  * (present or not), `out` the ones that exist in the image now. */
-void zk_render_topic_nodes(const km_image *img, const km_topic *t, int32_t controller_epoch, zk_tree *out);
+void zk_render_topic_nodes(const km_image *img, const km_topic *t, int32_t controller_epoch, const km_zk_pwenc *pw,
+                           zk_tree *out);
 void zk_topic_paths(const char *name, int32_t partitions, zk_tree *paths);
-void zk_render_broker_config(const km_config_res *res, zk_tree *out);
+void zk_render_broker_config(const km_config_res *res, const km_zk_pwenc *pw, zk_tree *out);
 void zk_render_token_node(const km_token *tok, zk_tree *out);
 /* zk_quota_acl.c: quotas+SCRAM (per entity) and ACLs (per pattern). A non-NULL filter limits
  * rendering to one entity path / one ACL pattern path (for deltas). */
@@ -121,11 +125,12 @@ typedef struct zk_ops {
 void zk_ops_free(zk_ops *o);
 /* known: our model of ZooKeeper (path -> data); cands: every path that may need deleting (sorted);
  * want: what should exist (sorted). Appends ops and updates known to the outcome. */
-void zk_reconcile(zk_vcache *known, const zk_tree *cands, const zk_tree *want, const km_image *img, zk_ops *o);
+void zk_reconcile(zk_vcache *known, const zk_tree *cands, const zk_tree *want, const km_image *img,
+                  const km_zk_pwenc *pw, zk_ops *o);
 /* Its parts, for a pass over the whole image in slices (zk_plan.c): the writes of one sorted slice,
  * marking each wanted path's entry in known with `pass`; whether a znode is ours to delete; the
  * delete of one (with its change notification). */
-void zk_reconcile_writes(zk_vcache *known, const zk_tree *want, int pass, zk_ops *o);
+void zk_reconcile_writes(zk_vcache *known, const zk_tree *want, int pass, const km_zk_pwenc *pw, zk_ops *o);
 bool zk_deletable(const char *path, const km_image *img);
 void zk_reconcile_delete(zk_vcache *known, const char *path, zk_ops *o);
 int zk_path_depth(const char *path);
@@ -139,6 +144,7 @@ typedef enum zk_plan_stage {
 typedef struct zk_plan {
     const km_image *img;
     int32_t controller_epoch;
+    const km_zk_pwenc *pw;
     zk_vcache *known;     /* our model of ZooKeeper; its vals mark the pass that wanted each path */
     zk_vcache *versions;  /* the writer's zkVersion cache, filled by PLAN_LOAD */
     int pass;
@@ -151,17 +157,17 @@ typedef struct zk_plan {
 /* Takes over *cands (left empty). With `versions`, cands is what was just read from ZooKeeper
  * (data and zkVersions), loaded into known and versions first; without, the pass is a catch-up
  * against known as it stands. pass must differ from every mark already in known. */
-void zk_plan_start(zk_plan *p, const km_image *img, int32_t controller_epoch, zk_vcache *known,
-                   zk_vcache *versions, int pass, zk_tree *cands);
+void zk_plan_start(zk_plan *p, const km_image *img, int32_t controller_epoch, const km_zk_pwenc *pw,
+                   zk_vcache *known, zk_vcache *versions, int pass, zk_tree *cands);
 /* Appends the next slice's ops to o (o->oom on failure); true once the pass is complete. */
 bool zk_plan_step(zk_plan *p, zk_ops *o);
 void zk_plan_free(zk_plan *p);
 
 /* zk_delta.c: the znodes a delta touches: cands = every path it may own, want = what exists now. */
-void zk_delta_render(const km_image *img, const km_delta *d, int32_t controller_epoch, zk_tree *want,
-                     zk_tree *cands);
+void zk_delta_render(const km_image *img, const km_delta *d, int32_t controller_epoch, const km_zk_pwenc *pw,
+                     zk_tree *want, zk_tree *cands);
 
-/* semantic comparison of a znode's ZooKeeper data with our rendering */
-bool zk_same_data(zk_nkind kind, const char *have, int have_len, const char *want);
+/* semantic comparison of a znode's ZooKeeper data with our rendering (pw decodes ZN_CONFIG passwords) */
+bool zk_same_data(zk_nkind kind, const char *have, int have_len, const char *want, const km_zk_pwenc *pw);
 
 #endif

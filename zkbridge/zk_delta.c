@@ -9,7 +9,8 @@
 
 static void add_path(zk_tree *t, const char *path) { zk_tree_add(t, path, NULL, ZN_DIR, NOTIFY_NONE, NULL); }
 
-static void topics(const km_image *img, const km_delta *d, int32_t epoch, zk_tree *want, zk_tree *cands)
+static void topics(const km_image *img, const km_delta *d, int32_t epoch, const km_zk_pwenc *pw, zk_tree *want,
+                   zk_tree *cands)
 {
     size_t it = 0;
     km_topic_change tc;
@@ -18,7 +19,7 @@ static void topics(const km_image *img, const km_delta *d, int32_t epoch, zk_tre
         zk_topic_paths(tc.name, n, cands);
         const km_topic *t = km_image_topic_by_id(img, tc.id);
         if (t) {
-            zk_render_topic_nodes(img, t, epoch, want);
+            zk_render_topic_nodes(img, t, epoch, pw, want);
         } else {
             /* ZK brokers expect the marker while a deletion is pending */
             char buf[1024];
@@ -60,7 +61,8 @@ static void partitions(const km_image *img, const km_delta *d, int32_t epoch, zk
     }
 }
 
-static void configs(const km_image *img, const km_delta *d, int32_t epoch, zk_tree *want, zk_tree *cands)
+static void configs(const km_image *img, const km_delta *d, int32_t epoch, const km_zk_pwenc *pw, zk_tree *want,
+                    zk_tree *cands)
 {
     size_t it = 0;
     km_config_change cc;
@@ -72,7 +74,7 @@ static void configs(const km_image *img, const km_delta *d, int32_t epoch, zk_tr
             add_path(cands, buf);
             if (t) { /* the topic's config znode lives as long as the topic */
                 zk_tree tmp = {0};
-                zk_render_topic_nodes(img, t, epoch, &tmp);
+                zk_render_topic_nodes(img, t, epoch, pw, &tmp);
                 for (size_t i = 0; i < tmp.n; i++)
                     if (!strcmp(tmp.v[i].path, buf)) {
                         zk_tree_add(want, buf, tmp.v[i].data, ZN_DATA, NOTIFY_CONFIG, tmp.v[i].notify_data);
@@ -83,7 +85,7 @@ static void configs(const km_image *img, const km_delta *d, int32_t epoch, zk_tr
         } else if (cc.type == KM_CFG_BROKER) {
             snprintf(buf, sizeof buf, "/config/brokers/%s", cc.name[0] ? cc.name : "<default>");
             add_path(cands, buf);
-            zk_render_broker_config(cc.new, want);
+            zk_render_broker_config(cc.new, pw, want);
         }
     }
 }
@@ -142,12 +144,12 @@ static void acls_tokens_pids(const km_image *img, const km_delta *d, zk_tree *wa
     }
 }
 
-void zk_delta_render(const km_image *img, const km_delta *d, int32_t controller_epoch, zk_tree *want,
-                     zk_tree *cands)
+void zk_delta_render(const km_image *img, const km_delta *d, int32_t controller_epoch, const km_zk_pwenc *pw,
+                     zk_tree *want, zk_tree *cands)
 {
-    topics(img, d, controller_epoch, want, cands);
+    topics(img, d, controller_epoch, pw, want, cands);
     partitions(img, d, controller_epoch, want, cands);
-    configs(img, d, controller_epoch, want, cands);
+    configs(img, d, controller_epoch, pw, want, cands);
     quotas_and_scram(img, d, want, cands);
     acls_tokens_pids(img, d, want, cands);
     zk_tree_sort(want);

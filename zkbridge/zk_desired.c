@@ -19,6 +19,11 @@ void zk_tree_free(zk_tree *t)
 
 void zk_tree_add(zk_tree *t, const char *path, char *data, zk_nkind kind, zk_notify notify, char *notify_data)
 {
+    if (kind != ZN_DIR && !data) { /* its rendering failed: never write it empty */
+        t->oom = true;
+        free(notify_data);
+        return;
+    }
     if (t->n == t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 256;
         zk_node *grown = realloc(t->v, cap * sizeof *grown);
@@ -117,7 +122,7 @@ static void add_config_node(zk_tree *t, const char *type, const char *name, char
 {
     char *path = fmt_path("/config/%s/%s", type, name), *entity = fmt_path("%s/%s", type, name);
     if (path && entity)
-        zk_tree_add(t, path, data, ZN_DATA, NOTIFY_CONFIG, config_notify(entity));
+        zk_tree_add(t, path, data, ZN_CONFIG, NOTIFY_CONFIG, config_notify(entity));
     else
         free(data), t->oom = true;
     free(path);
@@ -145,7 +150,8 @@ void zk_topic_paths(const char *name, int32_t partitions, zk_tree *paths)
 
 /* A topic: its assignment, partition dirs and states, and its config znode (ZkTopicMigrationClient
  * creates /config/topics/<t> with the topic, so it exists even without configs). */
-void zk_render_topic_nodes(const km_image *img, const km_topic *t, int32_t controller_epoch, zk_tree *out)
+void zk_render_topic_nodes(const km_image *img, const km_topic *t, int32_t controller_epoch, const km_zk_pwenc *pw,
+                           zk_tree *out)
 {
     const char *name = km_topic_name(t);
     char buf[1024];
@@ -170,27 +176,27 @@ void zk_render_topic_nodes(const km_image *img, const km_topic *t, int32_t contr
     }
     const km_config_res *cfg = km_image_config(img, KM_CFG_TOPIC, name);
     zs_init(&s);
-    zk_render_config_kv(&s, cfg ? cfg->kv : NULL, cfg ? cfg->n : 0);
+    zk_render_config_kv(&s, cfg ? cfg->kv : NULL, cfg ? cfg->n : 0, pw);
     add_config_node(out, "topics", name, take(&s));
 }
 
-void zk_render_broker_config(const km_config_res *res, zk_tree *out)
+void zk_render_broker_config(const km_config_res *res, const km_zk_pwenc *pw, zk_tree *out)
 {
     if (!res || res->n == 0)
         return;
     zstr s;
     zs_init(&s);
-    zk_render_config_kv(&s, res->kv, res->n);
+    zk_render_config_kv(&s, res->kv, res->n, pw);
     add_config_node(out, "brokers", res->name[0] ? res->name : "<default>", take(&s));
 }
 
-void zk_render_broker_configs(const km_image *img, zk_tree *out)
+void zk_render_broker_configs(const km_image *img, const km_zk_pwenc *pw, zk_tree *out)
 {
     size_t it = 0;
     const km_config_res *res;
     while ((res = km_image_next_config(img, &it)))
         if (res->type == KM_CFG_BROKER)
-            zk_render_broker_config(res, out);
+            zk_render_broker_config(res, pw, out);
 }
 
 void zk_render_tokens_and_pids(const km_image *img, zk_tree *out)
@@ -218,14 +224,15 @@ void zk_render_token_node(const km_token *tok, zk_tree *out)
     zk_tree_add(out, buf, take(&s), ZN_DATA, NOTIFY_TOKEN, strdup(tok->token_id));
 }
 
-int zk_render_image(const km_image *img, int32_t controller_epoch, zk_tree *out, km_err *err)
+int zk_render_image(const km_image *img, int32_t controller_epoch, const km_zk_pwenc *pw, zk_tree *out,
+                    km_err *err)
 {
     zk_render_roots(out);
     size_t it = 0;
     const km_topic *t;
     while ((t = km_image_next_topic(img, &it)))
-        zk_render_topic_nodes(img, t, controller_epoch, out);
-    zk_render_broker_configs(img, out);
+        zk_render_topic_nodes(img, t, controller_epoch, pw, out);
+    zk_render_broker_configs(img, pw, out);
     zk_render_quotas(img, NULL, out);
     zk_render_acls(img, NULL, out);
     zk_render_tokens_and_pids(img, out);

@@ -13,12 +13,13 @@
 /* Znodes rendered per step: a few ms of work, small against the writer's in-flight window. */
 #define PLAN_SLICE_ZNODES 1024
 
-void zk_plan_start(zk_plan *p, const km_image *img, int32_t controller_epoch, zk_vcache *known,
-                   zk_vcache *versions, int pass, zk_tree *cands)
+void zk_plan_start(zk_plan *p, const km_image *img, int32_t controller_epoch, const km_zk_pwenc *pw,
+                   zk_vcache *known, zk_vcache *versions, int pass, zk_tree *cands)
 {
     zk_plan_free(p);
     p->img = img;
     p->controller_epoch = controller_epoch;
+    p->pw = pw;
     p->known = known;
     p->versions = versions;
     p->pass = pass;
@@ -93,12 +94,12 @@ static void render_slice(zk_plan *p, zk_tree *want)
         break;
     case PLAN_TOPICS:
         while (want->n < PLAN_SLICE_ZNODES && (t = km_image_next_topic(p->img, &p->it)))
-            zk_render_topic_nodes(p->img, t, p->controller_epoch, want);
+            zk_render_topic_nodes(p->img, t, p->controller_epoch, p->pw, want);
         if (want->n < PLAN_SLICE_ZNODES)
             break;
         return; /* more topics may follow */
     case PLAN_BROKER_CONFIGS:
-        zk_render_broker_configs(p->img, want);
+        zk_render_broker_configs(p->img, p->pw, want);
         break;
     case PLAN_QUOTAS: /* grouped per entity path, like the ACLs below: rendered whole */
         zk_render_quotas(p->img, NULL, want);
@@ -156,7 +157,7 @@ bool zk_plan_step(zk_plan *p, zk_ops *o)
     if (want.oom)
         o->oom = true;
     zk_tree_sort(&want);
-    zk_reconcile_writes(p->known, &want, p->pass, o);
+    zk_reconcile_writes(p->known, &want, p->pass, p->pw, o);
     zk_tree_free(&want);
     return false;
 }

@@ -95,7 +95,7 @@ static void add_config(zk_tree *out, const char *path, kv_list *l)
     qsort(l->v, (size_t)l->n, sizeof *l->v, cmp_kv);
     zstr s;
     zs_init(&s);
-    zk_render_config_kv(&s, l->v, l->n);
+    zk_render_config_kv(&s, l->v, l->n, NULL); /* quotas and SCRAM credentials are never password-encoded */
     zk_tree_add(out, path, s.oom ? (free(s.p), NULL) : s.p, ZN_DATA, NOTIFY_CONFIG, config_notify_for(path));
 }
 

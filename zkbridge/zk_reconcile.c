@@ -159,7 +159,8 @@ static void reconcile_deletes(zk_vcache *known, const zk_tree *cands, const zk_t
 /* Type directories (depth <= 2: /config/changes, /kafka-acl/Topic, ...) come first: notifications
  * and entities of every type need them, whatever their place in path order. Each wanted path's
  * entry in known gets `mark`. */
-static void reconcile_writes(zk_vcache *known, const zk_tree *want, zk_ops *o, bool roots, int mark)
+static void reconcile_writes(zk_vcache *known, const zk_tree *want, const km_zk_pwenc *pw, zk_ops *o, bool roots,
+                             int mark)
 {
     for (size_t i = 0; i < want->n; i++) {
         const zk_node *w = &want->v[i];
@@ -169,7 +170,7 @@ static void reconcile_writes(zk_vcache *known, const zk_tree *want, zk_ops *o, b
         if (slot != ZK_VCACHE_NONE) {
             const char *kdata = known->datas[slot];
             known->vals[slot] = mark;
-            if (w->kind == ZN_DIR || zk_same_data(w->kind, kdata, kdata ? (int)strlen(kdata) : 0, w->data))
+            if (w->kind == ZN_DIR || zk_same_data(w->kind, kdata, kdata ? (int)strlen(kdata) : 0, w->data, pw))
                 continue;
         }
         bool present = slot != ZK_VCACHE_NONE;
@@ -181,15 +182,16 @@ static void reconcile_writes(zk_vcache *known, const zk_tree *want, zk_ops *o, b
     }
 }
 
-void zk_reconcile_writes(zk_vcache *known, const zk_tree *want, int pass, zk_ops *o)
+void zk_reconcile_writes(zk_vcache *known, const zk_tree *want, int pass, const km_zk_pwenc *pw, zk_ops *o)
 {
-    reconcile_writes(known, want, o, true, pass);
-    reconcile_writes(known, want, o, false, pass);
+    reconcile_writes(known, want, pw, o, true, pass);
+    reconcile_writes(known, want, pw, o, false, pass);
 }
 
-void zk_reconcile(zk_vcache *known, const zk_tree *cands, const zk_tree *want, const km_image *img, zk_ops *o)
+void zk_reconcile(zk_vcache *known, const zk_tree *cands, const zk_tree *want, const km_image *img,
+                  const km_zk_pwenc *pw, zk_ops *o)
 {
     reconcile_deletes(known, cands, want, img, o);
-    reconcile_writes(known, want, o, true, 0);
-    reconcile_writes(known, want, o, false, 0);
+    reconcile_writes(known, want, pw, o, true, 0);
+    reconcile_writes(known, want, pw, o, false, 0);
 }

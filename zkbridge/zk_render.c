@@ -155,15 +155,26 @@ void zk_render_state(zstr *s, const km_partition *p, int32_t controller_epoch)
     zs_add(s, "}");
 }
 
-/* /config/<type>/<name>: ConfigEntityZNode.encode. kv sorted by name. */
-void zk_render_config_kv(zstr *s, const km_config_kv *kv, int32_t n)
+/* /config/<type>/<name>: ConfigEntityZNode.encode. kv sorted by name. Password-type values go
+ * through the PasswordEncoder, as ZkConfigMigrationClient.writeConfigs does for broker and topic
+ * configs; a value that cannot be encoded fails the rendering (never written in the clear). */
+void zk_render_config_kv(zstr *s, const km_config_kv *kv, int32_t n, const km_zk_pwenc *pw)
 {
     zs_add(s, "{\"version\":1,\"config\":{");
     for (int32_t i = 0; i < n; i++) {
         zs_add(s, i ? "," : "");
         zs_json_str(s, kv[i].name);
         zs_add(s, ":");
-        zs_json_str(s, kv[i].value);
+        if (!km_zk_is_password_config(kv[i].name) || !km_zk_pwenc_enabled(pw)) {
+            zs_json_str(s, kv[i].value);
+            continue;
+        }
+        km_err err = {{0}};
+        char *enc = km_zk_password_encode(pw, kv[i].value, &err);
+        if (!enc)
+            s->oom = true;
+        zs_json_str(s, enc);
+        free(enc);
     }
     zs_add(s, "}}");
 }

@@ -119,6 +119,8 @@ static void walk_pump(zk_walk *wk)
     }
     if (wk->inflight == 0 && (wk->qn == 0 || wk->rc != ZOK) && !wk->finished) {
         wk->finished = true;
+        if (wk->out->oom && wk->rc == ZOK) /* a znode that could not be copied is not "absent" */
+            wk->rc = ZSYSTEMERROR;
         while (wk->qn)
             free(wk->queue[--wk->qn].path);
         wk->done(wk, wk->rc, wk->ctx);
@@ -174,7 +176,27 @@ static void canonical_acls(json_t *root)
     json_object_set_new(root, "acls", sorted);
 }
 
-bool zk_same_data(zk_nkind kind, const char *have, int have_len, const char *want)
+/* A config entity's password values, decoded in place: every write encodes with a fresh IV (and
+ * Kafka's with a fresh salt), so only the plain values say whether two configs hold the same.
+ * False when one does not decode (a wrong secret, or stored in the clear): that znode differs
+ * from anything we would write, and is rewritten. */
+static bool decode_passwords(json_t *root, const km_zk_pwenc *pw)
+{
+    json_t *cfg = json_object_get(root, "config"), *v;
+    const char *key;
+    bool ok = true;
+    json_object_foreach(cfg, key, v) {
+        if (!km_zk_is_password_config(key) || !json_is_string(v))
+            continue;
+        km_err err = {{0}};
+        char *plain = km_zk_password_decode(pw, json_string_value(v), &err);
+        ok &= plain && json_string_set(v, plain) == 0;
+        free(plain);
+    }
+    return ok;
+}
+
+bool zk_same_data(zk_nkind kind, const char *have, int have_len, const char *want, const km_zk_pwenc *pw)
 {
     if (kind == ZN_DIR)
         return true;
@@ -196,7 +218,8 @@ bool zk_same_data(zk_nkind kind, const char *have, int have_len, const char *wan
             canonical_acls(a);
             canonical_acls(b);
         }
-        same = json_equal(a, b);
+        bool decoded = kind != ZN_CONFIG || (decode_passwords(a, pw) & decode_passwords(b, pw));
+        same = decoded && json_equal(a, b);
     }
     json_decref(a);
     json_decref(b);
