@@ -22,6 +22,7 @@ typedef struct zk_cli {
     long max_pending;
     const char *secret;       /* from --password-encoder-secret-file; NULL: passwords stored as they are */
     char secret_buf[4096];
+    km_zk_password_config pw; /* the other password.encoder.* settings (0/NULL: Kafka's defaults) */
     struct ev_loop *loop;
     km_image *img;
     km_image_follow *fol;
@@ -37,13 +38,18 @@ static int usage(FILE *to, int code)
 {
     fprintf(to, "usage: kmproxy zk sync --zookeeper HOST:PORT[/chroot] --metadata PATH [--follow]\n"
                 "                       [--controller-id N] [--controller-epoch N] [--max-pending N] [-v]\n"
-                "                       [--password-encoder-secret-file FILE]\n"
+                "                       [--password-encoder-secret-file FILE [ENCODER OPTIONS]]\n"
                 "       kmproxy zk diff --zookeeper HOST:PORT[/chroot] --metadata PATH\n"
-                "                       [--password-encoder-secret-file FILE]\n"
+                "                       [--password-encoder-secret-file FILE [ENCODER OPTIONS]]\n"
                 "PATH is a log segment, a .checkpoint file or a __cluster_metadata-0 directory.\n"
                 "The controller id/epoch default to the raft leader and epoch seen in the log.\n"
                 "FILE's first line is Kafka's password.encoder.secret: password-type configs are\n"
-                "written encrypted with it (Kafka's default algorithms); without it, as they are.\n");
+                "written encrypted with it; without it, as they are. ENCODER OPTIONS are the brokers'\n"
+                "other password.encoder.* settings (brokers decode only their own cipher's format):\n"
+                "  --password-encoder-cipher-algorithm ALG   (default AES/CBC/PKCS5Padding)\n"
+                "  --password-encoder-keyfactory-algorithm ALG (default PBKDF2WithHmacSHA512)\n"
+                "  --password-encoder-key-length BITS        (default 128)\n"
+                "  --password-encoder-iterations N           (default 4096)\n");
     return code;
 }
 
@@ -65,6 +71,31 @@ static int read_secret(zk_cli *c, const char *path)
     return 0;
 }
 
+/* A whole positive decimal number, or -1 naming the option. */
+static int parse_count(const char *opt, const char *arg, int *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(arg, &end, 10);
+    if (errno || end == arg || *end || v <= 0 || v > 100000000)
+        return fprintf(stderr, "kmproxy zk: --%s %s: not a positive whole number\n", opt, arg), -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* An unsupported algorithm or length is refused before anything is read or written. */
+static int check_encoder(zk_cli *c)
+{
+    km_err err = {{0}};
+    km_zk_password_config pw = c->pw;
+    pw.secret = c->secret;
+    km_zk_pwenc *e = km_zk_pwenc_new(&pw, &err);
+    if (!e)
+        return fprintf(stderr, "kmproxy zk: %s\n", err.msg), -1;
+    km_zk_pwenc_free(e);
+    return 0;
+}
+
 static int parse(zk_cli *c, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -72,7 +103,11 @@ static int parse(zk_cli *c, int argc, char **argv)
         {"follow", no_argument, NULL, 'f'}, {"controller-id", required_argument, NULL, 'i'},
         {"controller-epoch", required_argument, NULL, 'e'}, {"max-pending", required_argument, NULL, 'p'},
         {"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
-        {"password-encoder-secret-file", required_argument, NULL, 's'}, {0}};
+        {"password-encoder-secret-file", required_argument, NULL, 's'},
+        {"password-encoder-cipher-algorithm", required_argument, NULL, 'C'},
+        {"password-encoder-keyfactory-algorithm", required_argument, NULL, 'K'},
+        {"password-encoder-key-length", required_argument, NULL, 'L'},
+        {"password-encoder-iterations", required_argument, NULL, 'I'}, {0}};
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "z:m:fi:e:p:vh", opts, NULL)) != -1) {
@@ -85,13 +120,17 @@ static int parse(zk_cli *c, int argc, char **argv)
         case 'p': c->max_pending = strtol(optarg, NULL, 10); break;
         case 'v': c->verbose = true; break;
         case 's': if (read_secret(c, optarg)) return -1; break;
+        case 'C': c->pw.cipher_algorithm = optarg; break;
+        case 'K': c->pw.keyfactory_algorithm = optarg; break;
+        case 'L': if (parse_count("password-encoder-key-length", optarg, &c->pw.key_length)) return -1; break;
+        case 'I': if (parse_count("password-encoder-iterations", optarg, &c->pw.iterations)) return -1; break;
         case 'h': return usage(stdout, 0) ? 1 : 1;
         default: return -1;
         }
     }
     if (!c->zookeeper || !c->metadata || (c->follow && c->diff) || c->max_pending < 0)
         return -1;
-    return 0;
+    return check_encoder(c);
 }
 
 static void cli_log(km_log_level lvl, const char *msg, void *ctx)
@@ -202,7 +241,8 @@ static int run(zk_cli *c)
     cfg.zk.log = cli_log;
     cfg.zk.ctx = c;
     cfg.diff_only = c->diff;
-    cfg.passwords.secret = c->secret; /* the other password.encoder.* settings: Kafka's defaults */
+    cfg.passwords = c->pw;
+    cfg.passwords.secret = c->secret;
     c->loop = ev_loop_new(EVFLAG_AUTO);
     if (!c->loop || !(c->b = km_zkb_new(c->loop, c->img, &cfg, &err))) {
         fprintf(stderr, "kmproxy zk: %s\n", err.msg[0] ? err.msg : "cannot create the event loop");

@@ -211,6 +211,11 @@ Test(zk_sync, cli_sync_then_diff)
     free(out); free(errs);
     char *bad[] = {(char *)km_test_binary(), "zk", "sync", "--metadata", log, NULL};
     cr_assert_eq(km_test_run(bad, NULL, 0, NULL, NULL, NULL), 2, "missing --zookeeper is a usage error");
+    char *des[] = {(char *)km_test_binary(), "zk", "sync", "--zookeeper", hosts, "--metadata", log,
+                   "--password-encoder-cipher-algorithm", "DES/CBC/PKCS5Padding", NULL};
+    cr_assert_eq(km_test_run(des, NULL, 0, NULL, NULL, &errs), 2);
+    cr_assert(strstr(errs, "'DES/CBC/PKCS5Padding' is not supported"), "%s", errs);
+    free(errs);
     free(hosts);
     km_image_free(img);
     km_test_rmtree(dir);
