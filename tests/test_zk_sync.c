@@ -352,6 +352,7 @@ typedef struct stream_watch {
     zkt_bridge *t;
     bool acked_while_planning;
     size_t max_pending;
+    int64_t max_lag_syncing;
 } stream_watch;
 
 static bool stream_settled(void *ctx)
@@ -363,6 +364,8 @@ static bool stream_settled(void *ctx)
     s->acked_while_planning |= km_zkb_planning(s->t->b) && m.multis_ok > 0;
     if (km_zkw_pending_ops(w) > s->max_pending)
         s->max_pending = km_zkw_pending_ops(w);
+    if (km_zkb_get_phase(s->t->b) == KM_ZKB_SYNC && m.write_behind_lag > s->max_lag_syncing)
+        s->max_lag_syncing = m.write_behind_lag;
     return km_zkb_idle(s->t->b) || km_zkb_get_phase(s->t->b) == KM_ZKB_STOPPED;
 }
 
@@ -377,10 +380,15 @@ Test(zk_sync, full_sync_streams_its_plan_within_the_write_behind_bound, .timeout
     zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, 2,
                                    &(km_zkb_config){.zk = {.max_multi_ops = 200, .max_pending_ops = 2000},
                                                     .sync_chunk_ops = 400});
-    stream_watch w = {t, false, 0};
+    stream_watch w = {t, false, 0, 0};
     zkt_run_until(t->loop, stream_settled, &w, 240000);
     cr_assert(km_zkb_idle(t->b), "%s", km_zkb_error(t->b));
     cr_assert(w.acked_while_planning, "nothing was acknowledged before the plan was complete");
+    cr_assert_eq(w.max_lag_syncing, km_image_offset(img) + 1, "while ZooKeeper was still empty of the image, the "
+                 "lag must show it (KAFKA-21062 read zero): %lld", (long long)w.max_lag_syncing);
+    km_zkw_metrics m;
+    km_zkw_get_metrics(km_zkb_writer(t->b), &m);
+    cr_assert_eq(m.write_behind_lag, 0);
     /* the bound plus what one hand-over adds (400 ops and the slice that reached them) */
     cr_assert_leq(w.max_pending, 2000 + 400 + 2 * 1024, "pending ops peaked at %zu", w.max_pending);
     char why[512];

@@ -119,6 +119,7 @@ static void begin_pass(km_zkb *b, bool full, zk_tree *cands)
     b->pass_ops.diff = b->cfg.diff_only ? &b->diff : NULL;
     b->pass_offset = km_image_offset(b->img);
     b->pass_epoch = km_image_epoch(b->img);
+    km_zkw_note_log_offset(b->w, b->pass_offset); /* the lag shows the sync's distance from its start */
     b->full = full;
     b->dirty = false;
     if (full)
