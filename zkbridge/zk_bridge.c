@@ -1,7 +1,9 @@
 /* The migration driver's ZooKeeper side: after every claim, SYNC_KRAFT_TO_ZK (read what ZooKeeper
- * holds, write the difference from the image, in bounded batches), then DUAL_WRITE (each image
- * delta becomes one batch ending with /migration := the delta's offset and epoch). Anything that
- * makes our model of ZooKeeper doubtful (drift, a new session) goes back to a full sync. */
+ * holds, then a pass over the image that writes the difference as it is planned, slice by slice,
+ * within the write-behind bound), then DUAL_WRITE (each image delta becomes one batch ending with
+ * /migration := the delta's offset and epoch). Anything that makes our model of ZooKeeper doubtful
+ * (drift, a new session) goes back to a full sync; an image that moved meanwhile gets a catch-up
+ * pass against the model. */
 #include "zk_bridge.h"
 
 #include <stdio.h>
@@ -220,11 +222,14 @@ static void plan_pump(km_zkb *b)
 {
     if (!b->planning || b->phase != KM_ZKB_SYNC)
         return ev_idle_stop(b->loop, &b->plan_idle);
+    km_zkw_state ws = km_zkw_get_state(b->w);
+    if (!b->cfg.diff_only && ws != KM_ZKW_READY && ws != KM_ZKW_RECOVERING)
+        return abort_pass(b); /* the session is gone: the next claim starts the sync again */
     if (!b->cfg.diff_only && !km_zkw_can_accept(b->w))
         return ev_idle_stop(b->loop, &b->plan_idle); /* the writer's PROGRESS resumes it */
     bool done = zk_plan_step(&b->plan, &b->pass_ops);
     if (b->pass_ops.oom)
-        return stop(b, "zk sync: out of memory planning the pass over the image");
+        return stop(b, "zk sync: out of memory (or the password encoder failed) planning the pass over the image");
     if (done) {
         b->planning = false;
         ev_idle_stop(b->loop, &b->plan_idle);
