@@ -141,11 +141,13 @@ static void cli_log(km_log_level lvl, const char *msg, void *ctx)
         fprintf(stderr, "kmproxy zk %s: %s\n", names[lvl], msg);
 }
 
-/* Reads what the log has now; each complete batch's delta goes to the bridge (bounded). */
+/* Reads what the log has now; each complete batch's delta goes to the bridge. Bounded: not while
+ * the write-behind bound is full, nor while a sync pass renders the image (it would chase a
+ * moving image); before the claim the image may run ahead, the sync renders it as it is. */
 static int read_log(zk_cli *c)
 {
     km_err err = {{0}};
-    while (!c->b || km_zkb_can_accept(c->b) || km_zkb_get_phase(c->b) != KM_ZKB_DUAL_WRITE) {
+    while (!c->b || km_zkb_can_accept(c->b) || km_zkb_get_phase(c->b) == KM_ZKB_WAITING) {
         int r = km_image_follow_next(c->fol, c->delta, &err);
         if (r < 0) {
             fprintf(stderr, "kmproxy zk: %s\n", err.msg);

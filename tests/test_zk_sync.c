@@ -445,6 +445,50 @@ Test(zk_sync, deltas_during_the_full_sync_are_caught_up)
     free(dir);
 }
 
+static bool pass_planning(void *ctx) { return km_zkb_planning(((zkt_bridge *)ctx)->b); }
+
+/* The image grows while a re-sync is still rendering topics (its topic table doubles under the
+ * pass's iterator). Whatever the iteration saw, no live topic may be deleted: the pass leaves
+ * deletions to the catch-up pass that renders the moved image whole. */
+Test(zk_sync, image_moving_mid_pass_never_deletes_a_live_topic, .timeout = 300)
+{
+    char *dir = km_test_tmpdir("zkmoving"), log[512];
+    snprintf(log, sizeof log, "%s/log", dir);
+    km_image *expect = gen_image(log, 1200, 2, 0);
+    km_image *img = km_image_new();
+    km_err err = {{0}};
+    km_metalog_opts opts = {0};
+    km_image_follow *f = km_image_follow_open(img, log, &opts, &err);
+    cr_assert(f, "%s", err.msg);
+    km_delta *d = km_delta_new();
+    while (km_image_topic_count(img) < 600)
+        cr_assert_eq(km_image_follow_next(f, d, &err), 1, "%s", err.msg);
+    sync_and_check(img, 2); /* ZooKeeper holds the first 600 topics */
+    zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, 3, NULL);
+    cr_assert(zkt_run_until(t->loop, pass_planning, t, 60000), "the re-sync never started planning");
+    for (int i = 0; i < 3; i++) /* one slice each: the model's load, the type directories, ~150 topics */
+        ev_run(t->loop, EVRUN_NOWAIT);
+    cr_assert(km_zkb_planning(t->b), "the pass must still be rendering topics");
+    int r;
+    while ((r = km_image_follow_next(f, d, &err)) == 1)
+        cr_assert_eq(km_zkb_delta(t->b, d, &err), 0, "%s", err.msg);
+    cr_assert_eq(r, 0, "%s", err.msg);
+    cr_assert_eq(km_image_topic_count(img), 1200);
+    cr_assert(zkt_bridge_wait_idle(t, 120000), "%s", km_zkb_error(t->b));
+    km_zkb_summary s;
+    km_zkb_get_summary(t->b, &s);
+    cr_assert_eq(s.deleted, 0, "%zu znodes of live topics were deleted", s.deleted);
+    char why[512];
+    cr_assert(zkt_zk_equals_image(zc, img, 3, why, sizeof why), "%s", why);
+    km_delta_free(d);
+    km_image_follow_close(f);
+    zkt_bridge_free(t);
+    km_image_free(img);
+    km_image_free(expect);
+    km_test_rmtree(dir);
+    free(dir);
+}
+
 /* Is there a change notification `prefix<seq>` under dir holding exactly `want`? */
 static bool has_notification(const char *dir, const char *prefix, const char *want)
 {

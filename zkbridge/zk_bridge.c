@@ -400,6 +400,7 @@ int km_zkb_delta(km_zkb *b, const km_delta *d, km_err *err)
     km_zkw_note_log_offset(b->w, km_delta_offset(d));
     if (b->phase != KM_ZKB_DUAL_WRITE || b->cfg.diff_only) {
         b->dirty = true; /* the running (or next) full sync catches up with the newer image */
+        b->plan.image_moved |= b->planning;
         return 0;
     }
     if (km_delta_is_snapshot(d)) { /* a new snapshot replaced the image: reconcile all of it */

@@ -153,6 +153,7 @@ typedef struct zk_plan {
     size_t it;            /* the image iterator (topics), or the position in cands / doomed */
     const char **doomed;  /* the candidates found unwanted, deepest first once the scan is done */
     size_t n_doomed, cap_doomed;
+    bool image_moved;     /* set by the owner: the image changed while the pass rendered it */
 } zk_plan;
 /* Takes over *cands (left empty). With `versions`, cands is what was just read from ZooKeeper
  * (data and zkVersions), loaded into known and versions first; without, the pass is a catch-up

@@ -137,6 +137,13 @@ bool zk_plan_step(zk_plan *p, zk_ops *o)
             o->oom = true;
         return false;
     case PLAN_SCAN:
+        /* An image that changed under the render (records applied between slices) may have
+         * moved topics past the iterator: what was not rendered is not proven unwanted. The
+         * catch-up pass that follows renders the image whole again and deletes then. */
+        if (p->it == 0 && p->image_moved) {
+            p->stage = PLAN_DONE;
+            return true;
+        }
         if (scan_slice(p))
             o->oom = true;
         if (p->it == p->cands.n) {
