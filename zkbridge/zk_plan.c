@@ -1,6 +1,6 @@
 /* A pass over the whole image, a slice at a time. Rendering and comparing 100,000 partitions takes
  * about a second: done in one go it would stall the loop (session pings, broker RPCs, metrics) and
- * leave ZooKeeper idle until the last znode was planned. So each step renders a few thousand
+ * leave ZooKeeper idle until the last znode was planned. So each step renders about a thousand
  * znodes (a run of topics, or one of the smaller kinds whole), reconciles them against our model of
  * ZooKeeper and hands the ops on, and the writer sends them while the next slice is planned.
  * Deletions come last: a path may go only once no slice of the pass has wanted it. What ZooKeeper
@@ -37,16 +37,20 @@ void zk_plan_free(zk_plan *p)
     p->stage = PLAN_DONE;
 }
 
+/* Where a step that goes through `per` more of n items from p->it ends. */
+static size_t slice_end(const zk_plan *p, size_t per, size_t n) { return p->it + per < n ? p->it + per : n; }
+
 /* What ZooKeeper holds becomes our model of it: the data moves into known, the zkVersions into
  * the writer's cache (every setData and delete needs one). Returns -1 when out of memory. */
 static int load_slice(zk_plan *p)
 {
-    size_t end = p->it + PLAN_SLICE_ZNODES * 4 < p->cands.n ? p->it + PLAN_SLICE_ZNODES * 4 : p->cands.n;
+    size_t end = slice_end(p, PLAN_SLICE_ZNODES * 4, p->cands.n);
     for (; p->it < end; p->it++) {
         zk_node *n = &p->cands.v[p->it];
-        if (zk_vcache_put_data(p->known, n->path, 0, n->data) || zk_vcache_put(p->versions, n->path, n->version))
-            return n->data = NULL, -1;
-        n->data = NULL;
+        char *data = n->data;
+        n->data = NULL; /* known owns it now, even when the put fails */
+        if (zk_vcache_put_data(p->known, n->path, 0, data) || zk_vcache_put(p->versions, n->path, n->version))
+            return -1;
     }
     if (p->it == p->cands.n) {
         p->stage = PLAN_ROOTS;
@@ -58,7 +62,7 @@ static int load_slice(zk_plan *p)
 /* The candidates no slice of this pass wanted, and ours to delete. Returns -1 when out of memory. */
 static int scan_slice(zk_plan *p)
 {
-    size_t end = p->it + PLAN_SLICE_ZNODES * 4 < p->cands.n ? p->it + PLAN_SLICE_ZNODES * 4 : p->cands.n;
+    size_t end = slice_end(p, PLAN_SLICE_ZNODES * 4, p->cands.n);
     for (; p->it < end; p->it++) {
         const char *path = p->cands.v[p->it].path;
         size_t slot = zk_vcache_slot(p->known, path);
@@ -122,7 +126,7 @@ static void delete_slice(zk_plan *p, zk_ops *o)
 {
     if (p->it == 0 && p->n_doomed > 1)
         qsort(p->doomed, p->n_doomed, sizeof *p->doomed, deepest_first);
-    size_t end = p->it + PLAN_SLICE_ZNODES < p->n_doomed ? p->it + PLAN_SLICE_ZNODES : p->n_doomed;
+    size_t end = slice_end(p, PLAN_SLICE_ZNODES, p->n_doomed);
     for (; p->it < end; p->it++)
         zk_reconcile_delete(p->known, p->doomed[p->it], o);
     if (p->it == p->n_doomed)
