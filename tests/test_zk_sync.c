@@ -682,7 +682,22 @@ Test(zk_sync, password_configs_are_written_encoded_and_compared_decoded)
     apply_config(img, KM_CFG_BROKER, "1", key, plain);
     apply_config(img, KM_CFG_BROKER, "1", "log.cleaner.threads", "2");
     apply_config(img, KM_CFG_TOPIC, "topic-0", "sasl.jaas.config", "jaas-secret");
+    for (int id = 10; id < 30; id++) { /* several slices' worth: each costs the planner a PBKDF2 */
+        char name[16], value[32];
+        snprintf(name, sizeof name, "%d", id);
+        snprintf(value, sizeof value, "pass-%d", id);
+        apply_config(img, KM_CFG_BROKER, name, "ssl.key.password", value);
+    }
     km_zkb_summary s = sync_with_secret(img, 2, "encoder-secret");
+    for (int id = 10; id < 30; id++) {
+        char path[64], want[32];
+        snprintf(path, sizeof path, "/config/brokers/%d", id);
+        snprintf(want, sizeof want, "pass-%d", id);
+        char *enc = zk_config_value(path, "ssl.key.password"), *dec = decoded("encoder-secret", enc);
+        cr_assert_str_eq(dec, want, "%s: %s", path, enc);
+        free(enc);
+        free(dec);
+    }
     cr_assert_gt(s.created, 0);
     char *stored = zk_config_value("/config/brokers/1", key), *topic = zk_config_value("/config/topics/topic-0",
                                                                                         "sasl.jaas.config");
@@ -706,7 +721,7 @@ Test(zk_sync, password_configs_are_written_encoded_and_compared_decoded)
     cr_assert_str_eq(aback, plain);
     /* no secret: Kafka's NOOP encoder, the value goes as it is */
     s = sync_with_secret(img, 5, NULL);
-    cr_assert_eq(s.updated, 2, "both password configs rewritten in the clear: %zu", s.updated);
+    cr_assert_eq(s.updated, 22, "every password config rewritten in the clear: %zu", s.updated);
     char *clear = zk_config_value("/config/brokers/1", key);
     cr_assert_str_eq(clear, plain);
     free(stored); free(topic); free(threads); free(back); free(tback); free(again); free(aback); free(clear);

@@ -88,10 +88,36 @@ static int deepest_first(const void *a, const void *b)
     return dx != dy ? (dx < dy) - (dx > dy) : strcmp(x, y);
 }
 
+/* A password someone else encoded costs a PBKDF2 run to compare (its own salt): as much as a
+ * hundred znodes, so a slice holds a handful. */
+#define PASSWORD_COST 128
+
+static size_t password_count(const km_config_res *res)
+{
+    size_t n = 0;
+    for (int32_t i = 0; i < res->n; i++)
+        n += km_zk_is_password_config(res->kv[i].name);
+    return n;
+}
+
+/* Broker configs until the slice's budget is spent; true when there are no more. */
+static bool render_broker_configs(zk_plan *p, zk_tree *want)
+{
+    size_t cost = 0;
+    const km_config_res *res;
+    while (cost < PLAN_SLICE_ZNODES && (res = km_image_next_config(p->img, &p->it)))
+        if (res->type == KM_CFG_BROKER) {
+            zk_render_broker_config(res, p->pw, want);
+            cost += 1 + password_count(res) * PASSWORD_COST;
+        }
+    return cost < PLAN_SLICE_ZNODES;
+}
+
 /* Renders the current stage's next slice into want; moves on to the next stage when it is done. */
 static void render_slice(zk_plan *p, zk_tree *want)
 {
     const km_topic *t;
+    bool stage_done = true;
     switch (p->stage) {
     case PLAN_ROOTS:
         zk_render_roots(want);
@@ -99,11 +125,10 @@ static void render_slice(zk_plan *p, zk_tree *want)
     case PLAN_TOPICS:
         while (want->n < PLAN_SLICE_ZNODES && (t = km_image_next_topic(p->img, &p->it)))
             zk_render_topic_nodes(p->img, t, p->controller_epoch, p->pw, want);
-        if (want->n < PLAN_SLICE_ZNODES)
-            break;
-        return; /* more topics may follow */
+        stage_done = want->n < PLAN_SLICE_ZNODES;
+        break;
     case PLAN_BROKER_CONFIGS:
-        zk_render_broker_configs(p->img, p->pw, want);
+        stage_done = render_broker_configs(p, want);
         break;
     case PLAN_QUOTAS: /* grouped per entity path, like the ACLs below: rendered whole */
         zk_render_quotas(p->img, NULL, want);
@@ -113,12 +138,14 @@ static void render_slice(zk_plan *p, zk_tree *want)
         break;
     case PLAN_TOKENS:
         zk_render_tokens_and_pids(p->img, want);
-        p->it = 0;
         break;
     default:
         return;
     }
-    p->stage++;
+    if (stage_done) {
+        p->stage++;
+        p->it = 0;
+    }
 }
 
 /* The slice's deletes: children before their parents, so each delete finds its znode empty. */
