@@ -407,42 +407,70 @@ static bool sync_writing(void *ctx)
     return km_zkb_get_phase(t->b) == KM_ZKB_SYNC && m.multis_ok >= 2;
 }
 
+/* A generated log followed only part way: the rest arrives as deltas while a pass runs. */
+typedef struct moving_log {
+    char *dir;
+    km_image *img, *expect;
+    km_image_follow *f;
+    km_delta *d;
+} moving_log;
+
+static void moving_log_open(moving_log *m, const char *tag, int topics, int partitions, int leader_changes,
+                            size_t start_topics, size_t start_partitions)
+{
+    char log[512];
+    km_err err = {{0}};
+    m->dir = km_test_tmpdir(tag);
+    snprintf(log, sizeof log, "%s/log", m->dir);
+    m->expect = gen_image(log, topics, partitions, leader_changes);
+    m->img = km_image_new();
+    km_metalog_opts opts = {0};
+    m->f = km_image_follow_open(m->img, log, &opts, &err);
+    cr_assert(m->f, "%s", err.msg);
+    m->d = km_delta_new();
+    while (km_image_topic_count(m->img) < start_topics || km_image_partition_count(m->img) < start_partitions)
+        cr_assert_eq(km_image_follow_next(m->f, m->d, &err), 1, "%s", err.msg);
+}
+
+/* Applies the rest of the log to the image, handing each delta to the bridge. */
+static void moving_log_feed(moving_log *m, km_zkb *b)
+{
+    km_err err = {{0}};
+    int r;
+    while ((r = km_image_follow_next(m->f, m->d, &err)) == 1)
+        cr_assert_eq(km_zkb_delta(b, m->d, &err), 0, "%s", err.msg);
+    cr_assert_eq(r, 0, "%s", err.msg);
+}
+
+static void moving_log_close(moving_log *m)
+{
+    km_delta_free(m->d);
+    km_image_follow_close(m->f);
+    km_image_free(m->img);
+    km_image_free(m->expect);
+    km_test_rmtree(m->dir);
+    free(m->dir);
+}
+
 /* Deltas that arrive while the full sync runs are folded in: one catch-up pass against our model
  * of ZooKeeper when it ends, no second read of ZooKeeper, then dual write. */
 Test(zk_sync, deltas_during_the_full_sync_are_caught_up)
 {
-    char *dir = km_test_tmpdir("zkcatch"), log[512];
-    snprintf(log, sizeof log, "%s/log", dir);
-    km_image *expect = gen_image(log, 8, 6, 200);
-    km_image *img = km_image_new();
-    km_err err = {{0}};
-    km_metalog_opts opts = {0};
-    km_image_follow *f = km_image_follow_open(img, log, &opts, &err);
-    cr_assert(f, "%s", err.msg);
-    km_delta *d = km_delta_new();
-    while (km_image_partition_count(img) < 48) /* start from the image with every partition */
-        cr_assert_eq(km_image_follow_next(f, d, &err), 1, "%s", err.msg);
-    zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, 3,
+    moving_log m;
+    moving_log_open(&m, "zkcatch", 8, 6, 200, 0, 48); /* start from the image with every partition */
+    zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), m.img, 3000, 3,
                                    &(km_zkb_config){.zk = {.max_multi_ops = 10, .max_inflight = 2}});
     cr_assert(zkt_run_until(t->loop, sync_writing, t, 60000), "the full sync never started writing");
-    int r;
-    while ((r = km_image_follow_next(f, d, &err)) == 1)
-        cr_assert_eq(km_zkb_delta(t->b, d, &err), 0, "%s", err.msg);
+    moving_log_feed(&m, t->b);
     cr_assert_eq(km_zkb_get_phase(t->b), KM_ZKB_SYNC, "the deltas must arrive mid-sync");
-    cr_assert_eq(r, 0, "%s", err.msg);
     cr_assert(zkt_bridge_wait_idle(t, 60000), "%s", km_zkb_error(t->b));
     char why[512];
-    cr_assert(zkt_zk_equals_image(zc, img, 3, why, sizeof why), "%s", why);
+    cr_assert(zkt_zk_equals_image(zc, m.img, 3, why, sizeof why), "%s", why);
     km_zkb_summary s;
     km_zkb_get_summary(t->b, &s);
     cr_assert_eq(s.full_syncs, 1, "one read of ZooKeeper, then the catch-up from the model");
-    km_delta_free(d);
-    km_image_follow_close(f);
     zkt_bridge_free(t);
-    km_image_free(img);
-    km_image_free(expect);
-    km_test_rmtree(dir);
-    free(dir);
+    moving_log_close(&m);
 }
 
 static bool pass_planning(void *ctx) { return km_zkb_planning(((zkt_bridge *)ctx)->b); }
@@ -452,41 +480,24 @@ static bool pass_planning(void *ctx) { return km_zkb_planning(((zkt_bridge *)ctx
  * deletions to the catch-up pass that renders the moved image whole. */
 Test(zk_sync, image_moving_mid_pass_never_deletes_a_live_topic, .timeout = 300)
 {
-    char *dir = km_test_tmpdir("zkmoving"), log[512];
-    snprintf(log, sizeof log, "%s/log", dir);
-    km_image *expect = gen_image(log, 1200, 2, 0);
-    km_image *img = km_image_new();
-    km_err err = {{0}};
-    km_metalog_opts opts = {0};
-    km_image_follow *f = km_image_follow_open(img, log, &opts, &err);
-    cr_assert(f, "%s", err.msg);
-    km_delta *d = km_delta_new();
-    while (km_image_topic_count(img) < 600)
-        cr_assert_eq(km_image_follow_next(f, d, &err), 1, "%s", err.msg);
-    sync_and_check(img, 2); /* ZooKeeper holds the first 600 topics */
-    zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, 3, NULL);
+    moving_log m;
+    moving_log_open(&m, "zkmoving", 1200, 2, 0, 600, 0);
+    sync_and_check(m.img, 2); /* ZooKeeper holds the first 600 topics */
+    zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), m.img, 3000, 3, NULL);
     cr_assert(zkt_run_until(t->loop, pass_planning, t, 60000), "the re-sync never started planning");
     for (int i = 0; i < 3; i++) /* one slice each: the model's load, the type directories, ~150 topics */
         ev_run(t->loop, EVRUN_NOWAIT);
     cr_assert(km_zkb_planning(t->b), "the pass must still be rendering topics");
-    int r;
-    while ((r = km_image_follow_next(f, d, &err)) == 1)
-        cr_assert_eq(km_zkb_delta(t->b, d, &err), 0, "%s", err.msg);
-    cr_assert_eq(r, 0, "%s", err.msg);
-    cr_assert_eq(km_image_topic_count(img), 1200);
+    moving_log_feed(&m, t->b);
+    cr_assert_eq(km_image_topic_count(m.img), 1200);
     cr_assert(zkt_bridge_wait_idle(t, 120000), "%s", km_zkb_error(t->b));
     km_zkb_summary s;
     km_zkb_get_summary(t->b, &s);
     cr_assert_eq(s.deleted, 0, "%zu znodes of live topics were deleted", s.deleted);
     char why[512];
-    cr_assert(zkt_zk_equals_image(zc, img, 3, why, sizeof why), "%s", why);
-    km_delta_free(d);
-    km_image_follow_close(f);
+    cr_assert(zkt_zk_equals_image(zc, m.img, 3, why, sizeof why), "%s", why);
     zkt_bridge_free(t);
-    km_image_free(img);
-    km_image_free(expect);
-    km_test_rmtree(dir);
-    free(dir);
+    moving_log_close(&m);
 }
 
 /* Is there a change notification `prefix<seq>` under dir holding exactly `want`? */
