@@ -128,19 +128,6 @@ int zk_vcache_put(zk_vcache *c, const char *path, int version)
     return zk_vcache_put_data(c, path, version, NULL);
 }
 
-int zk_vcache_get_data(const zk_vcache *c, const char *path, const char **data)
-{
-    *data = NULL;
-    if (!c->cap)
-        return -1;
-    int found;
-    size_t i = find(c, path, NULL, &found);
-    if (!found)
-        return -1;
-    *data = c->datas[i];
-    return c->vals[i];
-}
-
 size_t zk_vcache_slot(const zk_vcache *c, const char *path)
 {
     if (!c->cap)
@@ -150,22 +137,23 @@ size_t zk_vcache_slot(const zk_vcache *c, const char *path)
     return found ? i : ZK_VCACHE_NONE;
 }
 
+int zk_vcache_get_data(const zk_vcache *c, const char *path, const char **data)
+{
+    size_t i = zk_vcache_slot(c, path);
+    *data = i == ZK_VCACHE_NONE ? NULL : c->datas[i];
+    return i == ZK_VCACHE_NONE ? -1 : c->vals[i];
+}
+
 int zk_vcache_get(const zk_vcache *c, const char *path)
 {
-    if (!c->cap)
-        return -1;
-    int found;
-    size_t i = find(c, path, NULL, &found);
-    return found ? c->vals[i] : -1;
+    size_t i = zk_vcache_slot(c, path);
+    return i == ZK_VCACHE_NONE ? -1 : c->vals[i];
 }
 
 void zk_vcache_del(zk_vcache *c, const char *path)
 {
-    if (!c->cap)
-        return;
-    int found;
-    size_t i = find(c, path, NULL, &found);
-    if (found) {
+    size_t i = zk_vcache_slot(c, path);
+    if (i != ZK_VCACHE_NONE) {
         free(c->keys[i]);
         free(c->datas[i]);
         c->datas[i] = NULL;

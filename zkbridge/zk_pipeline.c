@@ -373,7 +373,7 @@ void zkw_emit_progress(km_zkw *w, zkw_popped p)
         zkw_emit(w, KM_ZKW_EV_CONFIRMED);
     if (p.any)
         zkw_emit(w, KM_ZKW_EV_PROGRESS);
-    if ((p.any || p.confirmed) && !w->head && km_zkw_get_state(w) == KM_ZKW_READY)
+    if (p.any && !w->head && km_zkw_get_state(w) == KM_ZKW_READY)
         zkw_emit(w, KM_ZKW_EV_DRAINED);
 }
 

@@ -167,13 +167,13 @@ static void reconcile_writes(zk_vcache *known, const zk_tree *want, const km_zk_
         if ((w->kind == ZN_DIR && zk_path_depth(w->path) <= 2) != roots)
             continue;
         size_t slot = zk_vcache_slot(known, w->path);
-        if (slot != ZK_VCACHE_NONE) {
+        bool present = slot != ZK_VCACHE_NONE;
+        if (present) {
             const char *kdata = known->datas[slot];
             known->vals[slot] = mark;
             if (w->kind == ZN_DIR || zk_same_data(w->kind, kdata, kdata ? (int)strlen(kdata) : 0, w->data, pw))
                 continue;
         }
-        bool present = slot != ZK_VCACHE_NONE;
         add_with_notify(o, present ? KM_ZOP_SET : KM_ZOP_CREATE, w->path, w->data, w->notify, w->notify_data);
         diff_line(o, present ? '~' : '+', w->path);
         if (present) o->updated++; else o->created++;
@@ -192,6 +192,5 @@ void zk_reconcile(zk_vcache *known, const zk_tree *cands, const zk_tree *want, c
                   const km_zk_pwenc *pw, zk_ops *o)
 {
     reconcile_deletes(known, cands, want, img, o);
-    reconcile_writes(known, want, pw, o, true, 0);
-    reconcile_writes(known, want, pw, o, false, 0);
+    zk_reconcile_writes(known, want, 0, pw, o);
 }
