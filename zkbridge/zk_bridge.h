@@ -15,6 +15,9 @@ typedef struct zstr {
 void zs_init(zstr *s);
 void zs_free(zstr *s);
 void zs_add(zstr *s, const char *p);
+/* The string built (the caller frees it; "" when nothing was added), or NULL when building ran out
+ * of memory (freed). s is spent either way. */
+char *zs_take(zstr *s);
 void zs_addn(zstr *s, const char *p, size_t n);
 void zs_fmt(zstr *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void zs_json_str(zstr *s, const char *v);
@@ -26,6 +29,7 @@ void zk_uuid_b64url(km_uuid id, char out[23]);
 void zk_render_topic(zstr *s, const km_topic *t);
 void zk_render_state(zstr *s, const km_partition *p, int32_t controller_epoch);
 /* pw encodes password-type values as Kafka stores them (NULL: as they are); s->oom when it fails. */
+void zk_render_config_notify(zstr *s, const char *entity_path);
 void zk_render_config_kv(zstr *s, const km_config_kv *kv, int32_t n, const km_zk_pwenc *pw);
 void zk_java_double(char *out, size_t cap, double v);
 void zk_quota_value(char *out, size_t cap, const char *key, double v);
@@ -80,6 +84,8 @@ int zk_render_image(const km_image *img, int32_t controller_epoch, const km_zk_p
 /* Its parts (unsorted), for the sliced full sync: the type directories, every broker config,
  * tokens and the producer-id block. */
 void zk_render_roots(zk_tree *out);
+/* The payload of a config change notification for entity_path ("topics/foo"), malloc'd or NULL. */
+char *zk_config_notify(const char *entity_path);
 void zk_render_broker_configs(const km_image *img, const km_zk_pwenc *pw, zk_tree *out);
 void zk_render_tokens_and_pids(const km_image *img, zk_tree *out);
 /* The znodes of one entity, for deltas. `paths` receives every path the entity may own

@@ -50,13 +50,13 @@ static void partitions(const km_image *img, const km_delta *d, int32_t epoch, zk
         zstr s;
         zs_init(&s);
         zk_render_state(&s, &pc.new, epoch);
-        zk_tree_add(want, buf, s.oom ? (free(s.p), NULL) : s.p, ZN_STATE, NOTIFY_NONE, NULL);
+        zk_tree_add(want, buf, zs_take(&s), ZN_STATE, NOTIFY_NONE, NULL);
         if (pc.what & (KM_PC_REPLICAS | KM_PC_ADDING | KM_PC_REMOVING)) {
             snprintf(buf, sizeof buf, "/brokers/topics/%s", name);
             add_path(cands, buf);
             zs_init(&s);
             zk_render_topic(&s, t);
-            zk_tree_add(want, buf, s.oom ? (free(s.p), NULL) : s.p, ZN_DATA, NOTIFY_NONE, NULL);
+            zk_tree_add(want, buf, zs_take(&s), ZN_DATA, NOTIFY_NONE, NULL);
         }
     }
 }
@@ -140,7 +140,7 @@ static void acls_tokens_pids(const km_image *img, const km_delta *d, zk_tree *wa
         zstr s;
         zs_init(&s);
         zk_render_producer_ids(&s, after.next_producer_id);
-        zk_tree_add(want, "/latest_producer_id_block", s.oom ? (free(s.p), NULL) : s.p, ZN_DATA, NOTIFY_NONE, NULL);
+        zk_tree_add(want, "/latest_producer_id_block", zs_take(&s), ZN_DATA, NOTIFY_NONE, NULL);
     }
 }
 

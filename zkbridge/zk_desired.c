@@ -84,8 +84,6 @@ const zk_node *zk_tree_find(const zk_tree *t, const char *path)
     return NULL;
 }
 
-static char *take(zstr *s) { return s->oom ? (free(s->p), NULL) : (s->p ? s->p : strdup("")); }
-
 static char *fmt_path(const char *fmt, const char *a, const char *b)
 {
     char *p = NULL;
@@ -108,21 +106,19 @@ void zk_render_roots(zk_tree *t)
         add_dir(t, dirs[i]);
 }
 
-static char *config_notify(const char *entity_path)
+char *zk_config_notify(const char *entity_path)
 {
     zstr s;
     zs_init(&s);
-    zs_add(&s, "{\"version\":2,\"entity_path\":");
-    zs_json_str(&s, entity_path);
-    zs_add(&s, "}");
-    return take(&s);
+    zk_render_config_notify(&s, entity_path);
+    return zs_take(&s);
 }
 
 static void add_config_node(zk_tree *t, const char *type, const char *name, char *data)
 {
     char *path = fmt_path("/config/%s/%s", type, name), *entity = fmt_path("%s/%s", type, name);
     if (path && entity)
-        zk_tree_add(t, path, data, ZN_CONFIG, NOTIFY_CONFIG, config_notify(entity));
+        zk_tree_add(t, path, data, ZN_CONFIG, NOTIFY_CONFIG, zk_config_notify(entity));
     else
         free(data), t->oom = true;
     free(path);
@@ -159,7 +155,7 @@ void zk_render_topic_nodes(const km_image *img, const km_topic *t, int32_t contr
     zs_init(&s);
     zk_render_topic(&s, t);
     snprintf(buf, sizeof buf, "/brokers/topics/%s", name);
-    zk_tree_add(out, buf, take(&s), ZN_DATA, NOTIFY_NONE, NULL);
+    zk_tree_add(out, buf, zs_take(&s), ZN_DATA, NOTIFY_NONE, NULL);
     snprintf(buf, sizeof buf, "/brokers/topics/%s/partitions", name);
     add_dir(out, buf);
     int32_t n = km_topic_partition_count(t);
@@ -172,12 +168,12 @@ void zk_render_topic_nodes(const km_image *img, const km_topic *t, int32_t contr
         snprintf(buf, sizeof buf, "/brokers/topics/%s/partitions/%d/state", name, i);
         zs_init(&s);
         zk_render_state(&s, &p, controller_epoch);
-        zk_tree_add(out, buf, take(&s), ZN_STATE, NOTIFY_NONE, NULL);
+        zk_tree_add(out, buf, zs_take(&s), ZN_STATE, NOTIFY_NONE, NULL);
     }
     const km_config_res *cfg = km_image_config(img, KM_CFG_TOPIC, name);
     zs_init(&s);
     zk_render_config_kv(&s, cfg ? cfg->kv : NULL, cfg ? cfg->n : 0, pw);
-    add_config_node(out, "topics", name, take(&s));
+    add_config_node(out, "topics", name, zs_take(&s));
 }
 
 void zk_render_broker_config(const km_config_res *res, const km_zk_pwenc *pw, zk_tree *out)
@@ -187,7 +183,7 @@ void zk_render_broker_config(const km_config_res *res, const km_zk_pwenc *pw, zk
     zstr s;
     zs_init(&s);
     zk_render_config_kv(&s, res->kv, res->n, pw);
-    add_config_node(out, "brokers", res->name[0] ? res->name : "<default>", take(&s));
+    add_config_node(out, "brokers", res->name[0] ? res->name : "<default>", zs_take(&s));
 }
 
 void zk_render_broker_configs(const km_image *img, const km_zk_pwenc *pw, zk_tree *out)
@@ -210,7 +206,7 @@ void zk_render_tokens_and_pids(const km_image *img, zk_tree *out)
         zstr s;
         zs_init(&s);
         zk_render_producer_ids(&s, pid.next_producer_id);
-        zk_tree_add(out, "/latest_producer_id_block", take(&s), ZN_DATA, NOTIFY_NONE, NULL);
+        zk_tree_add(out, "/latest_producer_id_block", zs_take(&s), ZN_DATA, NOTIFY_NONE, NULL);
     }
 }
 
@@ -221,7 +217,7 @@ void zk_render_token_node(const km_token *tok, zk_tree *out)
     zs_init(&s);
     zk_render_token(&s, tok);
     snprintf(buf, sizeof buf, "/delegation_token/tokens/%s", tok->token_id);
-    zk_tree_add(out, buf, take(&s), ZN_DATA, NOTIFY_TOKEN, strdup(tok->token_id));
+    zk_tree_add(out, buf, zs_take(&s), ZN_DATA, NOTIFY_TOKEN, strdup(tok->token_id));
 }
 
 int zk_render_image(const km_image *img, int32_t controller_epoch, const km_zk_pwenc *pw, zk_tree *out,

@@ -79,24 +79,13 @@ static void add_quota_values(kv_list *l, const km_client_quota *q)
     }
 }
 
-/* Config-change entity path of a /config/... znode: "users/alice", "topics/foo". */
-static char *config_notify_for(const char *path)
-{
-    zstr s;
-    zs_init(&s);
-    zs_add(&s, "{\"version\":2,\"entity_path\":");
-    zs_json_str(&s, path + strlen("/config/"));
-    zs_add(&s, "}");
-    return s.oom ? (free(s.p), NULL) : s.p;
-}
-
 static void add_config(zk_tree *out, const char *path, kv_list *l)
 {
     qsort(l->v, (size_t)l->n, sizeof *l->v, cmp_kv);
     zstr s;
     zs_init(&s);
     zk_render_config_kv(&s, l->v, l->n, NULL); /* quotas and SCRAM credentials are never password-encoded */
-    zk_tree_add(out, path, s.oom ? (free(s.p), NULL) : s.p, ZN_DATA, NOTIFY_CONFIG, config_notify_for(path));
+    zk_tree_add(out, path, zs_take(&s), ZN_DATA, NOTIFY_CONFIG, zk_config_notify(path + strlen("/config/")));
 }
 
 /* Parents that only exist to hold a user's per-client quotas (Kafka's createRecursive). */
@@ -140,7 +129,7 @@ static void render_user(const km_image *img, const char *user, const char *path,
         zstr s;
         zs_init(&s);
         zk_scram_string(&s, c);
-        kv_push(&l, mech[m], s.oom ? (free(s.p), NULL) : s.p);
+        kv_push(&l, mech[m], zs_take(&s));
     }
     if (l.n)
         add_config(out, path, &l);
@@ -238,7 +227,7 @@ static char *acl_notify(const km_acl *a)
         zs_json_str(&s, a->resource_name);
         zs_add(&s, ",\"patternType\":\"PREFIXED\"}");
     }
-    return s.oom ? (free(s.p), NULL) : s.p;
+    return zs_take(&s);
 }
 
 static void emit_acl_group(zk_tree *out, acl_ref *g, size_t n)
@@ -257,7 +246,7 @@ static void emit_acl_group(zk_tree *out, acl_ref *g, size_t n)
     snprintf(dir, sizeof dir, "%s", g[0].path);
     *strrchr(dir, '/') = '\0';
     zk_tree_add(out, dir, NULL, ZN_DIR, NOTIFY_NONE, NULL);
-    zk_tree_add(out, g[0].path, s.oom ? (free(s.p), NULL) : s.p, ZN_ACLS,
+    zk_tree_add(out, g[0].path, zs_take(&s), ZN_ACLS,
                 g[0].acl->pattern_type == 3 ? NOTIFY_ACL_LITERAL : NOTIFY_ACL_EXTENDED, acl_notify(g[0].acl));
 }
 

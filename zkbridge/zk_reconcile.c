@@ -85,9 +85,7 @@ static zk_notify delete_notify(const char *path, zstr *payload)
     int d = zk_path_depth(path);
     if (starts(path, "/config/") && !starts(path, "/config/changes") && d >= 3 &&
         !(starts(path, "/config/users/") && d == 4)) {
-        zs_add(payload, "{\"version\":2,\"entity_path\":");
-        zs_json_str(payload, path + 8);
-        zs_add(payload, "}");
+        zk_render_config_notify(payload, path + strlen("/config/"));
         return NOTIFY_CONFIG;
     }
     if (starts(path, "/delegation_token/tokens/") && d == 3) {

@@ -36,6 +36,8 @@ void zs_addn(zstr *s, const char *p, size_t n)
 
 void zs_add(zstr *s, const char *p) { zs_addn(s, p, strlen(p)); }
 
+char *zs_take(zstr *s) { return s->oom ? (free(s->p), NULL) : (s->p ? s->p : strdup("")); }
+
 void zs_fmt(zstr *s, const char *fmt, ...)
 {
     char buf[256];
@@ -152,6 +154,14 @@ void zk_render_state(zstr *s, const km_partition *p, int32_t controller_epoch)
     json_i32_list(s, p->isr);
     if (p->leader_recovery_state == KM_LRS_RECOVERING)
         zs_add(s, ",\"leader_recovery_state\":1");
+    zs_add(s, "}");
+}
+
+/* /config/changes/config_change_<seq>: ConfigEntityChangeNotificationSequenceZNode.encode. */
+void zk_render_config_notify(zstr *s, const char *entity_path)
+{
+    zs_add(s, "{\"version\":2,\"entity_path\":");
+    zs_json_str(s, entity_path);
     zs_add(s, "}");
 }
 
