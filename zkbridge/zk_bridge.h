@@ -94,6 +94,8 @@ void zk_render_topic_nodes(const km_image *img, const km_topic *t, int32_t contr
                            zk_tree *out);
 void zk_topic_paths(const char *name, int32_t partitions, zk_tree *paths);
 void zk_render_broker_config(const km_config_res *res, const km_zk_pwenc *pw, zk_tree *out);
+/* /config/topics/<name>, which exists as long as the topic does, configs or not. */
+void zk_render_topic_config(const km_image *img, const char *name, const km_zk_pwenc *pw, zk_tree *out);
 void zk_render_token_node(const km_token *tok, zk_tree *out);
 /* zk_quota_acl.c: quotas+SCRAM (per entity) and ACLs (per pattern). A non-NULL filter limits
  * rendering to one entity path / one ACL pattern path (for deltas). */

@@ -61,27 +61,17 @@ static void partitions(const km_image *img, const km_delta *d, int32_t epoch, zk
     }
 }
 
-static void configs(const km_image *img, const km_delta *d, int32_t epoch, const km_zk_pwenc *pw, zk_tree *want,
-                    zk_tree *cands)
+static void configs(const km_image *img, const km_delta *d, const km_zk_pwenc *pw, zk_tree *want, zk_tree *cands)
 {
     size_t it = 0;
     km_config_change cc;
     char buf[1024];
     while (km_delta_next_config(d, &it, &cc)) {
         if (cc.type == KM_CFG_TOPIC) {
-            const km_topic *t = km_image_topic_by_name(img, cc.name);
             snprintf(buf, sizeof buf, "/config/topics/%s", cc.name);
             add_path(cands, buf);
-            if (t) { /* the topic's config znode lives as long as the topic */
-                zk_tree tmp = {0};
-                zk_render_topic_nodes(img, t, epoch, pw, &tmp);
-                for (size_t i = 0; i < tmp.n; i++)
-                    if (!strcmp(tmp.v[i].path, buf)) {
-                        zk_tree_add(want, buf, tmp.v[i].data, ZN_DATA, NOTIFY_CONFIG, tmp.v[i].notify_data);
-                        tmp.v[i].data = tmp.v[i].notify_data = NULL;
-                    }
-                zk_tree_free(&tmp);
-            }
+            if (km_image_topic_by_name(img, cc.name)) /* the topic's config znode lives as long as the topic */
+                zk_render_topic_config(img, cc.name, pw, want);
         } else if (cc.type == KM_CFG_BROKER) {
             snprintf(buf, sizeof buf, "/config/brokers/%s", cc.name[0] ? cc.name : "<default>");
             add_path(cands, buf);
@@ -149,7 +139,7 @@ void zk_delta_render(const km_image *img, const km_delta *d, int32_t controller_
 {
     topics(img, d, controller_epoch, pw, want, cands);
     partitions(img, d, controller_epoch, want, cands);
-    configs(img, d, controller_epoch, pw, want, cands);
+    configs(img, d, pw, want, cands);
     quotas_and_scram(img, d, want, cands);
     acls_tokens_pids(img, d, want, cands);
     zk_tree_sort(want);

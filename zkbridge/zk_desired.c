@@ -170,7 +170,13 @@ void zk_render_topic_nodes(const km_image *img, const km_topic *t, int32_t contr
         zk_render_state(&s, &p, controller_epoch);
         zk_tree_add(out, buf, zs_take(&s), ZN_STATE, NOTIFY_NONE, NULL);
     }
+    zk_render_topic_config(img, name, pw, out);
+}
+
+void zk_render_topic_config(const km_image *img, const char *name, const km_zk_pwenc *pw, zk_tree *out)
+{
     const km_config_res *cfg = km_image_config(img, KM_CFG_TOPIC, name);
+    zstr s;
     zs_init(&s);
     zk_render_config_kv(&s, cfg ? cfg->kv : NULL, cfg ? cfg->n : 0, pw);
     add_config_node(out, "topics", name, zs_take(&s));
