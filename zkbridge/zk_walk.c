@@ -56,6 +56,15 @@ static void push(zk_walk *wk, char *path, int depth_left)
     wk->queue[wk->qn++] = (walk_req){wk, path, depth_left, false};
 }
 
+/* A znode read, with the zkVersion its setData or delete will need. Takes data. */
+static void add_read(zk_walk *wk, const char *path, char *data, zk_nkind kind, int version)
+{
+    size_t before = wk->out->n;
+    zk_tree_add(wk->out, path, data, kind, NOTIFY_NONE, NULL);
+    if (wk->out->n > before)
+        wk->out->v[before].version = version;
+}
+
 static void push_children(zk_walk *wk, const walk_req *r, const struct String_vector *v)
 {
     for (int i = 0; wk->rc == ZOK && i < v->count; i++) {
@@ -84,9 +93,7 @@ static void on_dir(int rc, const struct String_vector *v, const struct Stat *st,
     zk_walk *wk = r->wk;
     note_rc(wk, rc);
     if (rc == ZOK && wk->rc == ZOK) {
-        zk_tree_add(wk->out, r->path, NULL, ZN_DIR, NOTIFY_NONE, NULL);
-        if (wk->out->n)
-            wk->out->v[wk->out->n - 1].version = st->version;
+        add_read(wk, r->path, NULL, ZN_DIR, st->version);
         push_children(wk, r, v);
     }
     walk_finish_one(wk, r);
@@ -116,9 +123,7 @@ static void on_data(int rc, const char *value, int len, const struct Stat *st, c
             memcpy(copy, value, (size_t)len);
             copy[len] = '\0';
         }
-        zk_tree_add(wk->out, r->path, copy, value ? ZN_DATA : ZN_DIR, NOTIFY_NONE, NULL);
-        if (wk->out->n)
-            wk->out->v[wk->out->n - 1].version = st->version;
+        add_read(wk, r->path, copy, value ? ZN_DATA : ZN_DIR, st->version);
         if (r->depth_left > 0) {
             walk_req *c = malloc(sizeof *c);
             if (c && (c->path = strdup(r->path))) {
