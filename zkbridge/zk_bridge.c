@@ -28,7 +28,6 @@ struct km_zkb {
     /* the running pass over the image (a full sync after a read of ZooKeeper, or a catch-up) */
     zk_plan plan;
     int pass;            /* the mark of the running pass in known's vals */
-    bool planning;       /* slices left to plan */
     bool full;           /* it follows a read of ZooKeeper */
     bool all_queued;     /* its last batch, moving /migration, is with the writer */
     zk_ops pass_ops;     /* planned, not yet handed to the writer */
@@ -58,7 +57,7 @@ static void abort_pass(km_zkb *b)
     zk_plan_free(&b->plan);
     zk_ops_free(&b->pass_ops);
     memset(&b->pass_ops, 0, sizeof b->pass_ops); /* its counts too: what was not handed over never happened */
-    b->planning = b->all_queued = false;
+    b->all_queued = false;
 }
 
 static void stop(km_zkb *b, const char *why)
@@ -126,7 +125,6 @@ static void begin_pass(km_zkb *b, bool full, zk_tree *cands)
     b->dirty = false;
     if (full)
         warn_plain_passwords(b);
-    b->planning = true;
     ev_idle_start(b->loop, &b->plan_idle);
 }
 
@@ -200,11 +198,10 @@ static void hand_over(km_zkb *b, bool last)
     }
 }
 
+/* Ops per hand-over: a few full multis (the writer's own max_multi_ops, defaults applied). */
 static size_t hand_over_ops(const km_zkb *b)
 {
-    if (b->cfg.sync_chunk_ops)
-        return b->cfg.sync_chunk_ops;
-    return 4 * (size_t)(b->cfg.zk.max_multi_ops ? b->cfg.zk.max_multi_ops : 1000);
+    return b->cfg.sync_chunk_ops ? b->cfg.sync_chunk_ops : 4 * (size_t)b->w->cfg.max_multi_ops;
 }
 
 static void finish_diff(km_zkb *b)
@@ -220,7 +217,7 @@ static void finish_diff(km_zkb *b)
 /* One slice per loop iteration with nothing else to do, while the write-behind bound allows. */
 static void plan_pump(km_zkb *b)
 {
-    if (!b->planning || b->phase != KM_ZKB_SYNC)
+    if (!km_zkb_planning(b) || b->phase != KM_ZKB_SYNC)
         return ev_idle_stop(b->loop, &b->plan_idle);
     km_zkw_state ws = km_zkw_get_state(b->w);
     if (!b->cfg.diff_only && ws != KM_ZKW_READY && ws != KM_ZKW_RECOVERING)
@@ -231,7 +228,6 @@ static void plan_pump(km_zkb *b)
     if (b->pass_ops.oom)
         return stop(b, "zk sync: out of memory (or the password encoder failed) planning the pass over the image");
     if (done) {
-        b->planning = false;
         ev_idle_stop(b->loop, &b->plan_idle);
         zkw_log(b->w, KM_LOG_INFO, "zk sync: pass planned after %lld ms",
                 (long long)(zk_now_ms() - b->sync_started_ms));
@@ -254,7 +250,7 @@ static void on_plan_idle(struct ev_loop *loop, ev_idle *w, int revents)
 
 static void resume_pass(km_zkb *b)
 {
-    if (b->planning && b->phase == KM_ZKB_SYNC && !ev_is_active(&b->plan_idle))
+    if (km_zkb_planning(b) && b->phase == KM_ZKB_SYNC && !ev_is_active(&b->plan_idle))
         ev_idle_start(b->loop, &b->plan_idle);
     maybe_finish(b);
 }
@@ -342,6 +338,7 @@ km_zkb *km_zkb_new(struct ev_loop *loop, const km_image *img, const km_zkb_confi
     zs_init(&b->diff);
     ev_timer_init(&b->retry, on_retry, 0.1, 0.);
     b->retry.data = b;
+    zk_plan_free(&b->plan); /* no pass yet: PLAN_DONE */
     ev_idle_init(&b->plan_idle, on_plan_idle);
     b->plan_idle.data = b;
     b->pw = km_zk_pwenc_new(&cfg->passwords, err);
@@ -385,7 +382,7 @@ bool km_zkb_idle(const km_zkb *b)
            km_zkw_confirmed_offset(b->w) == km_image_offset(b->img);
 }
 
-bool km_zkb_planning(const km_zkb *b) { return b->planning; }
+bool km_zkb_planning(const km_zkb *b) { return b->plan.stage != PLAN_DONE; }
 
 void km_zkb_get_summary(const km_zkb *b, km_zkb_summary *s)
 {
@@ -400,7 +397,7 @@ int km_zkb_delta(km_zkb *b, const km_delta *d, km_err *err)
     km_zkw_note_log_offset(b->w, km_delta_offset(d));
     if (b->phase != KM_ZKB_DUAL_WRITE || b->cfg.diff_only) {
         b->dirty = true; /* the running (or next) full sync catches up with the newer image */
-        b->plan.image_moved |= b->planning;
+        b->plan.image_moved |= km_zkb_planning(b);
         return 0;
     }
     if (km_delta_is_snapshot(d)) { /* a new snapshot replaced the image: reconcile all of it */
