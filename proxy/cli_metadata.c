@@ -150,16 +150,7 @@ static int cmd_image(int argc, char **argv)
 }
 
 /* Parses a non-negative integer option value into *out; false if it is not one. */
-static bool parse_num(const char *s, int64_t max, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < 0 || v > max)
-        return false;
-    *out = v;
-    return true;
-}
+static bool parse_num(const char *s, int64_t max, int64_t *out) { return km_cli_parse_int(s, 0, max, out) == 0; }
 
 static int gen_opt(int c, const char *arg, km_gen_opts *o, const char **out)
 {

@@ -27,16 +27,6 @@ static void wire_usage(FILE *to)
             "  --message names any definition: RequestHeader, TopicRecord, LeaderChangeMessage, ...\n");
 }
 
-static int parse_int_arg(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_wire_opts(int argc, char **argv, wire_opts *o)
 {
     static const struct option longopts[] = {
@@ -49,15 +39,15 @@ static int parse_wire_opts(int argc, char **argv, wire_opts *o)
         return -1;
     o->decode = !strcmp(argv[1], "decode");
     optind = 2;
-    long v;
+    int64_t v;
     for (int c; (c = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
         switch (c) {
-        case 'a': if (parse_int_arg(optarg, 0, INT16_MAX, &v)) return -1; o->api = (int)v; break;
-        case 'v': if (parse_int_arg(optarg, 0, INT16_MAX, &v)) return -1; o->version = (int)v; break;
+        case 'a': if (km_cli_parse_int(optarg, 0, INT16_MAX, &v)) return -1; o->api = (int)v; break;
+        case 'v': if (km_cli_parse_int(optarg, 0, INT16_MAX, &v)) return -1; o->version = (int)v; break;
         case 'q': o->kind = KM_K_REQUEST; break;
         case 'r': o->kind = KM_K_RESPONSE; break;
         case 'm': o->message = optarg; break;
-        case 'b': if (parse_int_arg(optarg, 1, INT32_MAX, &v)) return -1; o->max_bytes = (size_t)v; break;
+        case 'b': if (km_cli_parse_int(optarg, 1, INT32_MAX, &v)) return -1; o->max_bytes = (size_t)v; break;
         default: return -1;
         }
     }

@@ -71,13 +71,11 @@ static int read_secret(zk_cli *c, const char *path)
     return 0;
 }
 
-/* A whole positive decimal number, or -1 naming the option. */
+/* A whole positive number (at most 10^8) into *out, or -1 naming the option. */
 static int parse_count(const char *opt, const char *arg, int *out)
 {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(arg, &end, 10);
-    if (errno || end == arg || *end || v <= 0 || v > 100000000)
+    int64_t v;
+    if (km_cli_parse_int(arg, 1, 100000000, &v))
         return fprintf(stderr, "kmproxy zk: --%s %s: not a positive whole number\n", opt, arg), -1;
     *out = (int)v;
     return 0;

@@ -3,6 +3,8 @@
 #ifndef KM_CLI_H
 #define KM_CLI_H
 
+#include <stdint.h>
+
 /* Weak, so a command whose module has not landed yet reads "not available" instead of breaking the link. */
 #define KM_CLI_ENTRY __attribute__((weak))
 KM_CLI_ENTRY int km_cli_wire(int argc, char **argv);      /* proxy/cli_wire.c */
@@ -10,5 +12,8 @@ KM_CLI_ENTRY int km_cli_metadata(int argc, char **argv);  /* proxy/cli_metadata.
 KM_CLI_ENTRY int km_cli_zk(int argc, char **argv);        /* proxy/cli_zk.c */
 KM_CLI_ENTRY int km_cli_demo(int argc, char **argv);      /* proxy/cli_demo.c */
 KM_CLI_ENTRY int km_cli_run(int argc, char **argv);       /* proxy/cli_run.c: the daemon */
+
+/* A whole decimal option value in [lo, hi]: no trailing text, no overflow. 0, or -1 (proxy/cli_args.c). */
+int km_cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
 
 #endif
