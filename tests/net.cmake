@@ -1,4 +1,4 @@
-# tests/net.cmake: TLS, event-loop connections and capture (tls/, proxy/net*, proxy/capture*).
+# tests/net.cmake: TLS, event-loop connections and capture (tls/, proxy/net, proxy/capture).
 set(KM_NET_TESTS ${CMAKE_CURRENT_LIST_DIR})
 km_add_test(test_tls SOURCES ${KM_NET_TESTS}/test_tls.c ${KM_NET_TESTS}/test_tls_certs.c)
 km_add_test(test_net SOURCES ${KM_NET_TESTS}/test_net.c ${KM_NET_TESTS}/test_tls_certs.c)
