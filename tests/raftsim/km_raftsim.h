@@ -95,6 +95,9 @@ void km_rsim_set_high_watermark(km_rsim *s, int64_t hw);
 int64_t km_rsim_high_watermark(const km_rsim *s);
 int64_t km_rsim_log_end(const km_rsim *s);
 int64_t km_rsim_log_start(const km_rsim *s);
+/* The epoch of the last batch held (or of the latest snapshot; 0: none): a leader's epoch is
+ * never below it, and Kafka refuses a LastFetchedEpoch above the leader's epoch. */
+int32_t km_rsim_last_epoch(const km_rsim *s);
 
 /* ---- faults ------------------------------------------------------------------------- */
 

@@ -339,3 +339,11 @@ void rsim_log_free(km_rsim *s)
     free(s->batches);
     free(s->log);
 }
+
+int32_t km_rsim_last_epoch(const km_rsim *s)
+{
+    if (s->n_batches > s->first)
+        return s->batches[s->n_batches - 1].epoch;
+    const rsim_snapshot *sn = rsim_latest_snapshot(s);
+    return sn ? sn->epoch : 0;
+}

@@ -1,0 +1,210 @@
+/* FetchSnapshot: downloading the leader's snapshot in chunks, verifying it whole and loading it
+ * as the new image (KafkaRaftClient.handleFetchSnapshotResponse, KIP-630). */
+#include "quorum_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#define Q_SNAP_ARENA (256u * 1024u * 1024u)
+
+int q_snapshot_begin(km_quorum *q, int64_t end, int32_t epoch, km_err *err)
+{
+    (void)err;
+    q_clear_buffer(q); /* the leader's snapshot supersedes everything uncommitted held */
+    km_buf_reset(&q->snap);
+    q->snap_active = true;
+    q->snap_end = end;
+    q->snap_epoch = epoch;
+    q->snap_size = -1;
+    q->snap_started = q_now(q);
+    q->phase = Q_SNAPSHOT;
+    q_log(q, "fetching snapshot (end offset %" PRId64 ", epoch %d) from leader %d", end, epoch, q->leader_id);
+    return 0;
+}
+
+void q_snapshot_abandon(km_quorum *q)
+{
+    q->snap_active = false;
+    km_buf_free(&q->snap);
+    km_buf_init(&q->snap);
+    q->phase = Q_FETCH;
+}
+
+int q_send_fetch_snapshot(km_quorum *q, km_err *err)
+{
+    km_fetch_snapshot_request rq;
+    km_fetch_snapshot_request_topic_snapshot t;
+    km_fetch_snapshot_request_partition_snapshot p;
+    km_fetch_snapshot_request_init(&rq);
+    const km_struct_desc *tsd = q_sub(km_fetch_snapshot_request_desc.root, "Topics");
+    km_init(tsd, &t);
+    km_init(q_sub(tsd, "Partitions"), &p);
+    rq.cluster_id = km_cstr(q->cfg.cluster_id);
+    rq.replica_id = q->cfg.node_id;
+    rq.max_bytes = q->cfg.snapshot_chunk_bytes;
+    t.name = km_cstr(Q_METADATA_TOPIC);
+    p.partition = 0;
+    p.current_leader_epoch = q->epoch;
+    p.snapshot_id.end_offset = q->snap_end;
+    p.snapshot_id.epoch = q->snap_epoch;
+    p.position = (int64_t)q->snap.len;
+    t.partitions.count = 1;
+    t.partitions.items = &p;
+    rq.topics.count = 1;
+    rq.topics.items = &t;
+    q->phase = Q_SNAPSHOT;
+    return q_send(q, KM_API_FETCH_SNAPSHOT, q->snap_v, &rq, err);
+}
+
+/* Checks the whole snapshot without touching the image: every batch whole with its CRC,
+ * SnapshotHeader first, SnapshotFooter last (a raw read decodes no record bodies). */
+static int verify(km_quorum *q, const char *name, km_err *err)
+{
+    size_t pos = 0;
+    while (pos < q->snap.len) {
+        km_metalog_batch b;
+        km_err why;
+        int r = km_ml_peek_batch(q->snap.data + pos, q->snap.len - pos, 0, &b, &why);
+        if (r <= 0)
+            return km_fail(err, "%s: byte %zu: %s", name, pos, r < 0 ? why.msg : "truncated batch");
+        pos += b.size;
+    }
+    km_metalog_opts o = { .raw = true };
+    km_metalog *log = km_metalog_open_mem(name, q->snap.data, q->snap.len, KM_ML_FROM_SNAPSHOT, &o, err);
+    if (!log)
+        return -1;
+    km_metalog_record rec;
+    int r;
+    while ((r = km_metalog_next(log, &rec, err)) > 0) {
+    }
+    km_metalog_close(log);
+    return r;
+}
+
+static int apply_snapshot(km_quorum *q, const char *name, km_err *err)
+{
+    km_metalog *log = km_metalog_open_mem(name, q->snap.data, q->snap.len, KM_ML_FROM_SNAPSHOT, NULL, err);
+    if (!log)
+        return -1;
+    km_metalog_record rec;
+    int r;
+    while ((r = km_metalog_next(log, &rec, err)) > 0) {
+        if (q->h.on_record)
+            q->h.on_record(q, &rec, q->ud);
+        if (km_image_apply_record(q->img, &rec, q->delta, err) < 0) {
+            r = -1;
+            break;
+        }
+    }
+    km_metalog_close(log);
+    return r;
+}
+
+/* The last chunk arrived: verify, then replace the image. */
+static void load_snapshot(km_quorum *q)
+{
+    char name[128];
+    km_err err;
+    snprintf(name, sizeof name, "quorum-snapshot/%020" PRId64 "-%010d.checkpoint", q->snap_end, q->snap_epoch);
+    if (verify(q, name, &err) < 0) {
+        q->st.snapshot_refused++;
+        q_snapshot_abandon(q); /* the next Fetch names the snapshot again: fetched from position 0 */
+        char why[1200];
+        snprintf(why, sizeof why, "refused snapshot from leader %d: %s", q->leader_id, err.msg);
+        return q_retry(q, false, why);
+    }
+    if (apply_snapshot(q, name, &err) < 0)
+        return q_fatal(q, "loading verified snapshot %s: %s", name, err.msg);
+    if (km_image_offset(q->img) != q->snap_end - 1)
+        return q_fatal(q, "snapshot %s left the image at offset %" PRId64 ", not its end offset %" PRId64 " - 1",
+                       name, km_image_offset(q->img), q->snap_end);
+    q->applied_next = q->snap_end;
+    q->applied_epoch = q->snap_epoch;
+    q_reset_epochs(q, q->snap_epoch, q->snap_end);
+    if (q->hw < q->snap_end)
+        q->hw = q->snap_end; /* truncateToLatestSnapshot: the high watermark is at least its end */
+    q->st.snapshot_loads++;
+    q_log(q, "loaded snapshot (end offset %" PRId64 ", epoch %d): %zu bytes in %.3f s from leader %d", q->snap_end,
+          q->snap_epoch, q->snap.len, q_now(q) - q->snap_started, q->leader_id);
+    q_snapshot_abandon(q); /* done with the bytes */
+    q_deliver(q);
+    q_next_request(q);
+}
+
+/* One chunk: same id, position = bytes held, one size throughout, within the bound. */
+static int take_chunk(km_quorum *q, const km_fetch_snapshot_response_partition_snapshot *p, km_err *err)
+{
+    if (p->snapshot_id.end_offset != q->snap_end || p->snapshot_id.epoch != q->snap_epoch)
+        return km_fail(err, "FetchSnapshot answered snapshot (%" PRId64 ", %d) for (%" PRId64 ", %d)",
+                       p->snapshot_id.end_offset, p->snapshot_id.epoch, q->snap_end, q->snap_epoch);
+    if (p->position != (int64_t)q->snap.len)
+        return km_fail(err, "FetchSnapshot chunk at position %" PRId64 " where %zu was asked for", p->position,
+                       q->snap.len);
+    if (p->size <= 0 || (q->snap_size >= 0 && p->size != q->snap_size) || (uint64_t)p->size > q->cfg.snapshot_max_bytes)
+        return km_fail(err, "FetchSnapshot size %" PRId64 " (before: %" PRId64 ", limit %zu)", p->size, q->snap_size,
+                       q->cfg.snapshot_max_bytes);
+    if (p->unaligned_records.len <= 0 || (int64_t)q->snap.len + p->unaligned_records.len > p->size)
+        return km_fail(err, "FetchSnapshot chunk of %d bytes at %zu overruns size %" PRId64 " or is empty",
+                       p->unaligned_records.len, q->snap.len, p->size);
+    q->snap_size = p->size;
+    km_buf_put(&q->snap, p->unaligned_records.ptr, (size_t)p->unaligned_records.len);
+    return q->snap.oom ? km_fail(err, "quorum: out of memory holding a %" PRId64 "-byte snapshot", p->size) : 0;
+}
+
+static void on_partition(km_quorum *q, const km_fetch_snapshot_response_partition_snapshot *p)
+{
+    km_err err;
+    if (p->error_code == QE_SNAPSHOT_NOT_FOUND || p->snapshot_id.end_offset < 0 || p->snapshot_id.epoch < 0) {
+        q_log(q, "leader %d no longer has snapshot (%" PRId64 ", %d); fetching again", q->leader_id, q->snap_end,
+              q->snap_epoch);
+        q_snapshot_abandon(q);
+        return q_next_request(q);
+    }
+    if (p->error_code != QE_NONE) {
+        char why[1200];
+        snprintf(why, sizeof why, "FetchSnapshot from %s:%u: error %d", q->target.host, q->target.port, p->error_code);
+        return q_retry(q, false, why);
+    }
+    if (take_chunk(q, p, &err) < 0) {
+        q_snapshot_abandon(q);
+        return q_retry(q, false, err.msg);
+    }
+    km_backoff_reset(&q->backoff);
+    if ((int64_t)q->snap.len == q->snap_size)
+        return load_snapshot(q);
+    q_next_request(q);
+}
+
+void q_on_fetch_snapshot_response(km_quorum *q, const uint8_t *body, size_t len)
+{
+    km_arena a;
+    km_arena_init(&a, Q_SNAP_ARENA);
+    km_fetch_snapshot_response rs;
+    km_err err;
+    if (km_decode(&km_fetch_snapshot_response_desc, q->snap_v, body, len, &rs, &a, NULL, &err) < 0) {
+        char why[1200];
+        snprintf(why, sizeof why, "FetchSnapshot response from %s:%u: %s", q->target.host, q->target.port, err.msg);
+        km_arena_free(&a);
+        return q_retry(q, false, why);
+    }
+    for (int32_t i = 0; i < rs.node_endpoints.count; i++) {
+        const km_fetch_snapshot_response_node_endpoint *e = &rs.node_endpoints.items[i];
+        q_learn_endpoint(q, e->node_id, e->host.len > 0 ? e->host.ptr : NULL, e->port);
+    }
+    const km_fetch_snapshot_response_partition_snapshot *p = NULL;
+    if (rs.topics.count == 1 && rs.topics.items[0].partitions.count == 1 &&
+        km_str_eq(rs.topics.items[0].name, Q_METADATA_TOPIC) && rs.topics.items[0].partitions.items[0].index == 0)
+        p = &rs.topics.items[0].partitions.items[0];
+    if (rs.error_code == QE_INCONSISTENT_CLUSTER_ID)
+        q_fatal(q, "%s:%u refuses cluster.id %s (INCONSISTENT_CLUSTER_ID)", q->target.host, q->target.port,
+                q->cfg.cluster_id ? q->cfg.cluster_id : "(none)");
+    else if (rs.error_code != QE_NONE || !p) {
+        char why[1200];
+        snprintf(why, sizeof why, "FetchSnapshot from %s:%u: top-level error %d or not exactly __cluster_metadata-0",
+                 q->target.host, q->target.port, rs.error_code);
+        q_retry(q, false, why);
+    } else if (q_common_response(q, p->error_code, p->current_leader.leader_id, p->current_leader.leader_epoch) == 0)
+        on_partition(q, p);
+    km_arena_free(&a);
+}

@@ -1,0 +1,146 @@
+/* test_quorum_fetch.c - the KRaft observer (proxy/quorum) fetching real logs and snapshots
+ * from the raft simulator: the image it builds over the network equals the files'. */
+#include "test_quorum_util.h"
+#include "km_testsupport.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool snapshot_loaded_and_caught_up(tq_rig *r)
+{
+    km_quorum_stats st;
+    km_quorum_get_stats(r->q, &st);
+    return st.snapshot_loads >= 1 && tq_caught_up(r);
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* Each corpus file `dir/name` passing keep(), as full paths; skips the test without a corpus. */
+static char **corpus_files(const char *sub, bool (*keep)(const char *), size_t *n)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/corpus/%s", km_test_shared_dir(), sub);
+    DIR *d = opendir(dir);
+    if (!d)
+        cr_skip_test("no corpus at %s", dir);
+    char **out = calloc(512, sizeof *out);
+    struct dirent *e;
+    *n = 0;
+    while ((e = readdir(d)) && *n < 512)
+        if (keep(e->d_name)) {
+            if (asprintf(&out[*n], "%s/%s", dir, e->d_name) > 0)
+                (*n)++;
+        }
+    closedir(d);
+    return out;
+}
+
+static bool first_segment(const char *name) { return ends_with(name, "00000000000000000000.log"); }
+static bool numbered_snapshot(const char *name)
+{
+    return ends_with(name, ".checkpoint") && !ends_with(name, "bootstrap.checkpoint");
+}
+
+static void fetch_log_file(const char *path)
+{
+    tq_rig r;
+    km_rsim_config c;
+    km_rsim_config_init(&c);
+    c.fetch_max_bytes = 64 * 1024; /* several fetches per file, answers ending in cut batches */
+    tq_rig_init(&r, 1, &c);
+    km_err err;
+    cr_assert_eq(km_rsim_append_path(r.sims[0], path, &err), 0, "%s", err.msg);
+    tq_set_leader(&r, 1, km_rsim_last_epoch(r.sims[0]));
+    tq_rig_start(&r);
+    cr_assert(tq_run_until(&r, tq_caught_up, 60), "%s: not caught up (fatal: %s)", path,
+              r.fatal ? r.fatal_why.msg : "no");
+    km_image *want = km_image_new();
+    cr_assert(km_image_load(want, path, NULL, &err) >= 0, "%s", err.msg);
+    tq_assert_same_image(r.img, want, path);
+    km_rsim_stats st;
+    km_rsim_get_stats(r.sims[0], &st);
+    cr_assert_eq(st.rejected, 0, "%s: the simulator rejected a request: %s", path, st.last_rejection);
+    km_image_free(want);
+    tq_rig_free(&r);
+}
+
+Test(quorum_fetch, every_corpus_log_over_the_network_equals_the_file, .timeout = 240)
+{
+    size_t n;
+    char **files = corpus_files("kraft-log", first_segment, &n);
+    cr_assert(n > 0);
+    for (size_t i = 0; i < n; i++) {
+        fetch_log_file(files[i]);
+        free(files[i]);
+    }
+    free(files);
+}
+
+static void fetch_snapshot_file(const char *path)
+{
+    tq_rig r;
+    km_rsim_config c;
+    km_rsim_config_init(&c);
+    c.snapshot_chunk_bytes = 97; /* many odd-sized chunks */
+    tq_rig_init(&r, 1, &c);
+    km_err err;
+    cr_assert_eq(km_rsim_add_snapshot_file(r.sims[0], path, true, &err), 0, "%s", err.msg);
+    tq_set_leader(&r, 1, km_rsim_last_epoch(r.sims[0]));
+    tq_rig_start(&r);
+    cr_assert(tq_run_until(&r, snapshot_loaded_and_caught_up, 60), "%s: snapshot not loaded (fatal: %s)", path,
+              r.fatal ? r.fatal_why.msg : "no");
+    km_image *want = km_image_new();
+    cr_assert(km_image_load(want, path, NULL, &err) >= 0, "%s", err.msg);
+    tq_assert_same_image(r.img, want, path);
+    km_rsim_stats st;
+    km_rsim_get_stats(r.sims[0], &st);
+    cr_assert_eq(st.rejected, 0, "%s: %s", path, st.last_rejection);
+    cr_assert_geq(st.snapshot_ids_sent, 1);
+    km_image_free(want);
+    tq_rig_free(&r);
+}
+
+Test(quorum_fetch, every_corpus_snapshot_over_the_network_equals_the_file, .timeout = 240)
+{
+    size_t n;
+    char **files = corpus_files("kraft-snapshot", numbered_snapshot, &n);
+    cr_assert(n > 0);
+    for (size_t i = 0; i < n; i++) {
+        fetch_snapshot_file(files[i]);
+        free(files[i]);
+    }
+    free(files);
+}
+
+/* A generated cluster (kmproxy metadata gen's writer) in many small fetches. */
+Test(quorum_fetch, generated_log_in_small_fetches)
+{
+    char *dir = km_test_tmpdir("tqgen");
+    km_gen_opts g = { .brokers = 3, .topics = 20, .partitions = 8, .leader_changes = 500, .seed = 7,
+                      .records_per_batch = 50 };
+    km_err err;
+    km_image *want = km_image_new();
+    cr_assert(km_gen_write(dir, &g, want, &err) > 0, "%s", err.msg);
+    tq_rig r;
+    km_rsim_config c;
+    km_rsim_config_init(&c);
+    c.fetch_max_bytes = 4096;
+    tq_rig_init(&r, 1, &c);
+    cr_assert_eq(km_rsim_append_path(r.sims[0], dir, &err), 0, "%s", err.msg);
+    tq_set_leader(&r, 1, km_rsim_last_epoch(r.sims[0]));
+    tq_rig_start(&r);
+    cr_assert(tq_run_until(&r, tq_caught_up, 60));
+    tq_assert_same_image(r.img, want, "generated log");
+    km_image_free(want);
+    tq_rig_free(&r);
+    km_test_rmtree(dir);
+    free(dir);
+}
