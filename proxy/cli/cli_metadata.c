@@ -6,6 +6,7 @@
  * naming the file, offset and reason.
  */
 #include "km_cli.h"
+#include "cli_quorum.h"
 #include "km_image.h"
 #include "km_metalog.h"
 
@@ -22,6 +23,8 @@ static void usage(FILE *to)
 {
     fprintf(to,
             "usage: kmproxy metadata dump PATH\n"
+            "       kmproxy metadata dump --bootstrap-server HOST:PORT[,...] [--cluster-id ID] [--timeout S]\n"
+            "       kmproxy metadata quorum --bootstrap-server HOST:PORT[,...] [--timeout S]\n"
             "       kmproxy metadata image [--cluster-id ID] PATH\n"
             "       kmproxy metadata gen --out DIR --brokers N --topics T --partitions P [--replication R]\n"
             "                            [--leader-changes K] [--seed S] [--zk-migration]\n"
@@ -58,7 +61,7 @@ static json_t *end_txn_marker(km_bytes v)
     return json_pack("{s:i,s:i}", "version", ver, "coordinatorEpoch", ce);
 }
 
-static json_t *record_json(const km_metalog_record *r, km_err *err)
+json_t *km_cli_record_json(const km_metalog_record *r, km_err *err)
 {
     json_t *data;
     if (r->control && !r->desc)
@@ -75,6 +78,9 @@ static json_t *record_json(const km_metalog_record *r, km_err *err)
 
 static int cmd_dump(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "--bootstrap-server", 18))
+            return km_cli_metadata_dump_quorum(argc, argv); /* cli_quorum.c: over the network */
     if (argc != 2) {
         usage(stderr);
         return 2;
@@ -88,7 +94,7 @@ static int cmd_dump(int argc, char **argv)
     km_metalog_record rec;
     int rc;
     while ((rc = km_metalog_next(log, &rec, &err)) == 1) {
-        json_t *j = record_json(&rec, &err);
+        json_t *j = km_cli_record_json(&rec, &err);
         if (!j) {
             rc = -1;
             break;
@@ -215,6 +221,8 @@ int km_cli_metadata(int argc, char **argv)
         return cmd_image(argc - 1, argv + 1);
     if (!strcmp(argv[1], "gen"))
         return cmd_gen(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "quorum"))
+        return km_cli_metadata_quorum(argc - 1, argv + 1);
     fprintf(stderr, "kmproxy metadata: unknown subcommand '%s'\n", argv[1]);
     usage(stderr);
     return 2;

@@ -88,7 +88,7 @@ typedef struct km_quorum_stats {
     size_t buffered_bytes;             /* fetched, waiting for the high watermark */
     uint64_t fetches, fetch_errors, snapshot_loads, snapshot_refused, leader_changes, truncations;
     double fetch_latency_sum, fetch_latency_max; /* seconds, over `fetches` answered fetches */
-    bool caught_up;                    /* applied everything below the latest high watermark */
+    bool caught_up;                    /* applied every batch wholly below the latest high watermark */
     bool failed;
 } km_quorum_stats;
 void km_quorum_get_stats(const km_quorum *q, km_quorum_stats *out);

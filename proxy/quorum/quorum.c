@@ -534,5 +534,7 @@ void km_quorum_get_stats(const km_quorum *q, km_quorum_stats *out)
     out->high_watermark = q->hw;
     out->fetched_offset = q_fetch_offset(q);
     out->applied_offset = km_image_offset(q->img);
-    out->caught_up = q->hw >= 0 && q->applied_next >= q->hw && !q->snap_active;
+    /* Everything whole below the high watermark is applied (a batch it cuts waits). */
+    out->caught_up = q->hw >= 0 && q_fetch_offset(q) >= q->hw && !q->snap_active &&
+                     (q->n_batches == q->first_batch || q->batches[q->first_batch].last >= q->hw);
 }
