@@ -7,3 +7,6 @@ km_add_test(test_quorum_faults SOURCES ${KM_QUORUM_TESTS}/test_quorum_faults.c $
 target_link_libraries(test_quorum_faults PRIVATE km_raftsim km_quorum)
 km_add_test(test_quorum_cli SOURCES ${KM_QUORUM_TESTS}/test_quorum_cli.c ${KM_QUORUM_TESTS}/test_quorum_util.c)
 target_link_libraries(test_quorum_cli PRIVATE km_raftsim km_quorum)
+km_add_test(test_quorum_daemon SOURCES ${KM_QUORUM_TESTS}/test_quorum_daemon.c ${KM_QUORUM_TESTS}/test_quorum_util.c
+            TIMEOUT 300)
+target_link_libraries(test_quorum_daemon PRIVATE km_raftsim km_quorum)

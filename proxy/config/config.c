@@ -22,7 +22,11 @@ typedef struct key_def {
 #define BOOL(k, f) {k, K_BOOL, offsetof(km_config, f), 0, 0}
 
 static const key_def KEYS[] = {
+    STR("metadata.source", metadata_source),
     STR("metadata.dir", metadata_dir),
+    STR("controller.quorum.bootstrap.servers", quorum_bootstrap_servers),
+    STR("controller.quorum.voters", quorum_voters),
+    INT("controller.quorum.request.timeout.ms", quorum_request_timeout_ms, 100, 600000),
     STR("cluster.id", cluster_id),
     INT("kraft.controller.id", kraft_controller_id, -1, INT32_MAX),
     STR("zookeeper.connect", zk_connect),
@@ -58,6 +62,8 @@ void km_config_defaults(km_config *c)
     c->broker_request_timeout_ms = 30000;  /* Kafka's controller.socket.timeout.ms */
     c->broker_max_queued = 1000;
     c->log_level = strdup("info");
+    c->metadata_source = strdup("dir");
+    c->quorum_request_timeout_ms = 2000;   /* Kafka's controller.quorum.request.timeout.ms */
     c->password_encoder_key_length = 128;  /* Kafka's password.encoder.* defaults */
     c->password_encoder_iterations = 4096;
 }
@@ -167,8 +173,13 @@ static int validate_password_encoder(const km_config *c, km_err *err)
 
 int km_config_validate(const km_config *c, km_err *err)
 {
-    if (!c->metadata_dir)
-        return km_fail(err, "metadata.dir is required (the __cluster_metadata-0 directory)");
+    bool quorum = c->metadata_source && !strcmp(c->metadata_source, "quorum");
+    if (!quorum && (!c->metadata_source || strcmp(c->metadata_source, "dir")))
+        return km_fail(err, "metadata.source must be quorum or dir, not '%s'", c->metadata_source ? c->metadata_source : "");
+    if (quorum && !c->quorum_bootstrap_servers && !c->quorum_voters)
+        return km_fail(err, "metadata.source=quorum needs controller.quorum.bootstrap.servers or controller.quorum.voters");
+    if (!quorum && !c->metadata_dir)
+        return km_fail(err, "metadata.dir is required with metadata.source=dir (the __cluster_metadata-0 directory)");
     if (c->broker_tls && !c->broker_tls_ca)
         return km_fail(err, "broker.tls.enabled=true needs broker.tls.ca.file");
     if (!c->broker_tls_cert != !c->broker_tls_key)

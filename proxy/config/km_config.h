@@ -12,7 +12,11 @@
 #include <stdint.h>
 
 typedef struct km_config {
-    char *metadata_dir;              /* metadata.dir: the __cluster_metadata-0 directory (required) */
+    char *metadata_source;           /* metadata.source: "dir" (read metadata.dir) or "quorum" (fetch as an observer) */
+    char *metadata_dir;              /* metadata.dir: the __cluster_metadata-0 directory (required for dir) */
+    char *quorum_bootstrap_servers;  /* controller.quorum.bootstrap.servers: HOST:PORT,... (quorum) */
+    char *quorum_voters;             /* controller.quorum.voters: ID@HOST:PORT,... (quorum) */
+    int32_t quorum_request_timeout_ms; /* controller.quorum.request.timeout.ms */
     char *cluster_id;                /* cluster.id: overrides meta.properties */
     int32_t kraft_controller_id;     /* kraft.controller.id: -1 = the raft leader the log names */
     char *zk_connect;                /* zookeeper.connect: HOST:PORT[,HOST:PORT][/chroot] (required) */

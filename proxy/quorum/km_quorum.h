@@ -80,6 +80,9 @@ km_quorum *km_quorum_new(struct ev_loop *loop, const km_quorum_config *cfg, km_i
                          const km_quorum_handlers *h, void *ud, km_err *err);
 void km_quorum_free(km_quorum *q);
 
+/* Holds the next request back (the one in flight still completes) while a consumer is full. */
+void km_quorum_set_paused(km_quorum *q, bool paused);
+
 typedef struct km_quorum_stats {
     int32_t leader_id, leader_epoch;   /* -1: no leader known */
     int64_t high_watermark;            /* -1: none learned yet */

@@ -182,6 +182,10 @@ void q_next_request(km_quorum *q)
     km_err err;
     if (q->fatal || !q->conn)
         return;
+    if (q->paused) {
+        q->request_held = true;
+        return;
+    }
     int rc = q->snap_active ? q_send_fetch_snapshot(q, &err) : q_send_fetch(q, &err);
     if (rc < 0)
         q_retry(q, false, err.msg);
@@ -526,6 +530,16 @@ void km_quorum_free(km_quorum *q)
     km_delta_free(q->delta);
     free(q->cfg_strings);
     free(q);
+}
+
+void km_quorum_set_paused(km_quorum *q, bool paused)
+{
+    q->paused = paused;
+    if (!paused && q->request_held) {
+        q->request_held = false;
+        if (q->conn && q->inflight_api < 0 && (q->phase == Q_FETCH || q->phase == Q_SNAPSHOT))
+            q_next_request(q);
+    }
 }
 
 void km_quorum_get_stats(const km_quorum *q, km_quorum_stats *out)

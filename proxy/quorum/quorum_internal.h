@@ -64,7 +64,8 @@ struct km_quorum {
     km_buf snap;
     double snap_started;
     km_quorum_stats st;
-    bool in_callback, fatal;
+    bool fatal;
+    bool paused, request_held;       /* km_quorum_set_paused; a request waits for the resume */
 };
 
 /* quorum.c */

@@ -1,0 +1,237 @@
+/* test_quorum_daemon.c - the daemon with metadata.source=quorum against a real ZooKeeper and
+ * raft simulators: ZooKeeper holds the committed image only, before and after a failover that
+ * truncates an uncommitted suffix (checked with `kmproxy zk diff`), and a contradiction of
+ * applied records stops the daemon naming offset and epoch. */
+#include "test_quorum_util.h"
+#include "km_daemon.h"
+#include "km_testsupport.h"
+#include "zkserver.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct drig {
+    km_zks *zks;
+    char hosts[128], *tmp;
+    struct ev_loop *loop;
+    km_rsim *sims[2];
+    km_daemon *d;
+    uint8_t *gen;               /* the generated log's bytes */
+    size_t gen_len;
+} drig;
+
+static uint8_t *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc(*len);
+    cr_assert_eq(fread(p, 1, *len, f), *len);
+    fclose(f);
+    return p;
+}
+
+/* `dir`/00000000000000000000.log holding bytes a then b. */
+static void write_log(const char *dir, const uint8_t *a, size_t alen, const uint8_t *b, size_t blen)
+{
+    char path[600];
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/00000000000000000000.log", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    cr_assert_eq(fwrite(a, 1, alen, f), alen);
+    if (blen)
+        cr_assert_eq(fwrite(b, 1, blen, f), blen);
+    fclose(f);
+}
+
+static void drig_start(drig *r)
+{
+    char err[512];
+    r->zks = km_zks_start(1, NULL, 0, err, sizeof err);
+    cr_assert(r->zks, "ZooKeeper: %s", err);
+    snprintf(r->hosts, sizeof r->hosts, "%s/kafka", km_zks_hosts(r->zks, -1));
+    r->tmp = km_test_tmpdir("qdaemon");
+    char gendir[600], seg[700];
+    snprintf(gendir, sizeof gendir, "%s/gen", r->tmp);
+    km_gen_opts g = {.brokers = 3, .topics = 4, .partitions = 3, .zk_migration = true, .seed = 11};
+    km_err e = {{0}};
+    cr_assert_geq(km_gen_write(gendir, &g, NULL, &e), 0, "%s", e.msg);
+    snprintf(seg, sizeof seg, "%s/00000000000000000000.log", gendir);
+    r->gen = read_file(seg, &r->gen_len);
+    r->loop = ev_loop_new(0);
+    km_rsim_voter v[2];
+    for (int i = 0; i < 2; i++) {
+        km_rsim_config c;
+        km_rsim_config_init(&c);
+        c.node_id = i + 1;
+        r->sims[i] = km_rsim_new(r->loop, &c, &e);
+        cr_assert(r->sims[i], "%s", e.msg);
+        v[i] = (km_rsim_voter){ .id = i + 1, .port = km_rsim_port(r->sims[i]) };
+        snprintf(v[i].host, sizeof v[i].host, "127.0.0.1");
+        cr_assert_eq(km_rsim_append(r->sims[i], r->gen, r->gen_len, &e), 0, "%s", e.msg);
+    }
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_voters(r->sims[i], v, 2, &e);
+}
+
+static void drig_daemon(drig *r)
+{
+    km_err e = {{0}};
+    char servers[128];
+    snprintf(servers, sizeof servers, "127.0.0.1:%u,127.0.0.1:%u", km_rsim_port(r->sims[0]), km_rsim_port(r->sims[1]));
+    km_config cfg;
+    km_config_defaults(&cfg);
+    cr_assert_eq(km_config_set(&cfg, "metadata.source", "quorum", "test", &e), 0, "%s", e.msg);
+    cr_assert_eq(km_config_set(&cfg, "controller.quorum.bootstrap.servers", servers, "test", &e), 0, "%s", e.msg);
+    cr_assert_eq(km_config_set(&cfg, "zookeeper.connect", r->hosts, "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "brokers.enabled", "false", "test", &e), 0);
+    r->d = km_daemon_new(r->loop, &cfg, &e);
+    km_config_free(&cfg);
+    cr_assert(r->d, "%s", e.msg);
+    km_daemon_start(r->d);
+}
+
+static void drig_stop(drig *r)
+{
+    km_daemon_free(r->d);
+    for (int i = 0; i < 2; i++)
+        km_rsim_free(r->sims[i]);
+    ev_loop_destroy(r->loop);
+    km_zks_stop(r->zks);
+    km_test_rmtree(r->tmp);
+    free(r->tmp);
+    free(r->gen);
+}
+
+static int64_t g_offset;
+static bool mirrored_at(const km_daemon_status *st)
+{
+    return st->zk_idle && st->zk_confirmed_offset == st->image_offset && st->image_offset == g_offset;
+}
+static bool stopped(const km_daemon_status *st) { return st->fatal != NULL; }
+
+typedef struct dwait { km_daemon *d; bool (*pred)(const km_daemon_status *); } dwait;
+
+static void poll_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)revents;
+    dwait *w = t->data;
+    km_daemon_status st;
+    km_daemon_get_status(w->d, &st);
+    if (w->pred(&st) || st.fatal)
+        ev_break(loop, EVBREAK_ALL);
+}
+
+static void guard_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)t;
+    (void)revents;
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static bool run_until(drig *r, bool (*pred)(const km_daemon_status *))
+{
+    dwait w = { r->d, pred };
+    ev_timer poll, guard;
+    ev_timer_init(&poll, poll_cb, 0.02, 0.02);
+    poll.data = &w;
+    ev_timer_init(&guard, guard_cb, 60, 0);
+    ev_timer_start(r->loop, &poll);
+    ev_timer_start(r->loop, &guard);
+    ev_run(r->loop, 0);
+    ev_timer_stop(r->loop, &poll);
+    ev_timer_stop(r->loop, &guard);
+    km_daemon_status st;
+    km_daemon_get_status(r->d, &st);
+    return pred(&st);
+}
+
+/* `kmproxy zk diff` of ZooKeeper against the log in dir: no difference at all. */
+static void assert_zk_equals(drig *r, const char *dir)
+{
+    char *argv[] = { (char *)km_test_binary(), "zk", "diff", "--zookeeper", r->hosts, "--metadata", (char *)dir, NULL };
+    char *out = NULL, *err = NULL;
+    size_t n;
+    int rc = km_test_run(argv, NULL, 0, &out, &n, &err);
+    cr_assert(rc == 0 && strstr(out, "zk diff: 0 missing in ZooKeeper, 0 different, 0 only in ZooKeeper"),
+              "zk diff against %s (rc %d):\n%s\n%s", dir, rc, out, err);
+    cr_assert(!strstr(out, "uncommitted"), "%s", out);
+    free(out);
+    free(err);
+}
+
+Test(quorum_daemon, zookeeper_holds_the_committed_image_only_across_a_failover, .timeout = 240)
+{
+    drig r = {0};
+    drig_start(&r);
+    int32_t e = km_rsim_last_epoch(r.sims[0]);
+    int64_t end = km_rsim_log_end(r.sims[0]);
+    km_buf a, b;
+    km_buf_init(&a);
+    km_buf_init(&b);
+    for (int i = 0; i < 4; i++)
+        tq_config_batch(&a, end + i * 5, e, 5, "uncommitted");
+    for (int i = 0; i < 6; i++)
+        tq_config_batch(&b, end + i * 5, e + 1, 5, "committed");
+    km_err err;
+    cr_assert_eq(km_rsim_append(r.sims[0], a.data, a.len, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_rsim_append(r.sims[1], b.data, b.len, &err), 0, "%s", err.msg);
+    km_rsim_set_high_watermark(r.sims[0], end); /* the suffix on node 1 never commits */
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r.sims[i], 1, e);
+    drig_daemon(&r);
+    g_offset = end - 1;
+    cr_assert(run_until(&r, mirrored_at), "never mirrored the committed prefix");
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/committed1", r.tmp);
+    write_log(dir, r.gen, r.gen_len, NULL, 0);
+    assert_zk_equals(&r, dir);
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r.sims[i], 2, e + 1);
+    g_offset = end + 29;
+    cr_assert(run_until(&r, mirrored_at), "never mirrored the new leader's log");
+    snprintf(dir, sizeof dir, "%s/committed2", r.tmp);
+    write_log(dir, r.gen, r.gen_len, b.data, b.len);
+    assert_zk_equals(&r, dir);
+    km_buf_free(&a);
+    km_buf_free(&b);
+    drig_stop(&r);
+}
+
+Test(quorum_daemon, a_contradiction_of_applied_records_stops_the_daemon, .timeout = 240)
+{
+    drig r = {0};
+    drig_start(&r);
+    int32_t e = km_rsim_last_epoch(r.sims[0]);
+    int64_t end = km_rsim_log_end(r.sims[0]);
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r.sims[i], 1, e);
+    drig_daemon(&r);
+    g_offset = end - 1;
+    cr_assert(run_until(&r, mirrored_at));
+    /* A "leader" whose log lost committed records and wrote others at a newer epoch. */
+    km_rsim_truncate(r.sims[1], end - 10);
+    km_buf b;
+    km_buf_init(&b);
+    int64_t from = km_rsim_log_end(r.sims[1]);
+    tq_config_batch(&b, from, e + 1, 5, "rewritten");
+    km_err err;
+    cr_assert_eq(km_rsim_append(r.sims[1], b.data, b.len, &err), 0, "%s", err.msg);
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r.sims[i], 2, e + 1);
+    cr_assert(run_until(&r, stopped), "the daemon accepted a log contradicting applied records");
+    km_daemon_status st;
+    km_daemon_get_status(r.d, &st);
+    char want[64];
+    snprintf(want, sizeof want, "offset %lld", (long long)from);
+    cr_assert(strstr(st.fatal, "metadata quorum") && strstr(st.fatal, want) && strstr(st.fatal, "epoch"), "%s",
+              st.fatal);
+    km_buf_free(&b);
+    drig_stop(&r);
+}
