@@ -80,15 +80,23 @@ static void drig_start(drig *r)
         km_rsim_set_voters(r->sims[i], v, 2, &e);
 }
 
-static void drig_daemon(drig *r)
+/* With voters the quorum is named by controller.quorum.voters (id@host:port), else by
+ * controller.quorum.bootstrap.servers. */
+static void drig_daemon(drig *r, bool voters)
 {
     km_err e = {{0}};
     char servers[128];
-    snprintf(servers, sizeof servers, "127.0.0.1:%u,127.0.0.1:%u", km_rsim_port(r->sims[0]), km_rsim_port(r->sims[1]));
+    if (voters)
+        snprintf(servers, sizeof servers, "1@127.0.0.1:%u,2@127.0.0.1:%u", km_rsim_port(r->sims[0]),
+                 km_rsim_port(r->sims[1]));
+    else
+        snprintf(servers, sizeof servers, "127.0.0.1:%u,127.0.0.1:%u", km_rsim_port(r->sims[0]),
+                 km_rsim_port(r->sims[1]));
     km_config cfg;
     km_config_defaults(&cfg);
     cr_assert_eq(km_config_set(&cfg, "metadata.source", "quorum", "test", &e), 0, "%s", e.msg);
-    cr_assert_eq(km_config_set(&cfg, "controller.quorum.bootstrap.servers", servers, "test", &e), 0, "%s", e.msg);
+    const char *key = voters ? "controller.quorum.voters" : "controller.quorum.bootstrap.servers";
+    cr_assert_eq(km_config_set(&cfg, key, servers, "test", &e), 0, "%s", e.msg);
     cr_assert_eq(km_config_set(&cfg, "zookeeper.connect", r->hosts, "test", &e), 0);
     cr_assert_eq(km_config_set(&cfg, "brokers.enabled", "false", "test", &e), 0);
     r->d = km_daemon_new(r->loop, &cfg, &e);
@@ -185,7 +193,7 @@ Test(quorum_daemon, zookeeper_holds_the_committed_image_only_across_a_failover, 
     km_rsim_set_high_watermark(r.sims[0], end); /* the suffix on node 1 never commits */
     for (int i = 0; i < 2; i++)
         km_rsim_set_leader(r.sims[i], 1, e);
-    drig_daemon(&r);
+    drig_daemon(&r, false);
     g_offset = end - 1;
     cr_assert(run_until(&r, mirrored_at), "never mirrored the committed prefix");
     char dir[700];
@@ -212,7 +220,7 @@ Test(quorum_daemon, a_contradiction_of_applied_records_stops_the_daemon, .timeou
     int64_t end = km_rsim_log_end(r.sims[0]);
     for (int i = 0; i < 2; i++)
         km_rsim_set_leader(r.sims[i], 1, e);
-    drig_daemon(&r);
+    drig_daemon(&r, true);
     g_offset = end - 1;
     cr_assert(run_until(&r, mirrored_at));
     /* A "leader" whose log lost committed records and wrote others at a newer epoch. */
@@ -234,4 +242,29 @@ Test(quorum_daemon, a_contradiction_of_applied_records_stops_the_daemon, .timeou
               st.fatal);
     km_buf_free(&b);
     drig_stop(&r);
+}
+
+Test(quorum_daemon, quorum_config_errors_name_the_key)
+{
+    km_config cfg;
+    km_err e = {{0}};
+    km_config_defaults(&cfg);
+    cr_assert_eq(km_config_set(&cfg, "zookeeper.connect", "127.0.0.1:1", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "metadata.source", "disk", "test", &e), 0);
+    cr_assert_eq(km_config_validate(&cfg, &e), -1);
+    cr_assert(strstr(e.msg, "metadata.source must be quorum or dir, not 'disk'"), "%s", e.msg);
+    cr_assert_eq(km_config_set(&cfg, "metadata.source", "quorum", "test", &e), 0);
+    cr_assert_eq(km_config_validate(&cfg, &e), -1);
+    cr_assert(strstr(e.msg, "controller.quorum.bootstrap.servers"), "%s", e.msg);
+    cr_assert_eq(km_config_set(&cfg, "controller.quorum.voters", "1@nohost", "test", &e), 0);
+    struct ev_loop *loop = ev_loop_new(0);
+    km_daemon *d = km_daemon_new(loop, &cfg, &e);
+    cr_assert_null(d);
+    cr_assert(strstr(e.msg, "nohost"), "%s", e.msg);
+    ev_loop_destroy(loop);
+    km_config_free(&cfg);
+    km_config_defaults(&cfg);
+    cr_assert_eq(km_config_set(&cfg, "controller.quorum.request.timeout.ms", "50", "test", &e), -1);
+    cr_assert(strstr(e.msg, "controller.quorum.request.timeout.ms"), "%s", e.msg);
+    km_config_free(&cfg);
 }
