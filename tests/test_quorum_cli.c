@@ -174,3 +174,25 @@ Test(quorum_cli, bad_usage_exits_2)
     free(out);
     free(errs);
 }
+
+/* `make demo` runs this: the daemon as an observer of kmproxy-raftsim serving the demo's log. */
+Test(quorum_cli, demo_converges_in_quorum_mode, .timeout = 240)
+{
+    char *argv[] = { (char *)km_test_binary(), "demo", "--quorum", "--brokers", "3", "--topics", "6", "--partitions",
+                     "4", "--leader-changes", "8", NULL };
+    char *out, *err;
+    size_t n;
+    int rc = km_test_run(argv, NULL, 0, &out, &n, &err);
+    cr_assert_eq(rc, 0, "demo failed:\n%s\n%s", out, err);
+    cr_assert(strstr(out, "an observer of the KRaft quorum"), "%s", out);
+    const char *p = out;
+    int diffs = 0;
+    while ((p = strstr(p, "zk diff: 0 missing in ZooKeeper, 0 different, 0 only in ZooKeeper"))) {
+        diffs++;
+        p++;
+    }
+    cr_assert_eq(diffs, 2, "%s", out);
+    cr_assert(strstr(out, "converged on the KRaft image, twice"), "%s", out);
+    free(out);
+    free(err);
+}

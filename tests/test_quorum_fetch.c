@@ -144,3 +144,38 @@ Test(quorum_fetch, generated_log_in_small_fetches)
     km_test_rmtree(dir);
     free(dir);
 }
+
+/* Fetch v12-v15 answers carry no NodeEndpoints: the observer knows the leader only as the bootstrap
+ * address that answered without error (only a leader does), and must stay with it. */
+static void fetch_at_version(int16_t v)
+{
+    km_rsim_config c;
+    km_rsim_config_init(&c);
+    c.fetch_max_version = v;
+    tq_rig r;
+    tq_rig_init(&r, 1, &c);
+    km_err err;
+    cr_assert_eq(km_rsim_set_voters(r.sims[0], NULL, 0, &err), 0);
+    km_buf log;
+    km_buf_init(&log);
+    for (int b = 0; b < 10; b++)
+        tq_config_batch(&log, b * 3, 4, 3, "v");
+    cr_assert_eq(km_rsim_append(r.sims[0], log.data, log.len, &err), 0, "%s", err.msg);
+    tq_set_leader(&r, 1, 4);
+    tq_rig_start(&r);
+    cr_assert(tq_run_until(&r, tq_caught_up, 30), "Fetch v%d: not caught up", v);
+    km_image *want = tq_image_of(NULL, 0, 0, 0, log.data, log.len);
+    tq_assert_same_image(r.img, want, "older Fetch version");
+    km_rsim_stats st;
+    km_rsim_get_stats(r.sims[0], &st);
+    cr_assert_eq(st.rejected, 0, "Fetch v%d: %s", v, st.last_rejection);
+    km_image_free(want);
+    km_buf_free(&log);
+    tq_rig_free(&r);
+}
+
+Test(quorum_fetch, every_kraft_fetch_version_without_node_endpoints)
+{
+    for (int16_t v = 12; v <= 17; v++)
+        fetch_at_version(v);
+}

@@ -372,7 +372,7 @@ static void go_to_leader(km_quorum *q, const char *why)
         connect_next(q);
         return;
     }
-    q_retry(q, !n, why);
+    q_retry(q, false, why); /* endpoint unknown: the bootstrap servers are asked in turn */
 }
 
 int q_common_response(km_quorum *q, int16_t error, int32_t leader_id, int32_t epoch)
@@ -380,6 +380,12 @@ int q_common_response(km_quorum *q, int16_t error, int32_t leader_id, int32_t ep
     char why[1200];
     snprintf(why, sizeof why, "%s:%u answered error %d (leader %d, epoch %d)", q->target.host, q->target.port,
              error, leader_id, epoch);
+    if (error == QE_NONE && leader_id >= 0 && epoch >= q->epoch) {
+        /* Only the leader answers a Fetch without error (validateLeaderOnlyRequest), so the
+         * server dialled is the leader: remember where it is, whatever name it was dialled by. */
+        q_learn_endpoint(q, leader_id, q->target.host, q->target.port);
+        q->target.id = leader_id;
+    }
     if (epoch < q->epoch || error == QE_UNKNOWN_LEADER_EPOCH) {
         q_retry(q, q->target.id != q->leader_id, why); /* stale answer: ask again */
         return 1;
@@ -387,6 +393,10 @@ int q_common_response(km_quorum *q, int16_t error, int32_t leader_id, int32_t ep
     if (epoch > q->epoch || error == QE_FENCED_LEADER_EPOCH || error == QE_NOT_LEADER_OR_FOLLOWER) {
         if (epoch > q->epoch || (leader_id >= 0 && q->leader_id < 0))
             become_follower(q, leader_id, epoch);
+        if (error == QE_NONE && leader_id >= 0 && q->target.id == leader_id) {
+            q_next_request(q); /* the leader itself moved on: ask it again at its epoch */
+            return 1;
+        }
         if (leader_id < 0 || q->target.id == leader_id) /* no leader elected yet, or it says it is not */
             q_retry(q, leader_id < 0, why);
         else

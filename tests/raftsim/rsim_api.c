@@ -24,12 +24,13 @@ int64_t rsim_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* A voter's endpoint; a leader left out of the voter list still knows its own. */
 const km_rsim_voter *rsim_voter(const km_rsim *s, int32_t id)
 {
     for (int i = 0; i < s->n_voters; i++)
         if (s->voters[i].id == id)
             return &s->voters[i];
-    return NULL;
+    return id >= 0 && id == s->cfg.node_id ? &s->self : NULL;
 }
 
 /* The struct descriptor of a field (by spec name), to km_init nested array items. */
@@ -76,8 +77,8 @@ bool rsim_cluster_id_ok(const km_rsim *s, km_str given)
 
 int rsim_serve_api_versions(km_rsim *s, const rsim_req *rq, km_buf *out, km_arena *a, km_err *err)
 {
-    static const int16_t keys[][3] = {
-        { KM_API_FETCH, RSIM_API_FETCH_MIN, RSIM_API_FETCH_MAX },
+    const int16_t keys[][3] = {
+        { KM_API_FETCH, RSIM_API_FETCH_MIN, s->cfg.fetch_max_version },
         { KM_API_API_VERSIONS, 0, RSIM_API_VERSIONS_MAX },
         { KM_API_DESCRIBE_QUORUM, 0, RSIM_API_DESCRIBE_QUORUM_MAX },
         { KM_API_FETCH_SNAPSHOT, 0, RSIM_API_FETCH_SNAPSHOT_MAX },
@@ -137,9 +138,9 @@ static bool fetch_names_metadata(const km_fetch_request *q, int16_t v)
 
 int rsim_fetch_decode(km_rsim *s, const rsim_req *rq, rsim_fetch *fr, km_buf *out, km_arena *a, km_err *err)
 {
-    if (rq->version < RSIM_API_FETCH_MIN || rq->version > RSIM_API_FETCH_MAX)
+    if (rq->version < RSIM_API_FETCH_MIN || rq->version > s->cfg.fetch_max_version)
         return km_fail(err, "Fetch v%d is not advertised (v%d-%d)", rq->version, RSIM_API_FETCH_MIN,
-                       RSIM_API_FETCH_MAX);
+                       s->cfg.fetch_max_version);
     km_fetch_request q;
     if (rsim_decode_body(&km_fetch_request_desc, rq, &q, a, err) < 0 || fetch_strict(&q, err) < 0)
         return -1;

@@ -32,6 +32,7 @@ struct km_rsim {
     km_net_listener *listener;
     rsim_conn *conns;
     km_rsim_voter voters[KM_RSIM_MAX_VOTERS];
+    km_rsim_voter self;          /* its own endpoint */
     int n_voters;
     int32_t leader_id, epoch;
     uint8_t *log;                /* batches back to back; rsim_batch.pos indexes here */

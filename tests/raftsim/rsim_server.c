@@ -198,6 +198,8 @@ km_rsim *km_rsim_new(struct ev_loop *loop, const km_rsim_config *cfg, km_err *er
     s->cfg = *cfg;
     if (!s->cfg.fetch_max_bytes)
         s->cfg.fetch_max_bytes = 8 * 1024 * 1024;
+    if (s->cfg.fetch_max_version < RSIM_API_FETCH_MIN || s->cfg.fetch_max_version > RSIM_API_FETCH_MAX)
+        s->cfg.fetch_max_version = RSIM_API_FETCH_MAX;
     if (!s->cfg.snapshot_chunk_bytes)
         s->cfg.snapshot_chunk_bytes = 1024 * 1024;
     snprintf(s->cluster_id, sizeof s->cluster_id, "%s", cfg->cluster_id ? cfg->cluster_id : "kmproxy-raftsim-cluster");
@@ -208,6 +210,9 @@ km_rsim *km_rsim_new(struct ev_loop *loop, const km_rsim_config *cfg, km_err *er
         free(s);
         return NULL;
     }
+    s->self.id = cfg->node_id;
+    s->self.port = km_net_listener_port(s->listener);
+    snprintf(s->self.host, sizeof s->self.host, "%s", cfg->host ? cfg->host : "127.0.0.1");
     return s;
 }
 
