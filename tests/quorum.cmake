@@ -1,7 +1,8 @@
 # tests/quorum.cmake: the KRaft observer (proxy/quorum) against the raft simulator (tests/raftsim).
 set(KM_QUORUM_TESTS ${CMAKE_CURRENT_LIST_DIR})
 add_subdirectory(${KM_QUORUM_TESTS}/raftsim ${CMAKE_BINARY_DIR}/tests/raftsim)
-km_add_test(test_quorum_fetch SOURCES ${KM_QUORUM_TESTS}/test_quorum_fetch.c ${KM_QUORUM_TESTS}/test_quorum_util.c)
+km_add_test(test_quorum_fetch SOURCES ${KM_QUORUM_TESTS}/test_quorum_fetch.c ${KM_QUORUM_TESTS}/test_quorum_util.c
+            ${KM_QUORUM_TESTS}/test_tls_certs.c)
 target_link_libraries(test_quorum_fetch PRIVATE km_raftsim km_quorum)
 km_add_test(test_quorum_faults SOURCES ${KM_QUORUM_TESTS}/test_quorum_faults.c ${KM_QUORUM_TESTS}/test_quorum_util.c)
 target_link_libraries(test_quorum_faults PRIVATE km_raftsim km_quorum)

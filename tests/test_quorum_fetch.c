@@ -2,6 +2,7 @@
  * from the raft simulator: the image it builds over the network equals the files'. */
 #include "test_quorum_util.h"
 #include "km_testsupport.h"
+#include "test_tls_certs.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -178,4 +179,80 @@ Test(quorum_fetch, every_kraft_fetch_version_without_node_endpoints)
 {
     for (int16_t v = 12; v <= 17; v++)
         fetch_at_version(v);
+}
+
+static bool snapshot_caught_up(tq_rig *r)
+{
+    km_quorum_stats st;
+    km_quorum_get_stats(r->q, &st);
+    return st.snapshot_loads == 1 && tq_caught_up(r);
+}
+
+static uint64_t g_min_errors;
+static bool failed_enough(tq_rig *r)
+{
+    km_quorum_stats st;
+    km_quorum_get_stats(r->q, &st);
+    return st.fetch_errors >= g_min_errors;
+}
+
+/* An SSL controller listener: a snapshot and records over TLS (tls/), the server verified against
+ * the CA; a client that does not trust that CA never gets a byte. */
+Test(quorum_fetch, snapshot_and_records_over_tls)
+{
+    km_test_pki pki;
+    cr_assert(!km_test_pki_make(&pki));
+    km_err err;
+    km_tls_config sc = { .cert_file = pki.server_cert, .key_file = pki.server_key };
+    km_tls_config good = { .ca_file = pki.ca }, bad = { .ca_file = pki.other_ca };
+    km_tls_ctx *server = km_tls_server_ctx_new(&sc, &err);
+    km_tls_ctx *client = km_tls_client_ctx_new(&good, &err);
+    km_tls_ctx *untrusting = km_tls_client_ctx_new(&bad, &err);
+    cr_assert(server && client && untrusting, "%s", err.msg);
+    km_buf log;
+    km_buf_init(&log);
+    for (int b = 0; b < 12; b++)
+        tq_config_batch(&log, b * 4, 2, 4, "tls");
+    size_t head = 0; /* bytes of the two batches below offset 8: the snapshot holds them */
+    for (int b = 0; b < 2; b++) {
+        km_metalog_batch mb;
+        cr_assert_eq(km_ml_peek_batch(log.data + head, log.len - head, 0, &mb, &err), 1);
+        head += mb.size;
+    }
+    size_t snap_len;
+    uint8_t *snap = tq_snapshot_of(log.data, head, &snap_len);
+    for (int pass = 0; pass < 2; pass++) {
+        km_rsim_config c;
+        km_rsim_config_init(&c);
+        c.tls = server;
+        c.snapshot_chunk_bytes = 200;
+        tq_rig r;
+        tq_rig_init(&r, 1, &c);
+        cr_assert_eq(km_rsim_add_snapshot(r.sims[0], snap, snap_len, 8, 2, true, &err), 0, "%s", err.msg);
+        cr_assert_eq(km_rsim_append(r.sims[0], log.data + head, log.len - head, &err), 0, "%s", err.msg);
+        tq_set_leader(&r, 1, 2);
+        r.cfg.tls = pass == 0 ? client : untrusting;
+        r.cfg.tls_name = "localhost";
+        tq_rig_start(&r);
+        if (pass == 0) {
+            cr_assert(tq_run_until(&r, snapshot_caught_up, 30), "not caught up over TLS");
+            km_image *want = tq_image_of(NULL, 0, 0, 0, log.data, log.len);
+            tq_assert_same_image(r.img, want, "over TLS");
+            km_image_free(want);
+        } else {
+            g_min_errors = 3;
+            cr_assert(tq_run_until(&r, failed_enough, 30));
+            km_quorum_stats st;
+            km_quorum_get_stats(r.q, &st);
+            cr_assert_eq(st.applied_offset, -1);
+            cr_assert_eq(st.fetches, 0);
+        }
+        tq_rig_free(&r);
+    }
+    free(snap);
+    km_buf_free(&log);
+    km_tls_ctx_free(server);
+    km_tls_ctx_free(client);
+    km_tls_ctx_free(untrusting);
+    km_test_pki_free(&pki);
 }

@@ -43,6 +43,7 @@
 
 struct ev_loop;
 struct json_t;
+struct km_tls_ctx;
 
 typedef struct km_rsim km_rsim;
 
@@ -58,6 +59,7 @@ typedef struct km_rsim_config {
     int32_t fetch_max_bytes;     /* bytes of records per Fetch answer (whole batches, plus a cut one
                                   * as Kafka's FileRecords slice may give); 0: 8 MiB */
     int32_t snapshot_chunk_bytes;/* bytes per FetchSnapshot answer at most; 0: 1 MiB */
+    struct km_tls_ctx *tls;      /* a km_tls server context: an SSL listener; NULL: PLAINTEXT */
     int16_t fetch_max_version;   /* highest Fetch advertised (12-17); 0: 17.  Below 16 answers carry no
                                   * NodeEndpoints, as an older controller's */
 } km_rsim_config;

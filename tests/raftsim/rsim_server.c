@@ -168,7 +168,8 @@ static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
     rc->s = s;
     ev_timer_init(&rc->wait, on_wait_timeout, 1., 0.);
     rc->wait.data = rc;
-    rc->c = km_net_accept(s->loop, fd, peer, NULL, &h, rc, &err);
+    km_net_opts o = { .tls = s->cfg.tls };
+    rc->c = km_net_accept(s->loop, fd, peer, &o, &h, rc, &err);
     if (!rc->c) {
         free(rc);
         return;
