@@ -249,7 +249,8 @@ int km_rsim_set_voters(km_rsim *s, const km_rsim_voter *v, int n, km_err *err)
 {
     if (n < 0 || n > KM_RSIM_MAX_VOTERS)
         return km_fail(err, "raftsim: %d voters (at most %d)", n, KM_RSIM_MAX_VOTERS);
-    memcpy(s->voters, v, sizeof *v * (size_t)n);
+    if (n > 0)
+        memcpy(s->voters, v, sizeof *v * (size_t)n);
     s->n_voters = n;
     return 0;
 }
