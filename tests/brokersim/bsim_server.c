@@ -178,6 +178,8 @@ static int serve_control(bsim_conn *bc, const km_request_header_view *h, km_read
         return -1;
     st->sec.controller_requests++;
     snprintf(st->sec.last_principal, sizeof st->sec.last_principal, "%s", bc->auth.principal);
+    snprintf(st->sec.last_client_id, sizeof st->sec.last_client_id, "%.*s",
+             h->client_id.len > 0 ? (int)h->client_id.len : 0, h->client_id.ptr ? h->client_id.ptr : "");
     st->req_count[api][v < 16 ? v : 15]++;
     return km_frame_response(api, v, h->correlation_id, &rs, out, err);
 }

@@ -114,6 +114,7 @@ typedef struct km_bsim_security_stats {
     uint64_t unauthorized;             /* controller requests answered CLUSTER_AUTHORIZATION_FAILED */
     uint64_t controller_requests;      /* LeaderAndIsr, UpdateMetadata, StopReplica applied */
     char last_principal[300];          /* of the last controller request applied ("" if none) */
+    char last_client_id[64];           /* its request header's client.id */
 } km_bsim_security_stats;
 void km_bsim_get_security_stats(km_bsim *s, km_bsim_security_stats *out);
 

@@ -1,0 +1,254 @@
+/* Broker channels on secured listeners: SASL/PLAIN and SCRAM-SHA-256/512 over PLAINTEXT and TLS
+ * against the simulator's SaslServerAuthenticator, a refused password (logged once, retried,
+ * nothing delivered), the ClusterAction authorizer, client.id, and the broker's 100 MiB request
+ * cap as the channel's write limit. */
+#include "km_broker.h"
+#include "km_brokersim.h"
+#include "km_tls.h"
+#include "test_broker_rig.h"
+#include "test_tls_certs.h"
+
+#include <criterion/criterion.h>
+#include <ev.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define USERS "kmproxy:s3cret,other:pw"
+#define SUPER "User:kmproxy"
+
+typedef struct rig {
+    struct ev_loop *loop;
+    km_bsim *sim;
+    km_bchan *ch;
+    km_test_pki pki;
+    bool have_pki;
+    km_tls_ctx *server_tls, *client_tls;
+    int done, last_top, syncs;
+    int loud;                          /* log lines at warn or error mentioning authentication */
+    char first_loud[1024];
+} rig;
+
+static rig R;
+
+static void fini(void)
+{
+    km_bchan_free(R.ch);
+    km_bsim_free(R.sim);
+    km_tls_ctx_free(R.client_tls);
+    km_tls_ctx_free(R.server_tls);
+    if (R.loop)
+        ev_loop_destroy(R.loop);
+    if (R.have_pki)
+        km_test_pki_free(&R.pki);
+    memset(&R, 0, sizeof R);
+}
+
+static void on_log(int level, const char *msg, void *ud)
+{
+    rig *r = ud;
+    if (getenv("KM_TEST_VERBOSE"))
+        fprintf(stderr, "[%d] %s\n", level, msg);
+    if (level <= 2 && strstr(msg, "authentication") && r->loud++ == 0)
+        snprintf(r->first_loud, sizeof r->first_loud, "%s", msg);
+}
+
+/* An UpdateMetadata with no partitions, like batch 1 of a broker change. */
+static void on_sync(km_bchan *ch, void *ud)
+{
+    rig *r = ud;
+    r->syncs++;
+    km_arena a;
+    km_arena_init(&a, 0);
+    km_update_metadata_request *rq = km_arena_alloc(&a, sizeof *rq);
+    km_bp_ctl ctl = { .controller_id = 3000, .controller_epoch = 1, .broker_epoch = -1, .kraft = true };
+    km_err err;
+    cr_assert_eq(km_bp_update_metadata(km_bchan_version(ch, KM_API_UPDATE_METADATA), &ctl, NULL, 0, NULL, 0, &a, rq,
+                                       &err), 0, "%s", err.msg);
+    cr_assert_gt(km_bchan_submit(ch, KM_API_UPDATE_METADATA, rq, &a, &err), 0);
+}
+
+static void on_done(km_bchan *ch, int16_t api, uint64_t seq, int16_t top, void *ud)
+{
+    (void)ch; (void)api; (void)seq;
+    rig *r = ud;
+    r->done++;
+    r->last_top = top;
+}
+
+static void start_sim(unsigned mechs, bool tls, bool authorizer)
+{
+    R.loop = ev_loop_new(EVFLAG_AUTO);
+    km_err err;
+    if (tls) {
+        cr_assert_eq(km_test_pki_make(&R.pki), 0);
+        R.have_pki = true;
+        km_tls_config sc = { .cert_file = R.pki.server_cert, .key_file = R.pki.server_key };
+        km_tls_config cc = { .ca_file = R.pki.ca };
+        cr_assert((R.server_tls = km_tls_server_ctx_new(&sc, &err)), "%s", err.msg);
+        cr_assert((R.client_tls = km_tls_client_ctx_new(&cc, &err)), "%s", err.msg);
+    }
+    km_bsim_config cfg;
+    km_bsim_config_init(&cfg);
+    cfg.broker_id = 1;
+    cfg.tls = R.server_tls;
+    cfg.sasl_mechanisms = mechs;
+    cfg.sasl_users = USERS;
+    cfg.authorizer = authorizer;
+    cfg.super_users = SUPER;
+    cr_assert((R.sim = km_bsim_new(R.loop, &cfg, &err)), "%s", err.msg);
+}
+
+static void start_chan(km_sasl_mech mech, const char *user, const char *pass)
+{
+    static const km_bchan_hooks proto = { .need_full_sync = on_sync, .done = on_done };
+    km_bchan_hooks h = proto;
+    h.ud = &R;
+    km_bchan_config cfg = { .broker_id = 1, .host = "127.0.0.1", .port = km_bsim_port(R.sim),
+                            .net = { .tls = R.client_tls }, .sasl = { mech, user, pass },
+                            .request_timeout = 10, .backoff_base = 0.01, .backoff_max = 0.05,
+                            .client_id = "3000", .log = on_log, .log_ud = &R };
+    km_err err;
+    cr_assert((R.ch = km_bchan_new(R.loop, &cfg, &h, &err)), "%s", err.msg);
+}
+
+/* Runs the loop until pred or 30 s (a guard against hangs, not a timing assertion). */
+static bool run_until(bool (*pred)(void))
+{
+    ev_tstamp end = ev_time() + 30;
+    while (!pred() && ev_time() < end)
+        ev_run(R.loop, EVRUN_ONCE);
+    return pred();
+}
+
+static bool answered(void) { return R.done > 0; }
+
+static km_bsim_security_stats sec(void)
+{
+    km_bsim_security_stats s;
+    km_bsim_get_security_stats(R.sim, &s);
+    return s;
+}
+
+/* Counted by the channel: the simulator counts a refusal before the channel has read it. */
+static bool three_refusals(void)
+{
+    km_bchan_stats cs;
+    km_bchan_get_stats(R.ch, &cs);
+    return cs.auth_failures >= 3;
+}
+
+#define ALL_MECHS ((1u << KM_SASL_PLAIN) | (1u << KM_SASL_SCRAM_SHA_256) | (1u << KM_SASL_SCRAM_SHA_512))
+
+static void authenticates(km_sasl_mech mech, bool tls)
+{
+    start_sim(ALL_MECHS, tls, true);
+    start_chan(mech, "kmproxy", "s3cret");
+    cr_assert(run_until(answered), "%s%s: no answer", km_sasl_mech_name(mech), tls ? " over TLS" : "");
+    cr_assert_eq(R.last_top, 0, "%s: error %d", km_sasl_mech_name(mech), R.last_top);
+    km_bsim_security_stats s = sec();
+    cr_assert_eq(s.sasl_ok, 1);
+    cr_assert_eq(s.sasl_failed + s.unauthenticated + s.unauthorized + s.plaintext_on_tls, 0);
+    cr_assert_eq(s.controller_requests, 1);
+    cr_assert_str_eq(s.last_principal, "User:kmproxy");
+    cr_assert_eq(R.loud, 0, "%s", R.first_loud);
+    fini();
+}
+
+Test(broker_sasl, every_mechanism_over_plaintext, .fini = fini, .timeout = 120)
+{
+    authenticates(KM_SASL_PLAIN, false);
+    authenticates(KM_SASL_SCRAM_SHA_256, false);
+    authenticates(KM_SASL_SCRAM_SHA_512, false);
+}
+
+Test(broker_sasl, every_mechanism_over_tls, .fini = fini, .timeout = 120)
+{
+    authenticates(KM_SASL_PLAIN, true);
+    authenticates(KM_SASL_SCRAM_SHA_256, true);
+    authenticates(KM_SASL_SCRAM_SHA_512, true);
+}
+
+static void refused(km_sasl_mech mech, const char *user, const char *pass, unsigned mechs, const char *reason)
+{
+    start_sim(mechs, false, true);
+    start_chan(mech, user, pass);
+    cr_assert(run_until(three_refusals), "the channel did not retry: %s", R.first_loud);
+    cr_assert_geq(sec().sasl_failed, 3);
+    km_bsim_security_stats s = sec();
+    cr_assert_eq(s.controller_requests + s.unauthenticated + s.unauthorized, 0,
+                 "a controller request reached the broker unauthenticated");
+    cr_assert_eq(R.done, 0);
+    cr_assert(!km_bchan_ready(R.ch));
+    km_bchan_stats cs;
+    km_bchan_get_stats(R.ch, &cs);
+    cr_assert_geq(cs.auth_failures, 3);
+    cr_assert_geq(cs.connects, 3, "retried on new connections");
+    cr_assert_eq(R.loud, 1, "logged %d times (once expected); first: %s", R.loud, R.first_loud);
+    cr_assert(strstr(R.first_loud, reason), "the log does not carry the broker's reason: %s", R.first_loud);
+    cr_assert(strstr(R.first_loud, km_sasl_mech_name(mech)), "%s", R.first_loud);
+    fini();
+}
+
+Test(broker_sasl, a_refused_password_is_logged_once_retried_and_nothing_is_sent, .fini = fini, .timeout = 120)
+{
+    refused(KM_SASL_SCRAM_SHA_256, "kmproxy", "wrong", ALL_MECHS,
+            "SASL_AUTHENTICATION_FAILED (58): Authentication failed during authentication due to invalid credentials "
+            "with SASL mechanism SCRAM-SHA-256");
+    refused(KM_SASL_PLAIN, "kmproxy", "wrong", ALL_MECHS, "Authentication failed: Invalid username or password");
+    refused(KM_SASL_SCRAM_SHA_512, "nobody", "pw", ALL_MECHS, "Invalid user credentials");
+    refused(KM_SASL_SCRAM_SHA_512, "kmproxy", "s3cret", 1u << KM_SASL_PLAIN,
+            "the listener does not enable SCRAM-SHA-512 (it offers: PLAIN)");
+}
+
+/* Defect 2 as it was: without SASL the authorizer refuses every controller request. */
+Test(broker_sasl, the_authorizer_refuses_unauthenticated_and_non_super_users, .fini = fini, .timeout = 120)
+{
+    start_sim(0, false, true);
+    start_chan(KM_SASL_NONE, NULL, NULL);
+    cr_assert(run_until(answered));
+    cr_assert_eq(R.last_top, 31, "CLUSTER_AUTHORIZATION_FAILED expected, got %d", R.last_top);
+    km_bsim_security_stats s = sec();
+    cr_assert_eq(s.unauthorized, 1);
+    cr_assert_eq(s.controller_requests, 0, "the state changed for User:ANONYMOUS");
+    fini();
+    start_sim(ALL_MECHS, false, true);
+    start_chan(KM_SASL_SCRAM_SHA_256, "other", "pw"); /* authenticated, but no ClusterAction */
+    cr_assert(run_until(answered));
+    cr_assert_eq(R.last_top, 31);
+    cr_assert_eq(sec().controller_requests, 0);
+    cr_assert_eq(sec().sasl_ok, 1);
+}
+
+/* A SASL channel pointed at a listener without SASL says what is wrong. */
+Test(broker_sasl, sasl_against_a_plain_listener_names_the_cause, .fini = fini, .timeout = 120)
+{
+    start_sim(0, false, false);
+    start_chan(KM_SASL_PLAIN, "kmproxy", "s3cret");
+    cr_assert(run_until(three_refusals));
+    cr_assert_eq(R.loud, 1, "%s", R.first_loud);
+    cr_assert(strstr(R.first_loud, "ILLEGAL_SASL_STATE"), "%s", R.first_loud);
+    cr_assert(strstr(R.first_loud, "is the listener a SASL one?"), "%s", R.first_loud);
+    cr_assert_eq(sec().controller_requests, 0);
+}
+
+static bool brig_ready(brig *r) { return brig_converged(r); }
+
+/* ControllerChannelManager.addNewBroker: NetworkClient(..., config.brokerId.toString, ...): the
+ * controller's node id is the client.id of every controller request. */
+Test(broker_sasl, client_id_is_the_controller_node_id, .timeout = 120)
+{
+    brig r;
+    brig_opts o = { .brokers = 2, .topics = 2, .partitions = 2, .replication = 2 };
+    cr_assert(brig_init(&r, &o), "%s", r.why);
+    cr_assert(brig_activate(&r), "%s", r.why);
+    cr_assert(brig_run_until(&r, brig_ready, 60), "%s", r.why);
+    for (int i = 0; i < r.nsims; i++) {
+        km_bsim_security_stats s;
+        km_bsim_get_security_stats(r.sims[i], &s);
+        char want[16];
+        snprintf(want, sizeof want, "%d", BRIG_CONTROLLER);
+        cr_assert_str_eq(s.last_client_id, want);
+    }
+    brig_free(&r);
+}
