@@ -252,3 +252,35 @@ Test(broker_sasl, client_id_is_the_controller_node_id, .timeout = 120)
     }
     brig_free(&r);
 }
+
+static bool two_answers(void) { return R.done >= 2; }
+
+/* socket.request.max.bytes is 100 MiB by default: an UpdateMetadata of 68 MiB (a big cluster's
+ * full sync) must go out, not be dropped at a 64 MiB write limit. */
+Test(broker_sasl, a_68_mib_update_metadata_is_delivered, .fini = fini, .timeout = 300)
+{
+    start_sim(0, false, false);
+    start_chan(KM_SASL_NONE, NULL, NULL);
+    cr_assert(run_until(answered));
+    enum { N = 68 * 1024 * 1024 / 4 };
+    int32_t *replicas = malloc(sizeof *replicas * N);
+    cr_assert(replicas);
+    for (int32_t i = 0; i < N; i++)
+        replicas[i] = i;
+    km_bp_part part = { .topic = "big", .partition = 0, .leader = 0, .leader_epoch = 1, .partition_epoch = 1,
+                        .isr = { replicas, 1 }, .replicas = { replicas, N } };
+    km_arena a;
+    km_arena_init(&a, 0);
+    km_update_metadata_request *rq = km_arena_alloc(&a, sizeof *rq);
+    km_bp_ctl ctl = { .controller_id = 3000, .controller_epoch = 1, .broker_epoch = -1, .kraft = true };
+    km_err err;
+    cr_assert_eq(km_bp_update_metadata(km_bchan_version(R.ch, KM_API_UPDATE_METADATA), &ctl, &part, 1, NULL, 0, &a,
+                                       rq, &err), 0, "%s", err.msg);
+    free(replicas);
+    cr_assert_gt(km_bchan_submit(R.ch, KM_API_UPDATE_METADATA, rq, &a, &err), 0);
+    cr_assert(run_until(two_answers), "the 68 MiB UpdateMetadata was not answered");
+    km_bchan_stats cs;
+    km_bchan_get_stats(R.ch, &cs);
+    cr_assert_eq(cs.dropped, 0);
+    cr_assert_eq(R.last_top, 0);
+}
