@@ -207,6 +207,14 @@ static bool three_rejections_each(void)
     return n >= 3 * BROKERS;
 }
 
+static bool three_refusals_each(void)
+{
+    for (int i = 0; i < BROKERS; i++)
+        if (sim_sec(i).sasl_failed < 3)
+            return false;
+    return true;
+}
+
 /* Runs the loop until pred, a fatal error, or 60 s (a guard against hangs, not a timing assertion). */
 static bool run_until(bool (*pred)(void))
 {
@@ -306,4 +314,23 @@ Test(daemon_secure, sasl_ssl_scram_converges_with_an_authorizer, .fini = fini, .
         cr_assert_eq(s.unauthorized + s.unauthenticated + s.sasl_failed, 0);
         cr_assert_geq(s.sasl_ok, 1);
     }
+}
+
+/* A wrong password: every broker refuses; each refusal is logged once per broker with the
+ * broker's reason, retried, and no controller request reaches any broker. */
+Test(daemon_secure, a_wrong_sasl_password_is_logged_once_per_broker_and_retried, .fini = fini, .timeout = 180)
+{
+    static const sim_opts o = {.listener = "SASL_SSL", .bind = "127.0.0.1", .sasl = true};
+    start(&o, (const char *const[]){"broker.security.protocol=SASL_SSL", "broker.tls.ca.file=CA",
+                                    "broker.sasl.mechanism=SCRAM-SHA-512",
+                                    "broker.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+                                    "required username=\"kmproxy\" password=\"wrong\";", NULL});
+    cr_assert(run_until(three_refusals_each), "the daemon did not retry");
+    char *log = daemon_log();
+    cr_assert_eq(occurrences(log, "authentication as 'kmproxy' failed"), BROKERS, "%s", log);
+    cr_assert(strstr(log, "invalid credentials with SASL mechanism SCRAM-SHA-512"), "%s", log);
+    free(log);
+    assert_no_plaintext();
+    for (int i = 0; i < BROKERS; i++)
+        cr_assert_eq(sim_sec(i).controller_requests + sim_sec(i).unauthenticated, 0);
 }
