@@ -102,10 +102,11 @@ static int broker_security(km_daemon *d, km_daemon_consumers *c, km_err *err)
         if (!(c->broker_tls = km_tls_client_ctx_new(&tc, err)))
             return -1;
     }
-    km_daemon_log(d, KM_LOG_INFO, "brokers: %s to listener %s%s%s%s%s", c->sec.protocol, c->sec.listener,
+    km_daemon_log(d, KM_LOG_INFO, "brokers: %s to listener %s%s%s%s%s%s%s", c->sec.protocol, c->sec.listener,
                   c->sec.tls && !c->sec.verify_name ? " (host names not verified)" : "",
                   c->sec.mechanism ? ", SASL/" : "", c->sec.mechanism ? km_sasl_mech_name(c->sec.mechanism) : "",
-                  c->sec.mechanism ? " as the configured user" : "");
+                  c->sec.mechanism ? " as '" : "", c->sec.mechanism ? c->sec.username : "",
+                  c->sec.mechanism ? "'" : "");
     return 0;
 }
 

@@ -43,13 +43,15 @@ typedef struct sim_opts {
     const char *listener;              /* the endpoint name the brokers register */
     const char *bind;                  /* the simulators' address (and registered host) */
     const char *registered_host;       /* NULL: bind */
-    bool sasl;                         /* SCRAM-SHA-512 + authorizer */
+    bool sasl;                         /* PLAIN and SCRAM-SHA-512 + authorizer */
+    bool client_cert;                  /* the TLS listener demands a client certificate */
 } sim_opts;
 
 static void start_sims(const sim_opts *o)
 {
     km_err e = {{0}};
-    km_tls_config sc = {.cert_file = R.pki.server_cert, .key_file = R.pki.server_key};
+    km_tls_config sc = {.cert_file = R.pki.server_cert, .key_file = R.pki.server_key,
+                        .ca_file = o->client_cert ? R.pki.ca : NULL, .require_client_cert = o->client_cert};
     cr_assert((R.server_tls = km_tls_server_ctx_new(&sc, &e)), "%s", e.msg);
     km_metalog_writer_opts wo = {.leader_epoch = 1};
     km_metalog_writer *w = km_metalog_writer_open_dir(R.logdir, &wo, &e);
@@ -62,7 +64,7 @@ static void start_sims(const sim_opts *o)
         cfg.host = o->bind;
         cfg.tls = R.server_tls;
         if (o->sasl) {
-            cfg.sasl_mechanisms = 1u << KM_SASL_SCRAM_SHA_512;
+            cfg.sasl_mechanisms = 1u << KM_SASL_SCRAM_SHA_512 | 1u << KM_SASL_PLAIN;
             cfg.sasl_users = "kmproxy:s3cret";
             cfg.authorizer = true;
             cfg.super_users = "User:kmproxy";
@@ -90,8 +92,21 @@ static void start_sims(const sim_opts *o)
     cr_assert_eq(km_metalog_writer_finish(w, &e), 0, "%s", e.msg);
 }
 
+/* A file holding the simulators' password for kmproxy. */
+static const char *password_file(void)
+{
+    static char path[700];
+    snprintf(path, sizeof path, "%s/sasl-password", R.tmp);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("s3cret\n", f);
+    fclose(f);
+    return path;
+}
+
 /* settings: "key=value" strings, NULL-terminated; the values CA and OTHER_CA name the test PKI's
- * CA files.  The daemon's log goes to R.logfile. */
+ * CA files, CLIENT_CERT/CLIENT_KEY the client identity, PASSWORD_FILE a file with the right SASL
+ * password.  The daemon's log goes to R.logfile. */
 static void start(const sim_opts *o, const char *const *settings)
 {
     char err[512];
@@ -116,7 +131,10 @@ static void start(const sim_opts *o, const char *const *settings)
         char key[128];
         const char *eq = strchr(*s, '=');
         snprintf(key, sizeof key, "%.*s", (int)(eq - *s), *s);
-        const char *value = !strcmp(eq + 1, "CA") ? R.pki.ca : !strcmp(eq + 1, "OTHER_CA") ? R.pki.other_ca : eq + 1;
+        const char *value = !strcmp(eq + 1, "CA") ? R.pki.ca : !strcmp(eq + 1, "OTHER_CA") ? R.pki.other_ca
+                            : !strcmp(eq + 1, "CLIENT_CERT") ? R.pki.client_cert
+                            : !strcmp(eq + 1, "CLIENT_KEY") ? R.pki.client_key
+                            : !strcmp(eq + 1, "PASSWORD_FILE") ? password_file() : eq + 1;
         cr_assert_eq(km_config_set(&cfg, key, value, "test", &e), 0, "%s", e.msg);
     }
     fflush(stderr);
@@ -333,4 +351,32 @@ Test(daemon_secure, a_wrong_sasl_password_is_logged_once_per_broker_and_retried,
     assert_no_plaintext();
     for (int i = 0; i < BROKERS; i++)
         cr_assert_eq(sim_sec(i).controller_requests + sim_sec(i).unauthenticated, 0);
+}
+
+/* broker.sasl.username + broker.sasl.password.file with PLAIN. */
+Test(daemon_secure, sasl_plain_with_a_password_file_converges, .fini = fini, .timeout = 180)
+{
+    static const sim_opts o = {.listener = "SASL_SSL", .bind = "127.0.0.1", .sasl = true};
+    start(&o, (const char *const[]){"broker.security.protocol=SASL_SSL", "broker.tls.ca.file=CA",
+                                    "broker.sasl.mechanism=PLAIN", "broker.sasl.username=kmproxy",
+                                    "broker.sasl.password.file=PASSWORD_FILE", NULL});
+    cr_assert(run_until(converged), "did not converge with SASL/PLAIN");
+    for (int i = 0; i < BROKERS; i++)
+        cr_assert_str_eq(sim_sec(i).last_principal, "User:kmproxy");
+}
+
+/* broker.tls.cert.file/key.file: a listener with ssl.client.auth=required. */
+Test(daemon_secure, a_client_certificate_is_presented_when_configured, .fini = fini, .timeout = 180)
+{
+    static const sim_opts o = {.listener = "SSL", .bind = "127.0.0.1", .client_cert = true};
+    start(&o, (const char *const[]){"broker.security.protocol=SSL", "broker.tls.ca.file=CA", NULL});
+    rejection_needle = "connection to 127.0.0.1:";
+    cr_assert(run_until(three_rejections_each), "a listener that requires a client certificate let us in");
+    for (int i = 0; i < BROKERS; i++)
+        cr_assert_eq(sim_sec(i).controller_requests, 0);
+    fini();
+    start(&o, (const char *const[]){"broker.security.protocol=SSL", "broker.tls.ca.file=CA",
+                                    "broker.tls.cert.file=CLIENT_CERT", "broker.tls.key.file=CLIENT_KEY", NULL});
+    cr_assert(run_until(converged), "did not converge with a client certificate");
+    assert_no_plaintext();
 }
