@@ -83,6 +83,23 @@ static void random_nonce(char out[NONCE_MAX])
     km_base64_encode(raw, sizeof raw, out, false);
 }
 
+/* The given nonce (tests), or a random one. */
+static void use_nonce(char out[NONCE_MAX], const char *given)
+{
+    if (given)
+        strcpy(out, given);
+    else
+        random_nonce(out);
+}
+
+/* Contexts hold passwords and derived keys: wipe them before freeing. */
+static void wipe_free(void *p, size_t n)
+{
+    if (p)
+        OPENSSL_cleanse(p, n);
+    free(p);
+}
+
 /* RFC 5802 saslname: ',' and '=' escaped as =2C and =3D. */
 static int escape_name(const char *in, char *out, size_t cap, km_err *err)
 {
@@ -186,19 +203,11 @@ km_scram_client *km_scram_client_new(km_sasl_mech mech, const char *user, const 
         return km_fail(err, "SCRAM: password or nonce too long"), NULL;
     }
     strcpy(c->pass, pass);
-    if (nonce)
-        strcpy(c->nonce, nonce);
-    else
-        random_nonce(c->nonce);
+    use_nonce(c->nonce, nonce);
     return c;
 }
 
-void km_scram_client_free(km_scram_client *c)
-{
-    if (c)
-        OPENSSL_cleanse(c, sizeof *c);
-    free(c);
-}
+void km_scram_client_free(km_scram_client *c) { wipe_free(c, c ? sizeof *c : 0); }
 
 int km_scram_client_first(km_scram_client *c, char *out, km_err *err)
 {
@@ -328,19 +337,11 @@ km_scram_server *km_scram_server_new(km_sasl_mech mech, int iterations, const ui
             return km_fail(err, "SCRAM: no random salt"), NULL;
         }
     }
-    if (nonce)
-        strcpy(s->snonce, nonce);
-    else
-        random_nonce(s->snonce);
+    use_nonce(s->snonce, nonce);
     return s;
 }
 
-void km_scram_server_free(km_scram_server *s)
-{
-    if (s)
-        OPENSSL_cleanse(s, sizeof *s);
-    free(s);
-}
+void km_scram_server_free(km_scram_server *s) { wipe_free(s, s ? sizeof *s : 0); }
 
 /* Kafka's ScramMessages.ClientFirstMessage: gs2 header "n,," or "n,a=authzid,"; "y"/"p"
  * (channel binding) refused; extensions after the nonce ignored. */
