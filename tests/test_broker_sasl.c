@@ -5,6 +5,7 @@
 #include "km_broker.h"
 #include "km_brokersim.h"
 #include "km_tls.h"
+#include "test_broker_client.h"
 #include "test_broker_rig.h"
 #include "test_tls_certs.h"
 
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define USERS "kmproxy:s3cret,other:pw"
 #define SUPER "User:kmproxy"
@@ -283,4 +285,65 @@ Test(broker_sasl, a_68_mib_update_metadata_is_delivered, .fini = fini, .timeout 
     km_bchan_get_stats(R.ch, &cs);
     cr_assert_eq(cs.dropped, 0);
     cr_assert_eq(R.last_top, 0);
+}
+
+/* The simulator as a broker sees a client that skips SASL, and what the authorizer answers:
+ * Kafka's getErrorResponse repeats CLUSTER_AUTHORIZATION_FAILED for every partition. */
+Test(broker_sasl, the_simulator_enforces_sasl_and_answers_like_kafkas_authorizer, .timeout = 60)
+{
+    km_bsim_config cfg;
+    km_bsim_config_init(&cfg);
+    cfg.sasl_mechanisms = 1u << KM_SASL_SCRAM_SHA_256;
+    cfg.sasl_users = USERS;
+    cfg.authorizer = true;
+    cfg.super_users = SUPER;
+    km_err err;
+    km_bsim *sim = km_bsim_start_thread(&cfg, &err);
+    cr_assert(sim, "%s", err.msg);
+    km_arena a;
+    km_arena_init(&a, 0);
+    static const int32_t replicas[] = { 1, 2 };
+    km_bp_part parts[2] = { { .topic = "t", .partition = 0, .leader = 1, .isr = { replicas, 2 }, .replicas = { replicas, 2 } },
+                            { .topic = "t", .partition = 1, .leader = 1, .isr = { replicas, 2 }, .replicas = { replicas, 2 } } };
+    parts[0].topic_id.b[0] = parts[1].topic_id.b[0] = 7;
+    km_bp_ctl ctl = { .controller_id = 3000, .controller_epoch = 1, .broker_epoch = -1, .kraft = true };
+    km_leader_and_isr_request lisr;
+    cr_assert_eq(km_bp_leader_and_isr(7, &ctl, parts, 2, NULL, 0, "PLAINTEXT", &a, &lisr, &err), 0, "%s", err.msg);
+    int fd = tbc_connect(km_bsim_port(sim));
+    cr_assert(tbc_send(fd, KM_API_LEADER_AND_ISR, 7, 1, &lisr));
+    cr_assert(tbc_closed(fd), "a request before authentication was not refused by closing");
+    close(fd);
+    km_bsim_security_stats st;
+    km_bsim_get_security_stats(sim, &st);
+    cr_assert_eq(st.unauthenticated, 1);
+    cr_assert_eq(st.controller_requests, 0);
+    km_bsim_stop_thread(sim);
+
+    cfg.sasl_mechanisms = 0; /* a PLAINTEXT listener: User:ANONYMOUS */
+    cr_assert((sim = km_bsim_start_thread(&cfg, &err)), "%s", err.msg);
+    fd = tbc_connect(km_bsim_port(sim));
+    for (int16_t v = 4; v <= 7; v += 3) {
+        cr_assert_eq(km_bp_leader_and_isr(v, &ctl, parts, 2, NULL, 0, "PLAINTEXT", &a, &lisr, &err), 0, "%s", err.msg);
+        km_leader_and_isr_response rs;
+        cr_assert(tbc_call(fd, KM_API_LEADER_AND_ISR, v, &lisr, &rs, &a));
+        cr_assert_eq(rs.error_code, 31);
+        const km_leader_and_isr_response_partition_error *pe =
+            v < 5 ? rs.partition_errors.items : rs.topics.items[0].partition_errors.items;
+        cr_assert_eq(v < 5 ? rs.partition_errors.count : rs.topics.items[0].partition_errors.count, 2);
+        cr_assert(pe[0].error_code == 31 && pe[1].error_code == 31 && pe[1].partition_index == 1);
+    }
+    km_bp_stop stops[2] = { { "t", 0, 3, true }, { "t", 1, 3, true } };
+    km_stop_replica_request sr;
+    cr_assert_eq(km_bp_stop_replica(3, &ctl, stops, 2, &a, &sr, &err), 0, "%s", err.msg);
+    km_stop_replica_response srs;
+    cr_assert(tbc_call(fd, KM_API_STOP_REPLICA, 3, &sr, &srs, &a));
+    cr_assert_eq(srs.error_code, 31);
+    cr_assert_eq(srs.partition_errors.count, 2);
+    cr_assert_eq(srs.partition_errors.items[1].error_code, 31);
+    close(fd);
+    km_bsim_get_security_stats(sim, &st);
+    cr_assert_eq(st.unauthorized, 3);
+    cr_assert_eq(st.controller_requests, 0);
+    km_bsim_stop_thread(sim);
+    km_arena_free(&a);
 }

@@ -96,6 +96,9 @@ void bsim_auth_free(bsim_auth *a);
  * 0 not its business (on to KafkaApis), -1 close the connection unanswered (err says why). */
 int bsim_auth_serve(km_bsim *s, bsim_auth *a, const km_request_header_view *h, km_reader *r, km_buf *out,
                     km_arena *arena, bool *close_after, km_err *err);
+/* bsim_errresp.c: rs (the response struct for api) answers rq (decoded at v) with `code`
+ * everywhere, as Kafka's getErrorResponse does. */
+int bsim_error_response(int16_t api, int16_t v, const void *rq, int16_t code, void *rs, km_arena *a);
 /* KafkaApis' ClusterAction check for controller requests. */
 bool bsim_auth_cluster_action(const km_bsim *s, const bsim_auth *a);
 

@@ -137,25 +137,6 @@ static int dispatch(bsim_state *st, int16_t api, int16_t v, const control_req *r
     }
 }
 
-/* KafkaApis: authorizeClusterOperation(request, CLUSTER_ACTION) throws, and handleError answers
- * the request's error response.  (Kafka also repeats the code for every partition; the top-level
- * code is what a controller acts on.) */
-static void unauthorized(bsim_state *st, int16_t api, control_resp *rs)
-{
-    st->sec.unauthorized++;
-    bsim_count_error(st, E_CLUSTER_AUTHORIZATION_FAILED);
-    if (api == KM_API_LEADER_AND_ISR) {
-        km_leader_and_isr_response_init(&rs->lisr);
-        rs->lisr.error_code = E_CLUSTER_AUTHORIZATION_FAILED;
-    } else if (api == KM_API_UPDATE_METADATA) {
-        km_update_metadata_response_init(&rs->umr);
-        rs->umr.error_code = E_CLUSTER_AUTHORIZATION_FAILED;
-    } else {
-        km_stop_replica_response_init(&rs->sr);
-        rs->sr.error_code = E_CLUSTER_AUTHORIZATION_FAILED;
-    }
-}
-
 static int serve_control(bsim_conn *bc, const km_request_header_view *h, km_reader *r, km_buf *out, km_arena *a,
                          km_err *err)
 {
@@ -170,8 +151,11 @@ static int serve_control(bsim_conn *bc, const km_request_header_view *h, km_read
         return -1;
     control_resp rs;
     bsim_state *st = &bc->s->st;
-    if (!bsim_auth_cluster_action(bc->s, &bc->auth)) {
-        unauthorized(st, api, &rs);
+    if (!bsim_auth_cluster_action(bc->s, &bc->auth)) { /* KafkaApis: authorizeClusterOperation throws, handleError */
+        st->sec.unauthorized++;
+        bsim_count_error(st, E_CLUSTER_AUTHORIZATION_FAILED);
+        if (bsim_error_response(api, v, &rq, E_CLUSTER_AUTHORIZATION_FAILED, &rs, a))
+            return km_fail(err, "brokersim: out of memory");
         return km_frame_response(api, v, h->correlation_id, &rs, out, err);
     }
     if (dispatch(st, api, v, &rq, &rs, a, err))
