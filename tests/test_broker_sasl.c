@@ -29,6 +29,7 @@ typedef struct rig {
     int done, last_top, syncs;
     int loud;                          /* log lines at warn or error mentioning authentication */
     char first_loud[1024];
+    char last_warning[1024];           /* the last log line at warn or error */
 } rig;
 
 static rig R;
@@ -51,6 +52,8 @@ static void on_log(int level, const char *msg, void *ud)
     rig *r = ud;
     if (getenv("KM_TEST_VERBOSE"))
         fprintf(stderr, "[%d] %s\n", level, msg);
+    if (level <= 2)
+        snprintf(r->last_warning, sizeof r->last_warning, "%s", msg);
     if (level <= 2 && strstr(msg, "authentication") && r->loud++ == 0)
         snprintf(r->first_loud, sizeof r->first_loud, "%s", msg);
 }
@@ -257,20 +260,23 @@ Test(broker_sasl, client_id_is_the_controller_node_id, .timeout = 120)
 
 static bool two_answers(void) { return R.done >= 2; }
 
-/* socket.request.max.bytes is 100 MiB by default: an UpdateMetadata of 68 MiB (a big cluster's
- * full sync) must go out, not be dropped at a 64 MiB write limit. */
-Test(broker_sasl, a_68_mib_update_metadata_is_delivered, .fini = fini, .timeout = 300)
+static bool dropped_one(void)
 {
-    start_sim(0, false, false);
-    start_chan(KM_SASL_NONE, NULL, NULL);
-    cr_assert(run_until(answered));
-    enum { N = 68 * 1024 * 1024 / 4 };
-    int32_t *replicas = malloc(sizeof *replicas * N);
+    km_bchan_stats cs;
+    km_bchan_get_stats(R.ch, &cs);
+    return cs.dropped > 0;
+}
+
+/* An UpdateMetadata whose one partition lists `mib` MiB of replicas. */
+static void submit_update_metadata_of(int mib)
+{
+    int32_t n = mib * 1024 * 1024 / 4;
+    int32_t *replicas = malloc(sizeof *replicas * (size_t)n);
     cr_assert(replicas);
-    for (int32_t i = 0; i < N; i++)
+    for (int32_t i = 0; i < n; i++)
         replicas[i] = i;
     km_bp_part part = { .topic = "big", .partition = 0, .leader = 0, .leader_epoch = 1, .partition_epoch = 1,
-                        .isr = { replicas, 1 }, .replicas = { replicas, N } };
+                        .isr = { replicas, 1 }, .replicas = { replicas, n } };
     km_arena a;
     km_arena_init(&a, 0);
     km_update_metadata_request *rq = km_arena_alloc(&a, sizeof *rq);
@@ -280,11 +286,26 @@ Test(broker_sasl, a_68_mib_update_metadata_is_delivered, .fini = fini, .timeout 
                                        rq, &err), 0, "%s", err.msg);
     free(replicas);
     cr_assert_gt(km_bchan_submit(R.ch, KM_API_UPDATE_METADATA, rq, &a, &err), 0);
+}
+
+/* socket.request.max.bytes is 100 MiB by default: an UpdateMetadata of 68 MiB (a big cluster's
+ * full sync) must go out, not be dropped at a 64 MiB write limit; one above 100 MiB, which the
+ * broker would refuse by closing the connection, is dropped with a message naming the limit. */
+Test(broker_sasl, update_metadata_up_to_the_brokers_100_mib_cap_is_delivered, .fini = fini, .timeout = 300)
+{
+    start_sim(0, false, false);
+    start_chan(KM_SASL_NONE, NULL, NULL);
+    cr_assert(run_until(answered));
+    submit_update_metadata_of(68);
     cr_assert(run_until(two_answers), "the 68 MiB UpdateMetadata was not answered");
     km_bchan_stats cs;
     km_bchan_get_stats(R.ch, &cs);
     cr_assert_eq(cs.dropped, 0);
     cr_assert_eq(R.last_top, 0);
+    submit_update_metadata_of(101);
+    cr_assert(run_until(dropped_one), "a request above 100 MiB was not dropped");
+    cr_assert(strstr(R.last_warning, "above the broker's socket.request.max.bytes (104857600)"), "%s",
+              R.last_warning);
 }
 
 /* The simulator as a broker sees a client that skips SASL, and what the authorizer answers:
