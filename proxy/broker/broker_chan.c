@@ -315,8 +315,9 @@ int64_t km_bchan_submit(km_bchan *ch, int16_t api, void *body, km_arena *arena, 
         ch->head = it;
     ch->tail = it;
     ch->queued++;
+    int64_t seq = it->seq; /* kick may send it at once, and drop (free) it if it cannot be sent */
     km_bchan__kick(ch);
-    return it->seq;
+    return seq;
 }
 
 void km_bchan__kick(km_bchan *ch)
