@@ -29,18 +29,6 @@ enum { ROUNDS = 2 };
 
 typedef struct result { double wall, cpu; long rss; int64_t offset; int ok; } result;
 
-static long rss_bytes(void)
-{
-    long pages = 0, res = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f) {
-        if (fscanf(f, "%ld %ld", &pages, &res) != 2)
-            res = 0;
-        fclose(f);
-    }
-    return res * sysconf(_SC_PAGESIZE);
-}
-
 static int fail(const char *what, const km_err *err)
 {
     fprintf(stderr, "bench_quorum: %s: %s\n", what, err ? err->msg : "");
@@ -145,7 +133,7 @@ static int make_files(files *f, const km_gen_opts *o)
 
 static void disk_path(const files *f, result *res)
 {
-    long before = rss_bytes();
+    long before = bench_rss_bytes();
     double w0 = bench_wall_s(), c0 = bench_cpu_s();
     /* The daemon's file path (metadata.source=dir): the follower, with a delta per batch as the
      * consumers need, exactly as the observer produces them. */
@@ -161,7 +149,7 @@ static void disk_path(const files *f, result *res)
     km_delta_free(delta);
     res->wall = bench_wall_s() - w0;
     res->cpu = bench_cpu_s() - c0;
-    res->rss = rss_bytes() - before;
+    res->rss = bench_rss_bytes() - before;
     res->offset = km_image_offset(img);
     res->ok = n >= 0;
     if (n < 0)
@@ -189,7 +177,7 @@ static void on_fatal(km_quorum *q, const km_err *why, void *ud)
 
 static void net_path(const files *f, uint16_t port, result *res)
 {
-    long before = rss_bytes();
+    long before = bench_rss_bytes();
     net_ctx c = { .loop = ev_loop_new(0), .img = km_image_new(), .target = f->log_end - 1 };
     char servers[64];
     snprintf(servers, sizeof servers, "127.0.0.1:%u", port);
@@ -209,7 +197,7 @@ static void net_path(const files *f, uint16_t port, result *res)
     if (q)
         km_quorum_get_stats(q, &st);
     km_quorum_free(q);
-    res->rss = rss_bytes() - before;
+    res->rss = bench_rss_bytes() - before;
     res->offset = km_image_offset(c.img);
     res->ok = q && !c.failed && res->offset == c.target && st.snapshot_loads == 1;
     if (!q)

@@ -38,21 +38,7 @@ static void sim_init(sim_thread *t, int n)
     memset(t, 0, sizeof *t);
     t->loop = ev_loop_new(EVFLAG_AUTO);
     t->n = n;
-    km_rsim_voter v[3];
-    km_err err;
-    for (int i = 0; i < n; i++) {
-        km_rsim_config c;
-        km_rsim_config_init(&c);
-        c.node_id = i + 1;
-        t->sims[i] = km_rsim_new(t->loop, &c, &err);
-        cr_assert(t->sims[i], "%s", err.msg);
-        v[i] = (km_rsim_voter){ .id = i + 1, .port = km_rsim_port(t->sims[i]) };
-        snprintf(v[i].host, sizeof v[i].host, "127.0.0.1");
-        size_t l = strlen(t->servers);
-        snprintf(t->servers + l, sizeof t->servers - l, "%s127.0.0.1:%u", i ? "," : "", v[i].port);
-    }
-    for (int i = 0; i < n; i++)
-        km_rsim_set_voters(t->sims[i], v, n, &err);
+    tq_make_sims(t->loop, n, NULL, t->sims, t->servers, sizeof t->servers);
 }
 
 static void sim_start(sim_thread *t)

@@ -65,19 +65,9 @@ static void drig_start(drig *r)
     snprintf(seg, sizeof seg, "%s/00000000000000000000.log", gendir);
     r->gen = read_file(seg, &r->gen_len);
     r->loop = ev_loop_new(0);
-    km_rsim_voter v[2];
-    for (int i = 0; i < 2; i++) {
-        km_rsim_config c;
-        km_rsim_config_init(&c);
-        c.node_id = i + 1;
-        r->sims[i] = km_rsim_new(r->loop, &c, &e);
-        cr_assert(r->sims[i], "%s", e.msg);
-        v[i] = (km_rsim_voter){ .id = i + 1, .port = km_rsim_port(r->sims[i]) };
-        snprintf(v[i].host, sizeof v[i].host, "127.0.0.1");
-        cr_assert_eq(km_rsim_append(r->sims[i], r->gen, r->gen_len, &e), 0, "%s", e.msg);
-    }
+    tq_make_sims(r->loop, 2, NULL, r->sims, NULL, 0);
     for (int i = 0; i < 2; i++)
-        km_rsim_set_voters(r->sims[i], v, 2, &e);
+        cr_assert_eq(km_rsim_append(r->sims[i], r->gen, r->gen_len, &e), 0, "%s", e.msg);
 }
 
 /* With voters the quorum is named by controller.quorum.voters (id@host:port), else by

@@ -42,15 +42,14 @@ static void on_fatal(km_quorum *q, const km_err *why, void *ud)
     r->fatal_why = *why;
 }
 
-void tq_rig_init(tq_rig *r, int n, const km_rsim_config *base)
+void tq_make_sims(struct ev_loop *loop, int n, const km_rsim_config *base, km_rsim **sims, char *servers,
+                  size_t cap)
 {
-    memset(r, 0, sizeof *r);
-    r->loop = ev_loop_new(EVFLAG_AUTO);
-    r->n_sims = n;
-    r->max_offset_over_hw = -1;
-    r->applied = calloc(TQ_MAX_APPLIED, sizeof *r->applied);
-    km_rsim_voter v[TQ_MAX_SIMS];
+    km_rsim_voter v[KM_RSIM_MAX_VOTERS];
     km_err err;
+    cr_assert(n <= KM_RSIM_MAX_VOTERS);
+    if (servers)
+        servers[0] = '\0';
     for (int i = 0; i < n; i++) {
         km_rsim_config c;
         if (base)
@@ -58,13 +57,26 @@ void tq_rig_init(tq_rig *r, int n, const km_rsim_config *base)
         else
             km_rsim_config_init(&c);
         c.node_id = i + 1;
-        r->sims[i] = km_rsim_new(r->loop, &c, &err);
-        cr_assert(r->sims[i], "%s", err.msg);
-        v[i] = (km_rsim_voter){ .id = i + 1, .port = km_rsim_port(r->sims[i]) };
+        sims[i] = km_rsim_new(loop, &c, &err);
+        cr_assert(sims[i], "%s", err.msg);
+        v[i] = (km_rsim_voter){ .id = i + 1, .port = km_rsim_port(sims[i]) };
         snprintf(v[i].host, sizeof v[i].host, "127.0.0.1");
+        size_t l = servers ? strlen(servers) : 0;
+        if (servers)
+            snprintf(servers + l, cap - l, "%s127.0.0.1:%u", i ? "," : "", v[i].port);
     }
     for (int i = 0; i < n; i++)
-        cr_assert_eq(km_rsim_set_voters(r->sims[i], v, n, &err), 0);
+        cr_assert_eq(km_rsim_set_voters(sims[i], v, n, &err), 0);
+}
+
+void tq_rig_init(tq_rig *r, int n, const km_rsim_config *base)
+{
+    memset(r, 0, sizeof *r);
+    r->loop = ev_loop_new(EVFLAG_AUTO);
+    r->n_sims = n;
+    r->max_offset_over_hw = -1;
+    r->applied = calloc(TQ_MAX_APPLIED, sizeof *r->applied);
+    tq_make_sims(r->loop, n, base, r->sims, r->servers, sizeof r->servers);
     tq_set_leader(r, 1, 1);
     r->img = km_image_new();
     km_quorum_config_init(&r->cfg);
@@ -73,12 +85,8 @@ void tq_rig_init(tq_rig *r, int n, const km_rsim_config *base)
 
 void tq_rig_start(tq_rig *r)
 {
-    char servers[512] = "";
-    for (int i = 0; i < r->n_sims; i++) {
-        size_t l = strlen(servers);
-        snprintf(servers + l, sizeof servers - l, "%s127.0.0.1:%u", i ? "," : "", km_rsim_port(r->sims[i]));
-    }
-    r->cfg.bootstrap_servers = servers;
+    if (!r->cfg.voters)
+        r->cfg.bootstrap_servers = r->servers;
     km_quorum_handlers h = { .on_applied = on_applied, .on_record = on_record, .on_fatal = on_fatal };
     km_err err;
     r->q = km_quorum_new(r->loop, &r->cfg, r->img, &h, r, &err);

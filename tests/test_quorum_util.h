@@ -17,6 +17,7 @@ typedef struct tq_rig {
     struct ev_loop *loop;
     km_rsim *sims[TQ_MAX_SIMS];
     int n_sims;
+    char servers[256];            /* the simulators' "127.0.0.1:port,..." */
     km_image *img;
     km_quorum *q;
     km_quorum_config cfg;
@@ -29,6 +30,10 @@ typedef struct tq_rig {
     km_err fatal_why;
 } tq_rig;
 
+/* n simulators on loop (ids 1..n, 127.0.0.1, any free port) that know each other as voters;
+ * servers (if not NULL) receives "127.0.0.1:port,...". */
+void tq_make_sims(struct ev_loop *loop, int n, const km_rsim_config *base, km_rsim **sims, char *servers,
+                  size_t cap);
 /* n simulators (ids 1..n) that know each other as voters; node 1 leads at epoch 1. */
 void tq_rig_init(tq_rig *r, int n_sims, const km_rsim_config *base);
 /* Starts the observer with the bootstrap servers = every simulator (cfg tweaks in r->cfg first). */

@@ -417,6 +417,23 @@ int q_common_response(km_quorum *q, int16_t error, int32_t leader_id, int32_t ep
     return 0;
 }
 
+bool q_top_level_ok(km_quorum *q, const char *api, int16_t error, bool has_partition)
+{
+    if (error == QE_INCONSISTENT_CLUSTER_ID) {
+        q_fatal(q, "%s:%u refuses cluster.id %s (INCONSISTENT_CLUSTER_ID)", q->target.host, q->target.port,
+                q->cfg.cluster_id ? q->cfg.cluster_id : "(none)");
+        return false;
+    }
+    if (error != QE_NONE || !has_partition) {
+        char why[300];
+        snprintf(why, sizeof why, "%s from %s:%u: top-level error %d or not exactly __cluster_metadata-0", api,
+                 q->target.host, q->target.port, error);
+        q_retry(q, false, why);
+        return false;
+    }
+    return true;
+}
+
 void q_deliver(km_quorum *q)
 {
     q->st.applied_offset = km_image_offset(q->img);

@@ -146,15 +146,8 @@ void q_on_fetch_response(km_quorum *q, const uint8_t *body, size_t len)
         q->st.fetch_latency_max = latency;
     learn_endpoints(q, &rs);
     const km_fetch_response_partition_data *p = only_partition(&rs, q->fetch_v);
-    if (rs.error_code == QE_INCONSISTENT_CLUSTER_ID)
-        q_fatal(q, "%s:%u refuses cluster.id %s (INCONSISTENT_CLUSTER_ID)", q->target.host, q->target.port,
-                q->cfg.cluster_id ? q->cfg.cluster_id : "(none)");
-    else if (rs.error_code != QE_NONE || !p) {
-        char why[1200];
-        snprintf(why, sizeof why, "Fetch from %s:%u: top-level error %d or not exactly __cluster_metadata-0",
-                 q->target.host, q->target.port, rs.error_code);
-        q_retry(q, false, why);
-    } else if (q_common_response(q, p->error_code, p->current_leader.leader_id, p->current_leader.leader_epoch) == 0)
+    if (q_top_level_ok(q, "Fetch", rs.error_code, p != NULL) &&
+        q_common_response(q, p->error_code, p->current_leader.leader_id, p->current_leader.leader_epoch) == 0)
         on_partition(q, p);
     km_arena_free(&a);
 }

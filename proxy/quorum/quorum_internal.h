@@ -80,6 +80,9 @@ void q_retry(km_quorum *q, bool forget_leader, const char *why);
 /* Kafka's maybeHandleCommonResponse for Fetch/FetchSnapshot answers: 1 handled (a request
  * was re-issued or a retry scheduled), 0 go on with the answer. */
 int q_common_response(km_quorum *q, int16_t error, int32_t leader_id, int32_t epoch);
+/* A Fetch/FetchSnapshot answer's top-level error and partition: false when handled here
+ * (INCONSISTENT_CLUSTER_ID is fatal; anything else is retried). */
+bool q_top_level_ok(km_quorum *q, const char *api, int16_t error, bool has_partition);
 void q_learn_endpoint(km_quorum *q, int32_t id, const char *host, int32_t port);
 /* Issues the next request for the phase: a Fetch, or the next FetchSnapshot chunk. */
 void q_next_request(km_quorum *q);
@@ -90,6 +93,9 @@ int64_t q_fetch_offset(const km_quorum *q);
 int32_t q_last_fetched_epoch(const km_quorum *q);
 int q_buffer_records(km_quorum *q, const uint8_t *p, size_t len, km_err *err);
 int q_apply_committed(km_quorum *q, km_err *err);
+/* Applies every record of whole batches p[0..len) to the image (`name` in errors; a snapshot's
+ * names its id), calling on_record first. */
+int q_apply_bytes(km_quorum *q, const char *name, const uint8_t *p, size_t len, km_ml_source source, km_err *err);
 /* DivergingEpoch: truncateToEndOffset; -1 (fatal) when it would cut applied records. */
 int q_truncate_diverging(km_quorum *q, int64_t end_offset, int32_t epoch, km_err *err);
 void q_clear_buffer(km_quorum *q);

@@ -129,11 +129,9 @@ static void consume(km_quorum *q, size_t upto_batch)
     q->st.buffered_bytes = q->buf.len - q->buf_head;
 }
 
-static int apply_range(km_quorum *q, const uint8_t *p, size_t len, km_err *err)
+int q_apply_bytes(km_quorum *q, const char *name, const uint8_t *p, size_t len, km_ml_source source, km_err *err)
 {
-    char name[300];
-    snprintf(name, sizeof name, "quorum:%s:%u", q->target.host, q->target.port);
-    km_metalog *log = km_metalog_open_mem(name, p, len, KM_ML_FROM_LOG, NULL, err);
+    km_metalog *log = km_metalog_open_mem(name, p, len, source, NULL, err);
     if (!log)
         return -1;
     km_metalog_record rec;
@@ -159,7 +157,9 @@ int q_apply_committed(km_quorum *q, km_err *err)
     if (upto == q->first_batch)
         return 0;
     const q_batch *from = &q->batches[q->first_batch], *to = &q->batches[upto - 1];
-    if (apply_range(q, q->buf.data + from->pos, to->pos + to->size - from->pos, err) < 0)
+    char name[300];
+    snprintf(name, sizeof name, "quorum:%s:%u", q->target.host, q->target.port);
+    if (q_apply_bytes(q, name, q->buf.data + from->pos, to->pos + to->size - from->pos, KM_ML_FROM_LOG, err) < 0)
         return -1;
     q->applied_next = to->last + 1;
     q->applied_epoch = to->epoch;

@@ -73,25 +73,6 @@ static int verify(km_quorum *q, const char *name, km_err *err)
     return r;
 }
 
-static int apply_snapshot(km_quorum *q, const char *name, km_err *err)
-{
-    km_metalog *log = km_metalog_open_mem(name, q->snap.data, q->snap.len, KM_ML_FROM_SNAPSHOT, NULL, err);
-    if (!log)
-        return -1;
-    km_metalog_record rec;
-    int r;
-    while ((r = km_metalog_next(log, &rec, err)) > 0) {
-        if (q->h.on_record)
-            q->h.on_record(q, &rec, q->ud);
-        if (km_image_apply_record(q->img, &rec, q->delta, err) < 0) {
-            r = -1;
-            break;
-        }
-    }
-    km_metalog_close(log);
-    return r;
-}
-
 /* The last chunk arrived: verify, then replace the image. */
 static void load_snapshot(km_quorum *q)
 {
@@ -105,7 +86,7 @@ static void load_snapshot(km_quorum *q)
         snprintf(why, sizeof why, "refused snapshot from leader %d: %s", q->leader_id, err.msg);
         return q_retry(q, false, why);
     }
-    if (apply_snapshot(q, name, &err) < 0)
+    if (q_apply_bytes(q, name, q->snap.data, q->snap.len, KM_ML_FROM_SNAPSHOT, &err) < 0)
         return q_fatal(q, "loading verified snapshot %s: %s", name, err.msg);
     if (km_image_offset(q->img) != q->snap_end - 1)
         return q_fatal(q, "snapshot %s left the image at offset %" PRId64 ", not its end offset %" PRId64 " - 1",
@@ -187,15 +168,9 @@ void q_on_fetch_snapshot_response(km_quorum *q, const uint8_t *body, size_t len)
     if (rs.topics.count == 1 && rs.topics.items[0].partitions.count == 1 &&
         km_str_eq(rs.topics.items[0].name, Q_METADATA_TOPIC) && rs.topics.items[0].partitions.items[0].index == 0)
         p = &rs.topics.items[0].partitions.items[0];
-    if (rs.error_code == QE_INCONSISTENT_CLUSTER_ID)
-        q_fatal(q, "%s:%u refuses cluster.id %s (INCONSISTENT_CLUSTER_ID)", q->target.host, q->target.port,
-                q->cfg.cluster_id ? q->cfg.cluster_id : "(none)");
-    else if (rs.error_code != QE_NONE || !p) {
-        char why[1200];
-        snprintf(why, sizeof why, "FetchSnapshot from %s:%u: top-level error %d or not exactly __cluster_metadata-0",
-                 q->target.host, q->target.port, rs.error_code);
-        q_retry(q, false, why);
-    } else if (q_common_response(q, p->error_code, p->current_leader.leader_id, p->current_leader.leader_epoch) == 0)
+    if (q_top_level_ok(q, "FetchSnapshot", rs.error_code, p != NULL) &&
+        q_common_response(q, p->error_code, p->current_leader.leader_id, p->current_leader.leader_epoch) == 0)
         on_partition(q, p);
     km_arena_free(&a);
 }
+
