@@ -9,7 +9,7 @@ target_link_libraries(test_quorum_faults PRIVATE km_raftsim km_quorum)
 km_add_test(test_quorum_cli SOURCES ${KM_QUORUM_TESTS}/test_quorum_cli.c ${KM_QUORUM_TESTS}/test_quorum_util.c)
 target_link_libraries(test_quorum_cli PRIVATE km_raftsim km_quorum)
 km_add_test(test_quorum_daemon SOURCES ${KM_QUORUM_TESTS}/test_quorum_daemon.c ${KM_QUORUM_TESTS}/test_quorum_util.c
-            TIMEOUT 300)
+            ${KM_QUORUM_TESTS}/test_tls_certs.c TIMEOUT 300)
 target_link_libraries(test_quorum_daemon PRIVATE km_raftsim km_quorum)
 add_dependencies(test_quorum_cli kmproxy-raftsim kmproxy-brokersim)
 set_tests_properties(test_quorum_cli PROPERTIES TIMEOUT 300)

@@ -5,6 +5,7 @@
 #include "test_quorum_util.h"
 #include "km_daemon.h"
 #include "km_testsupport.h"
+#include "test_tls_certs.h"
 #include "zkserver.h"
 
 #include <criterion/criterion.h>
@@ -50,7 +51,7 @@ static void write_log(const char *dir, const uint8_t *a, size_t alen, const uint
     fclose(f);
 }
 
-static void drig_start(drig *r)
+static void drig_start_with(drig *r, const km_rsim_config *base)
 {
     char err[512];
     r->zks = km_zks_start(1, NULL, 0, err, sizeof err);
@@ -65,14 +66,16 @@ static void drig_start(drig *r)
     snprintf(seg, sizeof seg, "%s/00000000000000000000.log", gendir);
     r->gen = read_file(seg, &r->gen_len);
     r->loop = ev_loop_new(0);
-    tq_make_sims(r->loop, 2, NULL, r->sims, NULL, 0);
+    tq_make_sims(r->loop, 2, base, r->sims, NULL, 0);
     for (int i = 0; i < 2; i++)
         cr_assert_eq(km_rsim_append(r->sims[i], r->gen, r->gen_len, &e), 0, "%s", e.msg);
 }
 
+static void drig_start(drig *r) { drig_start_with(r, NULL); }
+
 /* With voters the quorum is named by controller.quorum.voters (id@host:port), else by
  * controller.quorum.bootstrap.servers. */
-static void drig_daemon(drig *r, bool voters)
+static void drig_daemon_with(drig *r, bool voters, const char *const *extra)
 {
     km_err e = {{0}};
     char servers[128];
@@ -89,11 +92,15 @@ static void drig_daemon(drig *r, bool voters)
     cr_assert_eq(km_config_set(&cfg, key, servers, "test", &e), 0, "%s", e.msg);
     cr_assert_eq(km_config_set(&cfg, "zookeeper.connect", r->hosts, "test", &e), 0);
     cr_assert_eq(km_config_set(&cfg, "brokers.enabled", "false", "test", &e), 0);
+    for (int i = 0; extra && extra[i]; i += 2)
+        cr_assert_eq(km_config_set(&cfg, extra[i], extra[i + 1], "test", &e), 0, "%s", e.msg);
     r->d = km_daemon_new(r->loop, &cfg, &e);
     km_config_free(&cfg);
     cr_assert(r->d, "%s", e.msg);
     km_daemon_start(r->d);
 }
+
+static void drig_daemon(drig *r, bool voters) { drig_daemon_with(r, voters, NULL); }
 
 static void drig_stop(drig *r)
 {
@@ -257,4 +264,65 @@ Test(quorum_daemon, quorum_config_errors_name_the_key)
     cr_assert_eq(km_config_set(&cfg, "controller.quorum.request.timeout.ms", "50", "test", &e), -1);
     cr_assert(strstr(e.msg, "controller.quorum.request.timeout.ms"), "%s", e.msg);
     km_config_free(&cfg);
+}
+
+/* An SSL controller listener named the Kafka way: controller.listener.names,
+ * listener.security.protocol.map and a PEM truststore. */
+Test(quorum_daemon, follows_an_ssl_controller_listener, .timeout = 240)
+{
+    km_test_pki pki;
+    cr_assert(!km_test_pki_make(&pki));
+    km_err err;
+    km_tls_config sc = { .cert_file = pki.server_cert, .key_file = pki.server_key };
+    km_tls_ctx *server = km_tls_server_ctx_new(&sc, &err);
+    cr_assert(server, "%s", err.msg);
+    km_rsim_config c;
+    km_rsim_config_init(&c);
+    c.tls = server;
+    drig r = {0};
+    drig_start_with(&r, &c);
+    int32_t e = km_rsim_last_epoch(r.sims[0]);
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r.sims[i], 1, e);
+    const char *const extra[] = { "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                  "CONTROLLER:SSL,PLAINTEXT:PLAINTEXT", "ssl.truststore.type", "PEM",
+                                  "ssl.truststore.location", pki.ca, NULL };
+    drig_daemon_with(&r, false, extra);
+    g_offset = km_rsim_log_end(r.sims[0]) - 1;
+    cr_assert(run_until(&r, mirrored_at), "never mirrored over SSL");
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/committed", r.tmp);
+    write_log(dir, r.gen, r.gen_len, NULL, 0);
+    assert_zk_equals(&r, dir);
+    drig_stop(&r);
+    km_tls_ctx_free(server);
+    km_test_pki_free(&pki);
+}
+
+static void assert_refused(const char *const *kv, const char *want)
+{
+    km_config cfg;
+    km_err e = {{0}};
+    km_config_defaults(&cfg);
+    cr_assert_eq(km_config_set(&cfg, "zookeeper.connect", "127.0.0.1:1", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "metadata.source", "quorum", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "controller.quorum.bootstrap.servers", "127.0.0.1:9093", "test", &e), 0);
+    for (int i = 0; kv[i]; i += 2)
+        cr_assert_eq(km_config_set(&cfg, kv[i], kv[i + 1], "test", &e), 0, "%s", e.msg);
+    cr_assert_eq(km_config_validate(&cfg, &e), -1, "accepted: %s", want);
+    cr_assert(strstr(e.msg, want), "%s", e.msg);
+    km_config_free(&cfg);
+}
+
+Test(quorum_daemon, controller_listener_security_errors_name_the_key)
+{
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SASL_SSL", NULL }, "uses SASL_SSL");
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SSL", "ssl.truststore.location", "/nonexistent/ca.pem", NULL },
+                   "ssl.truststore.location=/nonexistent/ca.pem: cannot read it");
+    assert_refused((const char *const[]){ "ssl.truststore.type", "JKS", NULL }, "ssl.truststore.type=JKS");
+    assert_refused((const char *const[]){ "ssl.truststore.location", "/etc/hostname", NULL }, "is PLAINTEXT");
+    assert_refused((const char *const[]){ "listener.security.protocol.map", "CONTROLLER", NULL },
+                   "is not NAME:PROTOCOL");
 }

@@ -27,6 +27,13 @@ static const key_def KEYS[] = {
     STR("controller.quorum.bootstrap.servers", quorum_bootstrap_servers),
     STR("controller.quorum.voters", quorum_voters),
     INT("controller.quorum.request.timeout.ms", quorum_request_timeout_ms, 100, 600000),
+    STR("controller.listener.names", controller_listener_names),
+    STR("listener.security.protocol.map", listener_security_protocol_map),
+    STR("ssl.truststore.location", ssl_truststore_location),
+    STR("ssl.truststore.type", ssl_truststore_type),
+    STR("ssl.keystore.location", ssl_keystore_location),
+    STR("ssl.keystore.type", ssl_keystore_type),
+    STR("ssl.endpoint.identification.algorithm", ssl_endpoint_identification_algorithm),
     STR("cluster.id", cluster_id),
     INT("kraft.controller.id", kraft_controller_id, -1, INT32_MAX),
     STR("zookeeper.connect", zk_connect),
@@ -186,6 +193,9 @@ int km_config_validate(const km_config *c, km_err *err)
         return km_fail(err, "metadata.source=quorum needs controller.quorum.bootstrap.servers or controller.quorum.voters");
     if (!quorum && !c->metadata_dir)
         return km_fail(err, "metadata.dir is required with metadata.source=dir (the __cluster_metadata-0 directory)");
+    km_config_quorum_security qs;
+    if (quorum && km_config_resolve_quorum_security(c, &qs, err) < 0)
+        return -1;
     km_config_broker_security sec;
     int rc = km_config_resolve_broker_security(c, &sec, err);
     km_config_broker_security_clear(&sec);

@@ -218,6 +218,7 @@ void km_daemon_free(km_daemon *d)
     if (d->follow)
         km_image_follow_close(d->follow);
     km_quorum_free(d->quorum);
+    km_tls_ctx_free(d->quorum_tls);
     km_delta_free(d->delta);
     km_image_free(d->img);
     km_config_free(&d->cfg);

@@ -17,6 +17,7 @@ struct km_daemon {
     km_image *img;
     km_image_follow *follow;     /* metadata.source=dir */
     km_quorum *quorum;           /* metadata.source=quorum */
+    km_tls_ctx *quorum_tls;      /* its SSL controller listener's client context, or NULL */
     km_delta *delta;             /* reused for each batch */
     ev_io follow_io;             /* inotify fd of the follower (fd -1: none) */
     ev_timer follow_poll;

@@ -28,12 +28,28 @@ static void on_fatal(km_quorum *q, const km_err *why, void *ud)
     km_daemon_fatal(ud, "metadata quorum: %s", why->msg);
 }
 
+/* An SSL controller listener: a client context from the PEM truststore (and keystore). */
+static int open_tls(km_daemon *d, km_quorum_config *qc, km_err *err)
+{
+    km_config_quorum_security sec;
+    if (km_config_resolve_quorum_security(&d->cfg, &sec, err) < 0)
+        return -1;
+    if (!sec.tls)
+        return 0;
+    km_tls_config tc = { .ca_file = sec.ca_file, .cert_file = sec.cert_file };
+    d->quorum_tls = km_tls_client_ctx_new(&tc, err);
+    qc->tls = d->quorum_tls;
+    return d->quorum_tls ? 0 : -1;
+}
+
 int km_daemon_open_quorum(km_daemon *d, km_err *err)
 {
     if (d->cfg.cluster_id && km_image_set_cluster_id(d->img, d->cfg.cluster_id, err))
         return -1;
     km_quorum_config qc;
     km_quorum_config_init(&qc);
+    if (open_tls(d, &qc, err) < 0)
+        return -1;
     qc.bootstrap_servers = d->cfg.quorum_bootstrap_servers;
     qc.voters = d->cfg.quorum_voters;
     qc.cluster_id = d->cfg.cluster_id;
