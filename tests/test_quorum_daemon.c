@@ -8,7 +8,12 @@
 #include "test_tls_certs.h"
 #include "zkserver.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +97,7 @@ static void drig_daemon_with(drig *r, bool voters, const char *const *extra)
     cr_assert_eq(km_config_set(&cfg, key, servers, "test", &e), 0, "%s", e.msg);
     cr_assert_eq(km_config_set(&cfg, "zookeeper.connect", r->hosts, "test", &e), 0);
     cr_assert_eq(km_config_set(&cfg, "brokers.enabled", "false", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "metrics.listen", "127.0.0.1:0", "test", &e), 0);
     for (int i = 0; extra && extra[i]; i += 2)
         cr_assert_eq(km_config_set(&cfg, extra[i], extra[i + 1], "test", &e), 0, "%s", e.msg);
     r->d = km_daemon_new(r->loop, &cfg, &e);
@@ -171,6 +177,40 @@ static void assert_zk_equals(drig *r, const char *dir)
     free(err);
 }
 
+/* GET /metrics from a thread while the test's loop serves it. */
+typedef struct scrape { uint16_t port; char body[65536]; atomic_bool done; } scrape;
+static scrape *g_scrape;
+
+static void *scrape_thread(void *arg)
+{
+    scrape *sc = arg;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(sc->port) };
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    size_t n = 0;
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+        const char *rq = "GET /metrics HTTP/1.0\r\n\r\n";
+        if (write(fd, rq, strlen(rq)) > 0)
+            for (ssize_t k; n < sizeof sc->body - 1 && (k = read(fd, sc->body + n, sizeof sc->body - 1 - n)) > 0;)
+                n += (size_t)k;
+    }
+    sc->body[n] = 0;
+    close(fd);
+    atomic_store(&sc->done, true);
+    return NULL;
+}
+
+static bool scraped(const km_daemon_status *st)
+{
+    (void)st;
+    return atomic_load(&g_scrape->done);
+}
+
+static void assert_metric(const char *body, const char *line)
+{
+    cr_assert(strstr(body, line), "no '%s' in:\n%s", line, body);
+}
+
 Test(quorum_daemon, zookeeper_holds_the_committed_image_only_across_a_failover, .timeout = 240)
 {
     drig r = {0};
@@ -204,6 +244,28 @@ Test(quorum_daemon, zookeeper_holds_the_committed_image_only_across_a_failover, 
     snprintf(dir, sizeof dir, "%s/committed2", r.tmp);
     write_log(dir, r.gen, r.gen_len, b.data, b.len);
     assert_zk_equals(&r, dir);
+    /* The quorum's progress on /metrics. */
+    static scrape sc;
+    memset(&sc, 0, sizeof sc);
+    sc.port = km_daemon_metrics_port(r.d);
+    g_scrape = &sc;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, scrape_thread, &sc), 0);
+    cr_assert(run_until(&r, scraped));
+    pthread_join(t, NULL);
+    char line[128];
+    assert_metric(sc.body, "\nkmproxy_quorum_leader_id 2\n");
+    snprintf(line, sizeof line, "\nkmproxy_quorum_leader_epoch %d\n", e + 1);
+    assert_metric(sc.body, line);
+    snprintf(line, sizeof line, "\nkmproxy_quorum_high_watermark %lld\n", (long long)end + 30);
+    assert_metric(sc.body, line);
+    snprintf(line, sizeof line, "\nkmproxy_fetched_offset %lld\n", (long long)end + 30);
+    assert_metric(sc.body, line);
+    snprintf(line, sizeof line, "\nkmproxy_applied_offset %lld\n", (long long)end + 29);
+    assert_metric(sc.body, line);
+    assert_metric(sc.body, "\nkmproxy_quorum_leader_changes_total 2\n");
+    assert_metric(sc.body, "\nkmproxy_quorum_fetch_latency_seconds_count ");
+    assert_metric(sc.body, "\nkmproxy_quorum_snapshot_loads_total 0\n");
     km_buf_free(&a);
     km_buf_free(&b);
     drig_stop(&r);
