@@ -97,8 +97,12 @@ void tq_rig_start(tq_rig *r)
 void tq_rig_free(tq_rig *r)
 {
     km_quorum_free(r->q);
-    for (int i = 0; i < r->n_sims; i++)
+    for (int i = 0; i < r->n_sims; i++) { /* every request the observer sent was valid */
+        km_rsim_stats st;
+        km_rsim_get_stats(r->sims[i], &st);
+        cr_expect_eq(st.rejected, 0, "simulator %d rejected a request: %s", i + 1, st.last_rejection);
         km_rsim_free(r->sims[i]);
+    }
     km_image_free(r->img);
     ev_loop_destroy(r->loop);
     free(r->applied);

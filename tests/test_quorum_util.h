@@ -38,6 +38,7 @@ void tq_make_sims(struct ev_loop *loop, int n, const km_rsim_config *base, km_rs
 void tq_rig_init(tq_rig *r, int n_sims, const km_rsim_config *base);
 /* Starts the observer with the bootstrap servers = every simulator (cfg tweaks in r->cfg first). */
 void tq_rig_start(tq_rig *r);
+/* Also expects that no simulator rejected a request. */
 void tq_rig_free(tq_rig *r);
 /* Runs the loop until pred(r) holds or timeout_s passes; returns pred's last value. */
 bool tq_run_until(tq_rig *r, bool (*pred)(tq_rig *r), double timeout_s);
