@@ -2,6 +2,7 @@
  * against raft simulators running on a thread of this process. */
 #include "test_quorum_util.h"
 #include "km_testsupport.h"
+#include "test_tls_certs.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -33,13 +34,15 @@ static void *run(void *arg)
 }
 
 /* n voters; the caller fills their logs before sim_start (nothing else touches them after). */
-static void sim_init(sim_thread *t, int n)
+static void sim_init_with(sim_thread *t, int n, const km_rsim_config *base)
 {
     memset(t, 0, sizeof *t);
     t->loop = ev_loop_new(EVFLAG_AUTO);
     t->n = n;
-    tq_make_sims(t->loop, n, NULL, t->sims, t->servers, sizeof t->servers);
+    tq_make_sims(t->loop, n, base, t->sims, t->servers, sizeof t->servers);
 }
+
+static void sim_init(sim_thread *t, int n) { sim_init_with(t, n, NULL); }
 
 static void sim_start(sim_thread *t)
 {
@@ -181,4 +184,66 @@ Test(quorum_cli, demo_converges_in_quorum_mode, .timeout = 240)
     cr_assert(strstr(out, "converged on the KRaft image, twice"), "%s", out);
     free(out);
     free(err);
+}
+
+/* An SSL controller listener: --command-config with security.protocol=SSL and a PEM truststore. */
+Test(quorum_cli, command_config_reaches_an_ssl_listener)
+{
+    km_test_pki pki;
+    cr_assert(!km_test_pki_make(&pki));
+    km_err err;
+    km_tls_config sc = { .cert_file = pki.server_cert, .key_file = pki.server_key };
+    km_tls_ctx *server = km_tls_server_ctx_new(&sc, &err);
+    cr_assert(server, "%s", err.msg);
+    km_rsim_config c;
+    km_rsim_config_init(&c);
+    c.tls = server;
+    sim_thread t;
+    sim_init_with(&t, 1, &c);
+    km_buf log;
+    km_buf_init(&log);
+    for (int b = 0; b < 3; b++)
+        tq_config_batch(&log, b * 2, 1, 2, "ssl");
+    cr_assert_eq(km_rsim_append(t.sims[0], log.data, log.len, &err), 0, "%s", err.msg);
+    km_rsim_set_leader(t.sims[0], 1, 1);
+    sim_start(&t);
+    char conf[1200];
+    snprintf(conf, sizeof conf, "%s/client.properties", pki.dir);
+    FILE *f = fopen(conf, "w");
+    cr_assert(f);
+    fprintf(f, "# as for kafka-metadata-quorum\nsecurity.protocol=SSL\nssl.truststore.type=PEM\n"
+               "ssl.truststore.location=%s\n", pki.ca);
+    fclose(f);
+    char *out = NULL, *errs = NULL;
+    char *q[] = { (char *)km_test_binary(), "metadata", "quorum", "--bootstrap-server", t.servers,
+                  "--command-config", conf, NULL };
+    size_t n;
+    int rc = km_test_run(q, NULL, 0, &out, &n, &errs);
+    cr_assert_eq(rc, 0, "%s", errs);
+    cr_assert(strstr(out, "HighWatermark:          6\n"), "%s", out);
+    free(out);
+    free(errs);
+    char *d[] = { (char *)km_test_binary(), "metadata", "dump", "--bootstrap-server", t.servers,
+                  "--command-config", conf, NULL };
+    rc = km_test_run(d, NULL, 0, &out, &n, &errs);
+    cr_assert_eq(rc, 0, "%s", errs);
+    cr_assert(strstr(out, "\"offset\":5,"), "%s", out);
+    free(out);
+    free(errs);
+    char *plain[] = { (char *)km_test_binary(), "metadata", "quorum", "--bootstrap-server", t.servers,
+                      "--timeout", "3", NULL };
+    cr_assert_eq(km_test_run(plain, NULL, 0, &out, &n, &errs), 1, "PLAINTEXT reached an SSL listener");
+    free(out);
+    free(errs);
+    f = fopen(conf, "w");
+    fprintf(f, "security.protocol=SASL_SSL\n");
+    fclose(f);
+    cr_assert_eq(km_test_run(q, NULL, 0, &out, &n, &errs), 2);
+    cr_assert(strstr(errs, "PLAINTEXT or SSL only"), "%s", errs);
+    free(out);
+    free(errs);
+    sim_stop(&t);
+    km_buf_free(&log);
+    km_tls_ctx_free(server);
+    km_test_pki_free(&pki);
 }

@@ -24,7 +24,10 @@ static void usage(FILE *to)
     fprintf(to,
             "usage: kmproxy metadata dump PATH\n"
             "       kmproxy metadata dump --bootstrap-server HOST:PORT[,...] [--cluster-id ID] [--timeout S]\n"
-            "       kmproxy metadata quorum --bootstrap-server HOST:PORT[,...] [--timeout S]\n"
+            "                             [--command-config FILE]\n"
+            "       kmproxy metadata quorum --bootstrap-server HOST:PORT[,...] [--timeout S] [--command-config FILE]\n"
+            "--command-config: security.protocol=SSL, ssl.truststore.location=PEM (ssl.keystore.location) for an\n"
+            "SSL controller listener, as Kafka's tools take it.\n"
             "       kmproxy metadata image [--cluster-id ID] PATH\n"
             "       kmproxy metadata gen --out DIR --brokers N --topics T --partitions P [--replication R]\n"
             "                            [--leader-changes K] [--seed S] [--zk-migration]\n"

@@ -5,6 +5,7 @@
 #include "km_cli.h"
 #include "km_quorum.h"
 
+#include <ctype.h>
 #include <ev.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -13,9 +14,68 @@
 #include <string.h>
 
 typedef struct quorum_opts {
-    const char *servers, *cluster_id;
+    const char *servers, *cluster_id, *command_config;
     double timeout;
 } quorum_opts;
+
+/* --command-config FILE, as Kafka's tools take it: security.protocol (PLAINTEXT or SSL) and PEM
+ * ssl.truststore.* / ssl.keystore.* (ssl.endpoint.identification.algorithm: https only).  Any
+ * other key is refused.  *tls stays NULL for PLAINTEXT. */
+typedef struct client_security { char proto[32], ca[1024], cert[1024]; } client_security;
+
+static int security_key(client_security *s, const char *k, const char *v, km_err *err)
+{
+    if (!strcmp(k, "security.protocol"))
+        snprintf(s->proto, sizeof s->proto, "%s", v);
+    else if (!strcmp(k, "ssl.truststore.location"))
+        snprintf(s->ca, sizeof s->ca, "%s", v);
+    else if (!strcmp(k, "ssl.keystore.location"))
+        snprintf(s->cert, sizeof s->cert, "%s", v);
+    else if ((!strcmp(k, "ssl.truststore.type") || !strcmp(k, "ssl.keystore.type")) && strcmp(v, "PEM"))
+        return km_fail(err, "%s=%s: only PEM", k, v);
+    else if (!strcmp(k, "ssl.endpoint.identification.algorithm") && strcmp(v, "https"))
+        return km_fail(err, "%s=%s: only https", k, v);
+    else if (strcmp(k, "ssl.truststore.type") && strcmp(k, "ssl.keystore.type") &&
+             strcmp(k, "ssl.endpoint.identification.algorithm"))
+        return km_fail(err, "unknown key '%s'", k);
+    return 0;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    for (size_t n = strlen(s); n && isspace((unsigned char)s[n - 1]);)
+        s[--n] = 0;
+    return s;
+}
+
+static int load_security(const char *path, km_tls_ctx **tls, km_err *err)
+{
+    client_security s = { .proto = "PLAINTEXT" };
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return km_fail(err, "%s: cannot open", path);
+    char line[2048];
+    km_err why;
+    for (int n = 1; fgets(line, sizeof line, f); n++) {
+        char *l = trim(line), *eq = strchr(l, '=');
+        if (!*l || *l == '#')
+            continue;
+        if (!eq || (*eq = 0, security_key(&s, trim(l), trim(eq + 1), &why) < 0)) {
+            fclose(f);
+            return km_fail(err, "%s:%d: %s", path, n, eq ? why.msg : "expected key=value");
+        }
+    }
+    fclose(f);
+    if (!strcmp(s.proto, "PLAINTEXT"))
+        return 0;
+    if (strcmp(s.proto, "SSL"))
+        return km_fail(err, "%s: security.protocol=%s: PLAINTEXT or SSL only", path, s.proto);
+    km_tls_config tc = { .ca_file = s.ca[0] ? s.ca : NULL, .cert_file = s.cert[0] ? s.cert : NULL };
+    *tls = km_tls_client_ctx_new(&tc, err);
+    return *tls ? 0 : -1;
+}
 
 /* --bootstrap-server X | --bootstrap-server=X, --cluster-id, --timeout; 0 or 2 (usage). */
 static int parse_opts(int argc, char **argv, bool allow_cluster_id, quorum_opts *o, const char *cmd)
@@ -36,6 +96,8 @@ static int parse_opts(int argc, char **argv, bool allow_cluster_id, quorum_opts 
             o->servers = v;
         else if (allow_cluster_id && name_len == 12 && !strncmp(a, "--cluster-id", 12))
             o->cluster_id = v;
+        else if (name_len == 16 && !strncmp(a, "--command-config", 16))
+            o->command_config = v;
         else if (name_len == 9 && !strncmp(a, "--timeout", 9) && km_cli_parse_int(v, 1, 86400, &n) == 0)
             o->timeout = (double)n;
         else {
@@ -66,7 +128,14 @@ int km_cli_metadata_quorum(int argc, char **argv)
         return rc;
     km_quorum_description d;
     km_err err;
-    if (km_quorum_describe(o.servers, NULL, o.timeout, &d, &err) < 0) {
+    km_tls_ctx *tls = NULL;
+    if (o.command_config && load_security(o.command_config, &tls, &err) < 0) {
+        fprintf(stderr, "kmproxy metadata quorum: %s\n", err.msg);
+        return 2;
+    }
+    rc = km_quorum_describe(o.servers, tls, o.timeout, &d, &err);
+    km_tls_ctx_free(tls);
+    if (rc < 0) {
         fprintf(stderr, "kmproxy metadata quorum: %s\n", err.msg);
         return 1;
     }
@@ -151,12 +220,19 @@ int km_cli_metadata_dump_quorum(int argc, char **argv)
     int rc = parse_opts(argc, argv, true, &o, "dump");
     if (rc)
         return rc;
-    dump_ctx d = { .loop = ev_loop_new(EVFLAG_AUTO), .rc = -1 };
+    dump_ctx d = { .rc = -1 };
+    km_tls_ctx *tls = NULL;
+    if (o.command_config && load_security(o.command_config, &tls, &d.err) < 0) {
+        fprintf(stderr, "kmproxy metadata dump: %s\n", d.err.msg);
+        return 2;
+    }
+    d.loop = ev_loop_new(EVFLAG_AUTO);
     km_image *img = km_image_new();
     km_quorum_config cfg;
     km_quorum_config_init(&cfg);
     cfg.bootstrap_servers = o.servers;
     cfg.cluster_id = o.cluster_id;
+    cfg.tls = tls;
     cfg.quiet = true;
     km_quorum_handlers h = { .on_record = on_record, .on_fatal = on_fatal };
     d.q = km_quorum_new(d.loop, &cfg, img, &h, &d, &d.err);
@@ -174,6 +250,7 @@ int km_cli_metadata_dump_quorum(int argc, char **argv)
     }
     km_image_free(img);
     ev_loop_destroy(d.loop);
+    km_tls_ctx_free(tls);
     fflush(stdout);
     if (d.rc != 0)
         fprintf(stderr, "kmproxy metadata dump: %s\n", d.err.msg);
