@@ -291,7 +291,7 @@ Test(quorum_faults, corrupted_snapshot_chunk_is_refused_and_fetched_again)
     cr_assert_eq(stats(&r).snapshot_loads, 1);
     km_rsim_stats st;
     km_rsim_get_stats(r.sims[0], &st);
-    cr_assert_geq(st.fetch_snapshots, 2 * ((snap_len + 255) / 256), "the snapshot was not fetched again");
+    cr_assert_gt(st.fetch_snapshots, (snap_len + 255) / 256, "the snapshot was not fetched again");
     km_image *want = tq_image_of(NULL, 0, 0, 0, log.data, log.len);
     tq_assert_same_image(r.img, want, "after a corrupted chunk");
     km_image_free(want);

@@ -20,9 +20,11 @@
  *    the leader asks to truncate below the high watermark).
  *  - SnapshotId (fetch offset below the leader's log start): the snapshot is fetched with
  *    FetchSnapshot in chunks (position = bytes held, same id, same size every chunk:
- *    handleFetchSnapshotResponse), verified whole (every batch's CRC32C, SnapshotHeader
- *    first and SnapshotFooter last, size, and that it ends at its id's end offset) before
- *    it replaces the image; a bad snapshot is refused and fetched again from position 0.
+ *    handleFetchSnapshotResponse) and checked before it touches the image: every batch's
+ *    framing and CRC32C as the chunks arrive, a control batch first (SnapshotHeader) and
+ *    last (SnapshotFooter), the size; after loading, the image must end at the id's end
+ *    offset.  A bad snapshot is refused and fetched again from position 0.  It is held in
+ *    memory whole until loaded (snapshot_max_bytes bounds it).
  *  - Losing the leader (connection closed, refused, or no answer within the request
  *    timeout): it forgets the leader, backs off with jitter and asks the bootstrap servers
  *    again, going on from what it holds; applied records are never applied twice.

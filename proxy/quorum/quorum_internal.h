@@ -61,6 +61,8 @@ struct km_quorum {
     int64_t snap_end;
     int32_t snap_epoch;
     int64_t snap_size;
+    size_t snap_checked;               /* bytes of whole batches whose CRC32C held so far */
+    bool snap_last_control;            /* the last whole batch was a control batch (the footer's) */
     km_buf snap;
     double snap_started;
     km_quorum_stats st;

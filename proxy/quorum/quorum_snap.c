@@ -13,6 +13,8 @@ int q_snapshot_begin(km_quorum *q, int64_t end, int32_t epoch, km_err *err)
     (void)err;
     q_clear_buffer(q); /* the leader's snapshot supersedes everything uncommitted held */
     km_buf_reset(&q->snap);
+    q->snap_checked = 0;
+    q->snap_last_control = false;
     q->snap_active = true;
     q->snap_end = end;
     q->snap_epoch = epoch;
@@ -57,20 +59,51 @@ int q_send_fetch_snapshot(km_quorum *q, km_err *err)
     return q_send(q, KM_API_FETCH_SNAPSHOT, q->snap_v, &rq, err);
 }
 
-/* Checks the whole snapshot without touching the image: every batch whole with its CRC,
- * SnapshotHeader first, SnapshotFooter last (a raw read decodes no record bodies). */
-static int verify(km_quorum *q, const char *name, km_err *err)
+/* Checks the batches that are whole so far, as the chunks arrive (so a corrupt chunk is refused
+ * at once and the check overlaps the transfer): framing and CRC32C of each, and that the snapshot
+ * opens with a control batch (SnapshotHeader).  The image is not touched. */
+static int check_batches(km_quorum *q, km_err *err)
 {
-    km_metalog_opts o = { .raw = true }; /* the reader checks each batch's framing and CRC32C */
-    km_metalog *log = km_metalog_open_mem(name, q->snap.data, q->snap.len, KM_ML_FROM_SNAPSHOT, &o, err);
-    if (!log)
-        return -1;
-    km_metalog_record rec;
-    int r;
-    while ((r = km_metalog_next(log, &rec, err)) > 0) {
+    while (q->snap_checked < q->snap.len) {
+        km_metalog_batch b;
+        km_err why;
+        int r = km_ml_peek_batch(q->snap.data + q->snap_checked, q->snap.len - q->snap_checked, 0, &b, &why);
+        if (r == 0)
+            return 0;
+        if (r < 0)
+            return km_fail(err, "snapshot (%" PRId64 ", %d) byte %zu: %s", q->snap_end, q->snap_epoch,
+                           q->snap_checked, why.msg);
+        if (q->snap_checked == 0 && !b.control)
+            return km_fail(err, "snapshot (%" PRId64 ", %d) does not open with a control batch (SnapshotHeader)",
+                           q->snap_end, q->snap_epoch);
+        q->snap_last_control = b.control;
+        q->snap_checked += b.size;
     }
-    km_metalog_close(log);
-    return r;
+    return 0;
+}
+
+/* The whole snapshot arrived: nothing left unchecked, and it closes with a control batch (the
+ * SnapshotFooter; the reader checks the records' order when it is applied). */
+static int check_complete(km_quorum *q, km_err *err)
+{
+    if (check_batches(q, err) < 0)
+        return -1;
+    if (q->snap_checked != q->snap.len)
+        return km_fail(err, "snapshot (%" PRId64 ", %d) ends inside a batch at byte %zu of %zu", q->snap_end,
+                       q->snap_epoch, q->snap_checked, q->snap.len);
+    if (!q->snap_last_control)
+        return km_fail(err, "snapshot (%" PRId64 ", %d) does not close with a control batch (SnapshotFooter)",
+                       q->snap_end, q->snap_epoch);
+    return 0;
+}
+
+static void refuse(km_quorum *q, const km_err *why)
+{
+    q->st.snapshot_refused++;
+    q_snapshot_abandon(q); /* the next Fetch names the snapshot again: fetched from position 0 */
+    char msg[1200];
+    snprintf(msg, sizeof msg, "refused snapshot from leader %d: %s", q->leader_id, why->msg);
+    q_retry(q, false, msg);
 }
 
 /* The last chunk arrived: verify, then replace the image. */
@@ -79,13 +112,8 @@ static void load_snapshot(km_quorum *q)
     char name[128];
     km_err err;
     snprintf(name, sizeof name, "quorum-snapshot/%020" PRId64 "-%010d.checkpoint", q->snap_end, q->snap_epoch);
-    if (verify(q, name, &err) < 0) {
-        q->st.snapshot_refused++;
-        q_snapshot_abandon(q); /* the next Fetch names the snapshot again: fetched from position 0 */
-        char why[1200];
-        snprintf(why, sizeof why, "refused snapshot from leader %d: %s", q->leader_id, err.msg);
-        return q_retry(q, false, why);
-    }
+    if (check_complete(q, &err) < 0)
+        return refuse(q, &err);
     if (q_apply_bytes(q, name, q->snap.data, q->snap.len, KM_ML_FROM_SNAPSHOT, &err) < 0)
         return q_fatal(q, "loading verified snapshot %s: %s", name, err.msg);
     if (km_image_offset(q->img) != q->snap_end - 1)
@@ -143,6 +171,8 @@ static void on_partition(km_quorum *q, const km_fetch_snapshot_response_partitio
         return q_retry(q, false, err.msg);
     }
     km_backoff_reset(&q->backoff);
+    if (check_batches(q, &err) < 0)
+        return refuse(q, &err);
     if ((int64_t)q->snap.len == q->snap_size)
         return load_snapshot(q);
     q_next_request(q);
