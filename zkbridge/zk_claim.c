@@ -313,7 +313,7 @@ static bool guard_refuses(km_zkw *w, const claim_call *c)
         return false;
     w->state = KM_ZKW_REFUSED;
     snprintf(w->fence_reason, sizeof w->fence_reason, "%s", why);
-    zkw_log(w, KM_LOG_ERROR, "zk claim refused: %s", w->fence_reason);
+    zkw_log(w, KM_LOG_INFO, "zk claim refused: %s", w->fence_reason); /* the caller reports it, once */
     zkw_emit(w, KM_ZKW_EV_REFUSED);
     return true;
 }

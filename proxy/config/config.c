@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum key_kind { K_STRING, K_INT, K_BOOL, K_LEVEL } key_kind;
+typedef enum key_kind { K_STRING, K_INT, K_BOOL, K_LEVEL, K_INT64 } key_kind;
 
 typedef struct key_def {
     const char *key;
@@ -20,6 +20,7 @@ typedef struct key_def {
 #define STR(k, f) {k, K_STRING, offsetof(km_config, f), 0, 0}
 #define INT(k, f, lo, hi) {k, K_INT, offsetof(km_config, f), lo, hi}
 #define BOOL(k, f) {k, K_BOOL, offsetof(km_config, f), 0, 0}
+#define INT64(k, f, lo, hi) {k, K_INT64, offsetof(km_config, f), lo, hi}
 
 static const key_def KEYS[] = {
     STR("metadata.dir", metadata_dir),
@@ -28,6 +29,8 @@ static const key_def KEYS[] = {
     STR("zookeeper.connect", zk_connect),
     INT("zookeeper.session.timeout.ms", zk_session_timeout_ms, 2000, 600000),
     INT("zk.write.behind.max.records", zk_max_pending_records, 1, 10000000),
+    BOOL("zk.force", zk_force),
+    INT64("zk.max.deletes", zk_max_deletes, -1, INT64_MAX),
     BOOL("brokers.enabled", brokers_enabled),
     STR("broker.listener", broker_listener),
     INT("broker.request.timeout.ms", broker_request_timeout_ms, 100, 3600000),
@@ -54,6 +57,7 @@ void km_config_defaults(km_config *c)
     c->kraft_controller_id = -1;
     c->zk_session_timeout_ms = 18000;      /* Kafka's zookeeper.session.timeout.ms */
     c->zk_max_pending_records = 10000;
+    c->zk_max_deletes = KM_CONFIG_UNSET;
     c->brokers_enabled = true;
     c->broker_request_timeout_ms = 30000;  /* Kafka's controller.socket.timeout.ms */
     c->broker_max_queued = 1000;
@@ -86,14 +90,18 @@ static int parse_value(const key_def *k, km_config *c, const char *value, const 
             return km_fail(err, "%s: %s must be true or false, not '%s'", where, k->key, value);
         *(bool *)slot = !strcmp(value, "true");
         return 0;
-    case K_INT: {
+    case K_INT:
+    case K_INT64: {
         char *end;
         errno = 0;
         long long v = strtoll(value, &end, 10);
         if (!*value || *end || errno || v < k->lo || v > k->hi)
             return km_fail(err, "%s: %s must be an integer in [%lld, %lld], not '%s'", where, k->key,
                            (long long)k->lo, (long long)k->hi, value);
-        *(int32_t *)slot = (int32_t)v;
+        if (k->kind == K_INT64)
+            *(int64_t *)slot = v;
+        else
+            *(int32_t *)slot = (int32_t)v;
         return 0;
     }
     }

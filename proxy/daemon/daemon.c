@@ -37,16 +37,30 @@ void km_daemon_log(km_daemon *d, int level, const char *fmt, ...)
     fprintf(stderr, "%s.%03ldZ %-5s %s\n", stamp, ts.tv_nsec / 1000000, names[level], msg);
 }
 
-void km_daemon_fatal(km_daemon *d, const char *fmt, ...)
+static void fatal_v(km_daemon *d, int exit_code, const char *fmt, va_list ap)
 {
     if (d->fatal[0])
         return;  /* the first cause is the one worth reporting */
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(d->fatal, sizeof d->fatal, fmt, ap);
-    va_end(ap);
+    d->exit_code = exit_code;
     km_daemon_log(d, KM_LOG_ERROR, "stopping: %s", d->fatal);
     ev_break(d->loop, EVBREAK_ALL);
+}
+
+void km_daemon_fatal(km_daemon *d, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fatal_v(d, 1, fmt, ap);
+    va_end(ap);
+}
+
+void km_daemon_fatal_input(km_daemon *d, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fatal_v(d, 2, fmt, ap);
+    va_end(ap);
 }
 
 /* ---- reading the log ------------------------------------------------------------------- */
@@ -79,7 +93,7 @@ void km_daemon_read_log(km_daemon *d)
         }
         int rc = km_image_follow_next(d->follow, d->delta, &err);
         if (rc < 0) {
-            km_daemon_fatal(d, "metadata log: %s", err.msg);
+            km_daemon_fatal_input(d, "metadata log: %s", err.msg);
             return;
         }
         if (rc == 0) {
@@ -193,7 +207,7 @@ int km_daemon_run(km_daemon *d)
     if (!d->fatal[0])
         ev_run(d->loop, 0);
     disarm(d);
-    return d->fatal[0] ? 1 : 0;
+    return d->fatal[0] ? d->exit_code : 0;
 }
 
 void km_daemon_stop(km_daemon *d) { ev_break(d->loop, EVBREAK_ALL); }
