@@ -161,3 +161,132 @@ Test(daemon, start_up_errors_exit_2_naming_the_problem)
     cr_assert(strstr(err, "/nonexistent.properties: cannot open"), "%s", err);
     free(out); free(err);
 }
+
+/* ---- a corrupt or torn log while following it ---- */
+
+/* The last segment file of the log (the one being appended to). */
+static void last_segment(const char *logdir, char *out, size_t cap)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "ls %s/*.log | tail -1", logdir);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    cr_assert(fgets(out, (int)cap, p), "no segment in %s", logdir);
+    out[strcspn(out, "\n")] = '\0';
+    pclose(p);
+}
+
+static long file_size(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
+/* The bytes of the batch append_noop would add next, written by the real writer to a copy of the log
+ * (the followed log itself must only ever grow). */
+static char *next_batch_bytes(rig *r, size_t *len)
+{
+    char copy[600], cmd[2048], seg[1024], copy_seg[2048];
+    snprintf(copy, sizeof copy, "%s/copy", r->tmp);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", copy, r->logdir, copy);
+    cr_assert_eq(system(cmd), 0);
+    last_segment(r->logdir, seg, sizeof seg);
+    snprintf(copy_seg, sizeof copy_seg, "%s/%s", copy, strrchr(seg, '/') + 1);
+    long before = file_size(copy_seg);
+    char saved[sizeof r->logdir];
+    snprintf(saved, sizeof saved, "%s", r->logdir);
+    cr_assert_lt(strlen(copy), sizeof r->logdir);
+    memcpy(r->logdir, copy, strlen(copy) + 1);
+    append_noop(r);
+    snprintf(r->logdir, sizeof r->logdir, "%s", saved);
+    long after = file_size(copy_seg);
+    cr_assert_gt(after, before);
+    *len = (size_t)(after - before);
+    char *bytes = malloc(*len);
+    FILE *f = fopen(copy_seg, "rb");
+    cr_assert(f);
+    fseek(f, before, SEEK_SET);
+    cr_assert_eq(fread(bytes, 1, *len, f), *len);
+    fclose(f);
+    return bytes;
+}
+
+static void append_bytes(const char *path, const char *bytes, size_t len)
+{
+    FILE *f = fopen(path, "ab");
+    cr_assert(f);
+    cr_assert_eq(fwrite(bytes, 1, len, f), len);
+    fclose(f);
+}
+
+static int64_t awaited_offset;
+static bool reached_awaited(const km_daemon_status *st) { return st->image_offset >= awaited_offset; }
+
+/* Runs the loop for `seconds` (several of the follower's polls), unless the daemon stops first. */
+static void run_for(rig *r, double seconds)
+{
+    ev_timer guard;
+    ev_timer_init(&guard, guard_cb, seconds, 0);
+    ev_timer_start(r->loop, &guard);
+    km_daemon_status st;
+    km_daemon_get_status(r->d, &st);
+    if (!st.fatal)
+        ev_run(r->loop, 0);
+    ev_timer_stop(r->loop, &guard);
+}
+
+/* A complete batch with a bad CRC stops the daemon at once (exit 2) naming the file and offset; it
+ * used to be waited on like a torn tail, the daemon healthy and stuck. */
+Test(daemon, corrupt_complete_batch_while_following_exits_2_naming_file_and_offset)
+{
+    rig r = {0};
+    rig_start(&r);
+    cr_assert(run_until(&r, mirrored), "never mirrored the log");
+    km_daemon_status st;
+    km_daemon_get_status(r.d, &st);
+    size_t len;
+    char *batch = next_batch_bytes(&r, &len), seg[1024];
+    batch[len - 3] ^= 0x40; /* inside the CRC's span */
+    last_segment(r.logdir, seg, sizeof seg);
+    append_bytes(seg, batch, len);
+    cr_assert(run_until(&r, stopped), "the daemon waited on a complete corrupt batch");
+    km_daemon_status after;
+    km_daemon_get_status(r.d, &after);
+    char want[64];
+    snprintf(want, sizeof want, "(offset %lld): CRC32C mismatch", (long long)st.image_offset + 1);
+    cr_assert(strstr(after.fatal, seg) && strstr(after.fatal, want), "%s", after.fatal);
+    cr_assert_eq(km_daemon_run(r.d), 2, "a corrupt log is bad input");
+    free(batch);
+    rig_stop(&r);
+}
+
+/* An incomplete batch at the end is a write still landing: waited on, then applied once whole. */
+Test(daemon, torn_tail_while_following_is_waited_on)
+{
+    rig r = {0};
+    rig_start(&r);
+    cr_assert(run_until(&r, mirrored), "never mirrored the log");
+    km_daemon_status st;
+    km_daemon_get_status(r.d, &st);
+    size_t len;
+    char *batch = next_batch_bytes(&r, &len), seg[1024];
+    last_segment(r.logdir, seg, sizeof seg);
+    append_bytes(seg, batch, len / 2);
+    run_for(&r, 1.0); /* a fatal error would end this early */
+    km_daemon_status mid;
+    km_daemon_get_status(r.d, &mid);
+    cr_assert_null(mid.fatal, "%s", mid.fatal);
+    cr_assert_eq(mid.image_offset, st.image_offset);
+    append_bytes(seg, batch + len / 2, len - len / 2);
+    awaited_offset = st.image_offset + 1;
+    cr_assert(run_until(&r, reached_awaited), "the completed batch was not applied");
+    km_daemon_status after;
+    km_daemon_get_status(r.d, &after);
+    cr_assert_eq(after.image_offset, st.image_offset + 1);
+    free(batch);
+    rig_stop(&r);
+}
