@@ -108,16 +108,22 @@ static int parse_value(const key_def *k, km_config *c, const char *value, const 
     return km_fail(err, "%s: %s: unknown kind", where, k->key);
 }
 
+static const key_def *find_key(const char *key)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (!strcmp(KEYS[i].key, key))
+            return &KEYS[i];
+    return NULL;
+}
+
 int km_config_set(km_config *c, const char *key, const char *value, const char *where, km_err *err)
 {
     /* Empty would mean "no encoding" here but an empty secret to Kafka: refuse the ambiguity. */
     if (!strcmp(key, "password.encoder.secret") && !*value)
         return km_fail(err, "%s: password.encoder.secret is empty: remove the line to store passwords as they are",
                        where);
-    for (size_t i = 0; i < N_KEYS; i++)
-        if (!strcmp(KEYS[i].key, key))
-            return parse_value(&KEYS[i], c, value, where, err);
-    return km_fail(err, "%s: unknown key '%s'", where, key);
+    const key_def *k = find_key(key);
+    return k ? parse_value(k, c, value, where, err) : km_fail(err, "%s: unknown key '%s'", where, key);
 }
 
 static char *trim(char *s)
@@ -130,13 +136,27 @@ static char *trim(char *s)
     return s;
 }
 
+/* A key given twice in one file: which line was meant is anyone's guess, so neither is taken. */
+static int once(int *first_line, const char *key, const char *path, int lineno, km_err *err)
+{
+    const key_def *k = find_key(key);
+    if (!k)
+        return 0; /* km_config_set names it */
+    int *first = &first_line[k - KEYS];
+    if (*first)
+        return km_fail(err, "%s:%d: %s is given twice, at lines %d and %d: keep one", path, lineno, key, *first,
+                       lineno);
+    *first = lineno;
+    return 0;
+}
+
 int km_config_load(km_config *c, const char *path, km_err *err)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return km_fail(err, "%s: cannot open: %s", path, strerror(errno));
     char line[4096], where[512];
-    int rc = 0;
+    int rc = 0, first_line[N_KEYS] = {0};
     for (int lineno = 1; !rc && fgets(line, sizeof line, f); lineno++) {
         snprintf(where, sizeof where, "%s:%d", path, lineno);
         if (!strchr(line, '\n') && !feof(f)) {
@@ -152,7 +172,8 @@ int km_config_load(km_config *c, const char *path, km_err *err)
             break;
         }
         *eq = '\0';
-        rc = km_config_set(c, trim(s), trim(eq + 1), where, err);
+        char *key = trim(s);
+        rc = once(first_line, key, path, lineno, err) ? -1 : km_config_set(c, key, trim(eq + 1), where, err);
     }
     if (!rc && ferror(f))
         rc = km_fail(err, "%s: read error: %s", path, strerror(errno));

@@ -1,5 +1,6 @@
 /* The daemon: log follower -> image -> (ZooKeeper mirror, broker channels), on one libev loop. */
 #include "daemon_internal.h"
+#include "km_capture.h"
 
 #include <ev.h>
 #include <stdarg.h>
@@ -149,6 +150,24 @@ static int open_follower(km_daemon *d, km_err *err)
     return 0;
 }
 
+/* Every frame to and from the ZK-mode brokers, for Wireshark or jq. */
+static int open_capture(km_daemon *d, km_err *err)
+{
+    if (!d->cfg.capture_pcapng && !d->cfg.capture_jsonl)
+        return 0;
+    km_capture_opts o = {.pcapng_path = d->cfg.capture_pcapng, .jsonl_path = d->cfg.capture_jsonl};
+    d->capture = km_capture_open(&o, err);
+    return d->capture ? 0 : -1;
+}
+
+static void close_capture(km_daemon *d)
+{
+    km_err err = {{0}};
+    if (d->capture && km_capture_close(d->capture, &err))
+        km_daemon_log(d, KM_LOG_ERROR, "capture: %s", err.msg);
+    d->capture = NULL;
+}
+
 km_daemon *km_daemon_new(struct ev_loop *loop, km_config *cfg, km_err *err)
 {
     if (km_config_validate(cfg, err))
@@ -165,7 +184,7 @@ km_daemon *km_daemon_new(struct ev_loop *loop, km_config *cfg, km_err *err)
     d->follow_io.fd = -1;
     d->img = km_image_new();
     d->delta = km_delta_new();
-    if (!d->img || !d->delta || open_follower(d, err) || km_daemon_start_consumers(d, err) ||
+    if (!d->img || !d->delta || open_follower(d, err) || open_capture(d, err) || km_daemon_start_consumers(d, err) ||
         km_daemon_start_metrics(d, err)) {
         km_daemon_free(d);
         return NULL;
@@ -219,6 +238,7 @@ void km_daemon_free(km_daemon *d)
     disarm(d);
     km_daemon_stop_metrics(d);
     km_daemon_stop_consumers(d);
+    close_capture(d); /* after the channels that write into it */
     if (d->follow)
         km_image_follow_close(d->follow);
     km_delta_free(d->delta);

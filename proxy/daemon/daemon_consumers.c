@@ -112,7 +112,7 @@ static int start_brokers(km_daemon *d, km_daemon_consumers *c, km_err *err)
     km_bprop_config bc = {
         .controller_id = c->controller_id, .listener = d->cfg.broker_listener,
         .request_timeout = d->cfg.broker_request_timeout_ms / 1000.0, .max_queue = (size_t)d->cfg.broker_max_queued,
-        .log = broker_log, .log_ud = d, .fenced = brokers_fenced, .ud = d};
+        .capture = d->capture, .log = broker_log, .log_ud = d, .fenced = brokers_fenced, .ud = d};
     c->bprop = km_bprop_new(d->loop, &bc, err);
     return c->bprop ? 0 : -1;
 }

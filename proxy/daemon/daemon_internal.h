@@ -23,6 +23,7 @@ struct km_daemon {
     int64_t batches_applied;
     ev_signal sigint, sigterm;
     km_metrics_server *metrics;
+    struct km_capture *capture;  /* capture.pcapng / capture.jsonl: the broker channels' traffic; NULL: off */
     struct km_daemon_consumers *consumers;  /* daemon_consumers.c: ZooKeeper and brokers */
     char fatal[512];
     int exit_code;               /* with fatal: 1 a runtime failure, 2 bad input (a corrupt log, a refused image) */

@@ -290,3 +290,127 @@ Test(daemon, torn_tail_while_following_is_waited_on)
     free(batch);
     rig_stop(&r);
 }
+
+/* ---- capture.pcapng / capture.jsonl: the broker channels' traffic ---- */
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* A "broker" that accepts and swallows whatever it is sent, counting the bytes. */
+typedef struct sink {
+    ev_io accept_io, conn_io[8];
+    int nconn;
+    size_t received;
+} sink;
+
+static void sink_read(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)revents;
+    sink *s = w->data;
+    char buf[4096];
+    ssize_t n = read(w->fd, buf, sizeof buf);
+    if (n > 0)
+        s->received += (size_t)n;
+    else
+        ev_io_stop(loop, w);
+}
+
+static void sink_accept(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)revents;
+    sink *s = w->data;
+    int fd = accept(w->fd, NULL, NULL);
+    if (fd < 0 || s->nconn == 8) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    ev_io *c = &s->conn_io[s->nconn++];
+    ev_io_init(c, sink_read, fd, EV_READ);
+    c->data = s;
+    ev_io_start(loop, c);
+}
+
+static uint16_t sink_listen(struct ev_loop *loop, sink *s)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    cr_assert(fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) && !listen(fd, 8));
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    ev_io_init(&s->accept_io, sink_accept, fd, EV_READ);
+    s->accept_io.data = s;
+    ev_io_start(loop, &s->accept_io);
+    return ntohs(a.sin_port);
+}
+
+static void sink_close(struct ev_loop *loop, sink *s)
+{
+    for (int i = 0; i < s->nconn; i++) {
+        ev_io_stop(loop, &s->conn_io[i]);
+        close(s->conn_io[i].fd);
+    }
+    ev_io_stop(loop, &s->accept_io);
+    close(s->accept_io.fd);
+}
+
+static sink *the_sink;
+static bool sink_got_bytes(const km_daemon_status *st) { (void)st; return the_sink->received > 0; }
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "%s was not written", path);
+    char *buf = calloc(1, 1 << 20);
+    *len = fread(buf, 1, (1 << 20) - 1, f);
+    fclose(f);
+    return buf;
+}
+
+/* capture.pcapng and capture.jsonl used to be accepted and never used. */
+Test(daemon, capture_keys_record_the_broker_traffic)
+{
+    rig r = {0};
+    char err[512];
+    r.zks = km_zks_start(1, NULL, 0, err, sizeof err);
+    cr_assert(r.zks, "ZooKeeper: %s", err);
+    snprintf(r.hosts, sizeof r.hosts, "%s", km_zks_hosts(r.zks, -1));
+    r.tmp = km_test_tmpdir("daemon-capture");
+    snprintf(r.logdir, sizeof r.logdir, "%s/__cluster_metadata-0", r.tmp);
+    r.loop = ev_loop_new(0);
+    sink s = {0};
+    the_sink = &s;
+    uint16_t port = sink_listen(r.loop, &s), ports[2] = {port, port};
+    km_gen_opts g = {.brokers = 2, .topics = 2, .partitions = 2, .zk_migration = true, .seed = 7,
+                     .broker_host = "127.0.0.1", .broker_ports = ports};
+    km_err e = {{0}};
+    cr_assert_geq(km_gen_write(r.logdir, &g, NULL, &e), 0, "%s", e.msg);
+    char pcap[600], jsonl[600];
+    snprintf(pcap, sizeof pcap, "%s/brokers.pcapng", r.tmp);
+    snprintf(jsonl, sizeof jsonl, "%s/brokers.jsonl", r.tmp);
+    km_config cfg;
+    km_config_defaults(&cfg);
+    const char *kv[][2] = {{"metadata.dir", r.logdir}, {"zookeeper.connect", r.hosts}, {"capture.pcapng", pcap},
+                           {"capture.jsonl", jsonl}, {"log.level", "warn"}};
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+        cr_assert_eq(km_config_set(&cfg, kv[i][0], kv[i][1], "test", &e), 0, "%s", e.msg);
+    r.d = km_daemon_new(r.loop, &cfg, &e);
+    km_config_free(&cfg);
+    cr_assert(r.d, "%s", e.msg);
+    km_daemon_start(r.d);
+    cr_assert(run_until(&r, sink_got_bytes), "no broker channel ever sent anything");
+    km_daemon_free(r.d); /* closes the capture: everything queued is written */
+    r.d = NULL;
+    size_t n;
+    char *text = slurp(jsonl, &n);
+    cr_assert(strstr(text, "\"api_name\":\"API_VERSIONS\""), "%s", text);
+    free(text);
+    char *bin = slurp(pcap, &n);
+    cr_assert_gt(n, 200, "a header and at least one frame");
+    cr_assert_eq(memcmp(bin, "\x0a\x0d\x0d\x0a", 4), 0, "a pcapng section header");
+    free(bin);
+    sink_close(r.loop, &s);
+    rig_stop(&r);
+}
