@@ -117,8 +117,10 @@ Test(zk_sync, corpus_images, .timeout = 600)
         char path[2048];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         km_image *img = load(path);
-        if (!img)
+        if (!img || km_image_offset(img) < 0) { /* an empty image over a cluster is refused, even forced */
+            km_image_free(img);
             continue; /* the image's own tests cover unreadable files */
+        }
         cr_log_info("syncing %s (%zu topics, %zu partitions)", e->d_name, km_image_topic_count(img),
                     km_image_partition_count(img));
         sync_and_check(img, ++epoch);

@@ -241,6 +241,13 @@ static void finish_diff(km_zkb *b)
     set_phase(b, KM_ZKB_DUAL_WRITE);
 }
 
+/* The scan has just counted the pass's deletions (none is planned yet): more than allowed? */
+static bool over_delete_limit(const km_zkb *b)
+{
+    return !b->cfg.diff_only && b->delete_limit >= 0 && b->plan.stage == PLAN_DELETES && b->plan.it == 0 &&
+           b->plan.n_doomed > (size_t)b->delete_limit;
+}
+
 /* One slice per loop iteration with nothing else to do, while the write-behind bound allows. */
 static void plan_pump(km_zkb *b)
 {
@@ -255,8 +262,7 @@ static void plan_pump(km_zkb *b)
     if (b->pass_ops.oom)
         return stop(b, "zk sync: out of memory (or the password encoder failed) planning the pass over the image");
     bool counted = b->plan.stage >= PLAN_DELETES; /* the scan knows every znode the pass deletes */
-    if (!b->cfg.diff_only && b->delete_limit >= 0 && b->plan.stage == PLAN_DELETES && b->plan.it == 0 &&
-        b->plan.n_doomed > (size_t)b->delete_limit)
+    if (over_delete_limit(b))
         return refuse_deletes(b);
     if (done) {
         ev_idle_stop(b->loop, &b->plan_idle);
