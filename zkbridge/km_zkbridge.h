@@ -204,7 +204,7 @@ typedef struct km_zk_guard {
  * whether g->force may override it. Overridden refusals are returned too (0, why set, for a warning). */
 int km_zk_guard_check(const struct km_image *img, const km_zk_found *f, const km_zk_guard *g, bool *forceable,
                       char *why, size_t cap);
-/* ZooKeeper holds a cluster (a /cluster/id, brokers or topics). */
+/* ZooKeeper holds a cluster ZK-mode brokers run or ran: a /cluster/id, or registered brokers. */
 bool km_zk_holds_cluster(const km_zk_found *f);
 /* The first sync of a cluster ZK-mode brokers wrote: ZooKeeper holds a cluster and no KRaft
  * controller has recorded an offset in /migration (absent, or kraft_metadata_offset < 0). */

@@ -17,9 +17,11 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Topics alone do not count: they may be our own, from a first sync cut short (ZK-mode brokers
+ * write /cluster/id at their first start, and register in /brokers/ids while they run). */
 bool km_zk_holds_cluster(const km_zk_found *f)
 {
-    return f->has_cluster_id || f->brokers > 0 || f->topics > 0;
+    return f->has_cluster_id || f->brokers > 0;
 }
 
 bool km_zk_first_sync(const km_zk_found *f)
@@ -168,7 +170,7 @@ int km_zk_guard_check(const km_image *img, const km_zk_found *f, const km_zk_gua
         why[0] = '\0';
     /* the refusals nothing overrides first, so that --force is never suggested in vain */
     check_cluster_id(img, f, &v, false);
-    if (km_zk_holds_cluster(f) && km_image_offset(img) < 0)
+    if ((km_zk_holds_cluster(f) || f->topics > 0) && km_image_offset(img) < 0)
         broken(&v, false, "the image is empty (no records) while ZooKeeper holds a cluster (%d brokers, %d topics): "
                "syncing it would delete the cluster", f->brokers, f->topics);
     check_cluster_id(img, f, &v, true);
