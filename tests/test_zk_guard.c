@@ -228,20 +228,26 @@ static run_out zk_sync(const char *log, const char *extra1, const char *extra2)
 
 /* ---- the refusals ---- */
 
+/* zk sync of log (with one option, or NULL) is refused for `why` and ZooKeeper is left as it was. */
+static void refused_untouched(const char *log, const char *opt, const char *why)
+{
+    zk_state before;
+    zk_state_read(&before);
+    run_out r = zk_sync(log, opt, NULL);
+    assert_refused(&r, why);
+    run_free(&r);
+    assert_untouched(&before);
+    zk_state_free(&before);
+}
+
 Test(zk_guard, another_clusters_log_is_refused_even_with_force)
 {
     write_zk_mode_cluster(1);
     char *log = gen_log("foreign", "AnotherClusterId000000w", true);
-    zk_state before;
-    zk_state_read(&before);
-    for (int forced = 0; forced < 2; forced++) {
-        run_out r = zk_sync(log, forced ? "--force" : NULL, NULL);
-        assert_refused(&r, "cluster id AnotherClusterId000000w is not ZooKeeper's /cluster/id " ZK_CLUSTER_ID);
-        cr_assert(!strstr(r.err, "--force overrides"), "%s", r.err);
-        run_free(&r);
-        assert_untouched(&before);
-    }
-    zk_state_free(&before);
+    for (int forced = 0; forced < 2; forced++)
+        refused_untouched(log, forced ? "--force" : NULL,
+                          "cluster id AnotherClusterId000000w is not ZooKeeper's /cluster/id " ZK_CLUSTER_ID
+                          ": another cluster's log");
     free(log);
 }
 
@@ -251,15 +257,10 @@ Test(zk_guard, an_empty_image_is_refused_even_with_force)
     char empty[1024];
     snprintf(empty, sizeof empty, "%s/empty", tmp);
     cr_assert_eq(mkdir(empty, 0700), 0);
-    zk_state before;
-    zk_state_read(&before);
-    for (int forced = 0; forced < 2; forced++) {
-        run_out r = zk_sync(empty, forced ? "--force" : NULL, NULL);
-        assert_refused(&r, "the image is empty (no records) while ZooKeeper holds a cluster (3 brokers, 5 topics)");
-        run_free(&r);
-        assert_untouched(&before);
-    }
-    zk_state_free(&before);
+    for (int forced = 0; forced < 2; forced++)
+        refused_untouched(empty, forced ? "--force" : NULL,
+                          "the image is empty (no records) while ZooKeeper holds a cluster (3 brokers, 5 topics): "
+                          "syncing it would delete the cluster");
 }
 
 /* ZkMigrationState NONE: Kafka's driver goes INACTIVE ("this cluster should not be migrated"). With
@@ -269,15 +270,10 @@ Test(zk_guard, not_migrating_image_needs_force_then_the_first_sync_delete_limit)
 {
     write_zk_mode_cluster(-1);
     char *log = gen_log("kraft-native", ZK_CLUSTER_ID, false);
-    zk_state before;
-    zk_state_read(&before);
-    run_out r = zk_sync(log, NULL, NULL);
-    assert_refused(&r, "the image's ZkMigrationState is NONE");
-    cr_assert(strstr(r.err, "--force overrides this"), "%s", r.err);
-    run_free(&r);
-    assert_untouched(&before);
+    refused_untouched(log, NULL, "the image's ZkMigrationState is NONE (its cluster was never migrated from ZooKeeper) "
+                                 "while ZooKeeper holds a cluster (3 brokers, 5 topics) (--force overrides this)");
 
-    r = zk_sync(log, "--force", NULL);
+    run_out r = zk_sync(log, "--force", NULL);
     char refusal[128];
     snprintf(refusal, sizeof refusal, "refusing to delete %d znodes, more than zk.max.deletes=0", LEGACY_ZNODES);
     assert_refused(&r, refusal);
@@ -303,7 +299,6 @@ Test(zk_guard, not_migrating_image_needs_force_then_the_first_sync_delete_limit)
     cr_assert_eq(r.code, 0, "%s", r.err);
     run_free(&r);
     cr_assert_null(zkt_get(zc, "/brokers/topics/legacy-0", NULL));
-    zk_state_free(&before);
     free(log);
 }
 
@@ -313,14 +308,8 @@ Test(zk_guard, migration_without_a_recorded_initial_migration_is_refused)
 {
     write_zk_mode_cluster(-1);
     char *log = gen_log("migrating", ZK_CLUSTER_ID, true);
-    zk_state before;
-    zk_state_read(&before);
-    run_out r = zk_sync(log, NULL, NULL);
-    assert_refused(&r, "the image says a migration is under way but ZooKeeper (no /migration) records no initial "
-                       "migration into KRaft");
-    run_free(&r);
-    assert_untouched(&before);
-    zk_state_free(&before);
+    refused_untouched(log, NULL, "the image says a migration is under way but ZooKeeper (no /migration) records no "
+                                 "initial migration into KRaft");
     free(log);
 }
 
@@ -331,16 +320,10 @@ Test(zk_guard, an_image_behind_migration_is_refused)
     char *log = gen_log("older", ZK_CLUSTER_ID, true);
     int64_t end = log_end_offset(log);
     write_migration(end + 100, 1);
-    zk_state before;
-    zk_state_read(&before);
-    run_out r = zk_sync(log, NULL, NULL);
     char want[256];
     snprintf(want, sizeof want, "the image (offset %lld epoch 1) is behind what /migration records (offset %lld epoch 1)",
              (long long)end, (long long)end + 100);
-    assert_refused(&r, want);
-    run_free(&r);
-    assert_untouched(&before);
-    zk_state_free(&before);
+    refused_untouched(log, NULL, want);
     free(log);
 }
 
@@ -351,19 +334,13 @@ Test(zk_guard, a_live_zk_controller_that_has_not_handed_over_is_refused)
     write_zk_mode_cluster(7);
     char *log = gen_log("takeover", ZK_CLUSTER_ID, true);
     write_migration(5, 1);
-    zk_state before;
-    zk_state_read(&before);
-    run_out r = zk_sync(log, NULL, NULL);
-    assert_refused(&r, "/controller is held by the live ZK-mode controller, broker 7, which has not handed over");
-    run_free(&r);
-    assert_untouched(&before);
-    zk_state_free(&before);
+    refused_untouched(log, NULL, "/controller is held by the live ZK-mode controller, broker 7, which has not handed over");
 
     /* broker 2 is in the image as a migrating ZK broker: it runs in migration mode and yields */
     cr_assert_eq(km_zkc_delete(owner, "/controller", -1), ZOK);
     create(owner, "/controller", "{\"version\":2,\"brokerid\":2,\"timestamp\":\"1\",\"kraftControllerEpoch\":-1}",
            ZOO_EPHEMERAL);
-    r = zk_sync(log, NULL, NULL);
+    run_out r = zk_sync(log, NULL, NULL);
     cr_assert_eq(r.code, 0, "%s", r.err);
     run_free(&r);
     char *ctrl = zkt_get(zc, "/controller", NULL);

@@ -239,19 +239,27 @@ static void run_for(rig *r, double seconds)
     ev_timer_stop(r->loop, &guard);
 }
 
+/* A daemon that mirrored the log, the bytes of the batch that would come next (malloc'd) and the
+ * segment it goes to; *st is the daemon's status before it. */
+static char *following(rig *r, km_daemon_status *st, size_t *len, char *seg, size_t seg_cap)
+{
+    rig_start(r);
+    cr_assert(run_until(r, mirrored), "never mirrored the log");
+    km_daemon_get_status(r->d, st);
+    char *batch = next_batch_bytes(r, len);
+    last_segment(r->logdir, seg, seg_cap);
+    return batch;
+}
+
 /* A complete batch with a bad CRC stops the daemon at once (exit 2) naming the file and offset; it
  * used to be waited on like a torn tail, the daemon healthy and stuck. */
 Test(daemon, corrupt_complete_batch_while_following_exits_2_naming_file_and_offset)
 {
     rig r = {0};
-    rig_start(&r);
-    cr_assert(run_until(&r, mirrored), "never mirrored the log");
     km_daemon_status st;
-    km_daemon_get_status(r.d, &st);
     size_t len;
-    char *batch = next_batch_bytes(&r, &len), seg[1024];
+    char seg[1024], *batch = following(&r, &st, &len, seg, sizeof seg);
     batch[len - 3] ^= 0x40; /* inside the CRC's span */
-    last_segment(r.logdir, seg, sizeof seg);
     append_bytes(seg, batch, len);
     cr_assert(run_until(&r, stopped), "the daemon waited on a complete corrupt batch");
     km_daemon_status after;
@@ -268,13 +276,9 @@ Test(daemon, corrupt_complete_batch_while_following_exits_2_naming_file_and_offs
 Test(daemon, torn_tail_while_following_is_waited_on)
 {
     rig r = {0};
-    rig_start(&r);
-    cr_assert(run_until(&r, mirrored), "never mirrored the log");
     km_daemon_status st;
-    km_daemon_get_status(r.d, &st);
     size_t len;
-    char *batch = next_batch_bytes(&r, &len), seg[1024];
-    last_segment(r.logdir, seg, sizeof seg);
+    char seg[1024], *batch = following(&r, &st, &len, seg, sizeof seg);
     append_bytes(seg, batch, len / 2);
     run_for(&r, 1.0); /* a fatal error would end this early */
     km_daemon_status mid;
