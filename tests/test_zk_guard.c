@@ -289,9 +289,16 @@ Test(zk_guard, not_migrating_image_needs_force_then_the_first_sync_delete_limit)
     char *topic = zkt_get(zc, "/brokers/topics/topic-0", NULL);
     cr_assert_null(topic, "nothing of the pass was written before its deletions were counted");
 
-    r = run_kmproxy("zk", "diff", "--zookeeper", km_zks_hosts(zs, 0), "--metadata", log, "--max-deletes", "0", NULL);
+    /* zk diff lists the deletions, and says what a sync would run into */
+    r = run_kmproxy("zk", "diff", "--zookeeper", km_zks_hosts(zs, 0), "--metadata", log, NULL);
     cr_assert_eq(r.code, 1, "%s", r.err);
-    snprintf(refusal, sizeof refusal, "a sync would refuse: %d znodes to delete", LEGACY_ZNODES);
+    cr_assert(strstr(r.out, "- /brokers/topics/legacy-3\n"), "%s", r.out);
+    cr_assert(strstr(r.out, "zk diff: a sync would refuse: the image's ZkMigrationState is NONE"), "%s", r.out);
+    run_free(&r);
+    r = run_kmproxy("zk", "diff", "--zookeeper", km_zks_hosts(zs, 0), "--metadata", log, "--force", NULL);
+    cr_assert_eq(r.code, 1, "%s", r.err);
+    snprintf(refusal, sizeof refusal, "zk diff: a sync would refuse: it would delete %d znodes, more than "
+             "zk.max.deletes=0 (the default for the first sync", LEGACY_ZNODES);
     cr_assert(strstr(r.out, "- /brokers/topics/legacy-3\n") && strstr(r.out, refusal), "%s", r.out);
     run_free(&r);
 

@@ -72,7 +72,8 @@ typedef struct km_zkw_config {
     int max_multi_ops;              /* 0: 1000 */
     int max_inflight;               /* multis outstanding at once; 0: 64 */
     size_t max_pending_ops;         /* write-behind bound in znode ops (records); 0: 100000 */
-    bool read_only;                 /* diff: a session only - no claim, no writes (CLAIMED when connected) */
+    bool read_only;                 /* diff: a session only - no claim, no writes (CLAIMED once the guard has
+                                     * seen what a claim would find; its verdict is ignored) */
     /* Before each claim: non-zero refuses it for good (state REFUSED, fence reason = why). NULL: none. */
     int (*guard)(km_zkw *w, const km_zk_found *found, char *why, size_t cap, void *ctx);
     void (*on_event)(km_zkw *w, km_zkw_event ev, void *ctx);
@@ -234,6 +235,8 @@ const char *km_zkb_error(const km_zkb *b);
 /* Stopped by a guard (the image may not take this ZooKeeper over, or a pass would delete more than
  * the limit): bad input rather than a runtime failure. */
 bool km_zkb_refused(const km_zkb *b);
+/* diff_only, once the diff is done: why a sync of this image would be refused, "" when it would not. */
+const char *km_zkb_sync_verdict(const km_zkb *b);
 /* The znodes a refused pass would have deleted, one "- path" line each ("" when none). */
 const char *km_zkb_refused_deletes(const km_zkb *b);
 /* The image moved by `d` (already applied). In DUAL_WRITE it becomes one batch; before that it is

@@ -43,6 +43,7 @@ struct km_zkb {
     bool refused;          /* stopped by a guard: bad input, not a runtime failure */
     int64_t delete_limit;  /* the most znodes a pass may delete now; -1: no limit */
     char *refused_deletes; /* "- path" lines of the pass that was refused */
+    char verdict[600];     /* diff_only: why a sync would be refused ("" when it would not) */
 };
 
 static void set_phase(km_zkb *b, km_zkb_phase p)
@@ -236,6 +237,10 @@ static void finish_diff(km_zkb *b)
     count_ops(b, &b->pass_ops);
     abort_pass(b);
     b->sum.full_syncs++;
+    if (!b->verdict[0] && b->delete_limit >= 0 && b->sum.deleted > (size_t)b->delete_limit)
+        snprintf(b->verdict, sizeof b->verdict, "it would delete %zu znodes, more than zk.max.deletes=%lld%s",
+                 b->sum.deleted, (long long)b->delete_limit,
+                 b->cfg.guard.max_deletes_set ? "" : " (the default for the first sync of a cluster ZK-mode brokers wrote)");
     zkw_log(b->w, KM_LOG_INFO, "zk diff: %zu missing, %zu different, %zu only in ZooKeeper after %lld ms",
             b->sum.created, b->sum.updated, b->sum.deleted, (long long)(zk_now_ms() - b->sync_started_ms));
     set_phase(b, KM_ZKB_DUAL_WRITE);
@@ -360,11 +365,14 @@ static int bridge_guard(km_zkw *w, const km_zk_found *f, char *why, size_t cap, 
 {
     km_zkb *b = ctx;
     bool forceable = false;
-    if (km_zk_guard_check(b->img, f, &b->cfg.guard, &forceable, why, cap)) {
+    int rc = km_zk_guard_check(b->img, f, &b->cfg.guard, &forceable, why, cap);
+    if (rc && !b->cfg.diff_only) {
         b->refused = true;
         return -1;
     }
-    if (why[0])
+    if (rc) /* diff: what a sync would run into */
+        snprintf(b->verdict, sizeof b->verdict, "%s", why);
+    else if (why[0])
         zkw_log(w, KM_LOG_WARN, "zk claim: %s", why);
     const km_zk_guard *g = &b->cfg.guard;
     b->delete_limit = g->max_deletes_set ? g->max_deletes : km_zk_first_sync(f) ? 0 : -1;
@@ -430,6 +438,7 @@ km_zkb_phase km_zkb_get_phase(const km_zkb *b) { return b->phase; }
 const char *km_zkb_error(const km_zkb *b) { return b->error; }
 km_zkw *km_zkb_writer(km_zkb *b) { return b->w; }
 bool km_zkb_refused(const km_zkb *b) { return b->refused; }
+const char *km_zkb_sync_verdict(const km_zkb *b) { return b->verdict; }
 const char *km_zkb_refused_deletes(const km_zkb *b) { return b->refused_deletes ? b->refused_deletes : ""; }
 
 bool km_zkb_can_accept(km_zkb *b)

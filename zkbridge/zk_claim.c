@@ -318,6 +318,20 @@ static bool guard_refuses(km_zkw *w, const claim_call *c)
     return true;
 }
 
+/* Read only (diff): the guard hears what a claim would find, and nothing is claimed. */
+static void probed(km_zkw *w, const claim_call *c)
+{
+    km_zk_found f;
+    found_from_reads(c, &f);
+    char why[sizeof w->fence_reason];
+    if (w->cfg.guard)
+        w->cfg.guard(w, &f, why, sizeof why, w->cfg.ctx);
+    w->state = KM_ZKW_READY;
+    w->step = CL_DONE;
+    w->claim_attempts = 0;
+    zkw_emit(w, KM_ZKW_EV_CLAIMED);
+}
+
 static void decide_claim(km_zkw *w, claim_call *c)
 {
     for (int i = 0; i < CLAIM_READS; i++)
@@ -326,6 +340,8 @@ static void decide_claim(km_zkw *w, claim_call *c)
             snprintf(what, sizeof what, "read %s", CLAIM_PATHS[i]);
             return fail_call(w, c->rc[i], what);
         }
+    if (w->cfg.read_only)
+        return probed(w, c);
     if (guard_refuses(w, c))
         return;
     w->ctrl_exists = c->rc[0] == ZOK;

@@ -257,9 +257,8 @@ static void print_summary(zk_cli *c)
         fputs(s.diff, stdout);
         printf("zk diff: %zu missing in ZooKeeper, %zu different, %zu only in ZooKeeper\n", s.created, s.updated,
                s.deleted);
-        if (c->guard.max_deletes_set && c->guard.max_deletes >= 0 && s.deleted > (size_t)c->guard.max_deletes)
-            printf("zk diff: a sync would refuse: %zu znodes to delete, more than --max-deletes %lld\n", s.deleted,
-                   (long long)c->guard.max_deletes);
+        if (km_zkb_sync_verdict(c->b)[0])
+            printf("zk diff: a sync would refuse: %s\n", km_zkb_sync_verdict(c->b));
         c->exit_code = s.created + s.updated + s.deleted ? 1 : 0; /* as diff(1) */
         return;
     }
