@@ -196,20 +196,11 @@ char *km_zk_password_decode(const km_zk_pwenc *e, const char *encoded, km_err *e
 typedef struct km_zk_guard {
     bool force;            /* --force / zk.force: take over despite the refusals an operator may knowingly
                             * override (never a cluster id mismatch, never an empty image) */
-    bool max_deletes_set;  /* false: 0 on a first sync (see km_zk_first_sync), unlimited after */
+    bool max_deletes_set;  /* false: 0 on the first sync of a cluster ZK-mode brokers wrote (ZooKeeper holds
+                            * a /cluster/id or brokers, and /migration records no offset), unlimited after */
     int64_t max_deletes;   /* with max_deletes_set: -1 unlimited, else the most znodes a pass may delete */
 } km_zk_guard;
 
-/* The checks Kafka 3.9's KRaftMigrationDriver makes before a migration may start (and more): 0 when
- * img may take over what ZooKeeper holds; -1 with the reason in why (one line), *forceable telling
- * whether g->force may override it. Overridden refusals are returned too (0, why set, for a warning). */
-int km_zk_guard_check(const struct km_image *img, const km_zk_found *f, const km_zk_guard *g, bool *forceable,
-                      char *why, size_t cap);
-/* ZooKeeper holds a cluster ZK-mode brokers run or ran: a /cluster/id, or registered brokers. */
-bool km_zk_holds_cluster(const km_zk_found *f);
-/* The first sync of a cluster ZK-mode brokers wrote: ZooKeeper holds a cluster and no KRaft
- * controller has recorded an offset in /migration (absent, or kraft_metadata_offset < 0). */
-bool km_zk_first_sync(const km_zk_found *f);
 
 typedef struct km_zkb_config {
     km_zkw_config zk;      /* hosts, controller id/epoch, bounds, log (on_event and guard are the bridge's) */
