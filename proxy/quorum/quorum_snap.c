@@ -147,6 +147,8 @@ static int take_chunk(km_quorum *q, const km_fetch_snapshot_response_partition_s
     if (p->unaligned_records.len <= 0 || (int64_t)q->snap.len + p->unaligned_records.len > p->size)
         return km_fail(err, "FetchSnapshot chunk of %d bytes at %zu overruns size %" PRId64 " or is empty",
                        p->unaligned_records.len, q->snap.len, p->size);
+    if (q->snap_size < 0 && !km_buf_reserve(&q->snap, (size_t)p->size)) /* once: no regrowth copies */
+        return km_fail(err, "quorum: out of memory holding a %" PRId64 "-byte snapshot", p->size);
     q->snap_size = p->size;
     km_buf_put(&q->snap, p->unaligned_records.ptr, (size_t)p->unaligned_records.len);
     return q->snap.oom ? km_fail(err, "quorum: out of memory holding a %" PRId64 "-byte snapshot", p->size) : 0;
