@@ -54,21 +54,6 @@ static void elections(const km_image *img, km_buf *out, int64_t base, int32_t ep
     cr_assert_eq(km_ml_encode_batch(&bp, e, (size_t)n, out, &err), 0, "%s", err.msg);
 }
 
-static uint8_t *log_bytes(const char *dir, size_t *len)
-{
-    char path[700];
-    snprintf(path, sizeof path, "%s/00000000000000000000.log", dir);
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(*len);
-    cr_assert_eq(fread(p, 1, *len, f), *len);
-    fclose(f);
-    return p;
-}
-
 static obs *g_obs;
 /* The observer holds the new leader's whole log (4 records past the committed end) and every
  * broker equals it. */
@@ -83,7 +68,9 @@ Test(quorum_brokers, brokers_get_committed_records_only_across_a_failover, .time
     brig_opts bo = { .brokers = 3, .topics = 3, .partitions = 3, .replication = 3, .leader_changes = 5 };
     cr_assert(brig_init(&R, &bo), "%s", R.why);
     size_t len;
-    uint8_t *log = log_bytes(R.logdir, &len);
+    char seg[600];
+    snprintf(seg, sizeof seg, "%s/00000000000000000000.log", R.logdir);
+    uint8_t *log = tq_read_file(seg, &len);
     km_rsim *sims[2];
     tq_make_sims(R.loop, 2, NULL, sims, NULL, 0);
     km_err err;

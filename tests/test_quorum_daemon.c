@@ -29,19 +29,6 @@ typedef struct drig {
     size_t gen_len;
 } drig;
 
-static uint8_t *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(*len);
-    cr_assert_eq(fread(p, 1, *len, f), *len);
-    fclose(f);
-    return p;
-}
-
 /* `dir`/00000000000000000000.log holding bytes a then b. */
 static void write_log(const char *dir, const uint8_t *a, size_t alen, const uint8_t *b, size_t blen)
 {
@@ -69,7 +56,7 @@ static void drig_start_with(drig *r, const km_rsim_config *base)
     km_err e = {{0}};
     cr_assert_geq(km_gen_write(gendir, &g, NULL, &e), 0, "%s", e.msg);
     snprintf(seg, sizeof seg, "%s/00000000000000000000.log", gendir);
-    r->gen = read_file(seg, &r->gen_len);
+    r->gen = tq_read_file(seg, &r->gen_len);
     r->loop = ev_loop_new(0);
     tq_make_sims(r->loop, 2, base, r->sims, NULL, 0);
     for (int i = 0; i < 2; i++)

@@ -233,17 +233,9 @@ uint8_t *tq_snapshot_of(const uint8_t *log, size_t len, size_t *out_len)
     cr_assert_eq(rc, 0, "%s", err.msg);
     km_metalog_close(m);
     cr_assert_eq(km_metalog_writer_finish(w, &err), 0, "%s", err.msg);
-    FILE *f = fopen(path, "rb");
-    cr_assert(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)n);
-    cr_assert_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
+    uint8_t *p = tq_read_file(path, out_len);
     km_test_rmtree(dir);
     free(dir);
-    *out_len = (size_t)n;
     return p;
 }
 
@@ -258,4 +250,17 @@ void tq_assert_same_image(const km_image *a, const km_image *b, const char *what
     }
     json_decref(ja);
     json_decref(jb);
+}
+
+uint8_t *tq_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc(*len ? *len : 1);
+    cr_assert_eq(fread(p, 1, *len, f), *len, "%s", path);
+    fclose(f);
+    return p;
 }
