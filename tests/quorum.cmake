@@ -17,3 +17,6 @@ set_tests_properties(test_quorum_cli PROPERTIES TIMEOUT 300)
 km_add_test(test_quorum_brokers SOURCES ${KM_QUORUM_TESTS}/test_quorum_brokers.c ${KM_QUORUM_TESTS}/test_quorum_util.c
             ${KM_QUORUM_TESTS}/test_broker_rig.c ${KM_QUORUM_TESTS}/test_broker_check.c)
 target_link_libraries(test_quorum_brokers PRIVATE km_raftsim km_quorum km_brokersim)
+km_add_test(test_quorum_run SOURCES ${KM_QUORUM_TESTS}/test_quorum_run.c ${KM_QUORUM_TESTS}/test_quorum_util.c
+            TIMEOUT 300)
+target_link_libraries(test_quorum_run PRIVATE km_raftsim km_quorum)
