@@ -42,6 +42,12 @@ static int open_tls(km_daemon *d, km_quorum_config *qc, km_err *err)
     return d->quorum_tls ? 0 : -1;
 }
 
+static void on_log(km_quorum *q, const char *line, void *ud)
+{
+    (void)q;
+    km_daemon_log(ud, KM_LOG_INFO, "quorum: %s", line);
+}
+
 int km_daemon_open_quorum(km_daemon *d, km_err *err)
 {
     if (d->cfg.cluster_id && km_image_set_cluster_id(d->img, d->cfg.cluster_id, err))
@@ -54,8 +60,7 @@ int km_daemon_open_quorum(km_daemon *d, km_err *err)
     qc.voters = d->cfg.quorum_voters;
     qc.cluster_id = d->cfg.cluster_id;
     qc.request_timeout_ms = d->cfg.quorum_request_timeout_ms;
-    qc.quiet = d->log_level < KM_LOG_INFO;
-    km_quorum_handlers h = { .on_applied = on_applied, .on_fatal = on_fatal };
+    km_quorum_handlers h = { .on_applied = on_applied, .on_fatal = on_fatal, .on_log = on_log };
     d->quorum = km_quorum_new(d->loop, &qc, d->img, &h, d, err);
     return d->quorum ? 0 : -1;
 }

@@ -74,6 +74,9 @@ typedef struct km_quorum_handlers {
     /* The observer stopped for good: a contradiction of applied records, an image that
      * refuses a committed record, a cluster id mismatch.  Free it afterwards (not inside). */
     void (*on_fatal)(km_quorum *q, const km_err *why, void *ud);
+    /* Optional: a log line (leader changes, snapshot loads with size and time, truncations,
+     * retries); without it lines go to stderr unless cfg.quiet. */
+    void (*on_log)(km_quorum *q, const char *line, void *ud);
 } km_quorum_handlers;
 
 /* img must outlive q; records are applied to it.  A non-empty image (offset >= 0) is

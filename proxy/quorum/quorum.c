@@ -13,14 +13,17 @@
 
 void q_log(const km_quorum *q, const char *fmt, ...)
 {
-    if (q->cfg.quiet)
+    if (q->cfg.quiet && !q->h.on_log)
         return;
     char line[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "kmproxy quorum: %s\n", line);
+    if (q->h.on_log)
+        q->h.on_log((km_quorum *)q, line, q->ud);
+    else
+        fprintf(stderr, "kmproxy quorum: %s\n", line);
 }
 
 double q_now(const km_quorum *q) { return ev_now(q->loop); }
