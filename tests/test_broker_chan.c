@@ -44,7 +44,7 @@ Test(broker_chan, overflow_collapses_into_a_full_sync, .fini = fini, .timeout = 
     cr_assert(brig_run_until(&R, brig_converged, 30), "%s", R.why);
     km_bchan_stats s;
     km_bchan_get_stats(km_bprop_channel(R.prop, 1), &s);
-    cr_assert(s.overflows >= 1 && s.full_syncs >= 2 && s.dropped > 0, "overflows %llu full syncs %llu",
+    cr_assert(s.overflows >= 1 && s.full_syncs >= 1 && s.dropped > 0, "overflows %llu full syncs %llu",
               (unsigned long long)s.overflows, (unsigned long long)s.full_syncs);
 }
 
@@ -113,8 +113,9 @@ Test(broker_chan, tls_to_every_broker, .fini = fini, .timeout = 120)
 typedef struct seed { km_bchan *ch; int done; const km_topic *t; } seed;
 
 /* A ZooKeeper-era controller (epoch 5) left broker 1 at leader epoch 99 for one partition. */
-static void seed_sync(km_bchan *ch, void *ud)
+static void seed_sync(km_bchan *ch, bool first, void *ud)
 {
+    (void)first;
     seed *s = ud;
     km_partition x;
     cr_assert(km_topic_partition(s->t, 0, &x));

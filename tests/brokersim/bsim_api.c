@@ -177,3 +177,11 @@ void km_bsim_stop_thread(km_bsim *s)
     km_bsim_free(s);
     ev_loop_destroy(loop);
 }
+
+uint64_t km_bsim_cuts(km_bsim *s)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t n = s->st.cuts;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}

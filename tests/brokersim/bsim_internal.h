@@ -30,6 +30,17 @@ typedef struct bsim_mpart {
 
 typedef struct bsim_topic_id { char *name; km_uuid id; } bsim_topic_id;
 
+/* A log the replica manager created, with the topic config it read from ZooKeeper then. */
+typedef struct bsim_log {
+    char *topic;
+    int32_t partition;
+    km_uuid topic_id;
+    bool config_read;                  /* ZooKeeper was asked */
+    char *config;                      /* /config/topics/<t> then; NULL: absent (defaults) */
+} bsim_log;
+
+struct bsim_zk;
+
 typedef struct bsim_ep { char *listener, *host; int32_t port; int16_t security_protocol; } bsim_ep;
 typedef struct bsim_broker { int32_t id; char *rack; int32_t n_eps; bsim_ep *eps; } bsim_broker;
 
@@ -54,6 +65,11 @@ typedef struct bsim_state {
     uint64_t err_count[BSIM_MAX_ERRCODE];
     uint64_t rejected, total;
     char last_rejection[512];
+    km_bsim_kafka kafka;
+    uint64_t lisr_by_type[3], strays, cuts;
+    size_t n_logs, cap_logs;
+    bsim_log *logs;
+    struct bsim_zk *zk;                /* NULL: configs are not read */
 } bsim_state;
 
 struct km_bsim {
@@ -67,6 +83,7 @@ struct km_bsim {
     km_bsim_config cfg;
     char *dump_path;
     struct bsim_conn *conns;           /* open connections (doubly linked) */
+    uint64_t rng;                      /* cut_ratio's draws */
     bsim_state st;
 };
 
@@ -87,6 +104,13 @@ int km_bsim_dump_locked(km_bsim *s, const char *path, km_err *err);
 
 /* bsim_json.c */
 struct json_t *bsim_state_to_json(const bsim_state *st);
+
+/* bsim_zk.c: a blocking reader of /config/topics/<t> (a broker reads ZooKeeper synchronously too) */
+struct bsim_zk *bsim_zk_open(const char *hosts);
+void bsim_zk_close(struct bsim_zk *z);
+/* Records a new log and the config ZooKeeper holds for its topic now. */
+int bsim_note_log(bsim_state *st, const char *topic, int32_t partition, km_uuid topic_id);
+void bsim_logs_free(bsim_state *st);
 
 /* bsim_util.c */
 char *bsim_strdup(km_str s);
