@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <netinet/in.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -179,4 +180,71 @@ Test(broker_chan, per_partition_errors_are_logged_and_counted_by_name, .fini = f
     /* a per-partition error is not a lost leadership: nothing stopped */
     cr_assert(!km_bprop_fenced(R.prop));
     cr_assert(km_bchan_ready(km_bprop_channel(R.prop, 1)));
+}
+
+/* ---- issue 9: nothing is lost to a timeout, an overflow or a cut ---------------------------- */
+
+static json_int_t lisr_full(int32_t broker)
+{
+    json_t *st = km_bsim_state_json(brig_sim(&R, broker));
+    json_int_t n = json_integer_value(json_object_get(json_object_get(st, "leaderAndIsrByType"), "2"));
+    json_decref(st);
+    return n;
+}
+
+static bool timed_out_and_converged(brig *r)
+{
+    km_bchan_stats s;
+    km_bchan_get_stats(km_bprop_channel(r->prop, 1), &s);
+    return s.timeouts >= 1 && brig_converged(r);
+}
+
+/* A request that times out is sent again as it was after the reconnect, not replaced by a full
+ * sync (Kafka's RequestSendThread). */
+Test(broker_chan, a_timed_out_request_is_resent_as_it_was, .fini = fini, .timeout = 120)
+{
+    brig_opts o = { .brokers = 3, .topics = 2, .partitions = 4, .replication = 3, .request_timeout = 0.3 };
+    cr_assert(brig_init(&R, &o), "%s", R.why);
+    cr_assert(brig_activate(&R), "%s", R.why);
+    cr_assert(brig_run_until(&R, brig_converged, 30), "%s", R.why);
+    km_bsim_mute(brig_sim(&R, 1), 1);
+    leader_changes(3);
+    cr_assert(brig_run_until(&R, timed_out_and_converged, 30), "%s", R.why);
+    km_bchan_stats s;
+    km_bchan_get_stats(km_bprop_channel(R.prop, 1), &s);
+    cr_assert_geq(s.resent, 1);
+    cr_assert_eq(s.full_syncs, 0);
+    cr_assert_eq(lisr_full(1), 1, "only activation's FULL LeaderAndIsr");
+}
+
+static bool no_strays_and_idle(brig *r) { return brig_no_strays(r) && !km_bprop_pending(r->prop); }
+
+/* Broker 1's queue overflows while a deletion's StopReplica waits in it: the full sync that
+ * follows cannot carry it, so the pending stop goes with it.  A 3.4 broker has no stray
+ * detection: without that it would keep the deleted topic's logs for good. */
+Test(broker_chan, stop_replica_survives_an_overflow, .fini = fini, .timeout = 120)
+{
+    brig_opts o = { .brokers = 3, .topics = 3, .partitions = 4, .replication = 3, .max_queue = 4,
+                    .request_timeout = 0.3, .kafka = KM_BSIM_KAFKA_IBP_3_4 };
+    cr_assert(brig_init(&R, &o), "%s", R.why);
+    cr_assert(brig_activate(&R), "%s", R.why);
+    cr_assert(brig_run_until(&R, brig_converged, 30), "%s", R.why);
+    km_bsim_mute(brig_sim(&R, 1), 1); /* holds broker 1's queue behind one unanswered request */
+    size_t it = 0;
+    km_image_next_topic(R.img, &it);
+    const km_topic *doomed = km_image_next_topic(R.img, &it);
+    km_remove_topic_record rm;
+    km_remove_topic_record_init(&rm);
+    rm.topic_id = km_topic_id(doomed);
+    leader_changes(1);
+    cr_assert(brig_append(&R, &km_remove_topic_record_desc, &rm), "%s", R.why);
+    cr_assert(brig_pump(&R), "%s", R.why);
+    leader_changes(20);
+    km_bchan_stats s;
+    km_bchan_get_stats(km_bprop_channel(R.prop, 1), &s);
+    cr_assert_geq(s.overflows, 1, "the queue never overflowed");
+    cr_assert(brig_run_until(&R, no_strays_and_idle, 30), "%s", R.why);
+    km_bchan_get_stats(km_bprop_channel(R.prop, 1), &s);
+    cr_assert_geq(s.full_syncs, 1);
+    cr_assert_eq(km_bprop_pending_stops(R.prop, 1), 0);
 }

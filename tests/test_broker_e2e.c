@@ -364,3 +364,159 @@ Test(broker_e2e, only_unfenced_migrating_brokers_get_rpcs, .fini = fini, .timeou
     cr_assert_eq(requests_seen(3), before, "a fenced broker got RPCs");
     cr_assert_eq(requests_seen(8), 0, "a KRaft broker got RPCs");
 }
+
+/* ---- issue 9: what a real ZK-mode broker would keep or lose ------------------------------- */
+
+static km_register_broker_record registration(int32_t id, int64_t epoch, km_register_broker_record_broker_endpoint *ep)
+{
+    km_register_broker_record rec;
+    km_register_broker_record_init(&rec);
+    const km_broker *b = km_image_broker(R.img, id);
+    *ep = (km_register_broker_record_broker_endpoint){ km_cstr("PLAINTEXT"), km_cstr("127.0.0.1"),
+                                                       b->endpoints[0].port, 0, { 0, 0 } };
+    rec.broker_id = id;
+    rec.is_migrating_zk_broker = true;
+    rec.broker_epoch = epoch;
+    rec.incarnation_id.b[5] = (uint8_t)epoch;
+    rec.end_points.count = 1;
+    rec.end_points.items = ep;
+    rec.fenced = false;
+    return rec;
+}
+
+/* A broker that restarted (new registration) in the same delta as a topic deletion still gets
+ * the deletion's StopReplica: a 3.4 broker (no stray detection) would keep the log for good. */
+Test(broker_e2e, a_changed_broker_still_gets_the_deltas_stops, .fini = fini, .timeout = 120)
+{
+    brig_opts o = { .brokers = 3, .topics = 3, .partitions = 4, .replication = 3, .kafka = KM_BSIM_KAFKA_IBP_3_4 };
+    cr_assert(brig_init(&R, &o), "%s", R.why);
+    cr_assert(brig_activate(&R), "%s", R.why);
+    converge("activation");
+    km_bsim_restart(brig_sim(&R, 2), 2002);
+    km_register_broker_record_broker_endpoint ep;
+    km_register_broker_record reg = registration(2, 2002, &ep);
+    km_remove_topic_record rm;
+    km_remove_topic_record_init(&rm);
+    rm.topic_id = km_topic_id(topic_at(1));
+    const km_message_desc *mds[] = { &km_register_broker_record_desc, &km_remove_topic_record_desc };
+    const void *msgs[] = { &reg, &rm };
+    cr_assert(brig_append_batch(&R, mds, msgs, 2), "%s", R.why);
+    converge("after broker 2 restarted while a topic was deleted");
+    cr_assert(brig_no_strays(&R), "%s", R.why);
+    cr_assert_eq(lisr_by_type(2, "2"), 1, "the restarted broker got a FULL LeaderAndIsr");
+    cr_assert_eq(km_bprop_pending_stops(R.prop, 2), 0);
+}
+
+/* Deleted and re-created under the same name in one delta: the brokers end with the new id,
+ * and the old log's StopReplica comes before the new LeaderAndIsr (it names no topic id). */
+Test(broker_e2e, a_topic_recreated_in_one_delta_gets_the_new_id, .fini = fini, .timeout = 120)
+{
+    init(4, NULL);
+    cr_assert(brig_activate(&R), "%s", R.why);
+    converge("activation");
+    const km_topic *t = topic_at(0);
+    char name[64];
+    snprintf(name, sizeof name, "%s", km_topic_name(t));
+    int32_t np = km_topic_partition_count(t);
+    km_partition old[8];
+    int32_t reps[8][16], isr[8][16];
+    for (int32_t p = 0; p < np && p < 8; p++) {
+        cr_assert(km_topic_partition(t, p, &old[p]));
+        memcpy(reps[p], old[p].replicas.v, sizeof(int32_t) * (size_t)old[p].replicas.n);
+        memcpy(isr[p], old[p].isr.v, sizeof(int32_t) * (size_t)old[p].isr.n);
+    }
+    km_remove_topic_record rm;
+    km_remove_topic_record_init(&rm);
+    rm.topic_id = km_topic_id(t);
+    km_topic_record tr;
+    km_topic_record_init(&tr);
+    tr.name = km_cstr(name);
+    tr.topic_id = km_topic_id(t);
+    tr.topic_id.b[0] ^= 0x5a; /* a new id */
+    km_partition_record pr[8];
+    const km_message_desc *mds[10] = { &km_remove_topic_record_desc, &km_topic_record_desc };
+    const void *msgs[10] = { &rm, &tr };
+    for (int32_t p = 0; p < np && p < 8; p++) { /* the same brokers host it again, at epoch 0 */
+        km_partition_record_init(&pr[p]);
+        pr[p].partition_id = p;
+        pr[p].topic_id = tr.topic_id;
+        pr[p].replicas.count = old[p].replicas.n;
+        pr[p].replicas.items = reps[p];
+        pr[p].isr.count = old[p].isr.n;
+        pr[p].isr.items = isr[p];
+        pr[p].leader = old[p].leader;
+        pr[p].leader_epoch = pr[p].partition_epoch = 0;
+        mds[2 + p] = &km_partition_record_desc;
+        msgs[2 + p] = &pr[p];
+    }
+    cr_assert(brig_append_batch(&R, mds, msgs, (size_t)(2 + (np < 8 ? np : 8))), "%s", R.why);
+    converge("after the topic was re-created");
+    cr_assert(brig_no_strays(&R), "%s", R.why);
+}
+
+static int32_t zk_epoch_now = 7;
+static int32_t read_epoch(km_bprop *p, void *ud)
+{
+    (void)p;
+    (void)ud;
+    return zk_epoch_now;
+}
+
+static int stale_seen;
+static void on_stale(km_bprop *p, int32_t broker, int32_t sent, void *ud)
+{
+    (void)p;
+    (void)broker;
+    (void)ud;
+    cr_assert_eq(sent, 7);
+    stale_seen++;
+}
+
+static bool stale_answered(brig *r) { (void)r; return stale_seen > 0 && !km_bprop_pending(r->prop); }
+
+static km_bprop *hooked_prop(void)
+{
+    km_bprop_config pc = { .controller_id = BRIG_CONTROLLER, .listener = "PLAINTEXT", .request_timeout = 5,
+                           .backoff_base = 0.01, .backoff_max = 0.1, .zk_controller_epoch = read_epoch,
+                           .stale_controller_epoch = on_stale, .fenced = on_fenced };
+    km_err err;
+    km_bprop *p = km_bprop_new(R.loop, &pc, &err);
+    cr_assert(p, "%s", err.msg);
+    return p;
+}
+
+/* After a session expiry the bridge re-claims and bumps the ZooKeeper controller epoch: the
+ * next requests carry the new one (read at each send, not fixed at activation). */
+Test(broker_e2e, the_controller_epoch_is_read_at_each_send, .fini = fini, .timeout = 120)
+{
+    init(3, NULL);
+    km_bprop_free(R.prop);
+    R.prop = hooked_prop();
+    zk_epoch_now = 7;
+    cr_assert(brig_activate(&R), "%s", R.why);
+    converge("activation");
+    zk_epoch_now = R.zk_epoch = 8;
+    leader_change(topic_at(0), 0);
+    converge("after the epoch moved");
+}
+
+/* STALE_CONTROLLER_EPOCH is the owner's question to ZooKeeper, not a reason to stop by itself
+ * (Kafka's controller logs it and goes on). */
+Test(broker_e2e, stale_controller_epoch_asks_the_owner_and_goes_on, .fini = fini, .timeout = 120)
+{
+    init(3, NULL);
+    km_bprop_free(R.prop);
+    R.prop = hooked_prop();
+    zk_epoch_now = R.zk_epoch = 9; /* someone reached the brokers with epoch 9 first */
+    cr_assert(brig_activate(&R), "%s", R.why);
+    converge("at epoch 9");
+    zk_epoch_now = 7;
+    stale_seen = fenced_calls = 0;
+    leader_change(topic_at(0), 0);
+    cr_assert(brig_run_until(&R, stale_answered, GUARD), "no STALE_CONTROLLER_EPOCH reached the owner");
+    cr_assert(!km_bprop_fenced(R.prop));
+    cr_assert_eq(fenced_calls, 0);
+    zk_epoch_now = 9; /* ZooKeeper said it is ours after all (a bump we had not read yet) */
+    leader_change(topic_at(0), 0); /* the dropped requests were about partition 0 */
+    converge("the channels went on");
+}

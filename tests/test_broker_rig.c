@@ -43,6 +43,19 @@ bool brig_append(brig *r, const km_message_desc *md, const void *msg)
     return true;
 }
 
+bool brig_append_batch(brig *r, const km_message_desc *const *mds, const void *const *msgs, size_t n)
+{
+    km_metalog_entry e[16];
+    if (n > 16)
+        return fail(r, "brig_append_batch: at most 16 records");
+    for (size_t i = 0; i < n; i++)
+        e[i] = (km_metalog_entry){ mds[i], mds[i]->valid.hi, msgs[i], -1 };
+    km_err err;
+    if (km_metalog_writer_append(r->w, e, n, NULL, &err))
+        return fail(r, "append a batch of %zu: %s", n, err.msg);
+    return true;
+}
+
 bool brig_register(brig *r, int32_t id, int64_t epoch, uint16_t port, bool migrating)
 {
     km_register_broker_record rec;
@@ -70,6 +83,9 @@ static km_bsim *start_sim(brig *r, int32_t id, int64_t epoch, const char *max_ve
     cfg.broker_id = id;
     cfg.kraft_broker_epoch = epoch;
     cfg.tls = r->o.tls_server;
+    cfg.kafka = r->o.kafka;
+    cfg.zk_connect = r->o.sim_zk;
+    cfg.cut_ratio = r->o.cut_ratio;
     km_err err;
     if (max_versions && km_bsim_parse_max_versions(&cfg, max_versions, &err))
         return fail(r, "%s", err.msg), NULL;

@@ -146,10 +146,10 @@ static void on_api_versions(km_bchan *ch, km_reader *r, km_arena *a)
     } else if (memcmp(before, ch->ver, sizeof before)) {
         km_bchan__log(ch, 2, "versions changed since the last connection: what was queued is rebuilt");
         km_bchan_resync(ch); /* what is queued was built for the old versions */
+    } else if (ch->inflight) {
+        km_bchan__send_head(ch); /* the same request again; a due full sync follows its answer */
     } else if (ch->want_sync) {
         km_bchan__schedule_sync(ch);
-    } else if (ch->inflight) {
-        km_bchan__send_head(ch); /* the same request again */
     } else {
         km_bchan__kick(ch);
     }

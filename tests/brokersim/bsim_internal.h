@@ -84,6 +84,7 @@ struct km_bsim {
     char *dump_path;
     struct bsim_conn *conns;           /* open connections (doubly linked) */
     uint64_t rng;                      /* cut_ratio's draws */
+    int muted;                         /* control requests still to leave unanswered */
     bsim_state st;
 };
 
@@ -98,6 +99,7 @@ int bsim_update_metadata(bsim_state *st, int16_t v, const km_update_metadata_req
 int bsim_stop_replica(bsim_state *st, int16_t v, const km_stop_replica_request *rq,
                       km_stop_replica_response *rs, km_arena *a, km_err *err);
 void bsim_count_error(bsim_state *st, int16_t code);
+void bsim_forget_metadata(bsim_state *st);
 
 /* bsim_api.c: writes the dump with s->mu held. */
 int km_bsim_dump_locked(km_bsim *s, const char *path, km_err *err);

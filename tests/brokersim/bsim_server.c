@@ -154,21 +154,22 @@ static int serve(bsim_conn *bc, const uint8_t *payload, size_t len, km_buf *out,
                    h.api_key);
 }
 
-/* cut_ratio: 0 keep, 1 lose the request, 2 lose the answer (splitmix64 draws, reproducible). */
+/* 0 answer, 1 lose the request (cut), 2 lose the answer (cut), 3 never answer (muted).
+ * cut_ratio's draws are splitmix64's, reproducible from cut_seed. */
 static int draw_cut(km_bsim *s, const uint8_t *payload, size_t len)
 {
-    if (s->cfg.cut_ratio <= 0 || len < 2)
-        return 0;
-    int16_t api = (int16_t)(payload[0] << 8 | payload[1]);
+    int16_t api = len < 2 ? -1 : (int16_t)(payload[0] << 8 | payload[1]);
     if (api < KM_API_LEADER_AND_ISR || api > KM_API_UPDATE_METADATA)
         return 0;
+    if (s->cfg.cut_ratio <= 0)
+        return s->muted > 0 ? (s->muted--, 3) : 0;
     uint64_t z = (s->rng += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
     double u = (double)(z >> 11) / 9007199254740992.0;
     if (u >= s->cfg.cut_ratio)
-        return 0;
+        return s->muted > 0 ? (s->muted--, 3) : 0;
     s->st.cuts++;
     return u < s->cfg.cut_ratio / 2 ? 1 : 2;
 }
@@ -194,7 +195,7 @@ static void on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *u
     int rc = serve(bc, payload, len, &out, &a, &err);
     if (!rc && out.oom)
         rc = km_fail(&err, "out of memory encoding a response");
-    if (!rc && cut != 2 && km_net_send(bc->c, out.data, out.len, &err))
+    if (!rc && cut < 2 && km_net_send(bc->c, out.data, out.len, &err))
         rc = -1;
     if (rc)
         note_rejection(&s->st, err.msg);
@@ -240,6 +241,13 @@ static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
     if (s->conns)
         s->conns->prev = bc;
     s->conns = bc;
+}
+
+void km_bsim_mute(km_bsim *s, int n)
+{
+    pthread_mutex_lock(&s->mu);
+    s->muted = n;
+    pthread_mutex_unlock(&s->mu);
 }
 
 void km_bsim_drop_connections(km_bsim *s)

@@ -355,6 +355,21 @@ void bsim_state_init(bsim_state *st, const km_bsim_config *cfg)
     st->kafka = cfg->kafka;
 }
 
+/* A restart: the metadata cache is memory, the logs are on disk. */
+void bsim_forget_metadata(bsim_state *st)
+{
+    while (st->n_mparts)
+        bsim_remove_mpart(st, st->n_mparts - 1);
+    for (size_t i = 0; i < st->n_tids; i++)
+        free(st->tids[i].name);
+    st->n_tids = 0;
+    free_brokers(st);
+    st->n_brokers = 0;
+    st->md_controller_id = -1;
+    st->md_kraft_controller = false;
+    st->controller_epoch = 0;
+}
+
 void bsim_state_free(bsim_state *st)
 {
     while (st->n_parts)

@@ -89,6 +89,10 @@ void km_bsim_stop_thread(km_bsim *s);
 
 /* A broker restart with a new registration: later requests need at least this epoch. */
 void km_bsim_set_kraft_broker_epoch(km_bsim *s, int64_t epoch);
+/* A broker restart: connections dropped, the metadata cache and controller epoch forgotten
+ * (memory), the hosted partitions kept (logs on disk), a new registration epoch.  Call it on
+ * the simulator's loop thread. */
+void km_bsim_restart(km_bsim *s, int64_t epoch);
 /* Drops every open connection (simulates a network blip; the state is kept).  Call it on the
  * simulator's loop thread. */
 void km_bsim_drop_connections(km_bsim *s);
@@ -111,6 +115,9 @@ struct json_t *km_bsim_state_json(km_bsim *s);
 int km_bsim_dump(km_bsim *s, const char *path, km_err *err);
 /* Requests handled so far (all APIs, including ApiVersions). */
 uint64_t km_bsim_requests(km_bsim *s);
+/* The next n control requests are handled but never answered (the connection stays open): the
+ * controller's request times out.  Call it on the simulator's loop thread. */
+void km_bsim_mute(km_bsim *s, int n);
 /* Connections cut by cut_ratio so far. */
 uint64_t km_bsim_cuts(km_bsim *s);
 
