@@ -83,7 +83,7 @@ static km_bsim *start_sim(brig *r, int32_t id, int64_t epoch, const char *max_ve
     cfg.broker_id = id;
     cfg.kraft_broker_epoch = epoch;
     cfg.tls = r->o.tls_server;
-    cfg.kafka = r->o.kafka;
+    cfg.kafka = id % 2 && r->o.kafka_odd ? r->o.kafka_odd : r->o.kafka;
     cfg.zk_connect = r->o.sim_zk;
     cfg.cut_ratio = r->o.cut_ratio;
     km_err err;

@@ -24,6 +24,7 @@ typedef struct brig_opts {
     size_t max_queue;                  /* 0: km_bchan's default */
     struct km_tls_ctx *tls_server, *tls_client; /* both or neither: every broker connection is TLS */
     km_bsim_kafka kafka;               /* every simulator's rules */
+    km_bsim_kafka kafka_odd;           /* odd broker ids' rules instead, when not the default */
     const char *sim_zk;                /* simulators read topic configs from this ZooKeeper */
     double cut_ratio;                  /* simulators cut this share of control requests */
 } brig_opts;
