@@ -56,6 +56,8 @@ static bool daemon_idle(brig *r)
     return true;
 }
 
+static const char *session_timeout_ms = "18000";
+
 static void start(int brokers, double cut_ratio, bool via_proxy)
 {
     char err[512] = "";
@@ -78,6 +80,7 @@ static void start(int brokers, double cut_ratio, bool via_proxy)
               "%s", e.msg);
     cr_assert(!km_config_set(&cfg, "brokers.enabled", "true", "test", &e), "%s", e.msg);
     cr_assert(!km_config_set(&cfg, "broker.listener", "PLAINTEXT", "test", &e), "%s", e.msg);
+    cr_assert(!km_config_set(&cfg, "zookeeper.session.timeout.ms", session_timeout_ms, "test", &e), "%s", e.msg);
     D = km_daemon_new(R.loop, &cfg, &e);
     km_config_free(&cfg);
     cr_assert(D, "%s", e.msg);
@@ -246,6 +249,28 @@ Test(broker_daemon, requests_wait_for_zookeeper, .fini = fini, .timeout = 240)
     km_fp_refuse(fp, false);
     converge("after ZooKeeper came back");
     cr_assert_eq(logs_of("made-while-zk-away"), 12);
+    logs_had_their_config();
+}
+
+/* The session expires while ZooKeeper is away: the bridge re-claims (a new /controller_epoch)
+ * and re-syncs; the brokers hear nothing meanwhile, then everything under the new epoch. */
+Test(broker_daemon, a_session_loss_holds_the_brokers_then_the_new_epoch_goes_out, .fini = fini, .timeout = 240)
+{
+    session_timeout_ms = "2000";
+    start(3, 0, true);
+    converge("start-up");
+    int32_t before = R.zk_epoch;
+    km_fp_refuse(fp, true);
+    km_fp_cut_all(fp);
+    create_topic("made-during-session-loss", 2, 4, 3);
+    cr_assert(brig_run_until(&R, image_caught_up, GUARD), "the daemon never read the new topic");
+    brig_run_until(&R, never, 3.5); /* past the session timeout: ZooKeeper expires the session */
+    cr_assert_eq(logs_of("made-during-session-loss"), 0, "a broker heard of the topic before ZooKeeper had it");
+    km_fp_refuse(fp, false);
+    R.zk_epoch = 0; /* read again once the daemon is idle */
+    converge("after the re-claim");
+    cr_assert_gt(R.zk_epoch, before, "the re-claim did not bump /controller_epoch");
+    cr_assert_eq(logs_of("made-during-session-loss"), 12);
     logs_had_their_config();
 }
 
