@@ -1,6 +1,9 @@
 /* kmproxy-brokersim: the broker simulator as a process, for the demo and for tests.
  *   kmproxy-brokersim --broker-id N [--port P] [--host H] [--broker-epoch E]
  *                     [--max-version api=ver,...] [--state-dump PATH] [--tls-cert PEM --tls-key PEM]
+ *                     [--kafka 3.4|3.9] [--zookeeper HOSTS]
+ * --kafka picks the broker's rules (3.4: an IBP 3.4 broker; 3.9: 3.6.2 and later); --zookeeper makes
+ * it read /config/topics/<t> when it creates a log, as a ZK broker does.
  * Prints "listening on HOST:PORT" once ready.  The state is rewritten to PATH after every
  * request and on SIGUSR1; SIGTERM/SIGINT stop it. */
 #include "km_brokersim.h"
@@ -34,6 +37,7 @@ static int parse_args(int argc, char **argv, km_bsim_config *cfg, km_tls_config 
         { "broker-id", required_argument, 0, 'b' },    { "broker-epoch", required_argument, 0, 'e' },
         { "max-version", required_argument, 0, 'm' },  { "state-dump", required_argument, 0, 's' },
         { "tls-cert", required_argument, 0, 'c' },     { "tls-key", required_argument, 0, 'k' },
+        { "kafka", required_argument, 0, 'K' },        { "zookeeper", required_argument, 0, 'z' },
         { 0, 0, 0, 0 } };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -49,9 +53,15 @@ static int parse_args(int argc, char **argv, km_bsim_config *cfg, km_tls_config 
         case 's': cfg->state_dump = optarg; break;
         case 'c': tls->cert_file = optarg; break;
         case 'k': tls->key_file = optarg; break;
+        case 'z': cfg->zk_connect = optarg; break;
+        case 'K':
+            if (strcmp(optarg, "3.4") && strcmp(optarg, "3.9"))
+                return km_fail(err, "--kafka: '%s' is neither 3.4 nor 3.9", optarg);
+            cfg->kafka = strcmp(optarg, "3.4") ? KM_BSIM_KAFKA_3_6_2 : KM_BSIM_KAFKA_IBP_3_4;
+            break;
         default: return km_fail(err, "usage: kmproxy-brokersim --broker-id N [--port P] [--host H] "
                                      "[--broker-epoch E] [--max-version api=ver,...] [--state-dump PATH] "
-                                     "[--tls-cert PEM --tls-key PEM]");
+                                     "[--tls-cert PEM --tls-key PEM] [--kafka 3.4|3.9] [--zookeeper HOSTS]");
         }
     }
     return 0;
