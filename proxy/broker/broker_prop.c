@@ -265,6 +265,7 @@ static int send_image(km_bprop *p, prop_chan *pc, int8_t type, km_err *err)
                 hosted[nh++] = parts[i];
     km_bp_ctl ctl = km_bprop__ctl(p, pc->id, type == KM_CTL_TYPE_FULL ? KM_CTL_TYPE_FULL : KM_CTL_TYPE_UNKNOWN);
     km_bp_ctl lctl = km_bprop__ctl(p, pc->id, type);
+    km_bprop__stops_superseded(p, pc->id, hosted, nh); /* it hosts them again: no stop before */
     if (km_bprop__send_umr(p, pc, &ctl, parts, np, brokers, nb, err) || km_bprop__stops_resend(p, pc, err) ||
         km_bprop__send_lisr(p, pc, &lctl, hosted, nh, brokers, nb, err))
         goto out;

@@ -69,6 +69,7 @@ int km_bprop__catch_up(km_bprop *p, prop_chan *pc, km_err *err);
 int km_bprop__stops_add(km_bprop *p, int32_t broker, const km_bp_stop *s, size_t n, int64_t seq);
 void km_bprop__stops_answered(km_bprop *p, int32_t broker, int64_t seq);
 void km_bprop__stops_forget_seqs(km_bprop *p, int32_t broker);
+void km_bprop__stops_superseded(km_bprop *p, int32_t broker, const km_bp_part *parts, size_t n);
 int km_bprop__stops_resend(km_bprop *p, prop_chan *pc, km_err *err);
 void km_bprop__stops_free(km_bprop *p);
 km_i32_list km_bprop__offline(const km_bprop *p, km_i32_list replicas, km_arena *a);

@@ -74,6 +74,7 @@ int km_bprop__send_umr(km_bprop *p, prop_chan *pc, const km_bp_ctl *ctl, const k
 int km_bprop__send_lisr(km_bprop *p, prop_chan *pc, const km_bp_ctl *ctl, const km_bp_part *parts, size_t n,
                         const km_broker **brokers, size_t nb, km_err *err)
 {
+    km_bprop__stops_superseded(p, pc->id, parts, n);
     req_args r = { .ctl = ctl, .parts = parts, .n = n, .brokers = brokers, .nb = nb, .listener = p->listener };
     if (!n)
         return 0;

@@ -92,6 +92,25 @@ void km_bprop__stops_answered(km_bprop *p, int32_t broker, int64_t seq)
     }
 }
 
+/* The broker is a replica again (a LeaderAndIsr for the partition goes to it after the stop): a
+ * reassignment's stop is moot.  A deleted topic's stop (-2) stays: the name may be re-created,
+ * and the old log must still go before the new one is made. */
+void km_bprop__stops_superseded(km_bprop *p, int32_t broker, const km_bp_part *parts, size_t n)
+{
+    pstop_set *s = find_set(p, broker, false);
+    for (size_t k = 0; s && s->n && k < n; k++) {
+        for (size_t i = 0; i < s->n; i++) {
+            pstop *x = &s->v[i];
+            if (x->epoch != KM_EPOCH_DURING_DELETE && x->partition == parts[k].partition &&
+                !strcmp(x->topic, parts[k].topic)) {
+                free(x->topic);
+                s->v[i] = s->v[--s->n];
+                break;
+            }
+        }
+    }
+}
+
 /* The channel is gone: its sequence numbers start again with the next one. */
 void km_bprop__stops_forget_seqs(km_bprop *p, int32_t broker)
 {
