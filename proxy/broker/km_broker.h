@@ -143,9 +143,10 @@ km_bchan *km_bchan_new(struct ev_loop *loop, const km_bchan_config *cfg, const k
                        km_err *err);
 void km_bchan_free(km_bchan *ch);      /* NULL is fine; no hook runs */
 int32_t km_bchan_broker_id(const km_bchan *ch);
-/* Negotiated: requests may be submitted. */
+/* Connected, negotiated, and no full sync waiting to be queued. */
 bool km_bchan_ready(const km_bchan *ch);
-/* Version to build `api` at (highest both sides support), -1 when not ready. */
+/* Version to build `api` at (highest both sides support, as last negotiated: requests queue
+ * while the channel reconnects), -1 before the first negotiation or once stopped. */
 int16_t km_bchan_version(const km_bchan *ch, int16_t api);
 /* Queues body (a request struct for api at km_bchan_version, allocated with everything it
  * points to from *arena).  The channel takes the arena over (*arena is left empty).
@@ -164,12 +165,15 @@ void km_bchan_hold(km_bchan *ch, bool hold);
 void km_bchan_resync(km_bchan *ch);
 /* Stop for good: nothing more is sent (leadership lost). */
 void km_bchan_stop(km_bchan *ch);
-/* Requests queued or in flight. */
+/* Requests queued (held ones too) or in flight. */
 size_t km_bchan_pending(const km_bchan *ch);
 
 typedef struct km_bchan_stats {
     uint64_t sent[3], acked[3];        /* by LeaderAndIsr, StopReplica, UpdateMetadata (api key - 4) */
     uint64_t errors[3];                /* top-level and per-partition error codes != 0 */
+    /* resent: sent again after a reconnect; dropped: overflow, STALE_BROKER_EPOCH, unencodable,
+     * or submitted before the first negotiation; full_syncs: remedies for a dropped queue (the
+     * first catch-up after a channel's first negotiation is not counted) */
     uint64_t stale_broker_epoch, stale_controller_epoch, resent, dropped, overflows, timeouts, connects,
         disconnects, full_syncs;
     uint64_t error_by_code[128];       /* all APIs, index = code (0: codes outside 1..127) */
