@@ -62,12 +62,14 @@ static int black_hole(uint16_t *port)
     return fd;
 }
 
-static bool timed_out(brig *r)
+static bool timeouts_then_converged(brig *r, int32_t broker, uint64_t n)
 {
     km_bchan_stats s;
-    km_bchan_get_stats(km_bprop_channel(r->prop, 9), &s);
-    return s.timeouts >= 2 && brig_converged(r);
+    km_bchan_get_stats(km_bprop_channel(r->prop, broker), &s);
+    return s.timeouts >= n && brig_converged(r);
 }
+
+static bool timed_out(brig *r) { return timeouts_then_converged(r, 9, 2); }
 
 Test(broker_chan, silent_broker_times_out_and_never_blocks, .fini = fini, .timeout = 120)
 {
@@ -184,20 +186,7 @@ Test(broker_chan, per_partition_errors_are_logged_and_counted_by_name, .fini = f
 
 /* ---- issue 9: nothing is lost to a timeout, an overflow or a cut ---------------------------- */
 
-static json_int_t lisr_full(int32_t broker)
-{
-    json_t *st = km_bsim_state_json(brig_sim(&R, broker));
-    json_int_t n = json_integer_value(json_object_get(json_object_get(st, "leaderAndIsrByType"), "2"));
-    json_decref(st);
-    return n;
-}
-
-static bool timed_out_and_converged(brig *r)
-{
-    km_bchan_stats s;
-    km_bchan_get_stats(km_bprop_channel(r->prop, 1), &s);
-    return s.timeouts >= 1 && brig_converged(r);
-}
+static bool timed_out_and_converged(brig *r) { return timeouts_then_converged(r, 1, 1); }
 
 /* A request that times out is sent again as it was after the reconnect, not replaced by a full
  * sync (Kafka's RequestSendThread). */
@@ -214,7 +203,7 @@ Test(broker_chan, a_timed_out_request_is_resent_as_it_was, .fini = fini, .timeou
     km_bchan_get_stats(km_bprop_channel(R.prop, 1), &s);
     cr_assert_geq(s.resent, 1);
     cr_assert_eq(s.full_syncs, 0);
-    cr_assert_eq(lisr_full(1), 1, "only activation's FULL LeaderAndIsr");
+    cr_assert_eq(brig_lisr_count(&R, 1, 2), 1, "only activation's FULL LeaderAndIsr");
 }
 
 static bool no_strays_and_idle(brig *r) { return brig_no_strays(r) && !km_bprop_pending(r->prop); }

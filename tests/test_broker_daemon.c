@@ -129,20 +129,14 @@ static void create_topic(const char *name, uint8_t salt, int np, int nbrokers)
     cr_assert(brig_append_batch(&R, mds, msgs, (size_t)(2 + np)), "%s", R.why);
 }
 
-static void delete_topic(const km_topic *t)
-{
-    km_remove_topic_record rm;
-    km_remove_topic_record_init(&rm);
-    rm.topic_id = km_topic_id(t);
-    cr_assert(brig_append(&R, &km_remove_topic_record_desc, &rm), "%s", R.why);
-}
+static void delete_topic(const km_topic *t) { cr_assert(brig_remove_topic(&R, t), "%s", R.why); }
 
 /* Moves a follower of t-p to the first broker not hosting it (the leader epoch moves on). */
 static void reassign(const km_topic *t, int32_t p, int nbrokers)
 {
     km_partition x;
     cr_assert(km_topic_partition(t, p, &x));
-    int32_t reps[16], isr[16], ni = 0, to = -1, from = -1;
+    int32_t to = -1;
     for (int32_t b = 1; b <= nbrokers && to < 0; b++) {
         bool in = false;
         for (int32_t i = 0; i < x.replicas.n; i++)
@@ -150,24 +144,8 @@ static void reassign(const km_topic *t, int32_t p, int nbrokers)
         if (!in)
             to = b;
     }
-    for (int32_t i = 0; i < x.replicas.n; i++) {
-        reps[i] = x.replicas.v[i];
-        if (from < 0 && reps[i] != x.leader && to > 0)
-            from = reps[i], reps[i] = to;
-    }
-    for (int32_t i = 0; i < x.isr.n; i++)
-        if (x.isr.v[i] != from)
-            isr[ni++] = x.isr.v[i];
-    km_partition_change_record rec;
-    km_partition_change_record_init(&rec);
-    rec.topic_id = km_topic_id(t);
-    rec.partition_id = p;
-    rec.leader = x.leader;
-    rec.replicas.count = x.replicas.n;
-    rec.replicas.items = reps;
-    rec.isr.count = ni;
-    rec.isr.items = isr;
-    cr_assert(brig_append(&R, &km_partition_change_record_desc, &rec), "%s", R.why);
+    if (to > 0)
+        cr_assert(brig_reassign(&R, t, p, to) >= 0, "%s", R.why);
 }
 
 /* ---- checks -------------------------------------------------------------------------------- */

@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define GUARD 30.0 /* seconds: only a guard against hangs */
@@ -59,50 +60,16 @@ static void leader_change(const km_topic *t, int32_t p)
     cr_assert(brig_append(&R, &km_partition_change_record_desc, &rec), "%s", R.why);
 }
 
-static void remove_topic(const km_topic *t)
-{
-    km_remove_topic_record rec;
-    km_remove_topic_record_init(&rec);
-    rec.topic_id = km_topic_id(t);
-    cr_assert(brig_append(&R, &km_remove_topic_record_desc, &rec), "%s", R.why);
-}
+static void remove_topic(const km_topic *t) { cr_assert(brig_remove_topic(&R, t), "%s", R.why); }
 
-/* Moves the replica `from` of t-p to `to` (reassignment complete: replicas and ISR set). */
 static int32_t reassign(const km_topic *t, int32_t p, int32_t to)
 {
-    km_partition x;
-    cr_assert(km_topic_partition(t, p, &x));
-    int32_t reps[16], isr[16], ni = 0, from = -1;
-    for (int32_t i = 0; i < x.replicas.n; i++) {
-        reps[i] = x.replicas.v[i];
-        if (from < 0 && reps[i] != x.leader) {
-            from = reps[i];
-            reps[i] = to;
-        }
-    }
-    for (int32_t i = 0; i < x.isr.n; i++)
-        if (x.isr.v[i] != from)
-            isr[ni++] = x.isr.v[i];
-    km_partition_change_record rec;
-    km_partition_change_record_init(&rec);
-    rec.topic_id = km_topic_id(t);
-    rec.partition_id = p;
-    rec.leader = x.leader; /* as Kafka's controller does: bump the leader epoch when replicas go */
-    rec.replicas.count = x.replicas.n;
-    rec.replicas.items = reps;
-    rec.isr.count = ni;
-    rec.isr.items = isr;
-    cr_assert(brig_append(&R, &km_partition_change_record_desc, &rec), "%s", R.why);
+    int32_t from = brig_reassign(&R, t, p, to);
+    cr_assert(from >= 0, "%s", R.why);
     return from;
 }
 
-static json_int_t lisr_by_type(int32_t broker, const char *type)
-{
-    json_t *st = km_bsim_state_json(brig_sim(&R, broker));
-    json_int_t n = json_integer_value(json_object_get(json_object_get(st, "leaderAndIsrByType"), type));
-    json_decref(st);
-    return n;
-}
+static long long lisr_by_type(int32_t broker, const char *type) { return brig_lisr_count(&R, broker, atoi(type)); }
 
 static json_int_t stop_replicas_seen(int32_t broker)
 {

@@ -68,6 +68,13 @@ bool brig_activate(brig *r);
 bool brig_append(brig *r, const km_message_desc *md, const void *msg);
 /* Appends n records as one batch (one delta). */
 bool brig_append_batch(brig *r, const km_message_desc *const *mds, const void *const *msgs, size_t n);
+/* Moves the first follower of t-p to `to` (a completed reassignment: replicas and ISR set, the
+ * leader kept so the leader epoch moves on, as Kafka's controller does).  -1: failed, else the
+ * broker moved away from. */
+int32_t brig_reassign(brig *r, const km_topic *t, int32_t p, int32_t to);
+bool brig_remove_topic(brig *r, const km_topic *t);
+/* LeaderAndIsr requests of Type `type` (0, 1, 2) a simulator applied. */
+long long brig_lisr_count(brig *r, int32_t broker, int type);
 /* Reads what the log has and publishes each delta. */
 bool brig_pump(brig *r);
 /* Runs the loop (pumping the log) until pred holds or `seconds` pass (a guard against hangs,
