@@ -58,6 +58,20 @@ static bool daemon_idle(brig *r)
 
 static const char *session_timeout_ms = "18000";
 
+static int32_t prime_epoch; /* != 0: the brokers first hear from an older controller era at this epoch */
+
+static bool rig_converged(brig *r) { return brig_converged(r); }
+
+/* Brokers that already obey controller epoch `epoch` (another era reached them first). */
+static void prime(int32_t epoch)
+{
+    R.external_idle = NULL;
+    R.zk_epoch = epoch;
+    cr_assert(brig_activate(&R), "%s", R.why);
+    cr_assert(brig_run_until(&R, rig_converged, GUARD), "priming: %s", R.why);
+    km_bprop_deactivate(R.prop);
+}
+
 static void start(int brokers, double cut_ratio, bool via_proxy)
 {
     char err[512] = "";
@@ -70,6 +84,8 @@ static void start(int brokers, double cut_ratio, bool via_proxy)
     brig_opts o = { .brokers = brokers, .topics = 4, .partitions = 4, .replication = 3, .leader_changes = 10,
                     .sim_zk = km_zks_hosts(zs, 0), .cut_ratio = cut_ratio, .kafka_odd = KM_BSIM_KAFKA_IBP_3_4 };
     cr_assert(brig_init(&R, &o), "%s", R.why);
+    if (prime_epoch)
+        prime(prime_epoch);
     R.zk_epoch = 0;
     R.external_idle = daemon_idle;
     km_config cfg;
@@ -250,6 +266,36 @@ Test(broker_daemon, a_session_loss_holds_the_brokers_then_the_new_epoch_goes_out
     cr_assert_gt(R.zk_epoch, before, "the re-claim did not bump /controller_epoch");
     cr_assert_eq(logs_of("made-during-session-loss"), 12);
     logs_had_their_config();
+}
+
+static long long stale_controller_epochs(void)
+{
+    long long n = 0;
+    for (int i = 0; i < R.nsims; i++) {
+        json_t *st = km_bsim_state_json(R.sims[i]);
+        n += json_integer_value(json_object_get(json_object_get(st, "errors"), "11"));
+        json_decref(st);
+    }
+    return n;
+}
+
+static bool refused_often(brig *r) { (void)r; return stale_controller_epochs() >= 6; }
+
+/* The brokers obey a higher controller epoch than ZooKeeper's /controller_epoch (which the
+ * daemon claimed): they answer STALE_CONTROLLER_EPOCH, ZooKeeper says nobody moved it, and the
+ * daemon logs it and goes on, as Kafka's controller does; it does not stop. */
+Test(broker_daemon, stale_controller_epoch_with_zookeeper_unmoved_goes_on, .fini = fini, .timeout = 240)
+{
+    prime_epoch = 99;
+    start(3, 0, false);
+    prime_epoch = 0;
+    cr_assert(brig_run_until(&R, refused_often, GUARD), "the brokers never refused the daemon");
+    create_topic("made-after-refusals", 3, 2, 3);
+    cr_assert(brig_run_until(&R, image_caught_up, GUARD), "%s", R.why);
+    brig_run_until(&R, never, 0.5);
+    km_daemon_status st;
+    km_daemon_get_status(D, &st);
+    cr_assert_null(st.fatal, "the daemon stopped: %s", st.fatal);
 }
 
 static uint64_t cuts(void)
