@@ -51,7 +51,9 @@ static void on_done(km_bchan *ch, int16_t api, uint64_t seq, int16_t top, void *
     (void)ch;
     prop_chan *pc = ud;
     if (api == KM_API_STOP_REPLICA && top == 0)
-        km_bprop__stops_answered(pc->p, pc->id, (int64_t)seq);
+        km_bprop__stops_answered(&pc->p->stops, pc->id, (int64_t)seq);
+    if (api == KM_API_UPDATE_METADATA && top == 0)
+        km_bprop__stops_answered(&pc->p->uncached, pc->id, (int64_t)seq);
 }
 
 /* Kafka's controller logs STALE_CONTROLLER_EPOCH and goes on; ZooKeeper says whether another
@@ -149,7 +151,8 @@ static void remove_chan(km_bprop *p, size_t i)
     prop_chan *pc = p->chans[i];
     km_bprop__log(p, 3, "broker %d: channel closed", pc->id);
     km_bchan_free(pc->ch);
-    km_bprop__stops_forget_seqs(p, pc->id);
+    km_bprop__stops_forget_seqs(&p->stops, pc->id);
+    km_bprop__stops_forget_seqs(&p->uncached, pc->id);
     free(pc->host);
     free(pc);
     p->chans[i] = p->chans[--p->n];
@@ -218,10 +221,11 @@ const km_broker **km_bprop__brokers(const km_bprop *p, size_t *n, km_arena *a)
     return v;
 }
 
-static km_bp_part *all_parts(const km_bprop *p, size_t *n, km_arena *a)
+/* Every partition of the image, with room for `extra` more after them. */
+static km_bp_part *all_parts(const km_bprop *p, size_t *n, size_t extra, km_arena *a)
 {
     size_t total = km_image_partition_count(p->img), it = 0, k = 0;
-    km_bp_part *v = km_arena_alloc(a, sizeof *v * (total ? total : 1));
+    km_bp_part *v = km_arena_alloc(a, sizeof *v * (total + extra + 1));
     const km_topic *t;
     while (v && (t = km_image_next_topic(p->img, &it))) {
         int32_t np = km_topic_partition_count(t);
@@ -242,8 +246,9 @@ km_bp_ctl km_bprop__ctl(const km_bprop *p, int32_t broker_id, int8_t type)
                         .broker_epoch = b ? b->epoch : -1, .type = type, .kraft = true };
 }
 
-/* The image to one broker: UpdateMetadata with every partition, pending stops, LeaderAndIsr of
- * its partitions at `type` (FULL: a full sync; INCREMENTAL: a changed broker's catch-up). */
+/* The image to one broker: UpdateMetadata with every partition (and leader -2 for deleted ones
+ * it has not acknowledged), pending stops, LeaderAndIsr of its partitions at `type` (FULL: a
+ * full sync; INCREMENTAL: a changed broker's catch-up). */
 static int send_image(km_bprop *p, prop_chan *pc, int8_t type, km_err *err)
 {
     if (!p->active || p->fenced || km_bchan_version(pc->ch, KM_API_UPDATE_METADATA) < 0)
@@ -251,7 +256,7 @@ static int send_image(km_bprop *p, prop_chan *pc, int8_t type, km_err *err)
     km_arena scratch;
     km_arena_init(&scratch, SCRATCH_LIMIT);
     size_t np = 0, nb = 0, nh = 0;
-    km_bp_part *parts = all_parts(p, &np, &scratch);
+    km_bp_part *parts = all_parts(p, &np, km_bprop__uncached_count(p, pc->id), &scratch);
     const km_broker **brokers = km_bprop__brokers(p, &nb, &scratch);
     km_bp_part *hosted = km_arena_alloc(&scratch, sizeof *hosted * (np ? np : 1));
     int rc = -1;
@@ -266,7 +271,8 @@ static int send_image(km_bprop *p, prop_chan *pc, int8_t type, km_err *err)
     km_bp_ctl ctl = km_bprop__ctl(p, pc->id, type == KM_CTL_TYPE_FULL ? KM_CTL_TYPE_FULL : KM_CTL_TYPE_UNKNOWN);
     km_bp_ctl lctl = km_bprop__ctl(p, pc->id, type);
     km_bprop__stops_superseded(p, pc->id, hosted, nh); /* it hosts them again: no stop before */
-    if (km_bprop__send_umr(p, pc, &ctl, parts, np, brokers, nb, err) || km_bprop__stops_resend(p, pc, err) ||
+    size_t nu = np + km_bprop__uncached_parts(p, pc->id, parts + np); /* deletions it may still cache */
+    if (km_bprop__send_umr(p, pc, &ctl, parts, nu, brokers, nb, err) || km_bprop__stops_resend(p, pc, err) ||
         km_bprop__send_lisr(p, pc, &lctl, hosted, nh, brokers, nb, err))
         goto out;
     km_bprop__log(p, 3, "broker %d: %s queued (%zu partitions, %zu hosted)", pc->id,
@@ -341,7 +347,8 @@ void km_bprop_free(km_bprop *p)
     if (!p)
         return;
     km_bprop_deactivate(p);
-    km_bprop__stops_free(p);
+    km_bprop__stops_free(&p->stops);
+    km_bprop__stops_free(&p->uncached);
     ev_timer_stop(p->loop, &p->fenced_timer);
     free(p->chans);
     free(p->listener);

@@ -36,7 +36,12 @@ typedef struct pstop_set {
     uint64_t evicted;                  /* oldest ones forgotten at the bound */
 } pstop_set;
 
-#define BPROP_MAX_PENDING_STOPS 100000 /* per broker */
+typedef struct pstop_sets {
+    pstop_set *v;                      /* by broker id */
+    size_t n, cap;
+} pstop_sets;
+
+#define BPROP_MAX_PENDING_STOPS 100000 /* per broker and kind */
 
 struct km_bprop {
     struct ev_loop *loop;
@@ -49,8 +54,10 @@ struct km_bprop {
     ev_timer fenced_timer;
     prop_chan **chans;
     size_t n, cap;
-    pstop_set *stops;                  /* by broker id; survives channels, reconnects, full syncs */
-    size_t nstops, capstops;
+    /* Both survive channels, reconnects and full syncs.  stops: StopReplica not answered yet;
+     * uncached: a deleted partition's UpdateMetadata entry (leader -2) not answered yet (a 3.4
+     * broker's cache drops it only so: a FULL UpdateMetadata does not there). */
+    pstop_sets stops, uncached;
     int64_t zk_holds;                  /* zk_ordered: the offset ZooKeeper is confirmed to hold */
     bool holding;                      /* zk_ordered: ZooKeeper is re-syncing */
 };
@@ -66,12 +73,16 @@ int km_bprop__full_sync(km_bprop *p, prop_chan *pc, km_err *err);
  * partition, its pending stops, an INCREMENTAL LeaderAndIsr of its own partitions. */
 int km_bprop__catch_up(km_bprop *p, prop_chan *pc, km_err *err);
 /* broker_prop_stops.c */
-int km_bprop__stops_add(km_bprop *p, int32_t broker, const km_bp_stop *s, size_t n, int64_t seq);
-void km_bprop__stops_answered(km_bprop *p, int32_t broker, int64_t seq);
-void km_bprop__stops_forget_seqs(km_bprop *p, int32_t broker);
+int km_bprop__stops_add(km_bprop *p, pstop_sets *ss, int32_t broker, const km_bp_stop *s, size_t n, int64_t seq);
+void km_bprop__stops_answered(pstop_sets *ss, int32_t broker, int64_t seq);
+void km_bprop__stops_forget_seqs(pstop_sets *ss, int32_t broker);
 void km_bprop__stops_superseded(km_bprop *p, int32_t broker, const km_bp_part *parts, size_t n);
 int km_bprop__stops_resend(km_bprop *p, prop_chan *pc, km_err *err);
-void km_bprop__stops_free(km_bprop *p);
+/* The deleted partitions broker may still cache and the image does not hold again, as
+ * UpdateMetadata entries (leader -2), appended to parts (room for km_bprop__uncached_count). */
+size_t km_bprop__uncached_count(const km_bprop *p, int32_t broker);
+size_t km_bprop__uncached_parts(const km_bprop *p, int32_t broker, km_bp_part *parts);
+void km_bprop__stops_free(pstop_sets *ss);
 km_i32_list km_bprop__offline(const km_bprop *p, km_i32_list replicas, km_arena *a);
 km_bp_part km_bprop__part(const km_bprop *p, const char *topic, km_uuid id, const km_partition *x, km_arena *a);
 const km_broker **km_bprop__brokers(const km_bprop *p, size_t *n, km_arena *a);

@@ -63,12 +63,25 @@ static int build_stop(int16_t v, const void *args, km_arena *a, void *out, km_er
     return km_bp_stop_replica(v, r->ctl, r->stops, r->n, a, out, err);
 }
 
+/* A deleted partition's entry (leader -2) stays pending until the broker answers it. */
+static int keep_uncached(km_bprop *p, prop_chan *pc, const km_bp_part *parts, size_t n, int64_t seq)
+{
+    for (size_t i = 0; i < n; i++) {
+        km_bp_stop x = { parts[i].topic, parts[i].partition, KM_EPOCH_DURING_DELETE, true };
+        if (parts[i].leader == KM_LEADER_DURING_DELETE && km_bprop__stops_add(p, &p->uncached, pc->id, &x, 1, seq))
+            return -1;
+    }
+    return 0;
+}
+
 int km_bprop__send_umr(km_bprop *p, prop_chan *pc, const km_bp_ctl *ctl, const km_bp_part *parts, size_t n,
                        const km_broker **brokers, size_t nb, km_err *err)
 {
-    (void)p;
     req_args r = { .ctl = ctl, .parts = parts, .n = n, .brokers = brokers, .nb = nb };
-    return submit(pc, KM_API_UPDATE_METADATA, sizeof(km_update_metadata_request), build_umr, &r, err) < 0 ? -1 : 0;
+    int64_t seq = submit(pc, KM_API_UPDATE_METADATA, sizeof(km_update_metadata_request), build_umr, &r, err);
+    if (seq >= 0 && keep_uncached(p, pc, parts, n, seq))
+        return km_fail(err, "broker %d: out of memory keeping %zu partitions' metadata", pc->id, n);
+    return seq < 0 ? -1 : 0;
 }
 
 int km_bprop__send_lisr(km_bprop *p, prop_chan *pc, const km_bp_ctl *ctl, const km_bp_part *parts, size_t n,
@@ -87,7 +100,7 @@ int64_t km_bprop__send_stop(km_bprop *p, prop_chan *pc, const km_bp_ctl *ctl, co
 {
     req_args r = { .ctl = ctl, .stops = stops, .n = n };
     int64_t seq = n ? submit(pc, KM_API_STOP_REPLICA, sizeof(km_stop_replica_request), build_stop, &r, err) : 0;
-    if (seq >= 0 && km_bprop__stops_add(p, pc->id, stops, n, seq))
+    if (seq >= 0 && km_bprop__stops_add(p, &p->stops, pc->id, stops, n, seq))
         return km_fail(err, "broker %d: out of memory keeping %zu stops", pc->id, n);
     return seq;
 }
@@ -213,7 +226,8 @@ static int per_channel(km_bprop *p, prop_chan *pc, const delta_view *dv, bool ch
     size_t ns = channel_stops(pc, dv, stops), nl = 0;
     km_bp_ctl ctl = km_bprop__ctl(p, pc->id, KM_CTL_TYPE_INCREMENTAL);
     if (changed) /* kept pending: the catch-up sends them before its LeaderAndIsr */
-        return km_bprop__stops_add(p, pc->id, stops, ns, 0) ? km_fail(err, "out of memory") : km_bprop__catch_up(p, pc, err);
+        return km_bprop__stops_add(p, &p->stops, pc->id, stops, ns, 0) ? km_fail(err, "out of memory")
+                                                                        : km_bprop__catch_up(p, pc, err);
     if (km_bprop__send_stop(p, pc, &ctl, stops, ns, err) < 0)
         return -1;
     for (size_t i = 0; i < dv->npc; i++) {

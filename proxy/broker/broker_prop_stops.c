@@ -1,4 +1,4 @@
-/* km_bprop: StopReplica at least once.
+/* km_bprop: StopReplica (and a deleted partition's UpdateMetadata entry) at least once.
  *
  * A full sync cannot carry StopReplica (MigrationPropagator.sendRPCsToBrokersFromMetadataImage:
  * "we cannot send StopReplica requests from the image"), so every stop a broker has not answered
@@ -10,22 +10,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-static pstop_set *find_set(km_bprop *p, int32_t broker, bool create)
+static pstop_set *find_set(const pstop_sets *ss, int32_t broker)
 {
-    for (size_t i = 0; i < p->nstops; i++)
-        if (p->stops[i].broker == broker)
-            return &p->stops[i];
-    if (!create)
-        return NULL;
-    if (p->nstops == p->capstops) {
-        size_t ncap = p->capstops ? p->capstops * 2 : 8;
-        pstop_set *grown = realloc(p->stops, ncap * sizeof *grown);
+    for (size_t i = 0; i < ss->n; i++)
+        if (ss->v[i].broker == broker)
+            return &ss->v[i];
+    return NULL;
+}
+
+static pstop_set *find_or_add_set(pstop_sets *ss, int32_t broker)
+{
+    pstop_set *s = find_set(ss, broker);
+    if (s)
+        return s;
+    if (ss->n == ss->cap) {
+        size_t ncap = ss->cap ? ss->cap * 2 : 8;
+        pstop_set *grown = realloc(ss->v, ncap * sizeof *grown);
         if (!grown)
             return NULL;
-        p->stops = grown;
-        p->capstops = ncap;
+        ss->v = grown;
+        ss->cap = ncap;
     }
-    pstop_set *s = &p->stops[p->nstops++];
+    s = &ss->v[ss->n++];
     *s = (pstop_set){ .broker = broker };
     return s;
 }
@@ -36,7 +42,7 @@ static void evict_oldest(km_bprop *p, pstop_set *s)
     memmove(s->v, s->v + 1, (s->n - 1) * sizeof *s->v);
     s->n--;
     if (!s->evicted++)
-        km_bprop__log(p, 2, "broker %d: more than %d StopReplica unanswered; forgetting the oldest", s->broker,
+        km_bprop__log(p, 2, "broker %d: more than %d deletions unanswered; forgetting the oldest", s->broker,
                       BPROP_MAX_PENDING_STOPS);
 }
 
@@ -67,9 +73,9 @@ static int add_one(km_bprop *p, pstop_set *s, const km_bp_stop *x, int64_t seq)
     return 0;
 }
 
-int km_bprop__stops_add(km_bprop *p, int32_t broker, const km_bp_stop *stops, size_t n, int64_t seq)
+int km_bprop__stops_add(km_bprop *p, pstop_sets *ss, int32_t broker, const km_bp_stop *stops, size_t n, int64_t seq)
 {
-    pstop_set *s = n ? find_set(p, broker, true) : NULL;
+    pstop_set *s = n ? find_or_add_set(ss, broker) : NULL;
     if (n && !s)
         return -1;
     for (size_t i = 0; i < n; i++)
@@ -79,9 +85,9 @@ int km_bprop__stops_add(km_bprop *p, int32_t broker, const km_bp_stop *stops, si
 }
 
 /* The broker answered request `seq` (any per-partition code is an answer: it has acted). */
-void km_bprop__stops_answered(km_bprop *p, int32_t broker, int64_t seq)
+void km_bprop__stops_answered(pstop_sets *ss, int32_t broker, int64_t seq)
 {
-    pstop_set *s = find_set(p, broker, false);
+    pstop_set *s = find_set(ss, broker);
     for (size_t i = 0; s && i < s->n;) {
         if (s->v[i].seq == seq) {
             free(s->v[i].topic);
@@ -97,7 +103,7 @@ void km_bprop__stops_answered(km_bprop *p, int32_t broker, int64_t seq)
  * and the old log must still go before the new one is made. */
 void km_bprop__stops_superseded(km_bprop *p, int32_t broker, const km_bp_part *parts, size_t n)
 {
-    pstop_set *s = find_set(p, broker, false);
+    pstop_set *s = find_set(&p->stops, broker);
     for (size_t k = 0; s && s->n && k < n; k++) {
         for (size_t i = 0; i < s->n; i++) {
             pstop *x = &s->v[i];
@@ -112,9 +118,9 @@ void km_bprop__stops_superseded(km_bprop *p, int32_t broker, const km_bp_part *p
 }
 
 /* The channel is gone: its sequence numbers start again with the next one. */
-void km_bprop__stops_forget_seqs(km_bprop *p, int32_t broker)
+void km_bprop__stops_forget_seqs(pstop_sets *ss, int32_t broker)
 {
-    pstop_set *s = find_set(p, broker, false);
+    pstop_set *s = find_set(ss, broker);
     for (size_t i = 0; s && i < s->n; i++)
         s->v[i].seq = 0;
 }
@@ -122,7 +128,7 @@ void km_bprop__stops_forget_seqs(km_bprop *p, int32_t broker)
 /* Before v3 the delete flag is per request: one request per flag value. */
 int km_bprop__stops_resend(km_bprop *p, prop_chan *pc, km_err *err)
 {
-    pstop_set *s = find_set(p, pc->id, false);
+    pstop_set *s = find_set(&p->stops, pc->id);
     if (!s || !s->n)
         return 0;
     km_bp_stop *v = malloc(s->n * sizeof *v);
@@ -143,22 +149,38 @@ int km_bprop__stops_resend(km_bprop *p, prop_chan *pc, km_err *err)
     return rc;
 }
 
-void km_bprop__stops_free(km_bprop *p)
+size_t km_bprop__uncached_count(const km_bprop *p, int32_t broker)
 {
-    for (size_t i = 0; i < p->nstops; i++) {
-        for (size_t k = 0; k < p->stops[i].n; k++)
-            free(p->stops[i].v[k].topic);
-        free(p->stops[i].v);
+    const pstop_set *s = find_set(&p->uncached, broker);
+    return s ? s->n : 0;
+}
+
+size_t km_bprop__uncached_parts(const km_bprop *p, int32_t broker, km_bp_part *parts)
+{
+    const pstop_set *s = find_set(&p->uncached, broker);
+    size_t k = 0;
+    for (size_t i = 0; s && i < s->n; i++) {
+        const km_topic *t = km_image_topic_by_name(p->img, s->v[i].topic);
+        if (!t || s->v[i].partition >= km_topic_partition_count(t))
+            parts[k++] = (km_bp_part){ .topic = s->v[i].topic, .partition = s->v[i].partition,
+                                       .controller_epoch = p->zk_epoch, .leader = KM_LEADER_DURING_DELETE };
     }
-    free(p->stops);
-    p->stops = NULL;
-    p->nstops = p->capstops = 0;
+    return k;
+}
+
+void km_bprop__stops_free(pstop_sets *ss)
+{
+    for (size_t i = 0; i < ss->n; i++) {
+        for (size_t k = 0; k < ss->v[i].n; k++)
+            free(ss->v[i].v[k].topic);
+        free(ss->v[i].v);
+    }
+    free(ss->v);
+    *ss = (pstop_sets){ 0 };
 }
 
 size_t km_bprop_pending_stops(const km_bprop *p, int32_t broker_id)
 {
-    for (size_t i = 0; i < p->nstops; i++)
-        if (p->stops[i].broker == broker_id)
-            return p->stops[i].n;
-    return 0;
+    const pstop_set *s = find_set(&p->stops, broker_id);
+    return s ? s->n : 0;
 }

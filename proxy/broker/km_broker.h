@@ -195,7 +195,9 @@ void km_bchan_get_stats(const km_bchan *ch, km_bchan_stats *out);
  *      created partition; UpdateMetadata with those partitions to all, leader -2 for a deleted
  *      topic's partitions.
  * Every StopReplica stays pending per broker until the broker answers a request carrying it;
- * pending stops are sent again with every catch-up and full sync.  A full sync (on activation,
+ * pending stops are sent again with every catch-up and full sync, and so are the leader -2
+ * UpdateMetadata entries of deleted partitions the broker has not acknowledged (a 3.4 broker
+ * ignores a FULL UpdateMetadata's omissions).  A full sync (on activation,
  * after a queue overflow or a snapshot) is a full UpdateMetadata (Type=2, every partition), the
  * pending stops, then a full LeaderAndIsr (Type=2, every partition the broker hosts).
  * Per-partition ControllerEpoch is the image's log epoch; the request's is the ZooKeeper
@@ -209,8 +211,9 @@ void km_bchan_get_stats(const km_bchan *ch, km_bchan_stats *out);
  *    UpdateMetadata(Type=0, all partitions), LeaderAndIsr(Type=2);
  *  - the request queue is bounded: an overflow drops it for a full sync (counted in
  *    kmproxy_broker_full_syncs_total); Kafka's queue grows without bound;
- *  - StopReplica is delivered at least once across dropped queues, channel removal and
- *    STALE_BROKER_EPOCH (Kafka loses it with the queue or the dropped request);
+ *  - StopReplica, and a deleted partition's UpdateMetadata entry, are delivered at least once
+ *    across dropped queues, channel removal and STALE_BROKER_EPOCH (Kafka loses them with the
+ *    queue or the dropped request); a full sync's UpdateMetadata repeats such entries;
  *  - a broker's stops of a delta go before its LeaderAndIsr (Kafka: LeaderAndIsr, UpdateMetadata,
  *    StopReplica): StopReplica names partitions without ids, so a topic deleted and re-created
  *    under the same name in one delta would otherwise lose its new log; such a partition's
@@ -262,7 +265,8 @@ void km_bprop_zk_holds(km_bprop *p, int64_t offset);
 void km_bprop_hold(km_bprop *p, bool hold);
 /* Another controller owns the brokers: stop every channel; `fenced` runs from the loop. */
 void km_bprop_fence(km_bprop *p, int32_t broker_id);
-/* StopReplica partitions broker_id has not answered yet. */
+/* StopReplica partitions broker_id has not answered yet.  (A deleted partition's UpdateMetadata
+ * entry is kept the same way, and goes again in every full sync and catch-up.) */
 size_t km_bprop_pending_stops(const km_bprop *p, int32_t broker_id);
 bool km_bprop_active(const km_bprop *p);
 bool km_bprop_fenced(const km_bprop *p);
