@@ -340,6 +340,8 @@ static void chan_metrics(km_buf *out, const prop_chan *pc, bool first)
     km_metrics_sample(out, "kmproxy_broker_pending_stops", "gauge",
                       "StopReplica partitions the broker has not answered yet", l, first,
                       (double)km_bprop_pending_stops(pc->p, pc->id));
+    km_metrics_sample(out, "kmproxy_broker_auth_failures_total", "counter", "SASL authentications refused", l, first,
+                      (double)s.auth_failures);
 }
 
 void km_bprop_render_metrics(const km_bprop *p, km_buf *out)

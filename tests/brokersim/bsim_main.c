@@ -1,7 +1,8 @@
 /* kmproxy-brokersim: the broker simulator as a process, for the demo and for tests.
  *   kmproxy-brokersim --broker-id N [--port P] [--host H] [--broker-epoch E]
  *                     [--max-version api=ver,...] [--state-dump PATH] [--tls-cert PEM --tls-key PEM]
- *                     [--kafka 3.4|3.9] [--zookeeper HOSTS]
+ *                     [--sasl-mechanisms PLAIN,SCRAM-SHA-256,...] [--sasl-users user:pw,...]
+ *                     [--authorizer] [--super-users User:a;User:b] [--kafka 3.4|3.9] [--zookeeper HOSTS]
  * --kafka picks the broker's rules (3.4: an IBP 3.4 broker; 3.9: 3.6.2 and later); --zookeeper makes
  * it read /config/topics/<t> when it creates a log, as a ZK broker does.
  * Prints "listening on HOST:PORT" once ready.  The state is rewritten to PATH after every
@@ -38,6 +39,8 @@ static int parse_args(int argc, char **argv, km_bsim_config *cfg, km_tls_config 
         { "max-version", required_argument, 0, 'm' },  { "state-dump", required_argument, 0, 's' },
         { "tls-cert", required_argument, 0, 'c' },     { "tls-key", required_argument, 0, 'k' },
         { "kafka", required_argument, 0, 'K' },        { "zookeeper", required_argument, 0, 'z' },
+        { "sasl-mechanisms", required_argument, 0, 'M' }, { "sasl-users", required_argument, 0, 'U' },
+        { "authorizer", no_argument, 0, 'A' },         { "super-users", required_argument, 0, 'S' },
         { 0, 0, 0, 0 } };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -59,9 +62,18 @@ static int parse_args(int argc, char **argv, km_bsim_config *cfg, km_tls_config 
                 return km_fail(err, "--kafka: '%s' is neither 3.4 nor 3.9", optarg);
             cfg->kafka = strcmp(optarg, "3.4") ? KM_BSIM_KAFKA_3_6_2 : KM_BSIM_KAFKA_IBP_3_4;
             break;
+        case 'M':
+            if (km_bsim_parse_sasl_mechanisms(cfg, optarg, err))
+                return -1;
+            break;
+        case 'U': cfg->sasl_users = optarg; break;
+        case 'A': cfg->authorizer = true; break;
+        case 'S': cfg->super_users = optarg; break;
         default: return km_fail(err, "usage: kmproxy-brokersim --broker-id N [--port P] [--host H] "
                                      "[--broker-epoch E] [--max-version api=ver,...] [--state-dump PATH] "
-                                     "[--tls-cert PEM --tls-key PEM] [--kafka 3.4|3.9] [--zookeeper HOSTS]");
+                                     "[--tls-cert PEM --tls-key PEM] [--sasl-mechanisms M,...] "
+                                     "[--sasl-users user:pw,...] [--authorizer] [--super-users User:a;User:b] "
+                                     "[--kafka 3.4|3.9] [--zookeeper HOSTS]");
         }
     }
     return 0;
