@@ -34,6 +34,9 @@ typedef struct pstop_set {
     pstop *v;
     size_t n, cap;
     uint64_t evicted;                  /* oldest ones forgotten at the bound */
+    uint32_t *slots;                   /* open-addressing index of v by (topic, partition): i + 1, 0 free */
+    size_t nslots;
+    bool stale;                        /* entries moved or went: rebuilt before the next lookup */
 } pstop_set;
 
 typedef struct pstop_sets {

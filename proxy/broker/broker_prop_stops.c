@@ -4,7 +4,8 @@
  * "we cannot send StopReplica requests from the image"), so every stop a broker has not answered
  * is kept here, per broker, until the broker's answer to a request carrying it arrives.  It
  * survives reconnects, dropped queues, full syncs and the channel itself (a fenced broker that
- * comes back still gets it).  A newer stop for the same partition replaces the older one. */
+ * comes back still gets it).  A newer stop for the same partition replaces the older one.
+ * Lookups go through a hash index, so a deletion of many partitions costs linear time. */
 #include "broker_prop.h"
 
 #include <stdlib.h>
@@ -36,25 +37,98 @@ static pstop_set *find_or_add_set(pstop_sets *ss, int32_t broker)
     return s;
 }
 
+static size_t key_hash(const char *topic, int32_t partition)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const unsigned char *c = (const unsigned char *)topic; *c; c++)
+        h = (h ^ *c) * 1099511628211ull;
+    return (size_t)(h ^ ((uint64_t)(uint32_t)partition * 0x9e3779b97f4a7c15ull));
+}
+
+static void slot_insert(pstop_set *s, size_t i)
+{
+    size_t mask = s->nslots - 1, h = key_hash(s->v[i].topic, s->v[i].partition) & mask;
+    while (s->slots[h])
+        h = (h + 1) & mask;
+    s->slots[h] = (uint32_t)(i + 1);
+}
+
+/* Sized for twice the entries; false when out of memory (lookups then scan). */
+static bool reindex(pstop_set *s)
+{
+    size_t want = 64;
+    while (want < 2 * (s->n + 1))
+        want *= 2;
+    if (want != s->nslots) {
+        uint32_t *grown = realloc(s->slots, want * sizeof *grown);
+        if (!grown)
+            return false;
+        s->slots = grown;
+        s->nslots = want;
+    }
+    memset(s->slots, 0, s->nslots * sizeof *s->slots);
+    for (size_t i = 0; i < s->n; i++)
+        slot_insert(s, i);
+    s->stale = false;
+    return true;
+}
+
+static bool same_key(const pstop *x, const char *topic, int32_t partition)
+{
+    return x->topic && x->partition == partition && !strcmp(x->topic, topic);
+}
+
+/* Index of (topic, partition) in s->v, or -1. */
+static ptrdiff_t find_entry(pstop_set *s, const char *topic, int32_t partition)
+{
+    if ((s->stale || s->nslots < 2 * (s->n + 1)) && !reindex(s)) {
+        for (size_t i = 0; i < s->n; i++)
+            if (same_key(&s->v[i], topic, partition))
+                return (ptrdiff_t)i;
+        return -1;
+    }
+    size_t mask = s->nslots - 1;
+    for (size_t h = key_hash(topic, partition) & mask; s->slots[h]; h = (h + 1) & mask)
+        if (same_key(&s->v[s->slots[h] - 1], topic, partition))
+            return (ptrdiff_t)s->slots[h] - 1;
+    return -1;
+}
+
+/* Drops the entries whose topic was cleared, keeping the order (oldest first). */
+static void compact(pstop_set *s)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->v[i].topic)
+            s->v[k++] = s->v[i];
+    if (k != s->n)
+        s->stale = true;
+    s->n = k;
+}
+
+/* At the bound the oldest eighth goes at once, so the index is rebuilt rarely. */
 static void evict_oldest(km_bprop *p, pstop_set *s)
 {
-    free(s->v[0].topic);
-    memmove(s->v, s->v + 1, (s->n - 1) * sizeof *s->v);
-    s->n--;
-    if (!s->evicted++)
+    size_t drop = s->n / 8 ? s->n / 8 : 1;
+    for (size_t i = 0; i < drop; i++)
+        free(s->v[i].topic);
+    memmove(s->v, s->v + drop, (s->n - drop) * sizeof *s->v);
+    s->n -= drop;
+    s->stale = true;
+    if (!s->evicted)
         km_bprop__log(p, 2, "broker %d: more than %d deletions unanswered; forgetting the oldest", s->broker,
                       BPROP_MAX_PENDING_STOPS);
+    s->evicted += drop;
 }
 
 static int add_one(km_bprop *p, pstop_set *s, const km_bp_stop *x, int64_t seq)
 {
-    for (size_t i = 0; i < s->n; i++) {
-        if (s->v[i].partition == x->partition && !strcmp(s->v[i].topic, x->topic)) {
-            s->v[i].epoch = x->leader_epoch;
-            s->v[i].del = x->delete_partition;
-            s->v[i].seq = seq;
-            return 0;
-        }
+    ptrdiff_t i = find_entry(s, x->topic, x->partition);
+    if (i >= 0) {
+        s->v[i].epoch = x->leader_epoch;
+        s->v[i].del = x->delete_partition;
+        s->v[i].seq = seq;
+        return 0;
     }
     if (s->n == BPROP_MAX_PENDING_STOPS)
         evict_oldest(p, s);
@@ -70,6 +144,10 @@ static int add_one(km_bprop *p, pstop_set *s, const km_bp_stop *x, int64_t seq)
     if (!topic)
         return -1;
     s->v[s->n++] = (pstop){ topic, x->partition, x->leader_epoch, x->delete_partition, seq };
+    if (!s->stale && s->nslots >= 2 * (s->n + 1))
+        slot_insert(s, s->n - 1);
+    else
+        s->stale = true;
     return 0;
 }
 
@@ -88,14 +166,14 @@ int km_bprop__stops_add(km_bprop *p, pstop_sets *ss, int32_t broker, const km_bp
 void km_bprop__stops_answered(pstop_sets *ss, int32_t broker, int64_t seq)
 {
     pstop_set *s = find_set(ss, broker);
-    for (size_t i = 0; s && i < s->n;) {
+    for (size_t i = 0; s && i < s->n; i++) {
         if (s->v[i].seq == seq) {
             free(s->v[i].topic);
-            s->v[i] = s->v[--s->n];
-        } else {
-            i++;
+            s->v[i].topic = NULL;
         }
     }
+    if (s)
+        compact(s);
 }
 
 /* The broker is a replica again (a LeaderAndIsr for the partition goes to it after the stop): a
@@ -105,16 +183,14 @@ void km_bprop__stops_superseded(km_bprop *p, int32_t broker, const km_bp_part *p
 {
     pstop_set *s = find_set(&p->stops, broker);
     for (size_t k = 0; s && s->n && k < n; k++) {
-        for (size_t i = 0; i < s->n; i++) {
-            pstop *x = &s->v[i];
-            if (x->epoch != KM_EPOCH_DURING_DELETE && x->partition == parts[k].partition &&
-                !strcmp(x->topic, parts[k].topic)) {
-                free(x->topic);
-                s->v[i] = s->v[--s->n];
-                break;
-            }
+        ptrdiff_t i = find_entry(s, parts[k].topic, parts[k].partition);
+        if (i >= 0 && s->v[i].epoch != KM_EPOCH_DURING_DELETE) {
+            free(s->v[i].topic);
+            s->v[i].topic = NULL; /* the index stays valid until compact() */
         }
     }
+    if (s)
+        compact(s);
 }
 
 /* The channel is gone: its sequence numbers start again with the next one. */
@@ -174,6 +250,7 @@ void km_bprop__stops_free(pstop_sets *ss)
         for (size_t k = 0; k < ss->v[i].n; k++)
             free(ss->v[i].v[k].topic);
         free(ss->v[i].v);
+        free(ss->v[i].slots);
     }
     free(ss->v);
     *ss = (pstop_sets){ 0 };
