@@ -487,3 +487,20 @@ Test(broker_e2e, stale_controller_epoch_asks_the_owner_and_goes_on, .fini = fini
     leader_change(topic_at(0), 0); /* the dropped requests were about partition 0 */
     converge("the channels went on");
 }
+
+/* A topic of 3,000 partitions deleted at once: every replica's stop and every cache entry is kept
+ * until answered (the pending sets' index grows through several sizes), and 3.4 brokers end clean. */
+Test(broker_e2e, a_big_topic_deletion_reaches_every_replica, .fini = fini, .timeout = 120)
+{
+    brig_opts o = { .brokers = 3, .topics = 2, .partitions = 1500, .replication = 3,
+                    .kafka = KM_BSIM_KAFKA_IBP_3_4 };
+    cr_assert(brig_init(&R, &o), "%s", R.why);
+    cr_assert(brig_activate(&R), "%s", R.why);
+    converge("activation");
+    remove_topic(topic_at(0));
+    remove_topic(topic_at(1));
+    converge("after deleting 3,000 partitions");
+    cr_assert(brig_no_strays(&R), "%s", R.why);
+    for (int32_t b = 1; b <= 3; b++)
+        cr_assert_eq(km_bprop_pending_stops(R.prop, b), 0);
+}
