@@ -42,12 +42,27 @@ static void brokers_fenced(km_bprop *p, int32_t broker_id, void *ud)
                     broker_id);
 }
 
+/* What a refused pass would have deleted, one log line each (an operator decides from them). */
+static void log_refused_deletes(km_daemon *d, const char *lines)
+{
+    for (const char *line = lines; *line;) {
+        size_t len = strcspn(line, "\n");
+        km_daemon_log(d, KM_LOG_ERROR, "zk: would delete %.*s", (int)len - 2, line + 2); /* past "- " */
+        line += len + (line[len] == '\n');
+    }
+}
+
 /* Brokers only hear from us once ZooKeeper holds our claim and the full sync is done; while the
  * bridge re-syncs (after a session loss) they are held, then released up to what ZooKeeper holds. */
 static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
 {
     km_daemon *d = ctx;
     km_daemon_consumers *c = d->consumers;
+    if (phase == KM_ZKB_STOPPED && km_zkb_refused(b)) {
+        log_refused_deletes(d, km_zkb_refused_deletes(b));
+        km_daemon_fatal_input(d, "ZooKeeper mirror refused: %s", km_zkb_error(b));
+        return;
+    }
     if (phase == KM_ZKB_STOPPED) {
         km_daemon_fatal(d, "ZooKeeper mirror stopped: %s", km_zkb_error(b));
         return;
@@ -149,6 +164,8 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
                       .cipher_algorithm = d->cfg.password_encoder_cipher_algorithm,
                       .key_length = d->cfg.password_encoder_key_length,
                       .iterations = d->cfg.password_encoder_iterations},
+        .guard = {.force = d->cfg.zk_force, .max_deletes_set = d->cfg.zk_max_deletes != KM_CONFIG_UNSET,
+                  .max_deletes = d->cfg.zk_max_deletes},
         .on_phase = bridge_phase, .on_confirmed = bridge_confirmed, .ctx = d};
     km_daemon_log(d, KM_LOG_INFO, "zk: claiming %s as KRaft controller %d, epoch %d", d->cfg.zk_connect,
                   c->controller_id, c->controller_epoch);
@@ -185,8 +202,9 @@ static int start_brokers(km_daemon *d, km_daemon_consumers *c, km_err *err)
         .controller_id = c->controller_id, .listener = c->sec.listener, .net = {.tls = c->broker_tls},
         .sasl = {.mechanism = c->sec.mechanism, .username = c->sec.username, .password = c->sec.password},
         .request_timeout = d->cfg.broker_request_timeout_ms / 1000.0, .max_queue = (size_t)d->cfg.broker_max_queued,
-        .log = broker_log, .log_ud = d, .fenced = brokers_fenced, .zk_controller_epoch = zk_controller_epoch,
-        .stale_controller_epoch = stale_controller_epoch, .zk_ordered = true, .ud = d};
+        .capture = d->capture, .log = broker_log, .log_ud = d, .fenced = brokers_fenced,
+        .zk_controller_epoch = zk_controller_epoch, .stale_controller_epoch = stale_controller_epoch,
+        .zk_ordered = true, .ud = d};
     c->bprop = km_bprop_new(d->loop, &bc, err);
     return c->bprop ? 0 : -1;
 }
