@@ -290,16 +290,19 @@ Test(broker_daemon, a_session_loss_holds_the_brokers_then_the_new_epoch_goes_out
     logs_had_their_config();
 }
 
-static long long stale_controller_epochs(void)
+/* The sum over every simulator of state[object][key]. */
+static long long sum_over_sims(const char *object, const char *key)
 {
     long long n = 0;
     for (int i = 0; i < R.nsims; i++) {
         json_t *st = km_bsim_state_json(R.sims[i]);
-        n += json_integer_value(json_object_get(json_object_get(st, "errors"), "11"));
+        n += json_integer_value(json_object_get(json_object_get(st, object), key));
         json_decref(st);
     }
     return n;
 }
+
+static long long stale_controller_epochs(void) { return sum_over_sims("errors", "11"); }
 
 static bool refused_often(brig *r) { (void)r; return stale_controller_epochs() >= 6; }
 
@@ -350,16 +353,7 @@ static void random_change(unsigned *seed, int step, int nbrokers)
         reassign(t, (int32_t)((unsigned)rand_r(seed) % (unsigned)km_topic_partition_count(t)), nbrokers);
 }
 
-static long long plaintext_on_tls(void)
-{
-    long long n = 0;
-    for (int i = 0; i < R.nsims; i++) {
-        json_t *st = km_bsim_state_json(R.sims[i]);
-        n += json_integer_value(json_object_get(json_object_get(st, "security"), "plaintextOnTls"));
-        json_decref(st);
-    }
-    return n;
-}
+static long long plaintext_on_tls(void) { return sum_over_sims("security", "plaintextOnTls"); }
 
 /* Issue 9's "done": 5 brokers behind TLS, >= 200 cut connections (lost requests and lost answers)
  * while topics are created, deleted and reassigned. */
