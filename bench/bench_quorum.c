@@ -277,6 +277,51 @@ static void best(result *b, const result *r)
         *b = *r;
 }
 
+/* Both paths ROUNDS times, alternated so both see the same page cache; the best of each. */
+static int measure(const files *f, result *disk, result *net)
+{
+    uint16_t port = 0;
+    pid_t leader = start_leader(f, &port);
+    int rc = leader > 0 ? 0 : 1;
+    result r;
+    for (int i = 0; i < ROUNDS && rc == 0; i++) {
+        if (in_child(f, 0, &r) < 0)
+            rc = 1;
+        else
+            best(disk, &r);
+        if (rc == 0 && in_child(f, port, &r) < 0)
+            rc = 1;
+        else if (rc == 0)
+            best(net, &r);
+    }
+    if (leader > 0) {
+        kill(leader, SIGTERM);
+        waitpid(leader, NULL, 0);
+    }
+    return rc;
+}
+
+static int report(const files *f, double parts, const result *disk, const result *net)
+{
+    struct stat ss, sg;
+    stat(f->snap, &ss);
+    stat(f->seg, &sg);
+    printf("quorum: %.0f partitions; snapshot %.1f MB ending at %" PRId64 ", tail %" PRId64 " records (%.1f MB)\n",
+           parts, ss.st_size / 1e6, f->snap_end, f->log_end - f->snap_end, sg.st_size / 1e6);
+    printf("quorum: over loopback %.3f s wall (%.3f CPU s), resident %.1f MB; from disk %.3f s wall (%.3f CPU s), "
+           "resident %.1f MB\n", net->wall, net->cpu, net->rss / 1048576.0, disk->wall, disk->cpu,
+           disk->rss / 1048576.0);
+    printf("quorum: speed ratio %.2f of the file path (target >= 0.8); memory %.1f bytes/partition (bound %.0f)\n",
+           disk->wall / net->wall, net->rss / parts, RSS_BOUND_PER_PARTITION);
+    printf("quorum: peak resident %.1f MB over loopback (the snapshot is held whole while verified), %.1f MB from "
+           "disk\n", net->peak / 1048576.0, disk->peak / 1048576.0);
+    if (parts >= 1e6 && net->rss > RSS_BOUND_PER_PARTITION * parts) {
+        printf("quorum: FAIL: over the memory bound\n");
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     km_gen_opts o = {.brokers = 12, .topics = 1000, .partitions = 1000, .replication = 3, .leader_changes = 100000,
@@ -297,47 +342,12 @@ int main(int argc, char **argv)
     files f = {0};
     snprintf(f.gen, sizeof f.gen, "%s/gen", base);
     snprintf(f.disk, sizeof f.disk, "%s/__cluster_metadata-0", base);
-    int rc = 1;
-    uint16_t port = 0;
-    pid_t leader = -1;
-    result disk = { .wall = 1e9 }, net = { .wall = 1e9 }, r;
-    if (make_files(&f, &o) == 0 && (leader = start_leader(&f, &port)) > 0) {
-        rc = 0;
-        for (int i = 0; i < ROUNDS && rc == 0; i++) {
-            if (in_child(&f, 0, &r) < 0)
-                rc = 1;
-            else
-                best(&disk, &r);
-            if (rc == 0 && in_child(&f, port, &r) < 0)
-                rc = 1;
-            else if (rc == 0)
-                best(&net, &r);
-        }
-    }
-    if (leader > 0) {
-        kill(leader, SIGTERM);
-        waitpid(leader, NULL, 0);
-    }
-    struct stat ss, sg;
-    stat(f.snap, &ss);
-    stat(f.seg, &sg);
-    double parts = (double)o.topics * o.partitions;
-    if (rc == 0) {
-        printf("quorum: %.0f partitions; snapshot %.1f MB ending at %" PRId64 ", tail %" PRId64 " records (%.1f MB)\n",
-               parts, ss.st_size / 1e6, f.snap_end, f.log_end - f.snap_end, sg.st_size / 1e6);
-        printf("quorum: over loopback %.3f s wall (%.3f CPU s), resident %.1f MB; from disk %.3f s wall (%.3f CPU s), "
-               "resident %.1f MB\n", net.wall, net.cpu, net.rss / 1048576.0, disk.wall, disk.cpu, disk.rss / 1048576.0);
-        printf("quorum: speed ratio %.2f of the file path (target >= 0.8); memory %.1f bytes/partition (bound %.0f)\n",
-               disk.wall / net.wall, net.rss / parts, RSS_BOUND_PER_PARTITION);
-        printf("quorum: peak resident %.1f MB over loopback (the snapshot is held whole while verified), %.1f MB from "
-               "disk\n", net.peak / 1048576.0, disk.peak / 1048576.0);
-        if (parts >= 1e6 && net.rss > RSS_BOUND_PER_PARTITION * parts) {
-            printf("quorum: FAIL: over the memory bound\n");
-            rc = 1;
-        }
-    } else {
+    result disk = { .wall = 1e9 }, net = { .wall = 1e9 };
+    int rc = make_files(&f, &o) == 0 ? measure(&f, &disk, &net) : 1;
+    if (rc == 0)
+        rc = report(&f, (double)o.topics * o.partitions, &disk, &net);
+    else
         printf("quorum: FAILED: no result (see errors above)\n");
-    }
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
     if (system(cmd) != 0)
