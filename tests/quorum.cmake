@@ -20,3 +20,5 @@ target_link_libraries(test_quorum_brokers PRIVATE km_raftsim km_quorum km_broker
 km_add_test(test_quorum_run SOURCES ${KM_QUORUM_TESTS}/test_quorum_run.c ${KM_QUORUM_TESTS}/test_quorum_util.c
             TIMEOUT 300)
 target_link_libraries(test_quorum_run PRIVATE km_raftsim km_quorum)
+km_add_test(test_quorum_memlog SOURCES ${KM_QUORUM_TESTS}/test_quorum_memlog.c ${KM_QUORUM_TESTS}/test_quorum_util.c)
+target_link_libraries(test_quorum_memlog PRIVATE km_raftsim km_quorum)
