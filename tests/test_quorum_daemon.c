@@ -302,6 +302,16 @@ Test(quorum_daemon, quorum_config_errors_name_the_key)
     cr_assert_eq(km_config_set(&cfg, "metadata.source", "quorum", "test", &e), 0);
     cr_assert_eq(km_config_validate(&cfg, &e), -1);
     cr_assert(strstr(e.msg, "controller.quorum.bootstrap.servers"), "%s", e.msg);
+    cr_assert_eq(km_config_set(&cfg, "controller.quorum.voters", "1@127.0.0.1:9093", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "metadata.quorum.snapshot.dir", "/nonexistent/spool", "test", &e), 0);
+    struct ev_loop *l0 = ev_loop_new(0);
+    cr_assert_null(km_daemon_new(l0, &cfg, &e));
+    cr_assert(strstr(e.msg, "snapshot directory /nonexistent/spool"), "%s", e.msg);
+    ev_loop_destroy(l0);
+    km_config_free(&cfg);
+    km_config_defaults(&cfg);
+    cr_assert_eq(km_config_set(&cfg, "zookeeper.connect", "127.0.0.1:1", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "metadata.source", "quorum", "test", &e), 0);
     cr_assert_eq(km_config_set(&cfg, "controller.quorum.voters", "1@nohost", "test", &e), 0);
     struct ev_loop *loop = ev_loop_new(0);
     km_daemon *d = km_daemon_new(loop, &cfg, &e);

@@ -5,6 +5,7 @@
 #include "km_testsupport.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -267,13 +268,14 @@ Test(quorum_faults, snapshot_taken_mid_stream_is_fetched)
     tq_rig_free(&r);
 }
 
-Test(quorum_faults, corrupted_snapshot_chunk_is_refused_and_fetched_again)
+static void corrupted_chunk(const char *spool)
 {
     km_rsim_config c;
     km_rsim_config_init(&c);
     c.snapshot_chunk_bytes = 256;
     tq_rig r;
     tq_rig_init(&r, 1, &c);
+    r.cfg.snapshot_dir = spool;
     km_buf log;
     km_buf_init(&log);
     batches(&log, 0, 20, 1, "snap");
@@ -298,6 +300,18 @@ Test(quorum_faults, corrupted_snapshot_chunk_is_refused_and_fetched_again)
     free(snap);
     km_buf_free(&log);
     tq_rig_free(&r);
+}
+
+Test(quorum_faults, corrupted_snapshot_chunk_is_refused_and_fetched_again)
+{
+    corrupted_chunk(NULL);
+    char *spool = km_test_tmpdir("tqspool");
+    corrupted_chunk(spool); /* spooled: the refused .part file goes, the good one is loaded and removed */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", spool);
+    cr_assert_eq(system(cmd), 0, "files left in %s", spool);
+    km_test_rmtree(spool);
+    free(spool);
 }
 
 static bool is_fatal(tq_rig *r) { return r->fatal; }

@@ -92,13 +92,27 @@ Test(quorum_fetch, every_corpus_log_over_the_network_equals_the_file, .timeout =
     free(files);
 }
 
-static void fetch_snapshot_file(const char *path)
+static bool dir_empty(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d)))
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (d)
+        closedir(d);
+    return d && n == 0;
+}
+
+/* spool: a directory the snapshot is spooled to (left empty afterwards), or NULL: in memory. */
+static void fetch_snapshot_file(const char *path, const char *spool)
 {
     tq_rig r;
     km_rsim_config c;
     km_rsim_config_init(&c);
     c.snapshot_chunk_bytes = 97; /* many odd-sized chunks */
     tq_rig_init(&r, 1, &c);
+    r.cfg.snapshot_dir = spool;
     km_err err;
     cr_assert_eq(km_rsim_add_snapshot_file(r.sims[0], path, true, &err), 0, "%s", err.msg);
     tq_set_leader(&r, 1, km_rsim_last_epoch(r.sims[0]));
@@ -109,6 +123,7 @@ static void fetch_snapshot_file(const char *path)
     km_rsim_get_stats(r.sims[0], &st);
     cr_assert_geq(st.snapshot_ids_sent, 1);
     same_as_file(&r, path);
+    cr_assert(!spool || dir_empty(spool), "%s: the spooled snapshot was left behind", spool);
 }
 
 Test(quorum_fetch, every_corpus_snapshot_over_the_network_equals_the_file, .timeout = 240)
@@ -116,11 +131,15 @@ Test(quorum_fetch, every_corpus_snapshot_over_the_network_equals_the_file, .time
     size_t n;
     char **files = corpus_files("kraft-snapshot", numbered_snapshot, &n);
     cr_assert(n > 0);
+    char *spool = km_test_tmpdir("tqspool");
     for (size_t i = 0; i < n; i++) {
-        fetch_snapshot_file(files[i]);
+        fetch_snapshot_file(files[i], NULL);
+        fetch_snapshot_file(files[i], spool);
         free(files[i]);
     }
     free(files);
+    km_test_rmtree(spool);
+    free(spool);
 }
 
 /* A generated cluster (kmproxy metadata gen's writer) in many small fetches. */

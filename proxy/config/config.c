@@ -28,6 +28,7 @@ static const key_def KEYS[] = {
     STR("controller.quorum.bootstrap.servers", quorum_bootstrap_servers),
     STR("controller.quorum.voters", quorum_voters),
     INT("controller.quorum.request.timeout.ms", quorum_request_timeout_ms, 100, 600000),
+    STR("metadata.quorum.snapshot.dir", quorum_snapshot_dir),
     STR("controller.listener.names", controller_listener_names),
     STR("listener.security.protocol.map", listener_security_protocol_map),
     STR("ssl.truststore.location", ssl_truststore_location),

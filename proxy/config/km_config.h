@@ -20,6 +20,7 @@ typedef struct km_config {
     char *quorum_bootstrap_servers;  /* controller.quorum.bootstrap.servers: HOST:PORT,... (quorum) */
     char *quorum_voters;             /* controller.quorum.voters: ID@HOST:PORT,... (quorum) */
     int32_t quorum_request_timeout_ms; /* controller.quorum.request.timeout.ms */
+    char *quorum_snapshot_dir;       /* metadata.quorum.snapshot.dir: fetched snapshots spooled here; NULL: memory */
     /* How the quorum's controller listener is reached (metadata.source=quorum), Kafka's names:
      * controller.listener.names, listener.security.protocol.map (PLAINTEXT or SSL), and PEM
      * ssl.truststore.* / ssl.keystore.* with ssl.endpoint.identification.algorithm=https. */

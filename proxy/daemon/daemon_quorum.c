@@ -60,6 +60,7 @@ int km_daemon_open_quorum(km_daemon *d, km_err *err)
     qc.voters = d->cfg.quorum_voters;
     qc.cluster_id = d->cfg.cluster_id;
     qc.request_timeout_ms = d->cfg.quorum_request_timeout_ms;
+    qc.snapshot_dir = d->cfg.quorum_snapshot_dir;
     km_quorum_handlers h = { .on_applied = on_applied, .on_fatal = on_fatal, .on_log = on_log };
     d->quorum = km_quorum_new(d->loop, &qc, d->img, &h, d, err);
     return d->quorum ? 0 : -1;

@@ -24,7 +24,7 @@
  *    framing and CRC32C as the chunks arrive, a control batch first (SnapshotHeader) and
  *    last (SnapshotFooter), the size; after loading, the image must end at the id's end
  *    offset.  A bad snapshot is refused and fetched again from position 0.  It is held in
- *    memory whole until loaded (snapshot_max_bytes bounds it).
+ *    memory whole until loaded (snapshot_max_bytes bounds it), or spooled to snapshot_dir.
  *  - Losing the leader (connection closed, refused, or no answer within the request
  *    timeout): it forgets the leader, backs off with jitter and asks the bootstrap servers
  *    again, going on from what it holds; applied records are never applied twice.
@@ -60,6 +60,8 @@ typedef struct km_quorum_config {
     size_t buffer_max_bytes;       /* uncommitted records held at most; 0: 64 MiB */
     size_t snapshot_max_bytes;     /* largest snapshot accepted; 0: 4 GiB */
     int32_t snapshot_chunk_bytes;  /* FetchSnapshot MaxBytes; 0: 8 MiB */
+    const char *snapshot_dir;      /* a fetched snapshot is spooled here (one chunk in memory) and
+                                    * removed once loaded; NULL: held in memory whole */
     bool quiet;                    /* no log lines on stderr */
 } km_quorum_config;
 

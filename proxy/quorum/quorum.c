@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <time.h>
+#include <unistd.h>
 
 #define Q_CLIENT_ID "kmproxy-quorum"
 
@@ -502,6 +504,7 @@ static km_quorum *alloc_quorum(struct ev_loop *loop, const km_quorum_config *cfg
     q->leader_id = -1;
     q->hw = -1;
     q->inflight_api = -1;
+    q->spool_fd = -1;
     q->st = (km_quorum_stats){ .leader_id = -1, .leader_epoch = -1, .high_watermark = -1, .applied_offset = -1 };
     km_buf_init(&q->buf);
     km_buf_init(&q->snap);
@@ -515,6 +518,26 @@ static km_quorum *alloc_quorum(struct ev_loop *loop, const km_quorum_config *cfg
     return q;
 }
 
+/* Copies of the config strings kept after parsing; a spool directory must be writable now. */
+static int keep_strings(km_quorum *q, const km_quorum_config *cfg, km_err *err)
+{
+    const char *src[3] = { cfg->cluster_id, cfg->tls_name, cfg->snapshot_dir };
+    const char **dst[3] = { &q->cfg.cluster_id, &q->cfg.tls_name, &q->cfg.snapshot_dir };
+    size_t total = 0;
+    for (int i = 0; i < 3; i++)
+        total += src[i] ? strlen(src[i]) + 1 : 0;
+    if (total && !(q->cfg_strings = malloc(total)))
+        return km_fail(err, "quorum: out of memory");
+    for (int i = 0, at = 0; i < 3; i++)
+        if (src[i]) {
+            *dst[i] = memcpy(q->cfg_strings + at, src[i], strlen(src[i]) + 1);
+            at += (int)strlen(src[i]) + 1;
+        }
+    if (cfg->snapshot_dir && access(cfg->snapshot_dir, W_OK | X_OK) != 0)
+        return km_fail(err, "snapshot directory %s: %s", cfg->snapshot_dir, strerror(errno));
+    return 0;
+}
+
 km_quorum *km_quorum_new(struct ev_loop *loop, const km_quorum_config *cfg, km_image *img,
                          const km_quorum_handlers *h, void *ud, km_err *err)
 {
@@ -525,7 +548,7 @@ km_quorum *km_quorum_new(struct ev_loop *loop, const km_quorum_config *cfg, km_i
         return NULL;
     }
     q->cfg.bootstrap_servers = q->cfg.voters = q->cfg.tls_name = NULL; /* parsed below; not kept */
-    q->cfg.cluster_id = NULL;
+    q->cfg.cluster_id = q->cfg.snapshot_dir = NULL;
     int rc = 0;
     if (cfg->voters && *cfg->voters)
         rc = parse_list(q, cfg->voters, true, err);
@@ -533,13 +556,8 @@ km_quorum *km_quorum_new(struct ev_loop *loop, const km_quorum_config *cfg, km_i
         rc = parse_list(q, cfg->bootstrap_servers, false, err); /* KIP-853: bootstrap servers win for discovery */
     if (rc == 0 && q->n_bootstrap == 0)
         rc = km_fail(err, "neither controller.quorum.bootstrap.servers nor controller.quorum.voters names a server");
-    size_t cl = cfg->cluster_id ? strlen(cfg->cluster_id) + 1 : 0, tl = cfg->tls_name ? strlen(cfg->tls_name) + 1 : 0;
-    if (rc == 0 && (cl + tl) && !(q->cfg_strings = malloc(cl + tl)))
-        rc = km_fail(err, "quorum: out of memory");
-    if (rc == 0 && cl)
-        q->cfg.cluster_id = memcpy(q->cfg_strings, cfg->cluster_id, cl);
-    if (rc == 0 && tl)
-        q->cfg.tls_name = memcpy(q->cfg_strings + cl, cfg->tls_name, tl);
+    if (rc == 0)
+        rc = keep_strings(q, cfg, err);
     if (rc == 0)
         rc = init_position(q, err);
     if (rc < 0) {

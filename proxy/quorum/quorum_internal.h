@@ -61,7 +61,10 @@ struct km_quorum {
     int64_t snap_end;
     int32_t snap_epoch;
     int64_t snap_size;
-    size_t snap_checked;               /* bytes of whole batches whose CRC32C held so far */
+    size_t snap_checked;               /* bytes of snap (from its start) whose batches' CRC32C held */
+    uint64_t snap_base;                /* spooling: bytes already written to the file before snap */
+    int spool_fd;                      /* cfg.snapshot_dir: the `.part` file being written, or -1 */
+    char spool_path[4200];             /* its final name; `.part` appended while written */
     bool snap_last_control;            /* the last whole batch was a control batch (the footer's) */
     km_buf snap;
     double snap_started;
@@ -98,6 +101,15 @@ int q_apply_committed(km_quorum *q, km_err *err);
 /* Applies every record of whole batches p[0..len) to the image (`name` in errors; a snapshot's
  * names its id), calling on_record first. */
 int q_apply_bytes(km_quorum *q, const char *name, const uint8_t *p, size_t len, km_ml_source source, km_err *err);
+/* Applies every record the reader gives (closing it), calling on_record first. */
+int q_apply_log(km_quorum *q, km_metalog *log, km_err *err);
+
+/* quorum_spool.c: with cfg.snapshot_dir a fetched snapshot goes to a file as its batches are
+ * checked, so only one chunk is in memory; without it every call is a no-op. */
+int q_spool_open(km_quorum *q, km_err *err);
+int q_spool_flush(km_quorum *q, km_err *err);   /* writes the checked batches, keeps the rest */
+void q_spool_discard(km_quorum *q);
+int q_spool_apply(km_quorum *q, km_err *err);   /* renames into place, applies, removes the file */
 /* DivergingEpoch: truncateToEndOffset; -1 (fatal) when it would cut applied records. */
 int q_truncate_diverging(km_quorum *q, int64_t end_offset, int32_t epoch, km_err *err);
 void q_clear_buffer(km_quorum *q);

@@ -129,11 +129,8 @@ static void consume(km_quorum *q, size_t upto_batch)
     q->st.buffered_bytes = q->buf.len - q->buf_head;
 }
 
-int q_apply_bytes(km_quorum *q, const char *name, const uint8_t *p, size_t len, km_ml_source source, km_err *err)
+int q_apply_log(km_quorum *q, km_metalog *log, km_err *err)
 {
-    km_metalog *log = km_metalog_open_mem(name, p, len, source, NULL, err);
-    if (!log)
-        return -1;
     km_metalog_record rec;
     int r;
     while ((r = km_metalog_next(log, &rec, err)) > 0) {
@@ -146,6 +143,12 @@ int q_apply_bytes(km_quorum *q, const char *name, const uint8_t *p, size_t len, 
     }
     km_metalog_close(log);
     return r;
+}
+
+int q_apply_bytes(km_quorum *q, const char *name, const uint8_t *p, size_t len, km_ml_source source, km_err *err)
+{
+    km_metalog *log = km_metalog_open_mem(name, p, len, source, NULL, err);
+    return log ? q_apply_log(q, log, err) : -1;
 }
 
 /* Applies every buffered batch wholly below the high watermark, in one pass. */
@@ -235,6 +238,7 @@ int q_truncate_diverging(km_quorum *q, int64_t end_offset, int32_t epoch, km_err
 
 void q_log_free(km_quorum *q)
 {
+    q_spool_discard(q);
     km_buf_free(&q->buf);
     km_buf_free(&q->snap);
     free(q->batches);

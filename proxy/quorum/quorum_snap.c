@@ -10,10 +10,10 @@
 
 int q_snapshot_begin(km_quorum *q, int64_t end, int32_t epoch, km_err *err)
 {
-    (void)err;
     q_clear_buffer(q); /* the leader's snapshot supersedes everything uncommitted held */
     km_buf_reset(&q->snap);
     q->snap_checked = 0;
+    q->snap_base = 0;
     q->snap_last_control = false;
     q->snap_active = true;
     q->snap_end = end;
@@ -22,11 +22,12 @@ int q_snapshot_begin(km_quorum *q, int64_t end, int32_t epoch, km_err *err)
     q->snap_started = q_now(q);
     q->phase = Q_SNAPSHOT;
     q_log(q, "fetching snapshot (end offset %" PRId64 ", epoch %d) from leader %d", end, epoch, q->leader_id);
-    return 0;
+    return q_spool_open(q, err);
 }
 
 void q_snapshot_abandon(km_quorum *q)
 {
+    q_spool_discard(q);
     q->snap_active = false;
     km_buf_free(&q->snap);
     km_buf_init(&q->snap);
@@ -50,7 +51,7 @@ int q_send_fetch_snapshot(km_quorum *q, km_err *err)
     p.current_leader_epoch = q->epoch;
     p.snapshot_id.end_offset = q->snap_end;
     p.snapshot_id.epoch = q->snap_epoch;
-    p.position = (int64_t)q->snap.len;
+    p.position = (int64_t)(q->snap_base + q->snap.len);
     t.partitions.count = 1;
     t.partitions.items = &p;
     rq.topics.count = 1;
@@ -71,9 +72,9 @@ static int check_batches(km_quorum *q, km_err *err)
         if (r == 0)
             return 0;
         if (r < 0)
-            return km_fail(err, "snapshot (%" PRId64 ", %d) byte %zu: %s", q->snap_end, q->snap_epoch,
-                           q->snap_checked, why.msg);
-        if (q->snap_checked == 0 && !b.control)
+            return km_fail(err, "snapshot (%" PRId64 ", %d) byte %" PRIu64 ": %s", q->snap_end, q->snap_epoch,
+                           q->snap_base + q->snap_checked, why.msg);
+        if (q->snap_base + q->snap_checked == 0 && !b.control)
             return km_fail(err, "snapshot (%" PRId64 ", %d) does not open with a control batch (SnapshotHeader)",
                            q->snap_end, q->snap_epoch);
         q->snap_last_control = b.control;
@@ -114,7 +115,9 @@ static void load_snapshot(km_quorum *q)
     snprintf(name, sizeof name, "quorum-snapshot/%020" PRId64 "-%010d.checkpoint", q->snap_end, q->snap_epoch);
     if (check_complete(q, &err) < 0)
         return refuse(q, &err);
-    if (q_apply_bytes(q, name, q->snap.data, q->snap.len, KM_ML_FROM_SNAPSHOT, &err) < 0)
+    int rc = q->spool_fd >= 0 ? q_spool_apply(q, &err)
+                              : q_apply_bytes(q, name, q->snap.data, q->snap.len, KM_ML_FROM_SNAPSHOT, &err);
+    if (rc < 0)
         return q_fatal(q, "loading verified snapshot %s: %s", name, err.msg);
     if (km_image_offset(q->img) != q->snap_end - 1)
         return q_fatal(q, "snapshot %s left the image at offset %" PRId64 ", not its end offset %" PRId64 " - 1",
@@ -125,8 +128,8 @@ static void load_snapshot(km_quorum *q)
     if (q->hw < q->snap_end)
         q->hw = q->snap_end; /* truncateToLatestSnapshot: the high watermark is at least its end */
     q->st.snapshot_loads++;
-    q_log(q, "loaded snapshot (end offset %" PRId64 ", epoch %d): %zu bytes in %.3f s from leader %d", q->snap_end,
-          q->snap_epoch, q->snap.len, q_now(q) - q->snap_started, q->leader_id);
+    q_log(q, "loaded snapshot (end offset %" PRId64 ", epoch %d): %" PRId64 " bytes in %.3f s from leader %d",
+          q->snap_end, q->snap_epoch, q->snap_size, q_now(q) - q->snap_started, q->leader_id);
     q_snapshot_abandon(q); /* done with the bytes */
     q_deliver(q);
     q_next_request(q);
@@ -138,16 +141,17 @@ static int take_chunk(km_quorum *q, const km_fetch_snapshot_response_partition_s
     if (p->snapshot_id.end_offset != q->snap_end || p->snapshot_id.epoch != q->snap_epoch)
         return km_fail(err, "FetchSnapshot answered snapshot (%" PRId64 ", %d) for (%" PRId64 ", %d)",
                        p->snapshot_id.end_offset, p->snapshot_id.epoch, q->snap_end, q->snap_epoch);
-    if (p->position != (int64_t)q->snap.len)
-        return km_fail(err, "FetchSnapshot chunk at position %" PRId64 " where %zu was asked for", p->position,
-                       q->snap.len);
+    int64_t held = (int64_t)(q->snap_base + q->snap.len);
+    if (p->position != held)
+        return km_fail(err, "FetchSnapshot chunk at position %" PRId64 " where %" PRId64 " was asked for",
+                       p->position, held);
     if (p->size <= 0 || (q->snap_size >= 0 && p->size != q->snap_size) || (uint64_t)p->size > q->cfg.snapshot_max_bytes)
         return km_fail(err, "FetchSnapshot size %" PRId64 " (before: %" PRId64 ", limit %zu)", p->size, q->snap_size,
                        q->cfg.snapshot_max_bytes);
-    if (p->unaligned_records.len <= 0 || (int64_t)q->snap.len + p->unaligned_records.len > p->size)
-        return km_fail(err, "FetchSnapshot chunk of %d bytes at %zu overruns size %" PRId64 " or is empty",
-                       p->unaligned_records.len, q->snap.len, p->size);
-    if (q->snap_size < 0 && !km_buf_reserve(&q->snap, (size_t)p->size)) /* once: no regrowth copies */
+    if (p->unaligned_records.len <= 0 || held + p->unaligned_records.len > p->size)
+        return km_fail(err, "FetchSnapshot chunk of %d bytes at %" PRId64 " overruns size %" PRId64 " or is empty",
+                       p->unaligned_records.len, held, p->size);
+    if (q->snap_size < 0 && q->spool_fd < 0 && !km_buf_reserve(&q->snap, (size_t)p->size)) /* no regrowth copies */
         return km_fail(err, "quorum: out of memory holding a %" PRId64 "-byte snapshot", p->size);
     q->snap_size = p->size;
     km_buf_put(&q->snap, p->unaligned_records.ptr, (size_t)p->unaligned_records.len);
@@ -175,7 +179,9 @@ static void on_partition(km_quorum *q, const km_fetch_snapshot_response_partitio
     km_backoff_reset(&q->backoff);
     if (check_batches(q, &err) < 0)
         return refuse(q, &err);
-    if ((int64_t)q->snap.len == q->snap_size)
+    if (q_spool_flush(q, &err) < 0)
+        return q_fatal(q, "%s", err.msg);
+    if ((int64_t)(q->snap_base + q->snap.len) == q->snap_size)
         return load_snapshot(q);
     q_next_request(q);
 }
