@@ -340,3 +340,34 @@ Test(quorum_faults, contradiction_of_applied_records_stops)
     km_buf_free(&log);
     tq_rig_free(&r);
 }
+
+/* cluster.id is sent in every Fetch; a quorum of another cluster answers INCONSISTENT_CLUSTER_ID
+ * (hasValidClusterId) and the observer stops instead of mirroring a foreign cluster. */
+Test(quorum_faults, another_clusters_quorum_stops_the_observer)
+{
+    tq_rig r;
+    tq_rig_init(&r, 1, NULL);
+    km_buf log;
+    km_buf_init(&log);
+    batches(&log, 0, 2, 1, "c");
+    append(r.sims[0], &log, 0);
+    r.cfg.cluster_id = "some-other-cluster-id0";
+    tq_rig_start(&r);
+    cr_assert(tq_run_until(&r, is_fatal, 30));
+    cr_assert(strstr(r.fatal_why.msg, "INCONSISTENT_CLUSTER_ID") && strstr(r.fatal_why.msg, "some-other-cluster-id0"),
+              "%s", r.fatal_why.msg);
+    cr_assert_eq(stats(&r).applied_offset, -1);
+    km_buf_free(&log);
+    tq_rig_free(&r);
+
+    tq_rig_init(&r, 1, NULL); /* the right one is accepted */
+    km_buf_init(&log);
+    batches(&log, 0, 2, 1, "c");
+    append(r.sims[0], &log, 0);
+    r.cfg.cluster_id = "kmproxy-raftsim-cluster";
+    tq_rig_start(&r);
+    cr_assert(tq_run_until(&r, tq_caught_up, 30));
+    cr_assert_str_eq(km_image_cluster_id(r.img), "kmproxy-raftsim-cluster");
+    km_buf_free(&log);
+    tq_rig_free(&r);
+}
