@@ -190,6 +190,12 @@ static int snapshot_begin(km_image *img, km_err *err)
     return img->staging ? 0 : km_fail(err, "image: out of memory starting a snapshot");
 }
 
+void km_image_abort_snapshot(km_image *img)
+{
+    km_istate_free(&img->pool, img->staging);
+    img->staging = NULL;
+}
+
 /* The snapshot is complete: it becomes the image, and the delta is the difference. */
 static int snapshot_end(km_image *img, const km_metalog_record *rec, km_delta *delta, km_err *err)
 {

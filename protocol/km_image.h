@@ -364,6 +364,10 @@ bool km_delta_raft_leader(const km_delta *d, int32_t *leader, int32_t *epoch);
  * err on the errors listed at the top; the image is then poisoned. */
 int km_image_apply_record(km_image *img, const km_metalog_record *rec, km_delta *delta, km_err *err);
 
+/* Drops a snapshot whose records were being staged (its SnapshotHeader was applied, its
+ * footer never will be: the download was refused or abandoned); the image stays as it was. */
+void km_image_abort_snapshot(km_image *img);
+
 /* Applies one decoded metadata record (type = KM_MDR_*, msg = its struct)
  * at `offset`/`epoch`, e.g. one built in memory.  `where` names the source in
  * errors (a file name; may be NULL). */

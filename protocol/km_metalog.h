@@ -168,6 +168,16 @@ int km_metalog_next(km_metalog *log, km_metalog_record *out, km_err *err);
 km_metalog *km_metalog_open_mem(const char *name, const uint8_t *data, size_t len, km_ml_source source,
                                 const km_metalog_opts *opts, km_err *err);
 
+/* A memory reader fed as bytes arrive (a snapshot fetched in chunks is decoded while the rest
+ * is on its way), with the checks of one whole file (a snapshot's header first and footer
+ * last, one header).  km_metalog_next returns 0 once what was fed is read; then feed more. */
+km_metalog *km_metalog_open_stream(const char *name, km_ml_source source, const km_metalog_opts *opts,
+                                   km_err *err);
+/* data[0..len): whole batches only (a partial one is an error), borrowed until the next feed or
+ * close; every record fed before must have been read.  last: nothing follows, so the next
+ * km_metalog_next checks the end (a snapshot's footer). */
+int km_metalog_feed(km_metalog *log, const uint8_t *data, size_t len, bool last, km_err *err);
+
 /* The snapshot km_metalog_open_dir chose: 1 and its id (end offset =
  * first log offset not contained, epoch), or 0 when it read none. */
 int km_metalog_snapshot_id(const km_metalog *log, int64_t *end_offset, int32_t *epoch);

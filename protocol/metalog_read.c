@@ -59,6 +59,7 @@ struct km_metalog {
     bool failed;
     km_err failure;
     bool mem;                /* km_metalog_open_mem: buf is borrowed, there is no fd */
+    bool stream, stream_last; /* km_metalog_open_stream: more bytes may be fed; the last were fed */
 };
 
 /* ---- errors ----------------------------------------------------------------------- */
@@ -330,6 +331,31 @@ km_metalog *km_metalog_open_mem(const char *name, const uint8_t *data, size_t le
     return m;
 }
 
+km_metalog *km_metalog_open_stream(const char *name, km_ml_source source, const km_metalog_opts *opts, km_err *err)
+{
+    km_metalog *m = km_metalog_open_mem(name, NULL, 0, source, opts, err);
+    if (m)
+        m->stream = true;
+    return m;
+}
+
+int km_metalog_feed(km_metalog *m, const uint8_t *data, size_t len, bool last, km_err *err)
+{
+    if (m->failed) {
+        if (err)
+            *err = m->failure;
+        return -1;
+    }
+    if (!m->stream || m->stream_last || m->in_batch || m->hi > m->lo)
+        return km_fail(err, "%s: bytes fed to a reader that is not a stream, was told it had the last, or had not "
+                       "read what it held", cur_path(m));
+    m->buf = (uint8_t *)data; /* never written: the window only moves lo; bpos goes on counting */
+    m->lo = 0;
+    m->cap = m->hi = len;
+    m->stream_last = last;
+    return 0;
+}
+
 /* ---- batches -------------------------------------------------------------------------- */
 
 /* Points m->recs at the batch's records, decompressing if needed. */
@@ -563,6 +589,8 @@ static int at_file_end(km_metalog *m, km_err *err)
             return fail_partial(m, ", and a later file follows", err);
         return advance_file(m, err) < 0 ? -1 : 1;
     }
+    if (m->stream && !m->stream_last) /* fed whole batches: what is left of them is cut */
+        return partial ? fail_partial(m, " (fed in a stream)", err) : 0;
     /* Snapshots are renamed into place whole, so a partial one is never "still being written". */
     if (partial && (!m->o.follow || snapshot))
         return fail_partial(m, "", err);

@@ -66,7 +66,9 @@ struct km_quorum {
     int spool_fd;                      /* cfg.snapshot_dir: the `.part` file being written, or -1 */
     char spool_path[4200];             /* its final name; `.part` appended while written */
     bool snap_last_control;            /* the last whole batch was a control batch (the footer's) */
-    km_buf snap;
+    km_buf snap;                       /* held whole (spooling: the unwritten rest); streamed: a cut batch */
+    int64_t snap_received;             /* bytes of the snapshot received: the next chunk's position */
+    km_metalog *snap_stream;           /* streamed: decodes each chunk's whole batches into the image's staging */
     double snap_started;
     km_quorum_stats st;
     bool fatal;
@@ -103,6 +105,9 @@ int q_apply_committed(km_quorum *q, km_err *err);
 int q_apply_bytes(km_quorum *q, const char *name, const uint8_t *p, size_t len, km_ml_source source, km_err *err);
 /* Applies every record the reader gives (closing it), calling on_record first. */
 int q_apply_log(km_quorum *q, km_metalog *log, km_err *err);
+/* The same without closing the reader, until it has no more for now: 0; -1 with *image_failed
+ * telling the image's refusal (fatal) from the reader's (bad input). */
+int q_apply_records(km_quorum *q, km_metalog *log, bool *image_failed, km_err *err);
 
 /* quorum_spool.c: with cfg.snapshot_dir a fetched snapshot goes to a file as its batches are
  * checked, so only one chunk is in memory; without it every call is a no-op. */
@@ -110,6 +115,15 @@ int q_spool_open(km_quorum *q, km_err *err);
 int q_spool_flush(km_quorum *q, km_err *err);   /* writes the checked batches, keeps the rest */
 void q_spool_discard(km_quorum *q);
 int q_spool_apply(km_quorum *q, km_err *err);   /* renames into place, applies, removes the file */
+/* quorum_stream.c: without a spool directory or an on_record handler a fetched snapshot is
+ * decoded chunk by chunk into the image's staged snapshot as it arrives (a batch cut between
+ * chunks is carried over), and replaces the image at its footer. */
+bool q_stream_wanted(const km_quorum *q);
+/* One chunk's bytes; last: the snapshot is complete with them.  -1 and err: refuse the
+ * snapshot (q->fatal set when the image itself failed). */
+int q_stream_chunk(km_quorum *q, const uint8_t *p, size_t len, bool last, km_err *err);
+void q_stream_abandon(km_quorum *q);
+
 /* DivergingEpoch: truncateToEndOffset; -1 (fatal) when it would cut applied records. */
 int q_truncate_diverging(km_quorum *q, int64_t end_offset, int32_t epoch, km_err *err);
 void q_clear_buffer(km_quorum *q);

@@ -129,18 +129,26 @@ static void consume(km_quorum *q, size_t upto_batch)
     q->st.buffered_bytes = q->buf.len - q->buf_head;
 }
 
-int q_apply_log(km_quorum *q, km_metalog *log, km_err *err)
+int q_apply_records(km_quorum *q, km_metalog *log, bool *image_failed, km_err *err)
 {
     km_metalog_record rec;
     int r;
+    *image_failed = false;
     while ((r = km_metalog_next(log, &rec, err)) > 0) {
         if (q->h.on_record)
             q->h.on_record(q, &rec, q->ud);
         if (km_image_apply_record(q->img, &rec, q->delta, err) < 0) {
-            r = -1;
-            break;
+            *image_failed = true;
+            return -1;
         }
     }
+    return r;
+}
+
+int q_apply_log(km_quorum *q, km_metalog *log, km_err *err)
+{
+    bool image_failed;
+    int r = q_apply_records(q, log, &image_failed, err);
     km_metalog_close(log);
     return r;
 }
@@ -239,6 +247,7 @@ int q_truncate_diverging(km_quorum *q, int64_t end_offset, int32_t epoch, km_err
 void q_log_free(km_quorum *q)
 {
     q_spool_discard(q);
+    q_stream_abandon(q);
     km_buf_free(&q->buf);
     km_buf_free(&q->snap);
     free(q->batches);

@@ -14,6 +14,7 @@ int q_snapshot_begin(km_quorum *q, int64_t end, int32_t epoch, km_err *err)
     km_buf_reset(&q->snap);
     q->snap_checked = 0;
     q->snap_base = 0;
+    q->snap_received = 0;
     q->snap_last_control = false;
     q->snap_active = true;
     q->snap_end = end;
@@ -28,6 +29,7 @@ int q_snapshot_begin(km_quorum *q, int64_t end, int32_t epoch, km_err *err)
 void q_snapshot_abandon(km_quorum *q)
 {
     q_spool_discard(q);
+    q_stream_abandon(q);
     q->snap_active = false;
     km_buf_free(&q->snap);
     km_buf_init(&q->snap);
@@ -51,7 +53,7 @@ int q_send_fetch_snapshot(km_quorum *q, km_err *err)
     p.current_leader_epoch = q->epoch;
     p.snapshot_id.end_offset = q->snap_end;
     p.snapshot_id.epoch = q->snap_epoch;
-    p.position = (int64_t)(q->snap_base + q->snap.len);
+    p.position = q->snap_received;
     t.partitions.count = 1;
     t.partitions.items = &p;
     rq.topics.count = 1;
@@ -107,18 +109,11 @@ static void refuse(km_quorum *q, const km_err *why)
     q_retry(q, false, msg);
 }
 
-/* The last chunk arrived: verify, then replace the image. */
-static void load_snapshot(km_quorum *q)
+/* The snapshot replaced the image: check where it left it, then go on fetching after it. */
+static void loaded(km_quorum *q)
 {
     char name[128];
-    km_err err;
     snprintf(name, sizeof name, "quorum-snapshot/%020" PRId64 "-%010d.checkpoint", q->snap_end, q->snap_epoch);
-    if (check_complete(q, &err) < 0)
-        return refuse(q, &err);
-    int rc = q->spool_fd >= 0 ? q_spool_apply(q, &err)
-                              : q_apply_bytes(q, name, q->snap.data, q->snap.len, KM_ML_FROM_SNAPSHOT, &err);
-    if (rc < 0)
-        return q_fatal(q, "loading verified snapshot %s: %s", name, err.msg);
     if (km_image_offset(q->img) != q->snap_end - 1)
         return q_fatal(q, "snapshot %s left the image at offset %" PRId64 ", not its end offset %" PRId64 " - 1",
                        name, km_image_offset(q->img), q->snap_end);
@@ -135,13 +130,28 @@ static void load_snapshot(km_quorum *q)
     q_next_request(q);
 }
 
-/* One chunk: same id, position = bytes held, one size throughout, within the bound. */
-static int take_chunk(km_quorum *q, const km_fetch_snapshot_response_partition_snapshot *p, km_err *err)
+/* The last chunk arrived (held whole or spooled): verify, then replace the image. */
+static void load_snapshot(km_quorum *q)
+{
+    char name[128];
+    km_err err;
+    snprintf(name, sizeof name, "quorum-snapshot/%020" PRId64 "-%010d.checkpoint", q->snap_end, q->snap_epoch);
+    if (check_complete(q, &err) < 0)
+        return refuse(q, &err);
+    int rc = q->spool_fd >= 0 ? q_spool_apply(q, &err)
+                              : q_apply_bytes(q, name, q->snap.data, q->snap.len, KM_ML_FROM_SNAPSHOT, &err);
+    if (rc < 0)
+        return q_fatal(q, "loading verified snapshot %s: %s", name, err.msg);
+    loaded(q);
+}
+
+/* One chunk: same id, position = bytes received, one size throughout, within the bound. */
+static int check_chunk(km_quorum *q, const km_fetch_snapshot_response_partition_snapshot *p, km_err *err)
 {
     if (p->snapshot_id.end_offset != q->snap_end || p->snapshot_id.epoch != q->snap_epoch)
         return km_fail(err, "FetchSnapshot answered snapshot (%" PRId64 ", %d) for (%" PRId64 ", %d)",
                        p->snapshot_id.end_offset, p->snapshot_id.epoch, q->snap_end, q->snap_epoch);
-    int64_t held = (int64_t)(q->snap_base + q->snap.len);
+    int64_t held = q->snap_received;
     if (p->position != held)
         return km_fail(err, "FetchSnapshot chunk at position %" PRId64 " where %" PRId64 " was asked for",
                        p->position, held);
@@ -151,11 +161,37 @@ static int take_chunk(km_quorum *q, const km_fetch_snapshot_response_partition_s
     if (p->unaligned_records.len <= 0 || held + p->unaligned_records.len > p->size)
         return km_fail(err, "FetchSnapshot chunk of %d bytes at %" PRId64 " overruns size %" PRId64 " or is empty",
                        p->unaligned_records.len, held, p->size);
+    return 0;
+}
+
+/* Held whole in memory (or spooled): the chunk is kept for the checks and the load at the end. */
+static int hold_chunk(km_quorum *q, const km_fetch_snapshot_response_partition_snapshot *p, km_err *err)
+{
     if (q->snap_size < 0 && q->spool_fd < 0 && !km_buf_reserve(&q->snap, (size_t)p->size)) /* no regrowth copies */
         return km_fail(err, "quorum: out of memory holding a %" PRId64 "-byte snapshot", p->size);
     q->snap_size = p->size;
+    q->snap_received += p->unaligned_records.len;
     km_buf_put(&q->snap, p->unaligned_records.ptr, (size_t)p->unaligned_records.len);
     return q->snap.oom ? km_fail(err, "quorum: out of memory holding a %" PRId64 "-byte snapshot", p->size) : 0;
+}
+
+/* Streamed: the next chunk is asked for first, so it travels while this one is decoded. */
+static void stream_chunk(km_quorum *q, const km_fetch_snapshot_response_partition_snapshot *p)
+{
+    km_err err;
+    int64_t len = p->unaligned_records.len;
+    q->snap_size = p->size;
+    q->snap_received += len;
+    bool last = q->snap_received == q->snap_size;
+    if (!last)
+        q_next_request(q);
+    if (q_stream_chunk(q, (const uint8_t *)p->unaligned_records.ptr, (size_t)len, last, &err) < 0) {
+        if (!q->fatal)
+            refuse(q, &err);
+        return;
+    }
+    if (last)
+        loaded(q);
 }
 
 static void on_partition(km_quorum *q, const km_fetch_snapshot_response_partition_snapshot *p)
@@ -172,11 +208,17 @@ static void on_partition(km_quorum *q, const km_fetch_snapshot_response_partitio
         snprintf(why, sizeof why, "FetchSnapshot from %s:%u: error %d", q->target.host, q->target.port, p->error_code);
         return q_retry(q, false, why);
     }
-    if (take_chunk(q, p, &err) < 0) {
+    if (check_chunk(q, p, &err) < 0) {
         q_snapshot_abandon(q);
         return q_retry(q, false, err.msg);
     }
     km_backoff_reset(&q->backoff);
+    if (q_stream_wanted(q))
+        return stream_chunk(q, p);
+    if (hold_chunk(q, p, &err) < 0) {
+        q_snapshot_abandon(q);
+        return q_retry(q, false, err.msg);
+    }
     if (check_batches(q, &err) < 0)
         return refuse(q, &err);
     if (q_spool_flush(q, &err) < 0)
