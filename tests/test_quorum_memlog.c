@@ -75,3 +75,94 @@ Test(quorum_memlog, a_snapshot_in_memory_takes_its_id_from_the_name)
     free(snap);
     km_buf_free(&log);
 }
+
+/* Reads what was fed; -1 on error, else the records read (the last one's control type in *last_type). */
+static int drain(km_metalog *m, int16_t *last_type, km_err *err)
+{
+    km_metalog_record r;
+    int n = 0, rc;
+    while ((rc = km_metalog_next(m, &r, err)) > 0) {
+        n++;
+        *last_type = r.control ? r.type : -1;
+    }
+    return rc < 0 ? -1 : n;
+}
+
+static size_t batch_size_at(const uint8_t *p, size_t avail)
+{
+    km_metalog_batch b;
+    km_err err;
+    cr_assert_eq(km_ml_peek_batch(p, avail, 0, &b, &err), 1, "%s", err.msg);
+    return b.size;
+}
+
+Test(quorum_memlog, a_snapshot_fed_batch_by_batch_reads_as_a_whole_one)
+{
+    km_buf log;
+    km_buf_init(&log);
+    tq_config_batch(&log, 0, 1, 4, "s");
+    tq_config_batch(&log, 4, 1, 3, "s");
+    size_t len;
+    uint8_t *snap = tq_snapshot_of(log.data, log.len, &len);
+    km_err err;
+    km_metalog *whole = km_metalog_open_mem("00000000000000000007-0000000001.checkpoint", snap, len,
+                                            KM_ML_FROM_SNAPSHOT, NULL, &err);
+    int16_t type = -1;
+    int want = drain(whole, &type, &err);
+    km_metalog_close(whole);
+    cr_assert_gt(want, 7, "%s", err.msg);
+    km_metalog *m = km_metalog_open_stream("00000000000000000007-0000000001.checkpoint", KM_ML_FROM_SNAPSHOT, NULL,
+                                           &err);
+    cr_assert(m, "%s", err.msg);
+    int got = 0, feeds = 0;
+    for (size_t pos = 0; pos < len; feeds++) {
+        size_t n = batch_size_at(snap + pos, len - pos);
+        cr_assert_eq(km_metalog_feed(m, snap + pos, n, pos + n == len, &err), 0, "%s", err.msg);
+        int r = drain(m, &type, &err);
+        cr_assert_geq(r, 1, "feed %d: %s", feeds, err.msg);
+        got += r;
+        pos += n;
+    }
+    cr_assert_gt(feeds, 2);
+    cr_assert_eq(got, want);
+    cr_assert_eq(type, KM_ML_CTRL_SNAPSHOT_FOOTER);
+    cr_assert_eq(km_metalog_feed(m, snap, 0, true, &err), -1, "fed after the last bytes");
+    km_metalog_close(m);
+    free(snap);
+    km_buf_free(&log);
+}
+
+/* The checks of a whole file hold across feeds: header first, whole batches, footer at the end. */
+Test(quorum_memlog, a_fed_snapshot_without_header_footer_or_whole_batches_is_refused)
+{
+    km_buf log;
+    km_buf_init(&log);
+    tq_config_batch(&log, 0, 1, 4, "s");
+    size_t len;
+    uint8_t *snap = tq_snapshot_of(log.data, log.len, &len);
+    size_t first = batch_size_at(snap, len);
+    const char *name = "00000000000000000004-0000000001.checkpoint";
+    km_err err;
+    int16_t type;
+    km_metalog *m = km_metalog_open_stream(name, KM_ML_FROM_SNAPSHOT, NULL, &err);
+    size_t footer_at = 0;
+    while (footer_at + batch_size_at(snap + footer_at, len - footer_at) < len)
+        footer_at += batch_size_at(snap + footer_at, len - footer_at);
+    cr_assert_eq(km_metalog_feed(m, snap, footer_at, true, &err), 0); /* the footer's batch is missing */
+    cr_assert_eq(drain(m, &type, &err), -1);
+    cr_assert(strstr(err.msg, "without a SnapshotFooter"), "%s", err.msg);
+    cr_assert_eq(km_metalog_feed(m, snap, len, true, &err), -1, "a failed reader takes more bytes");
+    km_metalog_close(m);
+    m = km_metalog_open_stream(name, KM_ML_FROM_SNAPSHOT, NULL, &err);
+    cr_assert_eq(km_metalog_feed(m, snap + first, len - first, true, &err), 0);
+    cr_assert_eq(drain(m, &type, &err), -1);
+    cr_assert(strstr(err.msg, "SnapshotHeader"), "%s", err.msg);
+    km_metalog_close(m);
+    m = km_metalog_open_stream(name, KM_ML_FROM_SNAPSHOT, NULL, &err);
+    cr_assert_eq(km_metalog_feed(m, snap, first + 10, false, &err), 0);
+    cr_assert_eq(drain(m, &type, &err), -1, "a cut batch fed");
+    cr_assert(strstr(err.msg, "truncated batch") && strstr(err.msg, name), "%s", err.msg);
+    km_metalog_close(m);
+    free(snap);
+    km_buf_free(&log);
+}
