@@ -12,6 +12,7 @@ typedef struct dec {
     km_reader *r;
     km_arena *arena;
     km_err *err;
+    bool borrow_records;     /* km_decode_borrowing: records fields point into the input */
 } dec;
 
 static int dec_struct(dec *d, const km_struct_desc *sd, void *obj);
@@ -91,6 +92,12 @@ static int dec_blob(dec *d, const km_field *f, void *p, bool compact, bool nulla
         return km_fail(d->err, ": length %lld at offset %zu runs past the end (%zu bytes left)", (long long)len,
                        at, km_reader_left(d->r));
     const uint8_t *src = d->r->p + d->r->pos;
+    if (f->type == KM_T_RECORDS && d->borrow_records) {
+        km_bytes b = {src, (int32_t)len};
+        d->r->pos += (size_t)len;
+        memcpy(p, &b, sizeof b);
+        return 0;
+    }
     if (f->type == KM_T_STRING && !km_utf8_valid((const char *)src, (size_t)len))
         return km_fail(d->err, ": string at offset %zu is not valid UTF-8", at);
     uint8_t *copy = km_arena_alloc(d->arena, (size_t)len + 1);  /* +1 keeps strings NUL-terminated */
@@ -281,13 +288,13 @@ static int dec_struct(dec *d, const km_struct_desc *sd, void *obj)
     return d->flexible ? dec_tagged(d, sd, obj) : 0;
 }
 
-int km_decode_from(const km_message_desc *md, int16_t version, km_reader *r, void *obj, km_arena *arena,
-                   km_err *err)
+static int decode_from(const km_message_desc *md, int16_t version, km_reader *r, void *obj, km_arena *arena,
+                       bool borrow_records, km_err *err)
 {
     if (!km_version_in(md->valid, version))
         return km_fail(err, "%s: version %d is not valid (valid: %d-%d)", md->name, version, md->valid.lo,
                        md->valid.hi);
-    dec d = {version, km_version_in(md->flexible, version), r, arena, err};
+    dec d = {version, km_version_in(md->flexible, version), r, arena, err, borrow_records};
     if (dec_struct(&d, md->root, obj)) {
         char top[96];
         snprintf(top, sizeof top, "%s v%d", md->name, version);
@@ -297,12 +304,18 @@ int km_decode_from(const km_message_desc *md, int16_t version, km_reader *r, voi
     return 0;
 }
 
-int km_decode(const km_message_desc *md, int16_t version, const uint8_t *data, size_t len, void *obj,
-              km_arena *arena, size_t *consumed, km_err *err)
+int km_decode_from(const km_message_desc *md, int16_t version, km_reader *r, void *obj, km_arena *arena,
+                   km_err *err)
+{
+    return decode_from(md, version, r, obj, arena, false, err);
+}
+
+static int decode_all(const km_message_desc *md, int16_t version, const uint8_t *data, size_t len, void *obj,
+                      km_arena *arena, bool borrow_records, size_t *consumed, km_err *err)
 {
     km_reader r;
     km_reader_init(&r, data, len);
-    if (km_decode_from(md, version, &r, obj, arena, err))
+    if (decode_from(md, version, &r, obj, arena, borrow_records, err))
         return -1;
     if (consumed) {
         *consumed = r.pos;
@@ -312,4 +325,16 @@ int km_decode(const km_message_desc *md, int16_t version, const uint8_t *data, s
         return km_fail(err, "%s v%d: %zu trailing bytes after the message at offset %zu", md->name, version,
                        len - r.pos, r.pos);
     return 0;
+}
+
+int km_decode(const km_message_desc *md, int16_t version, const uint8_t *data, size_t len, void *obj,
+              km_arena *arena, size_t *consumed, km_err *err)
+{
+    return decode_all(md, version, data, len, obj, arena, false, consumed, err);
+}
+
+int km_decode_borrowing(const km_message_desc *md, int16_t version, const uint8_t *data, size_t len, void *obj,
+                        km_arena *arena, km_err *err)
+{
+    return decode_all(md, version, data, len, obj, arena, true, NULL, err);
 }

@@ -219,6 +219,11 @@ int64_t km_encoded_size(const km_message_desc *md, int16_t version, const void *
  * memory comes from arena. */
 int km_decode(const km_message_desc *md, int16_t version, const uint8_t *data, size_t len,
               void *obj, km_arena *arena, size_t *consumed, km_err *err);
+/* km_decode (the message fills data exactly), except that records fields (Fetch's Records,
+ * FetchSnapshot's UnalignedRecords) point into data instead of being copied: a large
+ * response is read in place.  They are valid while data is and must not be written. */
+int km_decode_borrowing(const km_message_desc *md, int16_t version, const uint8_t *data, size_t len,
+                        void *obj, km_arena *arena, km_err *err);
 /* Same, reading from (and advancing) a reader; errors carry reader offsets. */
 int km_decode_from(const km_message_desc *md, int16_t version, km_reader *r,
                    void *obj, km_arena *arena, km_err *err);

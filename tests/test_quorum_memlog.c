@@ -166,3 +166,47 @@ Test(quorum_memlog, a_fed_snapshot_without_header_footer_or_whole_batches_is_ref
     free(snap);
     km_buf_free(&log);
 }
+
+/* The observer reads a FetchSnapshot chunk where it arrived: km_decode_borrowing points the
+ * records into the response instead of copying them. */
+Test(quorum_memlog, a_fetch_snapshot_chunk_is_decoded_in_place)
+{
+    static const uint8_t chunk[] = "batches of a snapshot chunk";
+    km_fetch_snapshot_response rs;
+    km_fetch_snapshot_response_topic_snapshot t;
+    km_fetch_snapshot_response_partition_snapshot p;
+    km_fetch_snapshot_response_init(&rs);
+    const km_struct_desc *tsd = NULL, *root = km_fetch_snapshot_response_desc.root;
+    for (uint16_t i = 0; i < root->nfields; i++)
+        if (!strcmp(root->fields[i].name, "Topics"))
+            tsd = root->fields[i].sub;
+    cr_assert(tsd);
+    km_init(tsd, &t);
+    for (uint16_t i = 0; i < tsd->nfields; i++)
+        if (!strcmp(tsd->fields[i].name, "Partitions"))
+            km_init(tsd->fields[i].sub, &p);
+    p.unaligned_records = (km_bytes){ chunk, (int32_t)sizeof chunk };
+    p.size = sizeof chunk;
+    t.name = km_cstr("__cluster_metadata");
+    t.partitions.count = 1;
+    t.partitions.items = &p;
+    rs.topics.count = 1;
+    rs.topics.items = &t;
+    km_buf out;
+    km_buf_init(&out);
+    km_err err;
+    cr_assert_eq(km_encode(&km_fetch_snapshot_response_desc, 1, &rs, &out, &err), 0, "%s", err.msg);
+    km_arena a;
+    km_arena_init(&a, 1u << 20);
+    km_fetch_snapshot_response back;
+    cr_assert_eq(km_decode_borrowing(&km_fetch_snapshot_response_desc, 1, out.data, out.len, &back, &a, &err), 0,
+                 "%s", err.msg);
+    const km_bytes *got = &back.topics.items[0].partitions.items[0].unaligned_records;
+    cr_assert_eq(got->len, (int32_t)sizeof chunk);
+    cr_assert(got->ptr >= out.data && got->ptr + got->len <= out.data + out.len, "the records were copied");
+    cr_assert_eq(memcmp(got->ptr, chunk, sizeof chunk), 0);
+    cr_assert_eq(km_decode_borrowing(&km_fetch_snapshot_response_desc, 1, out.data, out.len - 1, &back, &a, &err),
+                 -1, "a cut response was decoded");
+    km_arena_free(&a);
+    km_buf_free(&out);
+}

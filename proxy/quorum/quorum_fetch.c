@@ -133,7 +133,7 @@ void q_on_fetch_response(km_quorum *q, const uint8_t *body, size_t len)
     km_fetch_response rs;
     km_err err;
     double latency = q_now(q) - q->sent_at;
-    if (km_decode(&km_fetch_response_desc, q->fetch_v, body, len, &rs, &a, NULL, &err) < 0) {
+    if (km_decode_borrowing(&km_fetch_response_desc, q->fetch_v, body, len, &rs, &a, &err) < 0) {
         char why[1200];
         snprintf(why, sizeof why, "Fetch v%d response from %s:%u: %s", q->fetch_v, q->target.host, q->target.port,
                  err.msg);

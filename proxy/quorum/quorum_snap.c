@@ -234,7 +234,7 @@ void q_on_fetch_snapshot_response(km_quorum *q, const uint8_t *body, size_t len)
     km_arena_init(&a, Q_SNAP_ARENA);
     km_fetch_snapshot_response rs;
     km_err err;
-    if (km_decode(&km_fetch_snapshot_response_desc, q->snap_v, body, len, &rs, &a, NULL, &err) < 0) {
+    if (km_decode_borrowing(&km_fetch_snapshot_response_desc, q->snap_v, body, len, &rs, &a, &err) < 0) {
         char why[1200];
         snprintf(why, sizeof why, "FetchSnapshot response from %s:%u: %s", q->target.host, q->target.port, err.msg);
         km_arena_free(&a);
