@@ -19,12 +19,17 @@
  *    observer stops (on_fatal) naming the offset and epoch (Kafka throws the same way when
  *    the leader asks to truncate below the high watermark).
  *  - SnapshotId (fetch offset below the leader's log start): the snapshot is fetched with
- *    FetchSnapshot in chunks (position = bytes held, same id, same size every chunk:
- *    handleFetchSnapshotResponse) and checked before it touches the image: every batch's
- *    framing and CRC32C as the chunks arrive, a control batch first (SnapshotHeader) and
- *    last (SnapshotFooter), the size; after loading, the image must end at the id's end
- *    offset.  A bad snapshot is refused and fetched again from position 0.  It is held in
- *    memory whole until loaded (snapshot_max_bytes bounds it), or spooled to snapshot_dir.
+ *    FetchSnapshot in chunks (position = bytes received, same id, same size every chunk:
+ *    handleFetchSnapshotResponse) and checked as the chunks arrive: every batch's framing
+ *    and CRC32C, a control batch first (SnapshotHeader) and last (SnapshotFooter), the
+ *    size; after loading, the image must end at the id's end offset.  By default each
+ *    chunk's whole batches are decoded in place into the image's staged snapshot while the
+ *    next chunk is already requested (a batch cut by a chunk is carried over), and the
+ *    staged state replaces the image only at the footer; a bad snapshot is refused, the
+ *    staged state dropped, and it is fetched again from position 0.  With snapshot_dir, or
+ *    an on_record handler (a dump must not print records of a snapshot refused later), it
+ *    is spooled to a file or held whole (snapshot_max_bytes bounds it) and loaded once
+ *    verified.
  *  - Losing the leader (connection closed, refused, or no answer within the request
  *    timeout): it forgets the leader, backs off with jitter and asks the bootstrap servers
  *    again, going on from what it holds; applied records are never applied twice.
@@ -59,9 +64,9 @@ typedef struct km_quorum_config {
     int32_t retry_backoff_max_ms;  /* backoff cap; 0: 1000 */
     size_t buffer_max_bytes;       /* uncommitted records held at most; 0: 64 MiB */
     size_t snapshot_max_bytes;     /* largest snapshot accepted; 0: 4 GiB */
-    int32_t snapshot_chunk_bytes;  /* FetchSnapshot MaxBytes; 0: 8 MiB */
+    int32_t snapshot_chunk_bytes;  /* FetchSnapshot MaxBytes; 0: 1 MiB - 16 KiB (see quorum_internal.h) */
     const char *snapshot_dir;      /* a fetched snapshot is spooled here (one chunk in memory) and
-                                    * removed once loaded; NULL: held in memory whole */
+                                    * removed once loaded; NULL: decoded as it arrives (streamed) */
     bool quiet;                    /* no log lines on stderr */
 } km_quorum_config;
 

@@ -472,7 +472,7 @@ static void fill_defaults(km_quorum_config *c)
     if (!c->snapshot_max_bytes)
         c->snapshot_max_bytes = (size_t)4 << 30;
     if (c->snapshot_chunk_bytes <= 0)
-        c->snapshot_chunk_bytes = 8 << 20;
+        c->snapshot_chunk_bytes = Q_SNAPSHOT_CHUNK_DEFAULT;
 }
 
 static int init_position(km_quorum *q, km_err *err)
