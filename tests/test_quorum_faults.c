@@ -268,7 +268,7 @@ Test(quorum_faults, snapshot_taken_mid_stream_is_fetched)
     tq_rig_free(&r);
 }
 
-static void corrupted_chunk(const char *spool)
+static void corrupted_chunk(const char *spool, bool whole)
 {
     km_rsim_config c;
     km_rsim_config_init(&c);
@@ -276,6 +276,7 @@ static void corrupted_chunk(const char *spool)
     tq_rig r;
     tq_rig_init(&r, 1, &c);
     r.cfg.snapshot_dir = spool;
+    r.cfg.snapshot_hold_whole = whole;
     km_buf log;
     km_buf_init(&log);
     batches(&log, 0, 20, 1, "snap");
@@ -304,14 +305,55 @@ static void corrupted_chunk(const char *spool)
 
 Test(quorum_faults, corrupted_snapshot_chunk_is_refused_and_fetched_again)
 {
-    corrupted_chunk(NULL);
+    corrupted_chunk(NULL, false); /* streamed: 256-byte chunks cut every batch, carried over */
+    corrupted_chunk(NULL, true);
     char *spool = km_test_tmpdir("tqspool");
-    corrupted_chunk(spool); /* spooled: the refused .part file goes, the good one is loaded and removed */
+    corrupted_chunk(spool, false); /* spooled: the refused .part file goes, the good one is loaded and removed */
     char cmd[600];
     snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", spool);
     cr_assert_eq(system(cmd), 0, "files left in %s", spool);
     km_test_rmtree(spool);
     free(spool);
+}
+
+static bool snapshot_under_way(tq_rig *r)
+{
+    km_rsim_stats st;
+    km_rsim_get_stats(r->sims[0], &st);
+    return st.fetch_snapshots >= 3;
+}
+
+/* A leader change mid-download abandons the snapshot: its staged records are dropped, and the
+ * new leader's log (which still starts at 0) is applied to the image, not to a stale staging. */
+Test(quorum_faults, snapshot_abandoned_mid_download_leaves_the_image_to_the_log)
+{
+    km_rsim_config c;
+    km_rsim_config_init(&c);
+    c.snapshot_chunk_bytes = 256; /* thousands of chunks: the download is long under way when the leader moves */
+    tq_rig r;
+    tq_rig_init(&r, 3, &c);
+    km_buf log;
+    km_buf_init(&log);
+    batches(&log, 0, 4000, 1, "big");
+    size_t snap_len;
+    uint8_t *snap = tq_snapshot_of(log.data, log.len, &snap_len);
+    km_err err;
+    cr_assert_eq(km_rsim_add_snapshot(r.sims[0], snap, snap_len, 4000 * PER_BATCH, 1, true, &err), 0, "%s", err.msg);
+    for (int i = 1; i < 3; i++)
+        append(r.sims[i], &log, 0);
+    tq_rig_start(&r);
+    cr_assert(tq_run_until(&r, snapshot_under_way, 30), "fatal: %s", r.fatal ? r.fatal_why.msg : "no");
+    tq_set_leader(&r, 2, 2);
+    km_rsim_drop_connections(r.sims[0]);
+    g_want_applied = 4000 * PER_BATCH - 1, g_want_fetched = -1;
+    cr_assert(tq_run_until(&r, applied_and_fetched, 60), "fatal: %s", r.fatal ? r.fatal_why.msg : "no");
+    cr_assert_eq(stats(&r).snapshot_loads, 0, "the snapshot finished before the leader moved: nothing was abandoned");
+    km_image *want = tq_image_of(NULL, 0, 0, 0, log.data, log.len);
+    tq_assert_same_image(r.img, want, "after an abandoned snapshot");
+    km_image_free(want);
+    free(snap);
+    km_buf_free(&log);
+    tq_rig_free(&r);
 }
 
 static bool is_fatal(tq_rig *r) { return r->fatal; }

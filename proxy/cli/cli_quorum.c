@@ -233,6 +233,7 @@ int km_cli_metadata_dump_quorum(int argc, char **argv)
     cfg.bootstrap_servers = o.servers;
     cfg.cluster_id = o.cluster_id;
     cfg.tls = tls;
+    cfg.snapshot_hold_whole = true; /* print no record of a snapshot refused later */
     cfg.quiet = true;
     km_quorum_handlers h = { .on_record = on_record, .on_fatal = on_fatal };
     d.q = km_quorum_new(d.loop, &cfg, img, &h, &d, &d.err);

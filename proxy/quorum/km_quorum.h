@@ -26,10 +26,9 @@
  *    chunk's whole batches are decoded in place into the image's staged snapshot while the
  *    next chunk is already requested (a batch cut by a chunk is carried over), and the
  *    staged state replaces the image only at the footer; a bad snapshot is refused, the
- *    staged state dropped, and it is fetched again from position 0.  With snapshot_dir, or
- *    an on_record handler (a dump must not print records of a snapshot refused later), it
- *    is spooled to a file or held whole (snapshot_max_bytes bounds it) and loaded once
- *    verified.
+ *    staged state dropped, and it is fetched again from position 0 (on_record may then
+ *    have seen records of it).  With snapshot_dir or snapshot_hold_whole it is spooled to a
+ *    file or held whole (snapshot_max_bytes bounds it) and loaded once verified.
  *  - Losing the leader (connection closed, refused, or no answer within the request
  *    timeout): it forgets the leader, backs off with jitter and asks the bootstrap servers
  *    again, going on from what it holds; applied records are never applied twice.
@@ -67,6 +66,9 @@ typedef struct km_quorum_config {
     int32_t snapshot_chunk_bytes;  /* FetchSnapshot MaxBytes; 0: 1 MiB - 16 KiB (see quorum_internal.h) */
     const char *snapshot_dir;      /* a fetched snapshot is spooled here (one chunk in memory) and
                                     * removed once loaded; NULL: decoded as it arrives (streamed) */
+    bool snapshot_hold_whole;      /* hold a fetched snapshot whole (snapshot_max_bytes) and verify it
+                                    * before any record of it reaches on_record or the image (a dump
+                                    * must not print a snapshot refused later); default: streamed */
     bool quiet;                    /* no log lines on stderr */
 } km_quorum_config;
 

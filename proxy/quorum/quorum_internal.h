@@ -119,7 +119,7 @@ int q_spool_open(km_quorum *q, km_err *err);
 int q_spool_flush(km_quorum *q, km_err *err);   /* writes the checked batches, keeps the rest */
 void q_spool_discard(km_quorum *q);
 int q_spool_apply(km_quorum *q, km_err *err);   /* renames into place, applies, removes the file */
-/* quorum_stream.c: without a spool directory or an on_record handler a fetched snapshot is
+/* quorum_stream.c: unless spooled or held whole (cfg), a fetched snapshot is
  * decoded chunk by chunk into the image's staged snapshot as it arrives (a batch cut between
  * chunks is carried over), and replaces the image at its footer. */
 bool q_stream_wanted(const km_quorum *q);

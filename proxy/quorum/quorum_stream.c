@@ -13,9 +13,7 @@
 
 bool q_stream_wanted(const km_quorum *q)
 {
-    /* A dump (on_record) must not print records of a snapshot refused later; a spool
-     * directory asks for the file. */
-    return !q->cfg.snapshot_dir && !q->h.on_record;
+    return !q->cfg.snapshot_dir && !q->cfg.snapshot_hold_whole;
 }
 
 /* The size a batch announces; p holds at least BATCH_LENGTH_END bytes of it. */
