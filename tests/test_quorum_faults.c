@@ -329,23 +329,23 @@ Test(quorum_faults, snapshot_abandoned_mid_download_leaves_the_image_to_the_log)
 {
     km_rsim_config c;
     km_rsim_config_init(&c);
-    c.snapshot_chunk_bytes = 256; /* thousands of chunks: the download is long under way when the leader moves */
+    c.snapshot_chunk_bytes = 64; /* over a thousand chunks: the download is long under way when the leader moves */
     tq_rig r;
     tq_rig_init(&r, 3, &c);
     km_buf log;
     km_buf_init(&log);
-    batches(&log, 0, 4000, 1, "big");
+    batches(&log, 0, 400, 1, "big"); /* config keys of one broker: the image copies them all per change */
     size_t snap_len;
     uint8_t *snap = tq_snapshot_of(log.data, log.len, &snap_len);
     km_err err;
-    cr_assert_eq(km_rsim_add_snapshot(r.sims[0], snap, snap_len, 4000 * PER_BATCH, 1, true, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_rsim_add_snapshot(r.sims[0], snap, snap_len, 400 * PER_BATCH, 1, true, &err), 0, "%s", err.msg);
     for (int i = 1; i < 3; i++)
         append(r.sims[i], &log, 0);
     tq_rig_start(&r);
     cr_assert(tq_run_until(&r, snapshot_under_way, 30), "fatal: %s", r.fatal ? r.fatal_why.msg : "no");
     tq_set_leader(&r, 2, 2);
     km_rsim_drop_connections(r.sims[0]);
-    g_want_applied = 4000 * PER_BATCH - 1, g_want_fetched = -1;
+    g_want_applied = 400 * PER_BATCH - 1, g_want_fetched = -1;
     cr_assert(tq_run_until(&r, applied_and_fetched, 60), "fatal: %s", r.fatal ? r.fatal_why.msg : "no");
     cr_assert_eq(stats(&r).snapshot_loads, 0, "the snapshot finished before the leader moved: nothing was abandoned");
     km_image *want = tq_image_of(NULL, 0, 0, 0, log.data, log.len);
