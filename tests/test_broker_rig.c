@@ -102,23 +102,31 @@ long long brig_lisr_count(brig *r, int32_t broker, int type)
     return n;
 }
 
+void brig_registration(int32_t id, int64_t epoch, uint16_t port, bool migrating, km_register_broker_record *rec,
+                       km_register_broker_record_broker_endpoint *ep, km_register_broker_record_broker_feature *ft)
+{
+    km_register_broker_record_init(rec);
+    *ep = (km_register_broker_record_broker_endpoint){ km_cstr("PLAINTEXT"), km_cstr("127.0.0.1"), port, 0, { 0, 0 } };
+    *ft = (km_register_broker_record_broker_feature){ km_cstr("metadata.version"), 1, KM_MV_3_9_IV0, { 0, 0 } };
+    rec->broker_id = id;
+    rec->is_migrating_zk_broker = migrating;
+    rec->incarnation_id.b[0] = (uint8_t)id;
+    rec->incarnation_id.b[1] = (uint8_t)epoch;
+    rec->incarnation_id.b[15] = 0x42;
+    rec->broker_epoch = epoch;
+    rec->end_points.count = 1;
+    rec->end_points.items = ep;
+    rec->features.count = 1;
+    rec->features.items = ft;
+    rec->fenced = false;
+}
+
 bool brig_register(brig *r, int32_t id, int64_t epoch, uint16_t port, bool migrating)
 {
     km_register_broker_record rec;
-    km_register_broker_record_init(&rec);
-    km_register_broker_record_broker_endpoint ep = { km_cstr("PLAINTEXT"), km_cstr("127.0.0.1"), port, 0, { 0, 0 } };
-    km_register_broker_record_broker_feature ft = { km_cstr("metadata.version"), 1, KM_MV_3_9_IV0, { 0, 0 } };
-    rec.broker_id = id;
-    rec.is_migrating_zk_broker = migrating;
-    rec.incarnation_id.b[0] = (uint8_t)id;
-    rec.incarnation_id.b[1] = (uint8_t)epoch;
-    rec.incarnation_id.b[15] = 0x42;
-    rec.broker_epoch = epoch;
-    rec.end_points.count = 1;
-    rec.end_points.items = &ep;
-    rec.features.count = 1;
-    rec.features.items = &ft;
-    rec.fenced = false;
+    km_register_broker_record_broker_endpoint ep;
+    km_register_broker_record_broker_feature ft;
+    brig_registration(id, epoch, port, migrating, &rec, &ep, &ft);
     return brig_append(r, &km_register_broker_record_desc, &rec);
 }
 

@@ -63,6 +63,10 @@ bool brig_add_broker(brig *r, int32_t id, int64_t epoch, const char *max_version
 bool brig_add_broker_ex(brig *r, int32_t id, int64_t epoch, const char *max_versions, bool migrating);
 /* Registers broker id at 127.0.0.1:port without a simulator (e.g. a black hole). */
 bool brig_register(brig *r, int32_t id, int64_t epoch, uint16_t port, bool migrating);
+/* Fills a registration of broker id at 127.0.0.1:port (one PLAINTEXT endpoint in *ep, the
+ * metadata.version feature in *ft), e.g. to append it in one batch with other records. */
+void brig_registration(int32_t id, int64_t epoch, uint16_t port, bool migrating, km_register_broker_record *rec,
+                       km_register_broker_record_broker_endpoint *ep, km_register_broker_record_broker_feature *ft);
 bool brig_activate(brig *r);
 /* Appends one metadata record (at the codec's highest version) as its own batch. */
 bool brig_append(brig *r, const km_message_desc *md, const void *msg);
