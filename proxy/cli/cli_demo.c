@@ -179,16 +179,22 @@ static int parse_demo_opts(int argc, char **argv, demo_opts *o)
         {"keep", no_argument, 0, 'k'}, {0, 0, 0, 0}};
     *o = (demo_opts){.brokers = 5, .topics = 20, .partitions = 8, .leader_changes = 25};
     optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
+    int64_t v = 0;
+    int at = 0;
+    for (int c; (c = getopt_long(argc, argv, "", longopts, &at)) != -1;) {
+        if (c != 'k' && optarg && km_cli_parse_int(optarg, 0, 1000000, &v))
+            return fprintf(stderr, "kmproxy demo: --%s %s: not a whole number\n", longopts[at].name, optarg), -1;
         switch (c) {
-        case 'b': o->brokers = atoi(optarg); break;
-        case 't': o->topics = atoi(optarg); break;
-        case 'p': o->partitions = atoi(optarg); break;
-        case 'l': o->leader_changes = atoi(optarg); break;
+        case 'b': o->brokers = (int)v; break;
+        case 't': o->topics = (int)v; break;
+        case 'p': o->partitions = (int)v; break;
+        case 'l': o->leader_changes = (int)v; break;
         case 'k': o->keep = true; break;
         default: return -1;
         }
     }
+    if (optind != argc)
+        return -1;
     return (o->brokers >= 3 && o->brokers < DEMO_MAX_BROKERS && o->topics >= 2 && o->partitions >= 1 &&
             o->leader_changes >= 1) ? 0 : -1;
 }
@@ -212,10 +218,12 @@ int km_cli_demo(int argc, char **argv)
 {
     demo d = {.loop = ev_default_loop(EVFLAG_AUTO)};
     setvbuf(stdout, NULL, _IOLBF, 0);  /* children are forked: nothing may sit unflushed */
-    if (parse_demo_opts(argc, argv, &d.o)) {
-        fprintf(stderr, "usage: kmproxy demo [--brokers 3-%d] [--topics T>=2] [--partitions P] [--leader-changes K]"
+    bool help = km_cli_wants_help(argc, argv);
+    if (help || parse_demo_opts(argc, argv, &d.o)) {
+        fprintf(help ? stdout : stderr,
+                "usage: kmproxy demo [--brokers 3-%d] [--topics T>=2] [--partitions P] [--leader-changes K]"
                         " [--keep]\n", DEMO_MAX_BROKERS - 1);
-        return 2;
+        return help ? 0 : 2;
     }
     snprintf(d.workdir, sizeof d.workdir, "%s/kmproxy-demo-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     km_err err = {{0}};

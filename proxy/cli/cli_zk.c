@@ -71,13 +71,31 @@ static int read_secret(zk_cli *c, const char *path)
     return 0;
 }
 
+/* A whole number in [lo, hi] into *out (no trailing text: "3x" is refused), or -1 naming the option. */
+static int parse_num(const char *opt, const char *arg, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (km_cli_parse_int(arg, lo, hi, out))
+        return fprintf(stderr, "kmproxy zk: --%s %s: not a whole number in [%lld, %lld]\n", opt, arg, (long long)lo,
+                       (long long)hi), -1;
+    return 0;
+}
+
 /* A whole positive number (at most 10^8) into *out, or -1 naming the option. */
 static int parse_count(const char *opt, const char *arg, int *out)
 {
     int64_t v;
-    if (km_cli_parse_int(arg, 1, 100000000, &v))
-        return fprintf(stderr, "kmproxy zk: --%s %s: not a positive whole number\n", opt, arg), -1;
+    if (parse_num(opt, arg, 1, 100000000, &v))
+        return -1;
     *out = (int)v;
+    return 0;
+}
+
+static int parse_i32(const char *opt, const char *arg, int32_t *out)
+{
+    int64_t v;
+    if (parse_num(opt, arg, 0, INT32_MAX, &v))
+        return -1;
+    *out = (int32_t)v;
     return 0;
 }
 
@@ -107,15 +125,16 @@ static int parse(zk_cli *c, int argc, char **argv)
         {"password-encoder-key-length", required_argument, NULL, 'L'},
         {"password-encoder-iterations", required_argument, NULL, 'I'}, {0}};
     int ch;
+    int64_t num;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "z:m:fi:e:p:vh", opts, NULL)) != -1) {
         switch (ch) {
         case 'z': c->zookeeper = optarg; break;
         case 'm': c->metadata = optarg; break;
         case 'f': c->follow = true; break;
-        case 'i': c->controller_id = (int32_t)strtol(optarg, NULL, 10); break;
-        case 'e': c->controller_epoch = (int32_t)strtol(optarg, NULL, 10); break;
-        case 'p': c->max_pending = strtol(optarg, NULL, 10); break;
+        case 'i': if (parse_i32("controller-id", optarg, &c->controller_id)) return -1; break;
+        case 'e': if (parse_i32("controller-epoch", optarg, &c->controller_epoch)) return -1; break;
+        case 'p': if (parse_num("max-pending", optarg, 0, 1000000000, &num)) return -1; c->max_pending = num; break;
         case 'v': c->verbose = true; break;
         case 's': if (read_secret(c, optarg)) return -1; break;
         case 'C': c->pw.cipher_algorithm = optarg; break;

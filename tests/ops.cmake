@@ -1,0 +1,4 @@
+# Operations: the CLI as an operator meets it (help, strict options, unreachable ZooKeeper, signals),
+# and the daemon's health endpoints and signal handling.
+set(KM_OPS_TESTS ${CMAKE_CURRENT_LIST_DIR}/ops)
+km_add_test(test_cli_help SOURCES ${KM_OPS_TESTS}/test_cli_help.c)
