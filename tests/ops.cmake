@@ -2,3 +2,5 @@
 # and the daemon's health endpoints and signal handling.
 set(KM_OPS_TESTS ${CMAKE_CURRENT_LIST_DIR}/ops)
 km_add_test(test_cli_help SOURCES ${KM_OPS_TESTS}/test_cli_help.c)
+# `make bench` from a fresh clone: the generated runner is executable (run-benches.in has no run bit).
+add_test(NAME bench_runner_executable COMMAND test -x ${CMAKE_BINARY_DIR}/bench/run-benches)
