@@ -4,3 +4,5 @@ set(KM_OPS_TESTS ${CMAKE_CURRENT_LIST_DIR}/ops)
 km_add_test(test_cli_help SOURCES ${KM_OPS_TESTS}/test_cli_help.c)
 # `make bench` from a fresh clone: the generated runner is executable (run-benches.in has no run bit).
 add_test(NAME bench_runner_executable COMMAND test -x ${CMAKE_BINARY_DIR}/bench/run-benches)
+km_add_test(test_cli_zk SOURCES ${KM_OPS_TESTS}/test_cli_zk.c ${KM_OPS_TESTS}/ops_util.c TIMEOUT 300)
+km_add_test(test_daemon_ops SOURCES ${KM_OPS_TESTS}/test_daemon_ops.c ${KM_OPS_TESTS}/ops_util.c TIMEOUT 300)

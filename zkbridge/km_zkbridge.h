@@ -207,6 +207,34 @@ bool km_zkb_planning(const km_zkb *b);
 void km_zkb_get_summary(const km_zkb *b, km_zkb_summary *s);
 km_zkw *km_zkb_writer(km_zkb *b);
 
+/* Where a full sync (or diff) stands, for progress lines and metrics. A pass plans while it writes,
+ * so its write total grows until `planning` turns false; topics_planned/topics_total says how far
+ * over the image the plan is, which lets a caller estimate the final total. */
+typedef struct km_zkb_progress {
+    km_zkb_phase phase;
+    bool walking;                        /* reading ZooKeeper's mirrored namespace */
+    size_t znodes_read;                  /* by the running (or last) read */
+    bool planning;                       /* the running pass still has image to plan */
+    size_t writes_planned;               /* znode writes the running pass has planned so far (diff: differences) */
+    size_t writes_done;                  /* of them, acknowledged by ZooKeeper (diff: 0) */
+    size_t topics_planned, topics_total; /* the plan's position over the image's topics */
+} km_zkb_progress;
+void km_zkb_get_progress(const km_zkb *b, km_zkb_progress *p);
+/* The figures of a progress line: done and total (estimated from the plan's position while it
+ * still plans), the rate since `prev` sampled `secs` earlier (NULL: 0) and the ETA (-1: unknown). */
+typedef struct km_zkb_eta {
+    const char *stage;   /* "connecting", "reading ZooKeeper", "writing", "comparing", "in sync", "stopped" */
+    const char *unit;    /* "znodes" (reading, writing), "topics" (comparing); NULL outside a sync */
+    size_t done, total;  /* total 0: unknown (reading) */
+    bool estimated;      /* total is extrapolated: the plan has not seen the whole image yet */
+    double rate;         /* znodes per second */
+    double eta_seconds;
+} km_zkb_eta;
+void km_zkb_progress_eta(const km_zkb_progress *p, const km_zkb_progress *prev, double secs, bool diff,
+                         km_zkb_eta *out);
+/* "writing: 1200/~50000 znodes, 3000/s, ETA 16s" into out. */
+void km_zkb_eta_format(const km_zkb_eta *e, char *out, size_t cap);
+
 /* The ops a full sync of img onto an empty ZooKeeper writes, in order (benchmarks compare the
  * writer with the raw client on exactly these). Paths and data are owned by the array. */
 int km_zk_full_sync_ops(const struct km_image *img, int32_t controller_epoch, km_zop **ops, size_t *n, km_err *err);

@@ -14,12 +14,17 @@
 #include <string.h>
 
 #define RESUME_CHECK_SECONDS 0.01
+#define ZK_WATCH_FIRST_SECONDS 1.0   /* the first report of a missing session, doubling up to ... */
+#define ZK_WATCH_MAX_SECONDS 60.0
 
 typedef struct km_daemon_consumers {
     km_zkb *zkb;
     km_bprop *bprop;
     int32_t controller_id, controller_epoch;  /* what the bridge claimed with */
     ev_timer resume;                          /* while reading is paused: is there room again? */
+    ev_timer zk_watch;                        /* reports a missing ZooKeeper session, with backoff */
+    double zk_lost_since;                     /* ev_now when the session went missing; 0: have one */
+    int zk_attempts;                          /* reports since then */
 } km_daemon_consumers;
 
 static void bridge_log(km_log_level level, const char *msg, void *ctx)
@@ -68,6 +73,39 @@ static int controller_identity(km_daemon *d, int32_t *id, int32_t *epoch, km_err
     return 0;
 }
 
+/* The ZooKeeper client reconnects on its own, silently: this says so, at growing intervals, for as
+ * long as there is no session, and once more when one is back. */
+static void zk_watch_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)revents;
+    km_daemon *d = t->data;
+    km_daemon_consumers *c = d->consumers;
+    bool connected = c->zkb && km_zkw_get_state(km_zkb_writer(c->zkb)) != KM_ZKW_CONNECTING;
+    if (connected) {
+        if (c->zk_attempts)
+            km_daemon_log(d, KM_LOG_INFO, "zk: session with %s established after %.0f s", d->cfg.zk_connect,
+                          ev_now(loop) - c->zk_lost_since);
+        c->zk_lost_since = 0;
+        c->zk_attempts = 0;
+        t->repeat = ZK_WATCH_FIRST_SECONDS;
+    } else {
+        if (!c->zk_lost_since)
+            c->zk_lost_since = ev_now(loop) - t->repeat;
+        c->zk_attempts++;
+        double next = t->repeat * 2 < ZK_WATCH_MAX_SECONDS ? t->repeat * 2 : ZK_WATCH_MAX_SECONDS;
+        km_daemon_log(d, KM_LOG_WARN, "zk: no session with %s for %.0f s (check %d); the client keeps retrying, "
+                      "next check in %.0f s", d->cfg.zk_connect, ev_now(loop) - c->zk_lost_since, c->zk_attempts, next);
+        t->repeat = next;
+    }
+    ev_timer_again(loop, t);
+}
+
+bool km_daemon_zk_connected(const km_daemon *d)
+{
+    const km_daemon_consumers *c = d->consumers;
+    return c && c->zkb && km_zkw_get_state(km_zkb_writer(c->zkb)) != KM_ZKW_CONNECTING;
+}
+
 static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
 {
     if (controller_identity(d, &c->controller_id, &c->controller_epoch, err))
@@ -85,6 +123,10 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
     km_daemon_log(d, KM_LOG_INFO, "zk: claiming %s as KRaft controller %d, epoch %d", d->cfg.zk_connect,
                   c->controller_id, c->controller_epoch);
     c->zkb = km_zkb_new(d->loop, d->img, &zc, err);
+    if (c->zkb && !ev_is_active(&c->zk_watch)) {
+        c->zk_watch.repeat = ZK_WATCH_FIRST_SECONDS;
+        ev_timer_again(d->loop, &c->zk_watch);
+    }
     return c->zkb ? 0 : -1;
 }
 
@@ -145,6 +187,8 @@ int km_daemon_start_consumers(km_daemon *d, km_err *err)
         return km_fail(err, "out of memory");
     ev_timer_init(&c->resume, resume_cb, RESUME_CHECK_SECONDS, RESUME_CHECK_SECONDS);
     c->resume.data = d;
+    ev_init(&c->zk_watch, zk_watch_cb);
+    c->zk_watch.data = d;
     d->consumers = c;
     return 0;
 }
@@ -154,6 +198,7 @@ void km_daemon_stop_consumers(km_daemon *d)
     if (!d->consumers)
         return;
     ev_timer_stop(d->loop, &d->consumers->resume);
+    ev_timer_stop(d->loop, &d->consumers->zk_watch);
     stop_all(d->consumers);
     free(d->consumers);
     d->consumers = NULL;

@@ -43,6 +43,8 @@ void km_daemon_publish_delta(km_daemon *d, const km_delta *delta);
 /* The log has been read to its current end: start (or restart, on a new KRaft epoch) the bridge. */
 void km_daemon_caught_up(km_daemon *d);
 void km_daemon_consumers_status(const km_daemon *d, km_daemon_status *st);
+/* The ZooKeeper bridge has a session (false before it starts). */
+bool km_daemon_zk_connected(const km_daemon *d);
 void km_daemon_consumers_metrics(const km_daemon *d, km_buf *out);
 
 /* daemon_metrics.c */
