@@ -408,8 +408,11 @@ void km_zkb_get_progress(const km_zkb *b, km_zkb_progress *p)
     *p = (km_zkb_progress){
         .phase = b->phase, .walking = b->walking, .znodes_read = b->walking ? b->actual.n : b->last_read, .planning = km_zkb_planning(b),
         .writes_planned = planned - b->pass_planned0,
+        /* the writer also acknowledges ops the plan does not count (/migration, change notifications) */
         .writes_done = b->cfg.diff_only ? 0 : (size_t)(acked - b->pass_acked0),
         .topics_total = km_image_topic_count(b->img)};
+    if (p->writes_done > p->writes_planned)
+        p->writes_done = p->writes_planned;
     p->topics_planned = b->plan.stage < PLAN_TOPICS ? 0
                         : b->plan.stage == PLAN_TOPICS ? b->plan.it : p->topics_total;
 }

@@ -40,6 +40,8 @@ static const key_def KEYS[] = {
     STR("capture.pcapng", capture_pcapng),
     STR("capture.jsonl", capture_jsonl),
     {"log.level", K_LEVEL, offsetof(km_config, log_level), 0, 0},
+    STR("log.file", log_file),
+    INT("health.max.lag.records", health_max_lag_records, 0, INT32_MAX),
     STR("password.encoder.secret", password_encoder_secret),
     STR("password.encoder.keyfactory.algorithm", password_encoder_keyfactory_algorithm),
     STR("password.encoder.cipher.algorithm", password_encoder_cipher_algorithm),
@@ -58,6 +60,7 @@ void km_config_defaults(km_config *c)
     c->broker_request_timeout_ms = 30000;  /* Kafka's controller.socket.timeout.ms */
     c->broker_max_queued = 1000;
     c->log_level = strdup("info");
+    c->health_max_lag_records = 1000;
     c->password_encoder_key_length = 128;  /* Kafka's password.encoder.* defaults */
     c->password_encoder_iterations = 4096;
 }

@@ -53,6 +53,8 @@ static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
         km_daemon_fatal(d, "ZooKeeper mirror stopped: %s", km_zkb_error(b));
         return;
     }
+    if (phase == KM_ZKB_DUAL_WRITE)
+        km_daemon_sync_done(d, b);
     if (phase != KM_ZKB_DUAL_WRITE || !c->bprop || km_bprop_active(c->bprop))
         return;
     km_err err = {{0}};
@@ -286,3 +288,5 @@ void km_daemon_consumers_metrics(const km_daemon *d, km_buf *out)
     if (c && c->bprop)
         km_bprop_render_metrics(c->bprop, out);
 }
+
+km_zkb *km_daemon_zkb(const km_daemon *d) { return d->consumers ? d->consumers->zkb : NULL; }

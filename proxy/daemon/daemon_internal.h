@@ -8,6 +8,7 @@
 #include "km_zkbridge.h"
 
 #include <ev.h>
+#include <stdio.h>
 
 struct km_daemon {
     struct ev_loop *loop;
@@ -21,7 +22,17 @@ struct km_daemon {
     bool reading_paused;
     bool started;                /* watchers armed (km_daemon_start) */
     int64_t batches_applied;
-    ev_signal sigint, sigterm;
+    ev_signal sigint, sigterm, sighup;
+    bool stopping;               /* SIGTERM/SIGINT: no more log reading, in-flight writes finishing */
+    ev_timer drain;              /* while stopping: are the in-flight ZooKeeper writes done? */
+    double stop_deadline;        /* ev_now past which they are abandoned */
+    FILE *log_fp;                /* log.file (reopened on SIGHUP); NULL: stderr */
+    double started_at;
+    ev_timer progress;           /* a full sync's progress line every few seconds */
+    km_zkb_progress sync_last;   /* the previous sample, for the rate */
+    double sync_last_at;
+    bool sync_have_last;
+    km_zkb_eta sync_eta;         /* the figures the progress line and the metrics show */
     km_metrics_server *metrics;
     struct km_daemon_consumers *consumers;  /* daemon_consumers.c: ZooKeeper and brokers */
     char fatal[512];
@@ -46,6 +57,18 @@ void km_daemon_consumers_status(const km_daemon *d, km_daemon_status *st);
 /* The ZooKeeper bridge has a session (false before it starts). */
 bool km_daemon_zk_connected(const km_daemon *d);
 void km_daemon_consumers_metrics(const km_daemon *d, km_buf *out);
+
+/* The bridge (NULL before the log names a KRaft leader). */
+km_zkb *km_daemon_zkb(const km_daemon *d);
+
+/* daemon_health.c: /healthz, /readyz (on the metrics listener) and the full sync's progress */
+void km_daemon_start_health(km_daemon *d);
+void km_daemon_stop_health(km_daemon *d);
+const char *km_daemon_role(const km_daemon *d);
+bool km_daemon_ready(const km_daemon *d);
+/* A full sync has just finished: its final figures. */
+void km_daemon_sync_done(km_daemon *d, km_zkb *zkb);
+void km_daemon_health_metrics(const km_daemon *d, km_buf *out);
 
 /* daemon_metrics.c */
 int km_daemon_start_metrics(km_daemon *d, km_err *err);
