@@ -164,6 +164,7 @@ static void shutdown_cb(struct ev_loop *loop, ev_signal *s, int revents)
         return ev_break(loop, EVBREAK_ALL);
     }
     d->stopping = true;
+    km_daemon_notify(d, "STOPPING=1\nSTATUS=shutting down: finishing in-flight ZooKeeper writes");
     stop_reading(d);
     size_t pending;
     bool settled = writes_settled(d, &pending);
@@ -255,6 +256,7 @@ void km_daemon_start(km_daemon *d)
     ev_signal_start(d->loop, &d->sigterm);
     ev_signal_start(d->loop, &d->sighup);
     km_daemon_start_health(d);
+    km_daemon_start_notify(d);
     if (d->follow_io.fd >= 0)
         ev_io_start(d->loop, &d->follow_io);
     ev_timer_again(d->loop, &d->follow_poll);
@@ -272,6 +274,7 @@ static void disarm(km_daemon *d)
     ev_signal_stop(d->loop, &d->sighup);
     ev_timer_stop(d->loop, &d->drain);
     km_daemon_stop_health(d);
+    km_daemon_stop_notify(d);
     stop_reading(d);
 }
 

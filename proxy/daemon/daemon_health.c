@@ -122,9 +122,11 @@ static void sample_progress(km_daemon *d, km_zkb *zkb, bool log_it)
     d->sync_have_last = true;
     if (!log_it)
         return;
-    char line[256];
+    char line[256], status[300];
     km_zkb_eta_format(&d->sync_eta, line, sizeof line);
     km_daemon_log(d, KM_LOG_INFO, "zk sync: %s", line);
+    snprintf(status, sizeof status, "STATUS=zk sync: %s", line);
+    km_daemon_notify(d, status);
 }
 
 static void progress_cb(struct ev_loop *loop, ev_timer *t, int revents)

@@ -33,6 +33,8 @@ struct km_daemon {
     double sync_last_at;
     bool sync_have_last;
     km_zkb_eta sync_eta;         /* the figures the progress line and the metrics show */
+    ev_timer ready_check;        /* until the first READY=1 */
+    bool notify_failed;          /* NOTIFY_SOCKET unusable: said once */
     km_metrics_server *metrics;
     struct km_daemon_consumers *consumers;  /* daemon_consumers.c: ZooKeeper and brokers */
     char fatal[512];
@@ -69,6 +71,11 @@ bool km_daemon_ready(const km_daemon *d);
 /* A full sync has just finished: its final figures. */
 void km_daemon_sync_done(km_daemon *d, km_zkb *zkb);
 void km_daemon_health_metrics(const km_daemon *d, km_buf *out);
+
+/* daemon_notify.c: systemd's notify protocol ($NOTIFY_SOCKET; nothing without it) */
+void km_daemon_notify(km_daemon *d, const char *state);
+void km_daemon_start_notify(km_daemon *d);
+void km_daemon_stop_notify(km_daemon *d);
 
 /* daemon_metrics.c */
 int km_daemon_start_metrics(km_daemon *d, km_err *err);
