@@ -58,6 +58,8 @@ typedef struct km_zkw_config {
     int max_inflight;               /* multis outstanding at once; 0: 64 */
     size_t max_pending_ops;         /* write-behind bound in znode ops (records); 0: 100000 */
     bool read_only;                 /* diff: a session only - no claim, no writes (CLAIMED when connected) */
+    bool fence_on_expiry;           /* HA: an expired session may mean another instance took over: FENCED,
+                                     * never a re-claim of its own (the election decides who claims) */
     void (*on_event)(km_zkw *w, km_zkw_event ev, void *ctx);
     void (*log)(km_log_level level, const char *msg, void *ctx); /* NULL: stderr, WARN and up */
     void *ctx;
@@ -234,6 +236,28 @@ void km_zkb_progress_eta(const km_zkb_progress *p, const km_zkb_progress *prev, 
                          km_zkb_eta *out);
 /* "writing: 1200/~50000 znodes, 3000/s, ETA 16s" into out. */
 void km_zkb_eta_format(const km_zkb_eta *e, char *out, size_t cap);
+
+/* ---- leader election among kmproxy instances: each holds an ephemeral-sequential znode under
+ * `path`; the lowest sequence leads, every other one watches its predecessor (no herd). An expired
+ * session loses the lead at once and joins again at the back with a new node. ---- */
+typedef struct km_zkel km_zkel;
+typedef struct km_zkel_config {
+    const char *hosts;              /* as for the writer, chroot included */
+    int session_timeout_ms;         /* 0: 10000 */
+    const char *path;               /* e.g. "/kmproxy/election" (created when missing) */
+    const char *data;               /* what our node tells the others (instance name) */
+    void (*on_change)(km_zkel *e, bool leader, void *ctx);
+    void (*log)(km_log_level level, const char *msg, void *ctx);
+    void *ctx;
+} km_zkel_config;
+km_zkel *km_zkel_new(struct ev_loop *loop, const km_zkel_config *cfg, km_err *err);
+/* Closes the session: the node goes at once, so a standby takes over without waiting for expiry. */
+void km_zkel_free(km_zkel *e);
+bool km_zkel_leader(const km_zkel *e);
+bool km_zkel_connected(const km_zkel *e);
+const char *km_zkel_node(const km_zkel *e); /* our node's name; "" while we have none */
+/* Leaves the lead (if held) and joins again at the back: how a fenced leader steps down. */
+void km_zkel_rejoin(km_zkel *e);
 
 /* The ops a full sync of img onto an empty ZooKeeper writes, in order (benchmarks compare the
  * writer with the raw client on exactly these). Paths and data are owned by the array. */

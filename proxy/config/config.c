@@ -42,6 +42,8 @@ static const key_def KEYS[] = {
     {"log.level", K_LEVEL, offsetof(km_config, log_level), 0, 0},
     STR("log.file", log_file),
     INT("health.max.lag.records", health_max_lag_records, 0, INT32_MAX),
+    BOOL("ha.enabled", ha_enabled),
+    STR("kmproxy.election.path", election_path),
     STR("password.encoder.secret", password_encoder_secret),
     STR("password.encoder.keyfactory.algorithm", password_encoder_keyfactory_algorithm),
     STR("password.encoder.cipher.algorithm", password_encoder_cipher_algorithm),
@@ -61,6 +63,7 @@ void km_config_defaults(km_config *c)
     c->broker_max_queued = 1000;
     c->log_level = strdup("info");
     c->health_max_lag_records = 1000;
+    c->election_path = strdup("/kmproxy/election");
     c->password_encoder_key_length = 128;  /* Kafka's password.encoder.* defaults */
     c->password_encoder_iterations = 4096;
 }
@@ -176,6 +179,10 @@ int km_config_validate(const km_config *c, km_err *err)
         return km_fail(err, "broker.tls.enabled=true needs broker.tls.ca.file");
     if (!c->broker_tls_cert != !c->broker_tls_key)
         return km_fail(err, "broker.tls.cert.file and broker.tls.key.file go together");
+    if (c->ha_enabled && (!c->election_path || c->election_path[0] != '/' ||
+                          c->election_path[strlen(c->election_path) - 1] == '/'))
+        return km_fail(err, "kmproxy.election.path must be an absolute ZooKeeper path, not '%s'",
+                       c->election_path ? c->election_path : "");
     if (!c->zk_connect)  /* broker RPCs carry the ZooKeeper controller epoch our claim produces */
         return km_fail(err, "zookeeper.connect is required (HOST:PORT[,HOST:PORT][/chroot])");
     return validate_password_encoder(c, err);

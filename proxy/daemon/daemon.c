@@ -235,8 +235,9 @@ km_daemon *km_daemon_new(struct ev_loop *loop, km_config *cfg, km_err *err)
     d->follow_io.fd = -1;
     d->img = km_image_new();
     d->delta = km_delta_new();
-    if ((d->cfg.log_file && open_log_file(d, err)) || !d->img || !d->delta || open_follower(d, err) || km_daemon_start_consumers(d, err) ||
-        km_daemon_start_metrics(d, err)) {
+    d->started_wall = time(NULL);
+    if ((d->cfg.log_file && open_log_file(d, err)) || !d->img || !d->delta || open_follower(d, err) ||
+        km_daemon_start_consumers(d, err) || km_daemon_start_metrics(d, err) || km_daemon_start_ha(d, err)) {
         km_daemon_free(d);
         return NULL;
     }
@@ -296,6 +297,7 @@ void km_daemon_free(km_daemon *d)
     disarm(d);
     km_daemon_stop_metrics(d);
     km_daemon_stop_consumers(d);
+    km_daemon_stop_ha(d);
     if (d->follow)
         km_image_follow_close(d->follow);
     km_delta_free(d->delta);

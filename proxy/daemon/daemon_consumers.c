@@ -40,8 +40,11 @@ static void broker_log(int level, const char *msg, void *ud)
 static void brokers_fenced(km_bprop *p, int32_t broker_id, void *ud)
 {
     (void)p;
-    km_daemon_fatal(ud, "broker %d answered STALE_CONTROLLER_EPOCH: another controller owns the brokers",
-                    broker_id);
+    char why[160];
+    snprintf(why, sizeof why, "broker %d answered STALE_CONTROLLER_EPOCH: another controller owns the brokers",
+             broker_id);
+    if (!km_daemon_step_down(ud, why))
+        km_daemon_fatal(ud, "%s", why);
 }
 
 /* Brokers only hear from us once ZooKeeper holds our claim and the full sync is done. */
@@ -50,7 +53,10 @@ static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
     km_daemon *d = ctx;
     km_daemon_consumers *c = d->consumers;
     if (phase == KM_ZKB_STOPPED) {
-        km_daemon_fatal(d, "ZooKeeper mirror stopped: %s", km_zkb_error(b));
+        char why[700];
+        snprintf(why, sizeof why, "ZooKeeper mirror stopped: %s", km_zkb_error(b));
+        if (!km_daemon_step_down(d, why))
+            km_daemon_fatal(d, "%s", why);
         return;
     }
     if (phase == KM_ZKB_DUAL_WRITE)
@@ -82,7 +88,9 @@ static void zk_watch_cb(struct ev_loop *loop, ev_timer *t, int revents)
     (void)revents;
     km_daemon *d = t->data;
     km_daemon_consumers *c = d->consumers;
-    bool connected = c->zkb && km_zkw_get_state(km_zkb_writer(c->zkb)) != KM_ZKW_CONNECTING;
+    if (!c->zkb)
+        return ev_timer_stop(loop, t); /* stepped down: nothing of ours is connecting */
+    bool connected = km_zkw_get_state(km_zkb_writer(c->zkb)) != KM_ZKW_CONNECTING;
     if (connected) {
         if (c->zk_attempts)
             km_daemon_log(d, KM_LOG_INFO, "zk: session with %s established after %.0f s", d->cfg.zk_connect,
@@ -115,7 +123,8 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
     km_zkb_config zc = {
         .zk = {.hosts = d->cfg.zk_connect, .session_timeout_ms = d->cfg.zk_session_timeout_ms,
                .controller_id = c->controller_id, .controller_epoch = c->controller_epoch,
-               .max_pending_ops = (size_t)d->cfg.zk_max_pending_records, .log = bridge_log, .ctx = d},
+               .max_pending_ops = (size_t)d->cfg.zk_max_pending_records, .log = bridge_log, .ctx = d,
+               .fence_on_expiry = d->election != NULL},
         .passwords = {.secret = d->cfg.password_encoder_secret,
                       .keyfactory_algorithm = d->cfg.password_encoder_keyfactory_algorithm,
                       .cipher_algorithm = d->cfg.password_encoder_cipher_algorithm,
@@ -230,7 +239,7 @@ void km_daemon_publish_delta(km_daemon *d, const km_delta *delta)
 
 void km_daemon_caught_up(km_daemon *d)
 {
-    if (d->cfg.zk_connect && km_image_offset(d->img) >= 0)
+    if (d->cfg.zk_connect && km_image_offset(d->img) >= 0 && km_daemon_is_active(d))
         ensure_started(d);
 }
 
@@ -290,3 +299,14 @@ void km_daemon_consumers_metrics(const km_daemon *d, km_buf *out)
 }
 
 km_zkb *km_daemon_zkb(const km_daemon *d) { return d->consumers ? d->consumers->zkb : NULL; }
+
+void km_daemon_stop_active(km_daemon *d)
+{
+    km_daemon_consumers *c = d->consumers;
+    ev_timer_stop(d->loop, &c->zk_watch);
+    ev_timer_stop(d->loop, &c->resume);
+    stop_all(c);
+    c->zk_lost_since = 0;
+    c->zk_attempts = 0;
+    km_daemon_kick(d); /* reading may have been held back by the bridge we just dropped */
+}

@@ -2,7 +2,8 @@
  *
  * Alive: the loop answers. Ready: this instance does its job now - as the active one, ZooKeeper
  * holds our claim, the full sync is done, the write-behind lag is within health.max.lag.records
- * and every broker channel is up. (A standby, once HA exists, is ready while it follows the log.)
+ * and every broker channel is up; as a standby (ha.enabled), it follows the log and is in the
+ * election, ready to take over.
  * The JSON body lists every reason it is not, so an operator reads the cause, not just a 503. */
 #include "daemon_internal.h"
 
@@ -72,11 +73,20 @@ static int readyz(km_daemon *d, km_buf *out)
         add_reason(reasons, "stopping: %s", d->fatal);
     if (d->stopping)
         add_reason(reasons, "shutting down");
-    zk_reasons(d, km_daemon_zkb(d), reasons, body);
-    broker_reasons(d, reasons, body);
+    if (km_daemon_is_active(d)) {
+        zk_reasons(d, km_daemon_zkb(d), reasons, body);
+        broker_reasons(d, reasons, body);
+    } else if (!km_zkel_connected(d->election)) { /* a standby is ready while it follows and can take over */
+        add_reason(reasons, "zookeeper disconnected: no election session with %s", d->cfg.zk_connect);
+    }
     bool ready = json_array_size(reasons) == 0;
     json_object_set_new(body, "ready", json_boolean(ready));
     json_object_set_new(body, "image_offset", json_integer(km_image_offset(d->img)));
+    if (d->election)
+        json_object_set_new(body, "ha", json_pack("{s:s,s:s,s:I,s:I}", "instance", d->instance, "node",
+                                                  km_zkel_node(d->election), "active_since",
+                                                  (json_int_t)d->active_since, "takeovers",
+                                                  (json_int_t)d->takeovers));
     json_decref(reasons);
     char *s = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(body);
@@ -101,12 +111,6 @@ static int route(const char *path, km_buf *out, void *ud)
     if (!strcmp(path, "/readyz"))
         return readyz(d, out);
     return 0;
-}
-
-const char *km_daemon_role(const km_daemon *d)
-{
-    (void)d;
-    return "active"; /* one instance: always the active one (HA adds "standby") */
 }
 
 /* ---- progress of a full sync: a log line every few seconds, the same figures as metrics ---- */

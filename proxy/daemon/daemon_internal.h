@@ -34,6 +34,14 @@ struct km_daemon {
     bool sync_have_last;
     km_zkb_eta sync_eta;         /* the figures the progress line and the metrics show */
     ev_timer ready_check;        /* until the first READY=1 */
+    km_zkel *election;           /* ha.enabled: our place in the election; NULL: one instance, always active */
+    bool active;                 /* the election's leader: claims, writes ZooKeeper, sends RPCs */
+    int64_t active_since;        /* unix time of that; 0 while standby */
+    int64_t takeovers;           /* times this instance became active */
+    int64_t started_wall;        /* unix time the daemon started */
+    char instance[200];          /* host:pid and metrics address, the election node's data */
+    ev_timer step_down;          /* deferred: the callers are the parts it frees */
+    bool rejoin_after_step_down;
     bool notify_failed;          /* NOTIFY_SOCKET unusable: said once */
     km_metrics_server *metrics;
     struct km_daemon_consumers *consumers;  /* daemon_consumers.c: ZooKeeper and brokers */
@@ -76,6 +84,16 @@ void km_daemon_health_metrics(const km_daemon *d, km_buf *out);
 void km_daemon_notify(km_daemon *d, const char *state);
 void km_daemon_start_notify(km_daemon *d);
 void km_daemon_stop_notify(km_daemon *d);
+
+/* daemon_ha.c: the election among instances (ha.enabled) */
+int km_daemon_start_ha(km_daemon *d, km_err *err);
+void km_daemon_stop_ha(km_daemon *d);
+bool km_daemon_is_active(const km_daemon *d);
+/* Lost the right to write (fenced, election lost): back to standby. False without HA (then fatal). */
+bool km_daemon_step_down(km_daemon *d, const char *why);
+void km_daemon_ha_metrics(const km_daemon *d, km_buf *out);
+/* daemon_consumers.c: drop the bridge and the broker channels (stepping down). */
+void km_daemon_stop_active(km_daemon *d);
 
 /* daemon_metrics.c */
 int km_daemon_start_metrics(km_daemon *d, km_err *err);

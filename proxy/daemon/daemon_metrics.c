@@ -19,6 +19,7 @@ static void render(km_buf *out, void *ud)
                       !d->fatal[0]);
     km_daemon_consumers_metrics(d, out);
     km_daemon_health_metrics(d, out);
+    km_daemon_ha_metrics(d, out);
 }
 
 int km_daemon_start_metrics(km_daemon *d, km_err *err)

@@ -50,7 +50,8 @@ static void ready_check_cb(struct ev_loop *loop, ev_timer *t, int revents)
     if (!km_daemon_ready(d))
         return;
     ev_timer_stop(loop, t);
-    km_daemon_log(d, KM_LOG_INFO, "ready: %s, ZooKeeper in sync", km_daemon_role(d));
+    km_daemon_log(d, KM_LOG_INFO, "ready: %s", km_daemon_is_active(d) ? "active, ZooKeeper in sync"
+                                                                         : "standby, following the log");
     km_daemon_notify(d, "READY=1\nSTATUS=ready: in sync with the metadata log");
 }
 

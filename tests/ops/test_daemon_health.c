@@ -6,6 +6,7 @@
 #include "km_image.h"
 #include "km_metalog.h"
 #include "km_testsupport.h"
+#include "ops_daemon.h"
 #include "ops_util.h"
 #include "zkserver.h"
 
@@ -32,94 +33,6 @@ static void start_zk(void)
 static void stop_zk(void) { km_zks_stop(zs); }
 
 TestSuite(daemon_health, .init = start_zk, .fini = stop_zk, .timeout = 240);
-
-typedef struct inst {
-    ops_proc p;
-    int port;            /* metrics listener */
-    char log_file[600];
-} inst;
-
-typedef struct env {
-    char *dir;
-    char metadata[512];
-} env;
-
-static void env_init(env *e)
-{
-    e->dir = km_test_tmpdir("ops-health");
-    snprintf(e->metadata, sizeof e->metadata, "%s/log", e->dir);
-    char *gen[] = {(char *)km_test_binary(), "metadata", "gen", "--out", e->metadata, "--brokers", "3", "--topics", "3",
-                   "--partitions", "2", "--zk-migration", NULL};
-    cr_assert_eq(km_test_run(gen, NULL, 0, NULL, NULL, NULL), 0);
-}
-
-static void env_free(env *e)
-{
-    km_test_rmtree(e->dir);
-    free(e->dir);
-}
-
-/* Starts `kmproxy run` with its metrics on a free port; extra: more key=value settings (NULL-ended). */
-static void start(inst *in, env *e, const char *tag, const char *zk, const char *const *extra)
-{
-    static char sets[16][700];
-    const char *args[40] = {"run"};
-    int n = 1, k = 0;
-    in->port = ops_dead_port();
-    snprintf(in->log_file, sizeof in->log_file, "%s/%s.log", e->dir, tag);
-    snprintf(sets[k++], sizeof sets[0], "metadata.dir=%s", e->metadata);
-    snprintf(sets[k++], sizeof sets[0], "zookeeper.connect=%s", zk);
-    snprintf(sets[k++], sizeof sets[0], "metrics.listen=127.0.0.1:%d", in->port);
-    snprintf(sets[k++], sizeof sets[0], "log.file=%s", in->log_file);
-    for (int i = 0; extra && extra[i]; i++)
-        snprintf(sets[k++], sizeof sets[0], "%s", extra[i]);
-    for (int i = 0; i < k; i++) {
-        args[n++] = "--set";
-        args[n++] = strdup(sets[i]);
-    }
-    args[n] = NULL;
-    ops_spawn(&in->p, e->dir, tag, args);
-    for (int i = 2; i < n; i += 2)
-        free((char *)args[i]);
-    cr_assert(ops_wait_for(&in->p, in->log_file, "metrics on http://", 1, 60), "%s did not start: %s", tag,
-              ops_slurp(in->p.err));
-}
-
-/* Scrapes path until its body holds `needle` (and the status is `status`, when non-zero). */
-static char *scrape_until(inst *in, const char *path, int status, const char *needle, int timeout_s)
-{
-    char *body = NULL;
-    for (int waited = 0; waited < timeout_s * 10; waited++) {
-        free(body);
-        int got = ops_curl(in->port, path, &body);
-        if ((!status || got == status) && strstr(body, needle))
-            return body;
-        usleep(100000);
-    }
-    cr_assert_fail("%s never answered %d with '%s'; last: %s; log: %s", path, status, needle, body,
-                   ops_slurp(in->log_file));
-    return NULL;
-}
-
-static void stop_cleanly(inst *in)
-{
-    int status = ops_stop(&in->p, SIGTERM);
-    char *log = ops_slurp(in->log_file), *err = ops_slurp(in->p.err);
-    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "SIGTERM: status %#x; log %s; stderr %s", status, log,
-              err);
-    cr_expect(strstr(log, "shutting down") && strstr(log, "stopped:"), "%s", log);
-    free(log);
-    free(err);
-}
-
-static double metric(const char *text, const char *name)
-{
-    char key[128];
-    snprintf(key, sizeof key, "\n%s ", name);
-    const char *at = strstr(text, key);
-    cr_assert(at, "no %s in %s", name, text);
-    return atof(at + strlen(key));
-}
 
 Test(daemon_health, zookeeper_down_is_alive_but_not_ready)
 {
@@ -178,24 +91,6 @@ Test(daemon_health, unreachable_brokers_keep_it_unready)
     env_free(&e);
 }
 
-/* One more batch at the end of the log: a topic config change. */
-static void append_record(const char *log)
-{
-    km_err err = {{0}};
-    km_metalog_writer *w = km_metalog_writer_open_dir(log, &(km_metalog_writer_opts){.leader_epoch = 1}, &err);
-    cr_assert(w, "%s", err.msg);
-    km_config_record cfg;
-    km_config_record_init(&cfg);
-    cfg.resource_type = KM_CFG_TOPIC;
-    cfg.resource_name = km_cstr("topic-0");
-    cfg.name = km_cstr("retention.ms");
-    cfg.value = km_cstr("777");
-    km_metalog_entry entry[1] = {{&km_config_record_desc, 0, &cfg, -1}};
-    int64_t base = -1;
-    cr_assert_eq(km_metalog_writer_append(w, entry, 1, &base, &err), 0, "%s", err.msg);
-    cr_assert_eq(km_metalog_writer_finish(w, &err), 0, "%s", err.msg);
-}
-
 /* Two instances on their own chroots follow one log; ZooKeeper stops answering and the log grows:
  * both lag, only the one with health.max.lag.records=0 calls that a reason. The other one is then
  * stopped while its write cannot land: it abandons it and still exits 0. */
@@ -214,7 +109,7 @@ Test(daemon_health, lag_over_health_max_lag_records_is_a_reason)
     free(scrape_until(&a, "/readyz", 200, "\"ready\":true", 60));
     free(scrape_until(&b, "/readyz", 200, "\"ready\":true", 60));
     cr_assert_eq(km_zks_pause(zs, 0, true), 0);
-    append_record(e.metadata);
+    append_record(e.metadata, "777");
     char *body = scrape_until(&a, "/readyz", 503, "lag: 1 records behind the log, over health.max.lag.records=0", 60);
     free(body);
     body = scrape_until(&b, "/readyz", 0, "\"lag_records\":1,", 60);
