@@ -7,4 +7,8 @@ add_test(NAME bench_runner_executable COMMAND test -x ${CMAKE_BINARY_DIR}/bench/
 km_add_test(test_cli_zk SOURCES ${KM_OPS_TESTS}/test_cli_zk.c ${KM_OPS_TESTS}/ops_util.c TIMEOUT 300)
 km_add_test(test_daemon_ops SOURCES ${KM_OPS_TESTS}/test_daemon_ops.c ${KM_OPS_TESTS}/ops_util.c TIMEOUT 300)
 km_add_test(test_daemon_health SOURCES ${KM_OPS_TESTS}/test_daemon_health.c ${KM_OPS_TESTS}/ops_daemon.c ${KM_OPS_TESTS}/ops_util.c TIMEOUT 600)
-km_add_test(test_ha SOURCES ${KM_OPS_TESTS}/test_ha.c ${KM_OPS_TESTS}/ops_daemon.c ${KM_OPS_TESTS}/ops_util.c TIMEOUT 900)
+# HA: instances as processes, the broker simulators in the test (tests/test_broker_rig.c generates the log).
+km_add_test(test_ha SOURCES ${KM_OPS_TESTS}/test_ha.c ${KM_OPS_TESTS}/ops_daemon.c ${KM_OPS_TESTS}/ops_util.c
+            ${CMAKE_CURRENT_LIST_DIR}/test_broker_rig.c ${CMAKE_CURRENT_LIST_DIR}/test_broker_check.c TIMEOUT 900)
+target_link_libraries(test_ha PRIVATE km_brokersim)
+target_include_directories(test_ha PRIVATE ${CMAKE_CURRENT_LIST_DIR})

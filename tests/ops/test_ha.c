@@ -1,13 +1,18 @@
 /* Several kmproxy instances on one real ZooKeeper (ha.enabled): exactly one is active; kill -9 of
  * the active one makes a standby take over, and ZooKeeper ends equal to the image every time; a
  * SIGSTOPped active instance that wakes after its session expired is fenced, steps down and rejoins
- * as a standby without writing. Simulated brokers are not part of these runs (brokers.enabled=false). */
+ * as a standby without writing. With three instances and simulated ZK-mode brokers, every takeover
+ * ends with the brokers equal to the image at the new controller epoch and none of them ever
+ * rejecting a request. */
 #include "km_testsupport.h"
+#include "test_broker_rig.h"
 #include "ops_daemon.h"
 #include "ops_util.h"
 #include "zkserver.h"
 
 #include <criterion/criterion.h>
+#include <ev.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,4 +168,136 @@ Test(ha, a_sigstopped_active_one_is_fenced_when_it_wakes_and_rejoins_as_standby)
     stop_cleanly(&in[0]);
     stop_cleanly(&in[1]);
     env_free(&e);
+}
+
+/* ---- with simulated ZK-mode brokers (in this process, on the rig's loop) ------------------------ */
+
+static brig R;
+
+static void slice_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)t; (void)revents;
+    ev_break(loop, EVBREAK_ALL);
+}
+
+/* Serves the simulators for a moment (they live on R's loop). */
+static void serve(double seconds)
+{
+    ev_timer t;
+    ev_timer_init(&t, slice_cb, seconds, 0);
+    ev_timer_start(R.loop, &t);
+    ev_run(R.loop, 0);
+    ev_timer_stop(R.loop, &t);
+}
+
+static int active_of(inst *in, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (in[i].p.pid > 0 && says(&in[i], "\"ready\":true,\"role\":\"active\""))
+            return i;
+    return -1;
+}
+
+/* Every simulator holds the image's leaders and leader epochs at ControllerEpoch `epoch`, and none
+ * ever rejected a request (a second active instance would have been answered STALE_CONTROLLER_EPOCH). */
+static bool brokers_equal_image(const char *logdir, int32_t epoch, char *why, size_t cap)
+{
+    km_image *img = km_image_new();
+    km_err err = {{0}};
+    bool ok = km_image_load(img, logdir, NULL, &err) >= 0;
+    for (int i = 0; ok && i < R.nsims; i++) {
+        json_t *st = km_bsim_state_json(R.sims[i]), *p;
+        int32_t b = km_bsim_broker_id(R.sims[i]);
+        if (json_integer_value(json_object_get(st, "rejected")) ||
+            json_integer_value(json_object_get(st, "controllerEpoch")) != epoch) {
+            snprintf(why, cap, "broker %d: controller epoch %lld (want %d), rejected %lld: %s", b,
+                     (long long)json_integer_value(json_object_get(st, "controllerEpoch")), epoch,
+                     (long long)json_integer_value(json_object_get(st, "rejected")),
+                     json_string_value(json_object_get(st, "lastRejection")));
+            ok = false;
+        }
+        size_t k;
+        json_array_foreach(json_object_get(st, "partitions"), k, p) {
+            const char *topic = json_string_value(json_object_get(p, "topic"));
+            const km_topic *t = topic ? km_image_topic_by_name(img, topic) : NULL;
+            km_partition want;
+            if (!ok || json_is_true(json_object_get(p, "stopped")))
+                continue;
+            if (!t || !km_topic_partition(t, (int32_t)json_integer_value(json_object_get(p, "partition")), &want) ||
+                json_integer_value(json_object_get(p, "leader")) != want.leader ||
+                json_integer_value(json_object_get(p, "leaderEpoch")) != want.leader_epoch) {
+                snprintf(why, cap, "broker %d: %s-%lld differs from the image", b, topic,
+                         (long long)json_integer_value(json_object_get(p, "partition")));
+                ok = false;
+            }
+        }
+        json_decref(st);
+    }
+    km_image_free(img);
+    return ok;
+}
+
+/* A leader election of one partition, as the KRaft controller would append it. */
+static void elect(int round)
+{
+    km_partition_change_record pc;
+    km_partition_change_record_init(&pc);
+    pc.topic_id = brig_topic_id(&R, "topic-0");
+    pc.partition_id = 0;
+    pc.leader = 1 + round % 2;
+    cr_assert(brig_append(&R, &km_partition_change_record_desc, &pc), "%s", R.why);
+}
+
+Test(ha, three_instances_and_simulated_brokers_survive_kill9_of_the_active_one)
+{
+    brig_opts o = {.brokers = 3, .topics = 3, .partitions = 2, .replication = 3, .leader_changes = 5};
+    cr_assert(brig_init(&R, &o), "%s", R.why);
+    env e = {.dir = km_test_tmpdir("ops-ha-brokers")};
+    snprintf(e.metadata, sizeof e.metadata, "%s", R.logdir);
+    char zk[128], tag[32];
+    snprintf(zk, sizeof zk, "%s/ha-brokers", km_zks_hosts(zs, 0));
+    const char *const settings[] = {"ha.enabled=true", "zookeeper.session.timeout.ms=2000", "brokers.enabled=true",
+                                    "broker.request.timeout.ms=5000", NULL};
+    inst in[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(tag, sizeof tag, "brk-%d-0", i);
+        start(&in[i], &e, tag, zk, settings);
+    }
+    km_zkc *c = km_zkc_open(zk, NULL, 10000);
+    cr_assert(c);
+    int active = -1, epoch = 0;
+    char why[512] = "";
+    for (int waited = 0; waited < 600 && active < 0; waited++, serve(0.1))
+        active = active_of(in, 3);
+    cr_assert_geq(active, 0, "no instance became active with the brokers in sync");
+    for (int round = 1; round <= KILL_ROUNDS; round++) {
+        elect(round);
+        ops_stop(&in[active].p, SIGKILL);
+        int next = -1;
+        for (int waited = 0; waited < 600 && next < 0; waited++, serve(0.1))
+            next = active_of(in, 3);
+        cr_assert_geq(next, 0, "round %d: no standby took over with the brokers in sync", round);
+        int now = controller_epoch(c);
+        cr_expect_gt(now, epoch, "round %d: the takeover did not claim with a higher epoch", round);
+        epoch = now;
+        bool equal = false;
+        for (int waited = 0; waited < 600 && !(equal = brokers_equal_image(R.logdir, epoch, why, sizeof why));
+             waited++)
+            serve(0.1);
+        cr_assert(equal, "round %d: %s", round, why);
+        expect_zk_equals_image(&e, zk, round);
+        snprintf(tag, sizeof tag, "brk-%d-%d", active, round);
+        start(&in[active], &e, tag, zk, settings); /* back as a standby */
+        int actives = 0;
+        for (int i = 0; i < 3; i++)
+            actives += says(&in[i], "\"role\":\"active\"");
+        cr_expect_eq(actives, 1, "round %d: %d instances say they are active", round, actives);
+        active = next;
+    }
+    km_zkc_close(c);
+    for (int i = 0; i < 3; i++)
+        stop_cleanly(&in[i]);
+    brig_free(&R);
+    km_test_rmtree(e.dir);
+    free(e.dir);
 }
