@@ -36,6 +36,12 @@ static const key_def KEYS[] = {
     STR("broker.tls.ca.file", broker_tls_ca),
     STR("broker.tls.cert.file", broker_tls_cert),
     STR("broker.tls.key.file", broker_tls_key),
+    STR("broker.tls.endpoint.identification", broker_tls_endpoint_identification),
+    STR("broker.security.protocol", broker_security_protocol),
+    STR("broker.sasl.mechanism", broker_sasl_mechanism),
+    STR("broker.sasl.jaas.config", broker_sasl_jaas_config),
+    STR("broker.sasl.username", broker_sasl_username),
+    STR("broker.sasl.password.file", broker_sasl_password_file),
     STR("metrics.listen", metrics_listen),
     STR("capture.pcapng", capture_pcapng),
     STR("capture.jsonl", capture_jsonl),
@@ -175,10 +181,11 @@ int km_config_validate(const km_config *c, km_err *err)
 {
     if (!c->metadata_dir)
         return km_fail(err, "metadata.dir is required (the __cluster_metadata-0 directory)");
-    if (c->broker_tls && !c->broker_tls_ca)
-        return km_fail(err, "broker.tls.enabled=true needs broker.tls.ca.file");
-    if (!c->broker_tls_cert != !c->broker_tls_key)
-        return km_fail(err, "broker.tls.cert.file and broker.tls.key.file go together");
+    km_config_broker_security sec;
+    int rc = km_config_resolve_broker_security(c, &sec, err);
+    km_config_broker_security_clear(&sec);
+    if (rc)
+        return -1;
     if (c->ha_enabled && (!c->election_path || c->election_path[0] != '/' ||
                           c->election_path[strlen(c->election_path) - 1] == '/'))
         return km_fail(err, "kmproxy.election.path must be an absolute ZooKeeper path, not '%s'",
@@ -192,6 +199,8 @@ void km_config_free(km_config *c)
 {
     if (c->password_encoder_secret)
         explicit_bzero(c->password_encoder_secret, strlen(c->password_encoder_secret));
+    if (c->broker_sasl_jaas_config)
+        explicit_bzero(c->broker_sasl_jaas_config, strlen(c->broker_sasl_jaas_config));
     for (size_t i = 0; i < N_KEYS; i++)
         if (KEYS[i].kind == K_STRING || KEYS[i].kind == K_LEVEL)
             free(*(char **)((char *)c + KEYS[i].offset));

@@ -8,6 +8,7 @@
  * full sync under the new controller epoch. */
 #include "daemon_internal.h"
 #include "km_broker.h"
+#include "km_tls.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,8 @@
 typedef struct km_daemon_consumers {
     km_zkb *zkb;
     km_bprop *bprop;
+    km_tls_ctx *broker_tls;                   /* SSL / SASL_SSL: outlives bprop's channels */
+    km_config_broker_security sec;            /* listener and SASL credentials bprop points to */
     int32_t controller_id, controller_epoch;  /* what the bridge claimed with */
     ev_timer resume;                          /* while reading is paused: is there room again? */
     ev_timer zk_watch;                        /* reports a missing ZooKeeper session, with backoff */
@@ -141,12 +144,34 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
     return c->zkb ? 0 : -1;
 }
 
+/* broker.security.protocol: TLS (the broker's name verified unless switched off) and SASL. */
+static int broker_security(km_daemon *d, km_daemon_consumers *c, km_err *err)
+{
+    if (km_config_resolve_broker_security(&d->cfg, &c->sec, err))
+        return -1;
+    if (c->sec.tls) {
+        km_tls_config tc = {.ca_file = d->cfg.broker_tls_ca, .cert_file = d->cfg.broker_tls_cert,
+                            .key_file = d->cfg.broker_tls_key, .no_name_check = !c->sec.verify_name};
+        if (!(c->broker_tls = km_tls_client_ctx_new(&tc, err)))
+            return -1;
+    }
+    km_daemon_log(d, KM_LOG_INFO, "brokers: %s to listener %s%s%s%s%s%s%s", c->sec.protocol, c->sec.listener,
+                  c->sec.tls && !c->sec.verify_name ? " (host names not verified)" : "",
+                  c->sec.mechanism ? ", SASL/" : "", c->sec.mechanism ? km_sasl_mech_name(c->sec.mechanism) : "",
+                  c->sec.mechanism ? " as '" : "", c->sec.mechanism ? c->sec.username : "",
+                  c->sec.mechanism ? "'" : "");
+    return 0;
+}
+
 static int start_brokers(km_daemon *d, km_daemon_consumers *c, km_err *err)
 {
     if (!d->cfg.brokers_enabled)
         return 0;
+    if (broker_security(d, c, err))
+        return -1;
     km_bprop_config bc = {
-        .controller_id = c->controller_id, .listener = d->cfg.broker_listener,
+        .controller_id = c->controller_id, .listener = c->sec.listener, .net = {.tls = c->broker_tls},
+        .sasl = {.mechanism = c->sec.mechanism, .username = c->sec.username, .password = c->sec.password},
         .request_timeout = d->cfg.broker_request_timeout_ms / 1000.0, .max_queue = (size_t)d->cfg.broker_max_queued,
         .log = broker_log, .log_ud = d, .fenced = brokers_fenced, .ud = d};
     c->bprop = km_bprop_new(d->loop, &bc, err);
@@ -156,8 +181,11 @@ static int start_brokers(km_daemon *d, km_daemon_consumers *c, km_err *err)
 static void stop_all(km_daemon_consumers *c)
 {
     km_bprop_free(c->bprop);
+    km_tls_ctx_free(c->broker_tls);
+    km_config_broker_security_clear(&c->sec);
     km_zkb_free(c->zkb);
     c->bprop = NULL;
+    c->broker_tls = NULL;
     c->zkb = NULL;
 }
 
