@@ -188,7 +188,8 @@ static int open_log_file(km_daemon *d, km_err *err)
     return 0;
 }
 
-/* SIGHUP: after logrotate moved the file away, write to a fresh one at the configured path. */
+/* SIGHUP: after logrotate moved the file away, write to a fresh one at the configured path; and
+ * rotated broker certificates take effect. */
 static void hangup_cb(struct ev_loop *loop, ev_signal *s, int revents)
 {
     (void)loop; (void)revents;
@@ -200,6 +201,7 @@ static void hangup_cb(struct ev_loop *loop, ev_signal *s, int revents)
         km_daemon_log(d, KM_LOG_ERROR, "SIGHUP: %s; still writing to the file open before", err.msg);
     else
         km_daemon_log(d, KM_LOG_INFO, "SIGHUP: reopened log.file %s", d->cfg.log_file);
+    km_daemon_reload_brokers(d);
 }
 
 static int open_follower(km_daemon *d, km_err *err)

@@ -51,6 +51,15 @@ static void brokers_fenced(km_bprop *p, int32_t broker_id, void *ud)
 }
 
 /* Brokers only hear from us once ZooKeeper holds our claim and the full sync is done. */
+static void activate_brokers(km_daemon *d, km_daemon_consumers *c, km_zkb *b)
+{
+    km_err err = {{0}};
+    int32_t zk_epoch = km_zkw_zk_controller_epoch(km_zkb_writer(b));
+    km_daemon_log(d, KM_LOG_INFO, "zk: in sync; sending to ZK-mode brokers with controller epoch %d", zk_epoch);
+    if (km_bprop_activate(c->bprop, d->img, zk_epoch, &err))
+        km_daemon_fatal(d, "brokers: %s", err.msg);
+}
+
 static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
 {
     km_daemon *d = ctx;
@@ -64,13 +73,8 @@ static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
     }
     if (phase == KM_ZKB_DUAL_WRITE)
         km_daemon_sync_done(d, b);
-    if (phase != KM_ZKB_DUAL_WRITE || !c->bprop || km_bprop_active(c->bprop))
-        return;
-    km_err err = {{0}};
-    int32_t zk_epoch = km_zkw_zk_controller_epoch(km_zkb_writer(b));
-    km_daemon_log(d, KM_LOG_INFO, "zk: in sync; sending to ZK-mode brokers with controller epoch %d", zk_epoch);
-    if (km_bprop_activate(c->bprop, d->img, zk_epoch, &err))
-        km_daemon_fatal(d, "brokers: %s", err.msg);
+    if (phase == KM_ZKB_DUAL_WRITE && c->bprop && !km_bprop_active(c->bprop))
+        activate_brokers(d, c, b);
 }
 
 static int controller_identity(km_daemon *d, int32_t *id, int32_t *epoch, km_err *err)
@@ -337,4 +341,53 @@ void km_daemon_stop_active(km_daemon *d)
     c->zk_lost_since = 0;
     c->zk_attempts = 0;
     km_daemon_kick(d); /* reading may have been held back by the bridge we just dropped */
+}
+
+/* The broker channels' security material (CA, certificate, key, SASL password file), read again and
+ * checked before anything changes: a bad file leaves the channels as they are. */
+static int check_broker_material(km_daemon *d, km_err *err)
+{
+    km_config_broker_security sec;
+    memset(&sec, 0, sizeof sec);
+    km_tls_ctx *fresh = NULL;
+    int rc = km_config_resolve_broker_security(&d->cfg, &sec, err);
+    if (!rc && sec.tls) {
+        km_tls_config tc = {.ca_file = d->cfg.broker_tls_ca, .cert_file = d->cfg.broker_tls_cert,
+                            .key_file = d->cfg.broker_tls_key, .no_name_check = !sec.verify_name};
+        rc = (fresh = km_tls_client_ctx_new(&tc, err)) ? 0 : -1;
+    }
+    km_tls_ctx_free(fresh);
+    km_config_broker_security_clear(&sec);
+    return rc;
+}
+
+/* SIGHUP: rotated certificates or keys take effect. The channels are rebuilt with the material read
+ * again: each reconnects with it and gets a full sync at the controller epoch we hold. */
+void km_daemon_reload_brokers(km_daemon *d)
+{
+    km_daemon_consumers *c = d->consumers;
+    km_err err = {{0}};
+    if (!c->bprop) {
+        km_daemon_log(d, KM_LOG_INFO, "SIGHUP: no broker channels now (%s): their TLS material is read when they "
+                      "start", !d->cfg.brokers_enabled ? "brokers.enabled=false" : "not active");
+        return;
+    }
+    if (check_broker_material(d, &err)) {
+        km_daemon_log(d, KM_LOG_ERROR, "SIGHUP: broker TLS material: %s; the channels keep the material they had",
+                      err.msg);
+        return;
+    }
+    bool was_active = km_bprop_active(c->bprop);
+    km_bprop_free(c->bprop);
+    km_tls_ctx_free(c->broker_tls);
+    km_config_broker_security_clear(&c->sec);
+    c->bprop = NULL;
+    c->broker_tls = NULL;
+    if (start_brokers(d, c, &err)) {
+        km_daemon_fatal(d, "SIGHUP: brokers: %s", err.msg);
+        return;
+    }
+    km_daemon_log(d, KM_LOG_INFO, "SIGHUP: broker channels rebuilt with their TLS material read again");
+    if (was_active && c->zkb && km_zkb_get_phase(c->zkb) == KM_ZKB_DUAL_WRITE)
+        activate_brokers(d, c, c->zkb);
 }

@@ -94,6 +94,8 @@ bool km_daemon_step_down(km_daemon *d, const char *why);
 void km_daemon_ha_metrics(const km_daemon *d, km_buf *out);
 /* daemon_consumers.c: drop the bridge and the broker channels (stepping down). */
 void km_daemon_stop_active(km_daemon *d);
+/* SIGHUP: rebuild the broker channels with their TLS material (and SASL password file) read again. */
+void km_daemon_reload_brokers(km_daemon *d);
 
 /* daemon_metrics.c */
 int km_daemon_start_metrics(km_daemon *d, km_err *err);
