@@ -8,6 +8,7 @@
 #include "test_broker_rig.h"
 #include "ops_daemon.h"
 #include "ops_util.h"
+#include "faultproxy.h"
 #include "zkserver.h"
 
 #include <criterion/criterion.h>
@@ -300,4 +301,36 @@ Test(ha, three_instances_and_simulated_brokers_survive_kill9_of_the_active_one)
     brig_free(&R);
     km_test_rmtree(e.dir);
     free(e.dir);
+}
+
+/* A network cut between the active instance and ZooKeeper (its connections go through a proxy that
+ * then refuses everything): its session expires, the standby takes over; when the cut heals the old
+ * one finds its session expired, steps down and stands by. */
+Test(ha, an_active_one_cut_from_zookeeper_loses_the_lead_and_stands_by_when_it_heals)
+{
+    env e;
+    env_init(&e);
+    char perr[256] = "", zk_direct[128], zk_cut[128];
+    km_fp *fp = km_fp_start(km_zks_port(zs, 0), perr, sizeof perr);
+    cr_assert(fp, "%s", perr);
+    snprintf(zk_direct, sizeof zk_direct, "%s/ha-cut", km_zks_hosts(zs, 0));
+    snprintf(zk_cut, sizeof zk_cut, "%s/ha-cut", km_fp_hosts(fp));
+    inst in[2];
+    start(&in[0], &e, "cut-a", zk_cut, HA_SETTINGS);
+    cr_assert_eq(wait_active(in, 1, 60), 0);
+    start(&in[1], &e, "cut-b", zk_direct, HA_SETTINGS);
+    free(scrape_until(&in[1], "/readyz", 200, "\"role\":\"standby\"", 60));
+    km_fp_refuse(fp, true);
+    km_fp_cut_all(fp);
+    cr_assert_eq(wait_active(&in[1], 1, 60), 0, "the standby did not take over from the cut-off one");
+    km_fp_refuse(fp, false);
+    cr_assert(ops_wait_for(&in[0].p, in[0].log_file, "ha: stepping down to standby", 1, 60), "%s",
+              ops_slurp(in[0].log_file));
+    free(scrape_until(&in[0], "/readyz", 200, "\"role\":\"standby\"", 60));
+    cr_expect(says(&in[1], "\"ready\":true,\"role\":\"active\""), "the new active one lost its place");
+    expect_zk_equals_image(&e, zk_direct, 0);
+    stop_cleanly(&in[0]);
+    stop_cleanly(&in[1]);
+    km_fp_stop(fp);
+    env_free(&e);
 }
