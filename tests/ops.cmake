@@ -4,8 +4,7 @@ set(KM_OPS_TESTS ${CMAKE_CURRENT_LIST_DIR}/ops)
 km_add_test(test_cli_help SOURCES ${KM_OPS_TESTS}/test_cli_help.c)
 # `make bench` from a fresh clone: the generated runner is executable (run-benches.in has no run bit).
 add_test(NAME bench_runner_executable COMMAND test -x ${CMAKE_BINARY_DIR}/bench/run-benches)
-km_add_test(test_cli_zk SOURCES ${KM_OPS_TESTS}/test_cli_zk.c ${KM_OPS_TESTS}/ops_util.c TIMEOUT 300)
-km_add_test(test_daemon_ops SOURCES ${KM_OPS_TESTS}/test_daemon_ops.c ${KM_OPS_TESTS}/ops_util.c TIMEOUT 300)
+km_add_test(test_cli_zk SOURCES ${KM_OPS_TESTS}/test_cli_zk.c ${KM_OPS_TESTS}/ops_daemon.c ${KM_OPS_TESTS}/ops_util.c TIMEOUT 300)
 km_add_test(test_daemon_health SOURCES ${KM_OPS_TESTS}/test_daemon_health.c ${KM_OPS_TESTS}/ops_daemon.c ${KM_OPS_TESTS}/ops_util.c TIMEOUT 600)
 # HA: instances as processes, the broker simulators in the test (tests/test_broker_rig.c generates the log).
 km_add_test(test_ha SOURCES ${KM_OPS_TESTS}/test_ha.c ${KM_OPS_TESTS}/ops_daemon.c ${KM_OPS_TESTS}/ops_util.c

@@ -13,6 +13,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+km_zks *ops_zk_start(void)
+{
+    char err[512] = "";
+    km_zks *zs = km_zks_start(1, NULL, 0, err, sizeof err);
+    cr_assert(zs, "ZooKeeper: %s", err);
+    return zs;
+}
+
 void env_init(env *e)
 {
     e->dir = km_test_tmpdir("ops-health");

@@ -4,6 +4,7 @@
 #define KM_OPS_DAEMON_H
 
 #include "ops_util.h"
+#include "zkserver.h"
 
 typedef struct inst {
     ops_proc p;
@@ -16,6 +17,8 @@ typedef struct env {
     char metadata[512];
 } env;
 
+/* One standalone ZooKeeper on loopback for a suite (asserts). */
+km_zks *ops_zk_start(void);
 /* A fresh dir with a generated log (3 migrating brokers, 3 topics x 2 partitions). */
 void env_init(env *e);
 void env_free(env *e);

@@ -3,6 +3,7 @@
  * address, say on stderr what they are waiting for, and a signal ends them with 130/143 and
  * "interrupted", never a summary. */
 #include "km_testsupport.h"
+#include "ops_daemon.h"
 #include "ops_util.h"
 
 #include <criterion/criterion.h>
@@ -13,29 +14,19 @@
 #include <sys/wait.h>
 
 typedef struct cli_env {
-    char *dir;
-    char metadata[512], hosts[64];
+    env e;
+    char hosts[64];   /* nothing listens there */
 } cli_env;
 
-static void env_init(cli_env *e)
+static void cli_env_init(cli_env *c)
 {
-    e->dir = km_test_tmpdir("cli-zk");
-    snprintf(e->metadata, sizeof e->metadata, "%s/log", e->dir);
-    snprintf(e->hosts, sizeof e->hosts, "127.0.0.1:%d/kafka", ops_dead_port());
-    char *gen[] = {(char *)km_test_binary(), "metadata", "gen", "--out", e->metadata, "--brokers", "3", "--topics", "2",
-                   "--partitions", "1", NULL};
-    cr_assert_eq(km_test_run(gen, NULL, 0, NULL, NULL, NULL), 0);
-}
-
-static void env_free(cli_env *e)
-{
-    km_test_rmtree(e->dir);
-    free(e->dir);
+    env_init(&c->e);
+    snprintf(c->hosts, sizeof c->hosts, "127.0.0.1:%d/kafka", ops_dead_port());
 }
 
 static void expect_unreachable(cli_env *e, const char *sub, const char *timeout_ms)
 {
-    char *argv[] = {(char *)km_test_binary(), "zk", (char *)sub, "--zookeeper", e->hosts, "--metadata", e->metadata,
+    char *argv[] = {(char *)km_test_binary(), "zk", (char *)sub, "--zookeeper", e->hosts, "--metadata", e->e.metadata,
                     timeout_ms ? "--zookeeper-connect-timeout-ms" : NULL, (char *)timeout_ms, NULL};
     char *out = NULL, *err = NULL;
     int rc = km_test_run(argv, NULL, 0, &out, NULL, &err);
@@ -52,29 +43,29 @@ static void expect_unreachable(cli_env *e, const char *sub, const char *timeout_
 Test(cli_zk, unreachable_zookeeper_exits_1_naming_the_address, .timeout = 120)
 {
     cli_env e;
-    env_init(&e);
+    cli_env_init(&e);
     expect_unreachable(&e, "diff", "3000");
     expect_unreachable(&e, "sync", "3000");
-    env_free(&e);
+    env_free(&e.e);
 }
 
 Test(cli_zk, without_the_option_the_deadline_is_the_session_timeout, .timeout = 120)
 {
     cli_env e;
-    env_init(&e);
+    cli_env_init(&e);
     expect_unreachable(&e, "diff", NULL);
-    env_free(&e);
+    env_free(&e.e);
 }
 
 /* Runs `zk <sub>` against the dead address, waits until it says it is connecting, sends sig. */
 static void expect_interrupted(cli_env *e, const char *sub, int sig, int code, const char *signame)
 {
-    const char *args[] = {"zk", sub, "--zookeeper", e->hosts, "--metadata", e->metadata,
+    const char *args[] = {"zk", sub, "--zookeeper", e->hosts, "--metadata", e->e.metadata,
                           "--zookeeper-connect-timeout-ms", "600000", NULL};
     char tag[64];
     snprintf(tag, sizeof tag, "%s-%d", sub, sig);
     ops_proc p;
-    ops_spawn(&p, e->dir, tag, args);
+    ops_spawn(&p, e->e.dir, tag, args);
     /* the line is written after the signal handlers are armed */
     cr_assert(ops_wait_for(&p, p.err, "connecting to ZooKeeper at", 1, 60), "zk %s never said it was connecting", sub);
     int status = ops_stop(&p, sig);
@@ -92,10 +83,10 @@ static void expect_interrupted(cli_env *e, const char *sub, int sig, int code, c
 Test(cli_zk, a_signal_ends_the_run_with_130_or_143_and_no_summary, .timeout = 120)
 {
     cli_env e;
-    env_init(&e);
+    cli_env_init(&e);
     expect_interrupted(&e, "diff", SIGTERM, 143, "SIGTERM");
     expect_interrupted(&e, "diff", SIGINT, 130, "SIGINT");
     expect_interrupted(&e, "sync", SIGTERM, 143, "SIGTERM");
     expect_interrupted(&e, "sync", SIGINT, 130, "SIGINT");
-    env_free(&e);
+    env_free(&e.e);
 }

@@ -23,16 +23,30 @@
 
 static km_zks *zs;
 
-static void start_zk(void)
-{
-    char err[512] = "";
-    zs = km_zks_start(1, NULL, 0, err, sizeof err);
-    cr_assert(zs, "%s", err);
-}
+static void start_zk(void) { zs = ops_zk_start(); }
 
 static void stop_zk(void) { km_zks_stop(zs); }
 
 TestSuite(daemon_health, .init = start_zk, .fini = stop_zk, .timeout = 240);
+
+/* kmproxy run at start-up with ZooKeeper unreachable: a report at each doubling interval, never silent. */
+Test(daemon_health, an_unreachable_zookeeper_is_reported_with_backoff_until_sigterm)
+{
+    env e;
+    env_init(&e);
+    char zk[64], said[128];
+    snprintf(zk, sizeof zk, "127.0.0.1:%d/kafka", ops_dead_port());
+    inst a;
+    start(&a, &e, "backoff", zk, (const char *const[]){"brokers.enabled=false", NULL});
+    snprintf(said, sizeof said, "no session with %s", zk);
+    /* the first report, and the next one after the backoff */
+    cr_assert(ops_wait_for(&a.p, a.log_file, said, 2, 60), "the daemon did not report '%s' twice", said);
+    char *log = ops_slurp(a.log_file);
+    cr_expect(strstr(log, "(check 1)") && strstr(log, "(check 2)") && strstr(log, "next check in 4 s"), "%s", log);
+    free(log);
+    stop_cleanly(&a);
+    env_free(&e);
+}
 
 Test(daemon_health, zookeeper_down_is_alive_but_not_ready)
 {

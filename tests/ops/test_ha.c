@@ -25,12 +25,7 @@
 
 static km_zks *zs;
 
-static void start_zk(void)
-{
-    char err[512] = "";
-    zs = km_zks_start(1, NULL, 0, err, sizeof err);
-    cr_assert(zs, "%s", err);
-}
+static void start_zk(void) { zs = ops_zk_start(); }
 
 static void stop_zk(void) { km_zks_stop(zs); }
 
