@@ -3,6 +3,7 @@
  * address, say on stderr what they are waiting for, and a signal ends them with 130/143 and
  * "interrupted", never a summary. */
 #include "km_testsupport.h"
+#include "faultproxy.h"
 #include "ops_daemon.h"
 #include "ops_util.h"
 
@@ -88,5 +89,33 @@ Test(cli_zk, a_signal_ends_the_run_with_130_or_143_and_no_summary, .timeout = 12
     expect_interrupted(&e, "diff", SIGINT, 130, "SIGINT");
     expect_interrupted(&e, "sync", SIGTERM, 143, "SIGTERM");
     expect_interrupted(&e, "sync", SIGINT, 130, "SIGINT");
+    env_free(&e.e);
+}
+
+/* Against a ZooKeeper that stops answering writes (the session stays up): zk sync says every few
+ * seconds how far the sync is, and a signal then ends it with 143 and no summary. */
+Test(cli_zk, a_stalled_sync_shows_progress_and_a_signal_leaves_no_summary, .timeout = 120)
+{
+    cli_env e;
+    cli_env_init(&e);
+    km_zks *zs = ops_zk_start();
+    char perr[256] = "";
+    km_fp *fp = km_fp_start(km_zks_port(zs, 0), perr, sizeof perr);
+    cr_assert(fp, "%s", perr);
+    km_fp_arm(fp, KM_FP_MULTI_ANY, KM_FP_SWALLOW, NULL, 2); /* the claim's two multis go through */
+    snprintf(e.hosts, sizeof e.hosts, "%s/stalled", km_fp_hosts(fp));
+    const char *args[] = {"zk", "sync", "--zookeeper", e.hosts, "--metadata", e.e.metadata, NULL};
+    ops_proc p;
+    ops_spawn(&p, e.e.dir, "stalled", args);
+    cr_assert(ops_wait_for(&p, p.err, "kmproxy zk sync: writing: 0/", 2, 60), "%s", ops_slurp(p.err));
+    int status = ops_stop(&p, SIGTERM);
+    char *o = ops_slurp(p.out), *r = ops_slurp(p.err);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 143, "status %#x: %s", status, r);
+    cr_expect(strstr(r, "interrupted by SIGTERM while writing: no result"), "%s", r);
+    cr_expect(!strstr(o, "zk sync:"), "a summary: %s", o);
+    free(o);
+    free(r);
+    km_fp_stop(fp);
+    km_zks_stop(zs);
     env_free(&e.e);
 }

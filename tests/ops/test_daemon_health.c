@@ -8,6 +8,7 @@
 #include "km_testsupport.h"
 #include "ops_daemon.h"
 #include "ops_util.h"
+#include "faultproxy.h"
 #include "zkserver.h"
 
 #include <criterion/criterion.h>
@@ -208,5 +209,36 @@ Test(daemon_health, systemd_hears_ready_then_stopping)
     int status = ops_stop(&a.p, 0);
     cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
     close(fd);
+    env_free(&e);
+}
+
+/* A full sync that cannot finish (ZooKeeper stops answering writes, the session stays up): the log
+ * gets a progress line every few seconds, the metrics the same figures, /readyz says why. */
+Test(daemon_health, a_stalled_full_sync_reports_its_progress)
+{
+    env e;
+    env_init(&e);
+    char perr[256] = "", zk[128];
+    km_fp *fp = km_fp_start(km_zks_port(zs, 0), perr, sizeof perr);
+    cr_assert(fp, "%s", perr);
+    km_fp_arm(fp, KM_FP_MULTI_ANY, KM_FP_SWALLOW, NULL, 2); /* the claim's two multis go through */
+    snprintf(zk, sizeof zk, "%s/stalled", km_fp_hosts(fp));
+    inst a;
+    start(&a, &e, "stalled", zk, (const char *const[]){"brokers.enabled=false", NULL});
+    cr_assert(ops_wait_for(&a.p, a.log_file, "zk sync: writing: 0/", 2, 60), "%s", ops_slurp(a.log_file));
+    char *log = ops_slurp(a.log_file);
+    cr_expect(strstr(log, " znodes, 0/s, ETA unknown"), "%s", log);
+    free(log);
+    char *m = NULL;
+    cr_assert_eq(ops_curl(a.port, "/metrics", &m), 200);
+    cr_expect(metric(m, "kmproxy_zk_sync_in_progress") == 1 && metric(m, "kmproxy_zk_sync_znodes_done") == 0 &&
+              metric(m, "kmproxy_zk_sync_znodes_total") > 0 && metric(m, "kmproxy_zk_sync_eta_seconds") == -1, "%s", m);
+    free(m);
+    free(scrape_until(&a, "/readyz", 503, "not caught up: the full sync into ZooKeeper is still running", 30));
+    km_fp_disarm(fp);
+    km_fp_cut_all(fp); /* the writer reconnects, finds out what landed and sends the rest */
+    free(scrape_until(&a, "/readyz", 200, "\"ready\":true", 60));
+    stop_cleanly(&a);
+    km_fp_stop(fp);
     env_free(&e);
 }
