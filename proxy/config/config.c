@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum key_kind { K_STRING, K_INT, K_BOOL, K_LEVEL } key_kind;
+typedef enum key_kind { K_STRING, K_INT, K_BOOL, K_LEVEL, K_INT64 } key_kind;
 
 typedef struct key_def {
     const char *key;
@@ -20,6 +20,7 @@ typedef struct key_def {
 #define STR(k, f) {k, K_STRING, offsetof(km_config, f), 0, 0}
 #define INT(k, f, lo, hi) {k, K_INT, offsetof(km_config, f), lo, hi}
 #define BOOL(k, f) {k, K_BOOL, offsetof(km_config, f), 0, 0}
+#define INT64(k, f, lo, hi) {k, K_INT64, offsetof(km_config, f), lo, hi}
 
 static const key_def KEYS[] = {
     STR("metadata.dir", metadata_dir),
@@ -28,6 +29,8 @@ static const key_def KEYS[] = {
     STR("zookeeper.connect", zk_connect),
     INT("zookeeper.session.timeout.ms", zk_session_timeout_ms, 2000, 600000),
     INT("zk.write.behind.max.records", zk_max_pending_records, 1, 10000000),
+    BOOL("zk.force", zk_force),
+    INT64("zk.max.deletes", zk_max_deletes, -1, INT64_MAX),
     BOOL("brokers.enabled", brokers_enabled),
     STR("broker.listener", broker_listener),
     INT("broker.request.timeout.ms", broker_request_timeout_ms, 100, 3600000),
@@ -64,6 +67,7 @@ void km_config_defaults(km_config *c)
     c->kraft_controller_id = -1;
     c->zk_session_timeout_ms = 18000;      /* Kafka's zookeeper.session.timeout.ms */
     c->zk_max_pending_records = 10000;
+    c->zk_max_deletes = KM_CONFIG_UNSET;
     c->brokers_enabled = true;
     c->broker_request_timeout_ms = 30000;  /* Kafka's controller.socket.timeout.ms */
     c->broker_max_queued = 1000;
@@ -98,18 +102,30 @@ static int parse_value(const key_def *k, km_config *c, const char *value, const 
             return km_fail(err, "%s: %s must be true or false, not '%s'", where, k->key, value);
         *(bool *)slot = !strcmp(value, "true");
         return 0;
-    case K_INT: {
+    case K_INT:
+    case K_INT64: {
         char *end;
         errno = 0;
         long long v = strtoll(value, &end, 10);
         if (!*value || *end || errno || v < k->lo || v > k->hi)
             return km_fail(err, "%s: %s must be an integer in [%lld, %lld], not '%s'", where, k->key,
                            (long long)k->lo, (long long)k->hi, value);
-        *(int32_t *)slot = (int32_t)v;
+        if (k->kind == K_INT64)
+            *(int64_t *)slot = v;
+        else
+            *(int32_t *)slot = (int32_t)v;
         return 0;
     }
     }
     return km_fail(err, "%s: %s: unknown kind", where, k->key);
+}
+
+static const key_def *find_key(const char *key)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (!strcmp(KEYS[i].key, key))
+            return &KEYS[i];
+    return NULL;
 }
 
 int km_config_set(km_config *c, const char *key, const char *value, const char *where, km_err *err)
@@ -118,10 +134,8 @@ int km_config_set(km_config *c, const char *key, const char *value, const char *
     if (!strcmp(key, "password.encoder.secret") && !*value)
         return km_fail(err, "%s: password.encoder.secret is empty: remove the line to store passwords as they are",
                        where);
-    for (size_t i = 0; i < N_KEYS; i++)
-        if (!strcmp(KEYS[i].key, key))
-            return parse_value(&KEYS[i], c, value, where, err);
-    return km_fail(err, "%s: unknown key '%s'", where, key);
+    const key_def *k = find_key(key);
+    return k ? parse_value(k, c, value, where, err) : km_fail(err, "%s: unknown key '%s'", where, key);
 }
 
 static char *trim(char *s)
@@ -134,13 +148,27 @@ static char *trim(char *s)
     return s;
 }
 
+/* A key given twice in one file: which line was meant is anyone's guess, so neither is taken. */
+static int once(int *first_line, const char *key, const char *path, int lineno, km_err *err)
+{
+    const key_def *k = find_key(key);
+    if (!k)
+        return 0; /* km_config_set names it */
+    int *first = &first_line[k - KEYS];
+    if (*first)
+        return km_fail(err, "%s:%d: %s is given twice, at lines %d and %d: keep one", path, lineno, key, *first,
+                       lineno);
+    *first = lineno;
+    return 0;
+}
+
 int km_config_load(km_config *c, const char *path, km_err *err)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return km_fail(err, "%s: cannot open: %s", path, strerror(errno));
     char line[4096], where[512];
-    int rc = 0;
+    int rc = 0, first_line[N_KEYS] = {0};
     for (int lineno = 1; !rc && fgets(line, sizeof line, f); lineno++) {
         snprintf(where, sizeof where, "%s:%d", path, lineno);
         if (!strchr(line, '\n') && !feof(f)) {
@@ -156,7 +184,8 @@ int km_config_load(km_config *c, const char *path, km_err *err)
             break;
         }
         *eq = '\0';
-        rc = km_config_set(c, trim(s), trim(eq + 1), where, err);
+        char *key = trim(s);
+        rc = once(first_line, key, path, lineno, err) ? -1 : km_config_set(c, key, trim(eq + 1), where, err);
     }
     if (!rc && ferror(f))
         rc = km_fail(err, "%s: read error: %s", path, strerror(errno));

@@ -12,6 +12,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#define KM_CONFIG_UNSET (-2)
+
 typedef struct km_config {
     char *metadata_dir;              /* metadata.dir: the __cluster_metadata-0 directory (required) */
     char *cluster_id;                /* cluster.id: overrides meta.properties */
@@ -19,6 +21,8 @@ typedef struct km_config {
     char *zk_connect;                /* zookeeper.connect: HOST:PORT[,HOST:PORT][/chroot] (required) */
     int32_t zk_session_timeout_ms;   /* zookeeper.session.timeout.ms */
     int32_t zk_max_pending_records;  /* zk.write.behind.max.records */
+    bool zk_force;                   /* zk.force: override the guards an operator may knowingly override */
+    int64_t zk_max_deletes;          /* zk.max.deletes: -1 no limit; KM_CONFIG_UNSET: 0 on a first sync, none after */
     bool brokers_enabled;            /* brokers.enabled: send controller RPCs to ZK-mode brokers */
     char *broker_listener;           /* broker.listener: listener name; NULL = named after the protocol */
     int32_t broker_request_timeout_ms;

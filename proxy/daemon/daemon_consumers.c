@@ -50,6 +50,16 @@ static void brokers_fenced(km_bprop *p, int32_t broker_id, void *ud)
         km_daemon_fatal(ud, "%s", why);
 }
 
+/* What a refused pass would have deleted, one log line each (an operator decides from them). */
+static void log_refused_deletes(km_daemon *d, const char *lines)
+{
+    for (const char *line = lines; *line;) {
+        size_t len = strcspn(line, "\n");
+        km_daemon_log(d, KM_LOG_ERROR, "zk: would delete %.*s", (int)len - 2, line + 2); /* past "- " */
+        line += len + (line[len] == '\n');
+    }
+}
+
 /* Brokers only hear from us once ZooKeeper holds our claim and the full sync is done. */
 static void activate_brokers(km_daemon *d, km_daemon_consumers *c, km_zkb *b)
 {
@@ -64,6 +74,11 @@ static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
 {
     km_daemon *d = ctx;
     km_daemon_consumers *c = d->consumers;
+    if (phase == KM_ZKB_STOPPED && km_zkb_refused(b)) { /* bad input: no other instance would do better */
+        log_refused_deletes(d, km_zkb_refused_deletes(b));
+        km_daemon_fatal_input(d, "ZooKeeper mirror refused: %s", km_zkb_error(b));
+        return;
+    }
     if (phase == KM_ZKB_STOPPED) {
         char why[700];
         snprintf(why, sizeof why, "ZooKeeper mirror stopped: %s", km_zkb_error(b));
@@ -137,6 +152,8 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
                       .cipher_algorithm = d->cfg.password_encoder_cipher_algorithm,
                       .key_length = d->cfg.password_encoder_key_length,
                       .iterations = d->cfg.password_encoder_iterations},
+        .guard = {.force = d->cfg.zk_force, .max_deletes_set = d->cfg.zk_max_deletes != KM_CONFIG_UNSET,
+                  .max_deletes = d->cfg.zk_max_deletes},
         .on_phase = bridge_phase, .ctx = d};
     km_daemon_log(d, KM_LOG_INFO, "zk: claiming %s as KRaft controller %d, epoch %d", d->cfg.zk_connect,
                   c->controller_id, c->controller_epoch);
@@ -177,7 +194,7 @@ static int start_brokers(km_daemon *d, km_daemon_consumers *c, km_err *err)
         .controller_id = c->controller_id, .listener = c->sec.listener, .net = {.tls = c->broker_tls},
         .sasl = {.mechanism = c->sec.mechanism, .username = c->sec.username, .password = c->sec.password},
         .request_timeout = d->cfg.broker_request_timeout_ms / 1000.0, .max_queue = (size_t)d->cfg.broker_max_queued,
-        .log = broker_log, .log_ud = d, .fenced = brokers_fenced, .ud = d};
+        .capture = d->capture, .log = broker_log, .log_ud = d, .fenced = brokers_fenced, .ud = d};
     c->bprop = km_bprop_new(d->loop, &bc, err);
     return c->bprop ? 0 : -1;
 }

@@ -170,6 +170,34 @@ Test(config, password_encoder_errors)
     }
 }
 
+/* A key given twice used to take the last value silently. */
+Test(config, a_key_given_twice_names_the_file_and_both_lines)
+{
+    km_config c;
+    km_err err = {{0}};
+    cr_assert_eq(load("metadata.dir=/x\nzookeeper.connect=a:1\n# again\nzookeeper.connect = b:2\n", &c, &err), -1);
+    cr_assert(strstr(err.msg, "kmproxy.properties:4: zookeeper.connect is given twice, at lines 2 and 4"), "%s",
+              err.msg);
+    km_config_free(&c);
+}
+
+Test(config, zookeeper_guard_keys)
+{
+    km_config c;
+    km_err err = {{0}};
+    cr_assert_eq(load("metadata.dir=/x\n", &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(c.zk_max_deletes, KM_CONFIG_UNSET, "unset: 0 on a first sync, no limit after");
+    cr_assert(!c.zk_force);
+    km_config_free(&c);
+    cr_assert_eq(load("zk.max.deletes=-1\nzk.force=true\n", &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(c.zk_max_deletes, -1);
+    cr_assert(c.zk_force);
+    km_config_free(&c);
+    cr_assert_eq(load("zk.max.deletes=-2\n", &c, &err), -1);
+    cr_assert(strstr(err.msg, "zk.max.deletes must be an integer in [-1, "), "%s", err.msg);
+    km_config_free(&c);
+}
+
 static void resolve_ok(const char *text, km_config_broker_security *sec)
 {
     km_config c;
