@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -25,6 +26,7 @@ void ops_spawn(ops_proc *p, const char *dir, const char *tag, const char *const 
         argv[i + 1] = (char *)args[i];
     p->pid = fork();
     if (p->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a test that fails half way leaves no daemon behind */
         int o = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0600), e = open(p->err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         dup2(o, 1);
         dup2(e, 2);
