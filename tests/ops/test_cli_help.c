@@ -22,7 +22,7 @@ static const char *const HELP_LINES[][4] = {
     {"--help"},
     {"wire", "--help"},          {"wire", "decode", "--help"}, {"wire", "encode", "--help"},
     {"metadata", "--help"},      {"metadata", "dump", "--help"}, {"metadata", "image", "--help"},
-    {"metadata", "gen", "--help"},
+    {"metadata", "gen", "--help"},      {"metadata", "quorum", "--help"},
     {"zk", "--help"},            {"zk", "sync", "--help"},     {"zk", "diff", "--help"},
     {"run", "--help"},           {"demo", "--help"},
 };
