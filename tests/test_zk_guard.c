@@ -390,7 +390,7 @@ static char *daemon_set(const char *key, const char *value)
 static run_out run_daemon(const char *log, const char *extra)
 {
     char *md = daemon_set("metadata.dir", log), *zk = daemon_set("zookeeper.connect", km_zks_hosts(zs, 0));
-    run_out r = run_kmproxy("run", "--set", md, "--set", zk, "--set", "brokers.enabled=false", "--set",
+    run_out r = run_kmproxy("run", "--set", "metadata.source=dir", "--set", md, "--set", zk, "--set", "brokers.enabled=false", "--set",
                             "log.level=warn", extra ? "--set" : NULL, extra, NULL);
     free(md);
     free(zk);

@@ -136,9 +136,9 @@ static int start_daemon(demo *d, km_err *err)
     snprintf(zk, sizeof zk, "%s/kafka", d->zk.hosts);  /* a chroot, as clusters use; created if missing */
     char servers[64];
     snprintf(servers, sizeof servers, "127.0.0.1:%u", d->quorum.port);
-    if ((d->o.quorum && (km_config_set(&cfg, "metadata.source", "quorum", "demo", err) ||
-                         km_config_set(&cfg, "controller.quorum.bootstrap.servers", servers, "demo", err))) ||
-        km_config_set(&cfg, "metadata.dir", d->logdir, "demo", err) ||
+    if ((d->o.quorum ? km_config_set(&cfg, "controller.quorum.bootstrap.servers", servers, "demo", err)
+                     : (km_config_set(&cfg, "metadata.source", "dir", "demo", err) ||
+                        km_config_set(&cfg, "metadata.dir", d->logdir, "demo", err))) ||
         km_config_set(&cfg, "zookeeper.connect", zk, "demo", err) ||
         km_config_set(&cfg, "metrics.listen", "127.0.0.1:0", "demo", err) ||
         km_config_set(&cfg, "log.level", "warn", "demo", err)) {

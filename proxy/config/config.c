@@ -86,7 +86,7 @@ void km_config_defaults(km_config *c)
     c->log_level = strdup("info");
     c->health_max_lag_records = 1000;
     c->election_path = strdup("/kmproxy/election");
-    c->metadata_source = strdup("dir");
+    c->metadata_source = strdup("quorum"); /* only committed records (issue 11); dir is for offline use */
     c->quorum_request_timeout_ms = 2000;   /* Kafka's controller.quorum.request.timeout.ms */
     c->password_encoder_key_length = 128;  /* Kafka's password.encoder.* defaults */
     c->password_encoder_iterations = 4096;
@@ -229,6 +229,12 @@ int km_config_validate(const km_config *c, km_err *err)
         return km_fail(err, "metadata.source=quorum needs controller.quorum.bootstrap.servers or controller.quorum.voters");
     if (!quorum && !c->metadata_dir)
         return km_fail(err, "metadata.dir is required with metadata.source=dir (the __cluster_metadata-0 directory)");
+    /* A key the chosen source would not read is refused, never silently ignored. */
+    if (quorum && c->metadata_dir)
+        return km_fail(err, "metadata.dir is read only with metadata.source=dir; the source is quorum (the default): "
+                            "set metadata.source=dir to follow the directory");
+    if (!quorum && (c->quorum_bootstrap_servers || c->quorum_voters))
+        return km_fail(err, "controller.quorum.* is read only with metadata.source=quorum, and metadata.source is dir");
     km_config_quorum_security qs;
     if (quorum && km_config_resolve_quorum_security(c, &qs, err) < 0)
         return -1;

@@ -44,6 +44,7 @@ void start(inst *in, env *e, const char *tag, const char *zk, const char *const 
     int n = 1, k = 0;
     in->port = ops_dead_port();
     snprintf(in->log_file, sizeof in->log_file, "%s/%s.log", e->dir, tag);
+    snprintf(sets[k++], sizeof sets[0], "metadata.source=dir");
     snprintf(sets[k++], sizeof sets[0], "metadata.dir=%s", e->metadata);
     snprintf(sets[k++], sizeof sets[0], "zookeeper.connect=%s", zk);
     snprintf(sets[k++], sizeof sets[0], "metrics.listen=127.0.0.1:%d", in->port);
