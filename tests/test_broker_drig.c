@@ -69,6 +69,7 @@ static void start_daemon(drig *g, const drig_opts *o)
 {
     km_config cfg;
     km_config_defaults(&cfg);
+    set(&cfg, "metadata.source", "dir");
     set(&cfg, "metadata.dir", g->r.logdir);
     set(&cfg, "zookeeper.connect", o->via_proxy ? km_fp_hosts(g->fp) : km_zks_hosts(g->zs, 0));
     set(&cfg, "brokers.enabled", "true");

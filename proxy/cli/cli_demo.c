@@ -22,12 +22,14 @@
 typedef struct demo_opts {
     int brokers, topics, partitions, leader_changes;
     bool keep;
+    bool quorum;             /* --quorum: metadata.source=quorum against kmproxy-raftsim */
 } demo_opts;
 
 typedef struct demo {
     demo_opts o;
     char workdir[1024], logdir[PATH_MAX];
     km_localzk zk;
+    demo_quorum quorum;
     demo_sim sims[DEMO_MAX_BROKERS];
     struct ev_loop *loop;
     km_daemon *daemon;
@@ -132,7 +134,11 @@ static int start_daemon(demo *d, km_err *err)
     km_config_defaults(&cfg);
     char zk[64];
     snprintf(zk, sizeof zk, "%s/kafka", d->zk.hosts);  /* a chroot, as clusters use; created if missing */
-    if (km_config_set(&cfg, "metadata.dir", d->logdir, "demo", err) ||
+    char servers[64];
+    snprintf(servers, sizeof servers, "127.0.0.1:%u", d->quorum.port);
+    if ((d->o.quorum ? km_config_set(&cfg, "controller.quorum.bootstrap.servers", servers, "demo", err)
+                     : (km_config_set(&cfg, "metadata.source", "dir", "demo", err) ||
+                        km_config_set(&cfg, "metadata.dir", d->logdir, "demo", err))) ||
         km_config_set(&cfg, "zookeeper.connect", zk, "demo", err) ||
         km_config_set(&cfg, "metrics.listen", "127.0.0.1:0", "demo", err) ||
         km_config_set(&cfg, "log.level", "warn", "demo", err)) {
@@ -144,6 +150,8 @@ static int start_daemon(demo *d, km_err *err)
     if (!d->daemon)
         return -1;
     km_daemon_start(d->daemon);
+    if (d->o.quorum)
+        printf("kmproxy: an observer of the KRaft quorum at %s (kmproxy-raftsim serving the log)\n", servers);
     printf("kmproxy: following the log, mirroring into ZooKeeper %s, metrics on http://127.0.0.1:%u/metrics\n",
            zk, km_daemon_metrics_port(d->daemon));
     return 0;
@@ -176,19 +184,26 @@ static int parse_demo_opts(int argc, char **argv, demo_opts *o)
     static const struct option longopts[] = {
         {"brokers", required_argument, 0, 'b'}, {"topics", required_argument, 0, 't'},
         {"partitions", required_argument, 0, 'p'}, {"leader-changes", required_argument, 0, 'l'},
-        {"keep", no_argument, 0, 'k'}, {0, 0, 0, 0}};
+        {"keep", no_argument, 0, 'k'}, {"quorum", no_argument, 0, 'q'}, {0, 0, 0, 0}};
     *o = (demo_opts){.brokers = 5, .topics = 20, .partitions = 8, .leader_changes = 25};
     optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
+    int64_t v = 0;
+    int at = 0;
+    for (int c; (c = getopt_long(argc, argv, "", longopts, &at)) != -1;) {
+        if (c != 'k' && optarg && km_cli_parse_int(optarg, 0, 1000000, &v))
+            return fprintf(stderr, "kmproxy demo: --%s %s: not a whole number\n", longopts[at].name, optarg), -1;
         switch (c) {
-        case 'b': o->brokers = atoi(optarg); break;
-        case 't': o->topics = atoi(optarg); break;
-        case 'p': o->partitions = atoi(optarg); break;
-        case 'l': o->leader_changes = atoi(optarg); break;
+        case 'b': o->brokers = (int)v; break;
+        case 't': o->topics = (int)v; break;
+        case 'p': o->partitions = (int)v; break;
+        case 'l': o->leader_changes = (int)v; break;
         case 'k': o->keep = true; break;
+        case 'q': o->quorum = true; break;
         default: return -1;
         }
     }
+    if (optind != argc)
+        return -1;
     return (o->brokers >= 3 && o->brokers < DEMO_MAX_BROKERS && o->topics >= 2 && o->partitions >= 1 &&
             o->leader_changes >= 1) ? 0 : -1;
 }
@@ -197,6 +212,7 @@ static void cleanup(demo *d)
 {
     km_daemon_free(d->daemon);
     demo_stop_sims(d->sims, d->o.brokers + 1);
+    demo_stop_quorum(&d->quorum);
     km_localzk_stop(&d->zk);
     if (!d->o.keep) {
         char cmd[PATH_MAX + 16];
@@ -212,10 +228,12 @@ int km_cli_demo(int argc, char **argv)
 {
     demo d = {.loop = ev_default_loop(EVFLAG_AUTO)};
     setvbuf(stdout, NULL, _IOLBF, 0);  /* children are forked: nothing may sit unflushed */
-    if (parse_demo_opts(argc, argv, &d.o)) {
-        fprintf(stderr, "usage: kmproxy demo [--brokers 3-%d] [--topics T>=2] [--partitions P] [--leader-changes K]"
-                        " [--keep]\n", DEMO_MAX_BROKERS - 1);
-        return 2;
+    bool help = km_cli_wants_help(argc, argv);
+    if (help || parse_demo_opts(argc, argv, &d.o)) {
+        fprintf(help ? stdout : stderr,
+                "usage: kmproxy demo [--brokers 3-%d] [--topics T>=2] [--partitions P] [--leader-changes K]"
+                " [--keep] [--quorum]\n", DEMO_MAX_BROKERS - 1);
+        return help ? 0 : 2;
     }
     snprintf(d.workdir, sizeof d.workdir, "%s/kmproxy-demo-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     km_err err = {{0}};
@@ -230,6 +248,8 @@ int km_cli_demo(int argc, char **argv)
     bool ok = !make_cluster(&d, &err) && !km_localzk_start(&d.zk, d.workdir, 60, &err);
     if (ok)
         printf("ZooKeeper: serving on %s\n", d.zk.hosts);
+    if (ok && d.o.quorum)
+        ok = !demo_start_quorum(&d.quorum, d.logdir, d.workdir, &err);
     ok = ok && !start_daemon(&d, &err) && run_stages(&d);
     if (err.msg[0])
         fprintf(stderr, "demo: %s\n", err.msg);

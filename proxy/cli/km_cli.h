@@ -3,6 +3,7 @@
 #ifndef KM_CLI_H
 #define KM_CLI_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Weak, so a command whose module has not landed yet reads "not available" instead of breaking the link. */
@@ -15,5 +16,8 @@ KM_CLI_ENTRY int km_cli_run(int argc, char **argv);       /* proxy/cli_run.c: th
 
 /* A whole decimal option value in [lo, hi]: no trailing text, no overflow. 0, or -1 (proxy/cli_args.c). */
 int km_cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* True when "--help" is among argv[1..] (before a "--"): every command and subcommand then prints
+ * its usage on stdout and exits 0, whatever else the line holds. */
+bool km_cli_wants_help(int argc, char **argv);
 
 #endif

@@ -23,7 +23,19 @@ typedef struct key_def {
 #define INT64(k, f, lo, hi) {k, K_INT64, offsetof(km_config, f), lo, hi}
 
 static const key_def KEYS[] = {
+    STR("metadata.source", metadata_source),
     STR("metadata.dir", metadata_dir),
+    STR("controller.quorum.bootstrap.servers", quorum_bootstrap_servers),
+    STR("controller.quorum.voters", quorum_voters),
+    INT("controller.quorum.request.timeout.ms", quorum_request_timeout_ms, 100, 600000),
+    STR("metadata.quorum.snapshot.dir", quorum_snapshot_dir),
+    STR("controller.listener.names", controller_listener_names),
+    STR("listener.security.protocol.map", listener_security_protocol_map),
+    STR("ssl.truststore.location", ssl_truststore_location),
+    STR("ssl.truststore.type", ssl_truststore_type),
+    STR("ssl.keystore.location", ssl_keystore_location),
+    STR("ssl.keystore.type", ssl_keystore_type),
+    STR("ssl.endpoint.identification.algorithm", ssl_endpoint_identification_algorithm),
     STR("cluster.id", cluster_id),
     INT("kraft.controller.id", kraft_controller_id, -1, INT32_MAX),
     STR("zookeeper.connect", zk_connect),
@@ -49,6 +61,10 @@ static const key_def KEYS[] = {
     STR("capture.pcapng", capture_pcapng),
     STR("capture.jsonl", capture_jsonl),
     {"log.level", K_LEVEL, offsetof(km_config, log_level), 0, 0},
+    STR("log.file", log_file),
+    INT("health.max.lag.records", health_max_lag_records, 0, INT32_MAX),
+    BOOL("ha.enabled", ha_enabled),
+    STR("kmproxy.election.path", election_path),
     STR("password.encoder.secret", password_encoder_secret),
     STR("password.encoder.keyfactory.algorithm", password_encoder_keyfactory_algorithm),
     STR("password.encoder.cipher.algorithm", password_encoder_cipher_algorithm),
@@ -68,6 +84,10 @@ void km_config_defaults(km_config *c)
     c->broker_request_timeout_ms = 30000;  /* Kafka's controller.socket.timeout.ms */
     c->broker_max_queued = 1000;
     c->log_level = strdup("info");
+    c->health_max_lag_records = 1000;
+    c->election_path = strdup("/kmproxy/election");
+    c->metadata_source = strdup("quorum"); /* only committed records (issue 11); dir is for offline use */
+    c->quorum_request_timeout_ms = 2000;   /* Kafka's controller.quorum.request.timeout.ms */
     c->password_encoder_key_length = 128;  /* Kafka's password.encoder.* defaults */
     c->password_encoder_iterations = 4096;
 }
@@ -202,13 +222,31 @@ static int validate_password_encoder(const km_config *c, km_err *err)
 
 int km_config_validate(const km_config *c, km_err *err)
 {
-    if (!c->metadata_dir)
-        return km_fail(err, "metadata.dir is required (the __cluster_metadata-0 directory)");
+    bool quorum = c->metadata_source && !strcmp(c->metadata_source, "quorum");
+    if (!quorum && (!c->metadata_source || strcmp(c->metadata_source, "dir")))
+        return km_fail(err, "metadata.source must be quorum or dir, not '%s'", c->metadata_source ? c->metadata_source : "");
+    if (quorum && !c->quorum_bootstrap_servers && !c->quorum_voters)
+        return km_fail(err, "metadata.source=quorum needs controller.quorum.bootstrap.servers or controller.quorum.voters");
+    if (!quorum && !c->metadata_dir)
+        return km_fail(err, "metadata.dir is required with metadata.source=dir (the __cluster_metadata-0 directory)");
+    /* A key the chosen source would not read is refused, never silently ignored. */
+    if (quorum && c->metadata_dir)
+        return km_fail(err, "metadata.dir is read only with metadata.source=dir; the source is quorum (the default): "
+                            "set metadata.source=dir to follow the directory");
+    if (!quorum && (c->quorum_bootstrap_servers || c->quorum_voters))
+        return km_fail(err, "controller.quorum.* is read only with metadata.source=quorum, and metadata.source is dir");
+    km_config_quorum_security qs;
+    if (quorum && km_config_resolve_quorum_security(c, &qs, err) < 0)
+        return -1;
     km_config_broker_security sec;
     int rc = km_config_resolve_broker_security(c, &sec, err);
     km_config_broker_security_clear(&sec);
     if (rc)
         return -1;
+    if (c->ha_enabled && (!c->election_path || c->election_path[0] != '/' ||
+                          c->election_path[strlen(c->election_path) - 1] == '/'))
+        return km_fail(err, "kmproxy.election.path must be an absolute ZooKeeper path, not '%s'",
+                       c->election_path ? c->election_path : "");
     if (!c->zk_connect)  /* broker RPCs carry the ZooKeeper controller epoch our claim produces */
         return km_fail(err, "zookeeper.connect is required (HOST:PORT[,HOST:PORT][/chroot])");
     return validate_password_encoder(c, err);
