@@ -47,16 +47,8 @@ static const km_topic *topic_at(int i)
 /* n leader changes on topic t, one batch each: the same leader at a new leader epoch. */
 static void bump_leader_epochs(const km_topic *t, int n)
 {
-    for (int i = 0; i < n; i++) {
-        km_partition x;
-        cr_assert(km_topic_partition(t, i % km_topic_partition_count(t), &x));
-        km_partition_change_record rec;
-        km_partition_change_record_init(&rec);
-        rec.topic_id = km_topic_id(t);
-        rec.partition_id = x.id;
-        rec.leader = x.leader;
-        cr_assert(brig_append(&G.r, &km_partition_change_record_desc, &rec), "%s", G.r.why);
-    }
+    for (int i = 0; i < n; i++)
+        cr_assert(brig_bump_leader_epoch(&G.r, t, i % km_topic_partition_count(t)), "%s", G.r.why);
 }
 
 static long long full_lisrs(int32_t broker) { return brig_lisr_count(&G.r, broker, KM_CTL_TYPE_FULL); }
@@ -297,10 +289,11 @@ static char *zk_topic_id(const char *name)
     km_zkc_close(c);
     json_t *j = json_loads(data, 0, NULL);
     cr_assert(j, "%s: %s", path, data);
-    char *id = strdup(json_string_value(json_object_get(j, "topic_id")) ? json_string_value(json_object_get(j, "topic_id")) : "");
+    const char *id = json_string_value(json_object_get(j, "topic_id"));
+    char *copy = strdup(id ? id : "");
     json_decref(j);
     free(data);
-    return id;
+    return copy;
 }
 
 /* Each broker (3.6.2+ and IBP 3.4 alike) ends with the new topic id in its cache and its logs:
@@ -314,38 +307,8 @@ Test(broker_daemon_rpcs, a_topic_recreated_in_one_batch_has_its_new_id_everywher
     const km_topic *t = topic_at(2);
     char name[128];
     snprintf(name, sizeof name, "%s", km_topic_name(t));
-    int32_t np = km_topic_partition_count(t) < 8 ? km_topic_partition_count(t) : 8;
-    km_partition old[8];
-    int32_t reps[8][8], isr[8][8];
-    km_partition_record pr[8];
-    km_remove_topic_record rm;
-    km_remove_topic_record_init(&rm);
-    rm.topic_id = km_topic_id(t);
-    km_topic_record tr;
-    km_topic_record_init(&tr);
-    tr.name = km_cstr(name);
-    tr.topic_id = km_topic_id(t);
-    tr.topic_id.b[0] ^= 0x5a;
-    const km_message_desc *mds[10] = { &km_remove_topic_record_desc, &km_topic_record_desc };
-    const void *msgs[10] = { &rm, &tr };
-    for (int32_t p = 0; p < np; p++) { /* the same brokers host it again, at epoch 0 */
-        cr_assert(km_topic_partition(t, p, &old[p]) && old[p].replicas.n <= 8 && old[p].isr.n <= 8);
-        memcpy(reps[p], old[p].replicas.v, sizeof(int32_t) * (size_t)old[p].replicas.n);
-        memcpy(isr[p], old[p].isr.v, sizeof(int32_t) * (size_t)old[p].isr.n);
-        km_partition_record_init(&pr[p]);
-        pr[p].partition_id = p;
-        pr[p].topic_id = tr.topic_id;
-        pr[p].replicas.count = old[p].replicas.n;
-        pr[p].replicas.items = reps[p];
-        pr[p].isr.count = old[p].isr.n;
-        pr[p].isr.items = isr[p];
-        pr[p].leader = old[p].leader;
-        pr[p].leader_epoch = pr[p].partition_epoch = 0;
-        mds[2 + p] = &km_partition_record_desc;
-        msgs[2 + p] = &pr[p];
-    }
-    km_uuid new_id = tr.topic_id;
-    cr_assert(brig_append_batch(&G.r, mds, msgs, (size_t)(2 + np)), "%s", G.r.why);
+    km_uuid new_id;
+    cr_assert(brig_recreate_topic(&G.r, t, &new_id), "%s", G.r.why);
     drig_converge(&G, "after the topic was re-created"); /* ids checked in caches and logs */
     char want[23];
     km_uuid_to_base64(new_id, want);
