@@ -14,17 +14,6 @@ static void run_usage(FILE *to)
                 "  --set applies after the file; keys are those of deploy/kmproxy.properties.example.\n");
 }
 
-static int apply_set(km_config *cfg, char *kv, km_err *err)
-{
-    char *eq = strchr(kv, '=');
-    if (!eq)
-        return km_fail(err, "--set %s: expected key=value", kv);
-    *eq = '\0';
-    int rc = km_config_set(cfg, kv, eq + 1, "--set", err);
-    *eq = '=';
-    return rc;
-}
-
 int km_cli_run(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -40,7 +29,7 @@ int km_cli_run(int argc, char **argv)
             km_config_free(&cfg);
             return 0;
         }
-        int rc = c == 'c' ? km_config_load(&cfg, optarg, &err) : c == 's' ? apply_set(&cfg, optarg, &err) : -2;
+        int rc = c == 'c' ? km_config_load(&cfg, optarg, &err) : c == 's' ? km_cli_apply_set(&cfg, optarg, &err) : -2;
         if (rc) {
             if (rc == -2) run_usage(stderr);
             else fprintf(stderr, "kmproxy run: %s\n", err.msg);

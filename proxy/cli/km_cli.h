@@ -12,6 +12,12 @@ KM_CLI_ENTRY int km_cli_metadata(int argc, char **argv);  /* proxy/cli_metadata.
 KM_CLI_ENTRY int km_cli_zk(int argc, char **argv);        /* proxy/cli_zk.c */
 KM_CLI_ENTRY int km_cli_demo(int argc, char **argv);      /* proxy/cli_demo.c */
 KM_CLI_ENTRY int km_cli_run(int argc, char **argv);       /* proxy/cli_run.c: the daemon */
+KM_CLI_ENTRY int km_cli_proxy(int argc, char **argv);     /* proxy/cli/cli_proxy.c: the inline proxy alone */
+
+struct km_config;
+struct km_err;
+/* One --set key=value onto a configuration (proxy/cli/cli_proxy.c). 0, or -1 + err. */
+int km_cli_apply_set(struct km_config *cfg, char *kv, struct km_err *err);
 
 /* A whole decimal option value in [lo, hi]: no trailing text, no overflow. 0, or -1 (proxy/cli_args.c). */
 int km_cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);

@@ -1,0 +1,108 @@
+/* kmproxy proxy: only the inline proxy, for operators who want no daemon. */
+#include "km_cli.h"
+#include "km_config.h"
+#include "km_inline.h"
+
+#include <ev.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+static void proxy_usage(FILE *to)
+{
+    fprintf(to, "usage: kmproxy proxy [--config FILE] [--set key=value ...]\n"
+                "  Runs the inline Kafka proxy alone: the proxy.* keys of deploy/kmproxy.properties.example\n"
+                "  (other keys of the file are checked but unused).  --set applies after the file.\n"
+                "  Prints one 'listening broker=ID port=PORT' line per configured listener, then serves\n"
+                "  until SIGINT or SIGTERM.\n");
+}
+
+int km_cli_apply_set(km_config *cfg, char *kv, km_err *err)
+{
+    char *eq = strchr(kv, '=');
+    if (!eq)
+        return km_fail(err, "--set %s: expected key=value", kv);
+    *eq = '\0';
+    int rc = km_config_set(cfg, kv, eq + 1, "--set", err);
+    *eq = '=';
+    return rc;
+}
+
+static void log_line(void *ud, int level, const char *msg)
+{
+    static const char *const NAMES[] = {"error", "warn", "info", "debug"};
+    const km_config *cfg = ud;
+    int max = !strcmp(cfg->log_level, "error") ? 0 : !strcmp(cfg->log_level, "warn") ? 1
+              : !strcmp(cfg->log_level, "info") ? 2 : 3;
+    if (level <= max)
+        fprintf(stderr, "kmproxy proxy: %s: %s\n", NAMES[level < 0 ? 0 : level > 3 ? 3 : level], msg);
+}
+
+static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    (void)revents;
+    fprintf(stderr, "kmproxy proxy: signal %d: shutting down\n", w->signum);
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static void print_listeners(const km_inline *p, const km_config *cfg)
+{
+    if (cfg->proxy.bootstrap_listen)
+        printf("listening broker=-1 port=%u\n", km_inline_listen_port(p, -1));
+    for (size_t i = 0; i < cfg->proxy.n_brokers; i++)
+        printf("listening broker=%d port=%u\n", cfg->proxy.brokers[i].id,
+               km_inline_listen_port(p, cfg->proxy.brokers[i].id));
+    fflush(stdout);
+}
+
+static int serve(km_config *cfg)
+{
+    km_err err = {{0}};
+    struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
+    km_inline *p = km_inline_new(loop, &cfg->proxy, log_line, cfg, &err);
+    if (!p) {
+        fprintf(stderr, "kmproxy proxy: %s\n", err.msg);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    ev_signal sigint, sigterm;
+    ev_signal_init(&sigint, on_stop_signal, SIGINT);
+    ev_signal_init(&sigterm, on_stop_signal, SIGTERM);
+    ev_signal_start(loop, &sigint);
+    ev_signal_start(loop, &sigterm);
+    print_listeners(p, cfg);
+    ev_run(loop, 0);
+    km_inline_free(p);
+    return 0;
+}
+
+int km_cli_proxy(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"config", required_argument, 0, 'c'}, {"set", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    km_config cfg;
+    km_config_defaults(&cfg);
+    km_err err = {{0}};
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
+        if (c == 'h') {
+            proxy_usage(stdout);
+            km_config_free(&cfg);
+            return 0;
+        }
+        int rc = c == 'c' ? km_config_load(&cfg, optarg, &err) : c == 's' ? km_cli_apply_set(&cfg, optarg, &err) : -2;
+        if (rc) {
+            if (rc == -2)
+                proxy_usage(stderr);
+            else
+                fprintf(stderr, "kmproxy proxy: %s\n", err.msg);
+            km_config_free(&cfg);
+            return 2;
+        }
+    }
+    int rc = serve(&cfg);
+    km_config_free(&cfg);
+    return rc;
+}

@@ -1,0 +1,172 @@
+/* The proxy.* configuration keys: one strict table plus the proxy.broker.<id>.* family. */
+#include "km_inline.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct int_key {
+    const char *key;
+    size_t offset;
+    int64_t lo, hi;
+} int_key;
+
+static const int_key INT_KEYS[] = {
+    {"proxy.port.base", offsetof(km_inline_config, port_base), 1, 65535},
+    {"proxy.max.frame.bytes", offsetof(km_inline_config, max_frame_bytes), 1024, INT32_MAX},
+    {"proxy.max.connections", offsetof(km_inline_config, max_connections), 1, 1000000},
+    {"proxy.max.connections.per.ip", offsetof(km_inline_config, max_connections_per_ip), 1, 1000000},
+    {"proxy.idle.timeout.ms", offsetof(km_inline_config, idle_timeout_ms), 10, INT32_MAX},
+    {"proxy.request.timeout.ms", offsetof(km_inline_config, request_timeout_ms), 10, INT32_MAX},
+    {"proxy.connection.buffer.bytes", offsetof(km_inline_config, buffer_bytes), 4096, 1 << 30},
+};
+
+typedef struct str_key {
+    const char *key;
+    size_t offset;
+    bool address; /* HOST:PORT */
+} str_key;
+
+static const str_key STR_KEYS[] = {
+    {"proxy.bootstrap.listen", offsetof(km_inline_config, bootstrap_listen), true},
+    {"proxy.bootstrap.upstream", offsetof(km_inline_config, bootstrap_upstream), true},
+    {"proxy.listen.host", offsetof(km_inline_config, listen_host), false},
+    {"proxy.advertised.host", offsetof(km_inline_config, advertised_host), false},
+};
+
+void km_inline_config_defaults(km_inline_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->port_base = -1;
+    c->max_frame_bytes = 100 * 1024 * 1024;     /* Kafka's socket.request.max.bytes is 100 MiB */
+    c->max_connections = 10000;
+    c->max_connections_per_ip = 10000;
+    c->idle_timeout_ms = 600000;                /* Kafka's connections.max.idle.ms */
+    c->request_timeout_ms = 60000;              /* past every client's request.timeout.ms default */
+    c->buffer_bytes = 256 * 1024;
+}
+
+static int parse_int(const char *value, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (!*value || *end || errno || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* "HOST:PORT" with a non-empty host (or [v6]) and a port in 1..65535 (0 allowed for listeners). */
+static bool valid_address(const char *s)
+{
+    const char *colon = strrchr(s, ':');
+    int64_t port;
+    return colon && colon != s && !parse_int(colon + 1, 0, 65535, &port);
+}
+
+static int set_str(char **slot, const char *value, const char *where, const char *key, bool address, km_err *err)
+{
+    if (address && !valid_address(value))
+        return km_fail(err, "%s: %s must be HOST:PORT, not '%s'", where, key, value);
+    if (!*value)
+        return km_fail(err, "%s: %s is empty", where, key);
+    char *copy = strdup(value);
+    if (!copy)
+        return km_fail(err, "%s: %s: out of memory", where, key);
+    free(*slot);
+    *slot = copy;
+    return 0;
+}
+
+static km_inline_broker_cfg *broker_slot(km_inline_config *c, int32_t id)
+{
+    for (size_t i = 0; i < c->n_brokers; i++)
+        if (c->brokers[i].id == id)
+            return &c->brokers[i];
+    km_inline_broker_cfg *grown = realloc(c->brokers, (c->n_brokers + 1) * sizeof *grown);
+    if (!grown)
+        return NULL;
+    c->brokers = grown;
+    grown[c->n_brokers] = (km_inline_broker_cfg){.id = id};
+    return &grown[c->n_brokers++];
+}
+
+/* proxy.broker.<id>.listen | .upstream */
+static int set_broker_key(km_inline_config *c, const char *key, const char *value, const char *where, km_err *err)
+{
+    const char *id_start = key + strlen("proxy.broker."), *dot = strchr(id_start, '.');
+    char id_text[16];
+    int64_t id;
+    size_t id_len = dot ? (size_t)(dot - id_start) : 0;
+    if (!dot || id_len == 0 || id_len >= sizeof id_text)
+        return km_fail(err, "%s: unknown key '%s' (expected proxy.broker.<id>.listen or .upstream)", where, key);
+    memcpy(id_text, id_start, id_len);
+    id_text[id_len] = '\0';
+    if (parse_int(id_text, 0, INT32_MAX, &id))
+        return km_fail(err, "%s: %s: broker id '%s' is not an integer in [0, %d]", where, key, id_text, INT32_MAX);
+    bool listen = !strcmp(dot + 1, "listen");
+    if (!listen && strcmp(dot + 1, "upstream"))
+        return km_fail(err, "%s: unknown key '%s' (expected proxy.broker.<id>.listen or .upstream)", where, key);
+    km_inline_broker_cfg *b = broker_slot(c, (int32_t)id);
+    if (!b)
+        return km_fail(err, "%s: %s: out of memory", where, key);
+    return set_str(listen ? &b->listen : &b->upstream, value, where, key, true, err);
+}
+
+int km_inline_config_set(km_inline_config *c, const char *key, const char *value, const char *where, km_err *err)
+{
+    if (!strncmp(key, "proxy.broker.", strlen("proxy.broker.")))
+        return set_broker_key(c, key, value, where, err);
+    for (size_t i = 0; i < sizeof STR_KEYS / sizeof STR_KEYS[0]; i++)
+        if (!strcmp(key, STR_KEYS[i].key))
+            return set_str((char **)((char *)c + STR_KEYS[i].offset), value, where, key, STR_KEYS[i].address, err);
+    for (size_t i = 0; i < sizeof INT_KEYS / sizeof INT_KEYS[0]; i++) {
+        const int_key *k = &INT_KEYS[i];
+        if (strcmp(key, k->key))
+            continue;
+        int64_t v;
+        if (parse_int(value, k->lo, k->hi, &v))
+            return km_fail(err, "%s: %s must be an integer in [%lld, %lld], not '%s'", where, key, (long long)k->lo,
+                           (long long)k->hi, value);
+        *(int32_t *)((char *)c + k->offset) = (int32_t)v;
+        return 0;
+    }
+    return km_fail(err, "%s: unknown key '%s'", where, key);
+}
+
+bool km_inline_config_enabled(const km_inline_config *c)
+{
+    return c->n_brokers || c->bootstrap_listen || c->bootstrap_upstream || c->port_base >= 0 || c->listen_host ||
+           c->advertised_host;
+}
+
+int km_inline_config_validate(const km_inline_config *c, km_err *err)
+{
+    for (size_t i = 0; i < c->n_brokers; i++)
+        if (!c->brokers[i].listen || !c->brokers[i].upstream)
+            return km_fail(err, "proxy.broker.%d: needs both .listen and .upstream", c->brokers[i].id);
+    if (!c->bootstrap_listen != !c->bootstrap_upstream)
+        return km_fail(err, "proxy.bootstrap.listen and proxy.bootstrap.upstream go together");
+    if ((c->listen_host || c->advertised_host) && c->port_base < 0)
+        return km_fail(err, "proxy.listen.host and proxy.advertised.host need proxy.port.base");
+    if (c->port_base >= 0 && !c->advertised_host)
+        return km_fail(err, "proxy.port.base needs proxy.advertised.host (the host clients are told)");
+    if (!c->bootstrap_listen && !c->n_brokers)
+        return km_fail(err, "the proxy has no listener: set proxy.bootstrap.listen/.upstream or "
+                            "proxy.broker.<id>.listen/.upstream");
+    return 0;
+}
+
+void km_inline_config_free(km_inline_config *c)
+{
+    for (size_t i = 0; i < c->n_brokers; i++) {
+        free(c->brokers[i].listen);
+        free(c->brokers[i].upstream);
+    }
+    free(c->brokers);
+    for (size_t i = 0; i < sizeof STR_KEYS / sizeof STR_KEYS[0]; i++)
+        free(*(char **)((char *)c + STR_KEYS[i].offset));
+    memset(c, 0, sizeof *c);
+}

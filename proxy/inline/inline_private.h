@@ -1,0 +1,116 @@
+/* inline_private.h - shared by the proxy/inline sources only; not part of km_inline's API. */
+#ifndef KM_INLINE_PRIVATE_H
+#define KM_INLINE_PRIVATE_H
+
+#include <ev.h>
+
+#include "km_inline.h"
+#include "km_net.h"
+
+#define INL_HOST_MAX 256
+/* Request bytes held before forwarding: enough for any header plus the start
+ * of the body (Produce's acks, SaslHandshake's mechanism). */
+#define INL_REQ_PREFIX_MAX (64u * 1024u)
+#define INL_INFLIGHT_MAX 65536u /* requests awaiting answers; past it the client waits */
+
+typedef struct inl_route {
+    km_inline *p;
+    int32_t broker_id;                       /* -1: the bootstrap listener */
+    bool is_static;                          /* configured: upstream never learned */
+    char listen_host[INL_HOST_MAX];          /* "" binds every address */
+    uint16_t listen_port;
+    char adv_host[INL_HOST_MAX];
+    uint16_t adv_port;
+    char up_host[INL_HOST_MAX];              /* where new connections go */
+    uint16_t up_port;
+    km_net_listener *listener;
+} inl_route;
+
+typedef struct inl_ip_count {
+    char ip[64];
+    uint32_t n;
+} inl_ip_count;
+
+typedef struct inl_session inl_session;
+
+struct km_inline {
+    struct ev_loop *loop;
+    /* settings copied from km_inline_config */
+    char *listen_host, *advertised_host;
+    int32_t port_base;
+    size_t max_frame, buffer_bytes;
+    uint32_t max_conns, max_conns_per_ip;
+    double idle_timeout, request_timeout;    /* seconds */
+    inl_route **routes;
+    size_t n_routes;
+    inl_session *sessions;                   /* doubly linked, every open client */
+    inl_ip_count *ips;
+    size_t n_ips;
+    km_inline_stats stats;
+    km_inline_log_fn log;
+    void *log_ud;
+};
+
+typedef struct inl_inflight {
+    int32_t correlation_id;
+    int16_t api_key, api_version;
+    ev_tstamp sent;
+} inl_inflight;
+
+/* The request direction's parser: size, then a header prefix, then the rest streamed. */
+typedef struct inl_req_parser {
+    uint8_t prefix[4 + INL_REQ_PREFIX_MAX];
+    size_t have, want;
+    uint64_t left;        /* payload bytes of the current frame still to stream */
+} inl_req_parser;
+
+/* The response direction's: size + correlation id, then streamed or collected whole. */
+typedef struct inl_resp_parser {
+    uint8_t prefix[8];
+    size_t have;
+    uint64_t left;
+    bool collecting;      /* a response to rewrite or inspect: held whole */
+    km_buf whole;
+    size_t whole_want;
+    inl_inflight req;     /* the request this response answers */
+} inl_resp_parser;
+
+struct inl_session {
+    km_inline *p;
+    inl_route *route;
+    inl_session *prev, *next;
+    km_net_conn *client, *up;
+    char peer[80], ip[64];
+    ev_timer timer;
+    ev_tstamp last_activity;
+    inl_req_parser rq;
+    inl_resp_parser rs;
+    inl_inflight *ring;   /* in-flight requests, oldest first (brokers answer in order) */
+    size_t ring_cap, ring_head, ring_count;
+    int sasl_raw_rounds;  /* >0: SaslHandshake v0 switched to raw tokens; server tokens still due */
+    bool sasl_raw_pending;/* a SaslHandshake v0 is in flight with this mechanism's rounds: */
+    int sasl_rounds_on_ok;
+    bool opaque;          /* raw SASL of a mechanism we cannot follow: bytes pass unparsed */
+    bool client_bp, client_full, up_bp; /* paused: back-pressure, in-flight table full */
+};
+
+/* inline_proxy.c */
+void inl_log(km_inline *p, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The route serving broker id (creating a dynamic one, listener included, when
+ * port.base allows), its upstream learned from host:port; NULL when the broker
+ * cannot be served. */
+inl_route *inl_route_for_broker(km_inline *p, int32_t id, const char *host, int32_t port);
+void inl_ip_release(km_inline *p, const char *ip);
+
+/* inline_session.c */
+void inl_session_start(inl_route *r, int fd, const char *peer, const char *ip);
+void inl_session_free(inl_session *s);
+
+/* inline_rewrite.c: replaces the broker addresses of a whole response frame
+ * (payload after the size) into out, framed.  1: rewritten, 0: not an API
+ * that carries addresses (out untouched), -1 + err: undecodable. */
+int inl_rewrite_response(km_inline *p, int16_t api_key, int16_t version, const uint8_t *payload, size_t len,
+                         km_buf *out, km_err *err);
+bool inl_api_needs_rewrite(int16_t api_key);
+
+#endif

@@ -1,0 +1,85 @@
+/* km_inline.h - the inline proxy: kmproxy in the data path between Kafka
+ * clients and the brokers.
+ *
+ * Every proxied broker gets a listener; each accepted client gets its own
+ * upstream connection.  Bytes stream through as they arrive (no whole frames
+ * held) while a small parser follows the frame boundaries, pairs responses
+ * with requests by correlation id, and decodes only the responses that carry
+ * broker addresses (Metadata, FindCoordinator, DescribeCluster) to replace
+ * them with the proxy's own.  Two ways to say what to proxy:
+ *   static:  proxy.broker.<id>.listen / .upstream, proxy.bootstrap.listen / .upstream
+ *   dynamic: proxy.listen.host, proxy.advertised.host, proxy.port.base: broker <id>
+ *            is served on port.base + id, its listener opened the moment a
+ *            response first names it (before the client can see the address).
+ * Everything runs on one libev loop; nothing blocks but name resolution. */
+#ifndef KM_INLINE_H
+#define KM_INLINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "km_codec.h" /* km_err */
+
+struct ev_loop;
+
+typedef struct km_inline_broker_cfg {
+    int32_t id;
+    char *listen;   /* proxy.broker.<id>.listen: HOST:PORT */
+    char *upstream; /* proxy.broker.<id>.upstream: HOST:PORT */
+} km_inline_broker_cfg;
+
+typedef struct km_inline_config {
+    km_inline_broker_cfg *brokers; /* static routes, by id */
+    size_t n_brokers;
+    char *bootstrap_listen, *bootstrap_upstream;
+    char *listen_host;             /* proxy.listen.host: where dynamic listeners bind (NULL: every address) */
+    char *advertised_host;         /* proxy.advertised.host: the host clients are told */
+    int32_t port_base;             /* proxy.port.base; -1: no dynamic listeners */
+    int32_t max_frame_bytes;       /* proxy.max.frame.bytes */
+    int32_t max_connections;       /* proxy.max.connections: clients at once, all listeners */
+    int32_t max_connections_per_ip;/* proxy.max.connections.per.ip */
+    int32_t idle_timeout_ms;       /* proxy.idle.timeout.ms: nothing in flight and no bytes */
+    int32_t request_timeout_ms;    /* proxy.request.timeout.ms: the upstream's answer to the oldest request */
+    int32_t buffer_bytes;          /* proxy.connection.buffer.bytes: queued bytes per direction before pausing */
+} km_inline_config;
+
+void km_inline_config_defaults(km_inline_config *c);
+/* One proxy.* key (the full key, "proxy." included).  Unknown keys and bad
+ * values are refused naming `where` ("FILE:LINE" or "--set"). */
+int km_inline_config_set(km_inline_config *c, const char *key, const char *value, const char *where, km_err *err);
+/* True once any proxy.* key asks for listeners. */
+bool km_inline_config_enabled(const km_inline_config *c);
+/* Pairs that go together; at least one listener. */
+int km_inline_config_validate(const km_inline_config *c, km_err *err);
+void km_inline_config_free(km_inline_config *c);
+
+typedef struct km_inline km_inline;
+
+/* Log sink: level 0 error, 1 warn, 2 info, 3 debug (km_daemon's levels). */
+typedef void (*km_inline_log_fn)(void *ud, int level, const char *msg);
+
+/* Opens the static listeners on loop.  cfg is copied. */
+km_inline *km_inline_new(struct ev_loop *loop, const km_inline_config *cfg, km_inline_log_fn log, void *log_ud,
+                         km_err *err);
+/* Closes every listener and connection at once. */
+void km_inline_free(km_inline *p);
+
+/* The port a listener really got (useful with port 0): broker id, or -1 for
+ * the bootstrap listener.  0 when there is no such listener. */
+uint16_t km_inline_listen_port(const km_inline *p, int32_t broker_id);
+
+typedef struct km_inline_stats {
+    uint64_t accepted, refused, cut;          /* client connections: accepted, refused at a limit, cut for a fault */
+    uint64_t open;                            /* client connections open now */
+    uint64_t requests, responses;             /* frames paired by correlation id */
+    uint64_t rewritten;                       /* responses whose addresses were replaced */
+    uint64_t unknown_api;                     /* requests of an API or version the codec does not know */
+    uint64_t bytes_up, bytes_down;            /* client -> broker, broker -> client */
+    uint64_t buffered_high_water;             /* most bytes one connection pair held queued at once */
+    uint64_t largest_frame;                   /* largest frame that passed, either way */
+    uint64_t listeners;                       /* listeners open */
+} km_inline_stats;
+void km_inline_get_stats(const km_inline *p, km_inline_stats *out);
+
+#endif
