@@ -12,6 +12,7 @@
  * of the body (Produce's acks, SaslHandshake's mechanism). */
 #define INL_REQ_PREFIX_MAX (64u * 1024u)
 #define INL_INFLIGHT_MAX 65536u /* requests awaiting answers; past it the client waits */
+#define INL_ACKS0_REMEMBERED 256u /* recent acks=0 Produce correlation ids (see response_head_ready) */
 
 typedef struct inl_route {
     km_inline *p;
@@ -87,6 +88,9 @@ struct inl_session {
     inl_resp_parser rs;
     inl_inflight *ring;   /* in-flight requests, oldest first (brokers answer in order) */
     size_t ring_cap, ring_head, ring_count;
+    int32_t acks0[INL_ACKS0_REMEMBERED]; /* recent acks=0 Produce requests, which Kafka never answers */
+    int16_t acks0_version[INL_ACKS0_REMEMBERED];
+    size_t acks0_next;
     int sasl_raw_rounds;  /* >0: SaslHandshake v0 switched to raw tokens; server tokens still due */
     bool sasl_raw_pending;/* a SaslHandshake v0 is in flight with this mechanism's rounds: */
     int sasl_rounds_on_ok;
