@@ -65,9 +65,10 @@ static void rewrite_coordinator(km_inline *p, int16_t *error_code, int32_t *node
     *port = -1;
 }
 
-static void rewrite_find_coordinator(km_inline *p, km_find_coordinator_response *m)
+static void rewrite_find_coordinator(km_inline *p, int16_t version, km_find_coordinator_response *m)
 {
-    rewrite_coordinator(p, &m->error_code, &m->node_id, &m->host, &m->port);
+    if (version <= 3) /* v4+ answer in the array only; the top-level fields are absent */
+        rewrite_coordinator(p, &m->error_code, &m->node_id, &m->host, &m->port);
     for (int32_t i = 0; i < m->coordinators.count; i++) {
         km_find_coordinator_response_coordinator *c = &m->coordinators.items[i];
         rewrite_coordinator(p, &c->error_code, &c->node_id, &c->host, &c->port);
@@ -100,7 +101,7 @@ int inl_rewrite_response(km_inline *p, int16_t api_key, int16_t version, const u
         if (api_key == KM_API_METADATA)
             rewrite_metadata(p, body);
         else if (api_key == KM_API_FIND_COORDINATOR)
-            rewrite_find_coordinator(p, body);
+            rewrite_find_coordinator(p, version, body);
         else
             rewrite_describe_cluster(p, body);
         rc = km_frame_response(api_key, version, correlation_id, body, out, err) ? -1 : 1;

@@ -272,8 +272,7 @@ static int request_ready(inl_session *s)
     const km_message_desc *md = km_find_message(KM_K_REQUEST, key);
     bool known = md && km_version_in(md->valid, ver), expect_response = true;
     if (ver < 0) {
-        cut(s, "request at stream byte %llu: api version %d is negative",
-            (unsigned long long)(s->p->stats.bytes_up), ver);
+        cut(s, "request with api key %d, correlation id %d: api version %d is negative", key, corr, ver);
         return -1;
     }
     if (!known) {

@@ -1,0 +1,417 @@
+/* The inline proxy's corner cases, with raw sockets on the client side and either librdkafka's
+ * mock cluster or a scripted upstream (a socket the test answers by hand, with frames our codec
+ * encodes) where the mock cannot produce the case: DescribeCluster, batched FindCoordinator,
+ * SaslHandshake v0's raw tokens, an unknown API, a broker that never answers. */
+#include "test_inline_rig.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+TestSuite(inline_edge, .timeout = 120);
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static void start_over_mock(irig *r)
+{
+    irig_init(r);
+    irig_mock(r, 3, "edge", 1);
+    irig_dynamic(r);
+}
+
+/* Proxy with its bootstrap listener in front of a scripted upstream (*lfd). */
+static void start_scripted(irig *r, int *lfd)
+{
+    uint16_t port;
+    char addr[64], base[16];
+    irig_init(r);
+    *lfd = irig_listen(&port);
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+    snprintf(base, sizeof base, "%d", irig_free_port_base(8));
+    irig_set(r, "proxy.bootstrap.listen", "127.0.0.1:0");
+    irig_set(r, "proxy.bootstrap.upstream", addr);
+    irig_set(r, "proxy.listen.host", "127.0.0.1");
+    irig_set(r, "proxy.advertised.host", "127.0.0.1");
+    irig_set(r, "proxy.port.base", base);
+}
+
+static void send_request(int fd, int16_t api, int16_t ver, int32_t corr, const void *body)
+{
+    size_t len;
+    uint8_t *f = irig_request(api, ver, corr, body, &len);
+    cr_assert(irig_send_all(fd, f, len));
+    free(f);
+}
+
+/* The scripted upstream reads one request and checks its header. */
+static void expect_request(int up, int16_t api, int16_t ver, int32_t corr)
+{
+    uint8_t *p;
+    size_t len;
+    cr_assert(irig_read_frame(up, &p, &len), "the upstream got no request");
+    km_reader r;
+    km_reader_init(&r, p, len);
+    km_request_header_view h;
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+    km_err err = {{0}};
+    cr_assert_eq(km_parse_request_header(&r, &h, &a, &err), 0, "%s", err.msg);
+    cr_assert_eq(h.api_key, api);
+    cr_assert_eq(h.api_version, ver);
+    cr_assert_eq(h.correlation_id, corr);
+    km_arena_free(&a);
+    free(p);
+}
+
+static void send_response(int up, int16_t api, int16_t ver, int32_t corr, const void *body)
+{
+    km_buf b;
+    km_buf_init(&b);
+    km_err err = {{0}};
+    cr_assert_eq(km_frame_response(api, ver, corr, body, &b, &err), 0, "%s", err.msg);
+    cr_assert(irig_send_all(up, b.data, b.len));
+    km_buf_free(&b);
+}
+
+/* Reads a response frame on the client and decodes its body into obj (arena a). */
+static void read_response(int fd, int16_t api, int16_t ver, int32_t corr, void *obj, km_arena *a)
+{
+    uint8_t *p;
+    size_t len;
+    cr_assert(irig_read_frame(fd, &p, &len), "no response for correlation id %d", corr);
+    km_reader r;
+    km_reader_init(&r, p, len);
+    int32_t got;
+    km_err err = {{0}};
+    cr_assert_eq(km_parse_response_header(&r, api, ver, &got, &err), 0, "%s", err.msg);
+    cr_assert_eq(got, corr);
+    const km_message_desc *md = km_find_message(KM_K_RESPONSE, api);
+    uint8_t *copy = km_arena_alloc(a, len + 1); /* decoded strings point into the frame */
+    memcpy(copy, p, len);
+    cr_assert_eq(km_decode(md, ver, copy + r.pos, len - r.pos, obj, a, NULL, &err), 0, "%s", err.msg);
+    free(p);
+}
+
+static bool log_mentions(irig *r, const char *what)
+{
+    pthread_mutex_lock(&r->log_lock);
+    bool yes = strstr(r->last_log, what) != NULL;
+    pthread_mutex_unlock(&r->log_lock);
+    return yes;
+}
+
+/* A librdkafka client gets metadata through the proxy: the proxy still serves others. */
+static void others_still_served(irig *r)
+{
+    char bootstrap[64];
+    snprintf(bootstrap, sizeof bootstrap, "127.0.0.1:%u", irig_port(r, -1));
+    rd_kafka_t *rk = irig_producer(bootstrap, NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    cr_assert_eq(rd_kafka_metadata(rk, 1, NULL, &md, 10000), 0, "metadata through the proxy failed");
+    cr_assert_eq(md->broker_cnt, 3);
+    for (int i = 0; i < md->broker_cnt; i++)
+        cr_assert_eq(md->brokers[i].port, r->cfg.port_base + md->brokers[i].id);
+    rd_kafka_metadata_destroy(md);
+    rd_kafka_destroy(rk);
+}
+
+/* ---- garbage, limits, timeouts ------------------------------------------------------------ */
+
+Test(inline_edge, garbage_oversized_bad_header_truncated_are_cut_alone)
+{
+    irig r;
+    start_over_mock(&r);
+    irig_set(&r, "proxy.max.frame.bytes", "65536");
+    irig_start(&r);
+    uint16_t port = irig_port(&r, -1);
+    int keep = irig_connect(port); /* a healthy client before, during and after */
+    int fd = irig_connect(port);
+    cr_assert(irig_send_all(fd, "GET / HTTP/1.1\r\n\r\n", 18));
+    cr_assert(irig_wait_eof(fd), "garbage did not cut the client");
+    close(fd);
+    cr_expect(log_mentions(&r, "exceeds proxy.max.frame.bytes"), "log: %s", r.last_log);
+    fd = irig_connect(port);
+    uint8_t big[4] = {0, 1, 0, 1}; /* 65537 bytes: one past the limit */
+    cr_assert(irig_send_all(fd, big, 4));
+    cr_assert(irig_wait_eof(fd));
+    close(fd);
+    fd = irig_connect(port);
+    uint8_t bad[12] = {0, 0, 0, 8, 0, 3, 0xff, 0xff, 0, 0, 0, 1}; /* Metadata version -1 */
+    cr_assert(irig_send_all(fd, bad, sizeof bad));
+    cr_assert(irig_wait_eof(fd));
+    close(fd);
+    cr_expect(log_mentions(&r, "api version -1 is negative"), "log: %s", r.last_log);
+    fd = irig_connect(port);
+    uint8_t part[14] = {0, 0, 0, 100, 0, 18, 0, 0, 0, 0, 0, 9, 0, 0};
+    cr_assert(irig_send_all(fd, part, sizeof part));
+    close(fd); /* truncated: the client leaves mid-frame */
+    km_api_versions_request av;
+    km_api_versions_request_init(&av);
+    send_request(keep, KM_API_API_VERSIONS, 0, 5, &av);
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+    km_api_versions_response avr;
+    read_response(keep, KM_API_API_VERSIONS, 0, 5, &avr, &a);
+    cr_expect_eq(avr.error_code, 0);
+    km_arena_free(&a);
+    others_still_served(&r);
+    close(keep);
+    km_inline_stats st;
+    for (int i = 0; i < 2000; i++) { /* the truncated client's close reaches the proxy's loop */
+        pthread_mutex_lock(&r.log_lock);
+        bool seen = strstr(r.last_log, "inside a request frame") != NULL;
+        pthread_mutex_unlock(&r.log_lock);
+        if (seen)
+            break;
+        usleep(10000);
+    }
+    irig_stop(&r, &st);
+    cr_expect_eq(st.cut, 4, "cut %llu", (unsigned long long)st.cut);
+    irig_free(&r);
+}
+
+Test(inline_edge, connection_limits_refuse_with_a_log_line)
+{
+    irig r;
+    start_over_mock(&r);
+    irig_set(&r, "proxy.max.connections.per.ip", "3");
+    irig_start(&r);
+    uint16_t port = irig_port(&r, -1);
+    int fds[3];
+    for (int i = 0; i < 3; i++)
+        fds[i] = irig_connect(port);
+    int extra = irig_connect(port);
+    cr_assert(irig_wait_eof(extra), "a 4th connection from one IP was not refused");
+    close(extra);
+    cr_expect(log_mentions(&r, "proxy.max.connections.per.ip"), "log: %s", r.last_log);
+    km_api_versions_request av;
+    km_api_versions_request_init(&av);
+    for (int i = 0; i < 3; i++) { /* the first three are served */
+        send_request(fds[i], KM_API_API_VERSIONS, 0, i, &av);
+        km_arena a;
+        km_arena_init(&a, 1 << 20);
+        km_api_versions_response avr;
+        read_response(fds[i], KM_API_API_VERSIONS, 0, i, &avr, &a);
+        km_arena_free(&a);
+        close(fds[i]);
+    }
+    km_inline_stats st;
+    irig_stop(&r, &st);
+    cr_expect_eq(st.refused, 1);
+    irig_free(&r);
+
+    start_over_mock(&r);
+    irig_set(&r, "proxy.max.connections", "2");
+    irig_start(&r);
+    port = irig_port(&r, -1);
+    fds[0] = irig_connect(port), fds[1] = irig_connect(port), extra = irig_connect(port);
+    cr_assert(irig_wait_eof(extra), "a 3rd connection was not refused by proxy.max.connections=2");
+    cr_expect(log_mentions(&r, "proxy.max.connections reached"), "log: %s", r.last_log);
+    close(extra), close(fds[0]), close(fds[1]);
+    irig_free(&r);
+}
+
+Test(inline_edge, idle_clients_are_closed)
+{
+    irig r;
+    start_over_mock(&r);
+    irig_set(&r, "proxy.idle.timeout.ms", "300");
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1));
+    cr_assert(irig_wait_eof(fd), "an idle client was never closed");
+    close(fd);
+    irig_free(&r);
+}
+
+Test(inline_edge, a_broker_that_never_answers_times_out)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_set(&r, "proxy.request.timeout.ms", "300");
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1)), up = irig_accept(lfd);
+    km_metadata_request mr;
+    km_metadata_request_init(&mr);
+    send_request(fd, KM_API_METADATA, 4, 9, &mr);
+    cr_assert(irig_wait_eof(fd), "the client was not closed after the request timeout");
+    cr_expect(log_mentions(&r, "did not answer METADATA v4 (correlation id 9)"), "log: %s", r.last_log);
+    close(fd), close(up), close(lfd);
+    irig_free(&r);
+}
+
+/* ---- address rewriting beyond what the mock answers ---------------------------------------- */
+
+Test(inline_edge, describe_cluster_and_find_coordinator_carry_proxy_addresses)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    int base = r.cfg.port_base, fd = irig_connect(irig_port(&r, -1)), up = irig_accept(lfd);
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+
+    km_describe_cluster_request dcq;
+    km_describe_cluster_request_init(&dcq);
+    send_request(fd, KM_API_DESCRIBE_CLUSTER, 1, 1, &dcq);
+    expect_request(up, KM_API_DESCRIBE_CLUSTER, 1, 1);
+    km_describe_cluster_response dc;
+    km_describe_cluster_response_init(&dc);
+    km_describe_cluster_response_broker brokers[2] = {{.broker_id = 1, .host = km_cstr("10.9.9.1"), .port = 9092},
+                                                      {.broker_id = 2, .host = km_cstr("10.9.9.2"), .port = 9093}};
+    dc.brokers.count = 2, dc.brokers.items = brokers, dc.cluster_id = km_cstr("c1"), dc.endpoint_type = 1;
+    send_response(up, KM_API_DESCRIBE_CLUSTER, 1, 1, &dc);
+    km_describe_cluster_response dcr;
+    read_response(fd, KM_API_DESCRIBE_CLUSTER, 1, 1, &dcr, &a);
+    cr_assert_eq(dcr.brokers.count, 2);
+    for (int i = 0; i < 2; i++) {
+        cr_expect(km_str_eq(dcr.brokers.items[i].host, "127.0.0.1"));
+        cr_expect_eq(dcr.brokers.items[i].port, base + dcr.brokers.items[i].broker_id);
+    }
+    cr_expect(km_str_eq(dcr.cluster_id, "c1"), "nothing else changes");
+
+    km_find_coordinator_request fcq;
+    km_find_coordinator_request_init(&fcq);
+    fcq.key = km_cstr("g");
+    send_request(fd, KM_API_FIND_COORDINATOR, 3, 2, &fcq);
+    expect_request(up, KM_API_FIND_COORDINATOR, 3, 2);
+    km_find_coordinator_response fc;
+    km_find_coordinator_response_init(&fc);
+    fc.node_id = 3, fc.host = km_cstr("10.9.9.3"), fc.port = 9094;
+    send_response(up, KM_API_FIND_COORDINATOR, 3, 2, &fc);
+    km_find_coordinator_response fcr;
+    read_response(fd, KM_API_FIND_COORDINATOR, 3, 2, &fcr, &a);
+    cr_expect(km_str_eq(fcr.host, "127.0.0.1"));
+    cr_expect_eq(fcr.port, base + 3);
+
+    km_find_coordinator_request_init(&fcq); /* v4+: batched */
+    km_str keys[2] = {km_cstr("g1"), km_cstr("g2")};
+    fcq.coordinator_keys.count = 2, fcq.coordinator_keys.items = keys;
+    send_request(fd, KM_API_FIND_COORDINATOR, 4, 3, &fcq);
+    expect_request(up, KM_API_FIND_COORDINATOR, 4, 3);
+    km_find_coordinator_response_init(&fc);
+    km_find_coordinator_response_coordinator cs[2] = {
+        {.key = km_cstr("g1"), .node_id = 2, .host = km_cstr("10.9.9.2"), .port = 9093},
+        {.key = km_cstr("g2"), .node_id = -1, .host = km_cstr(""), .port = -1, .error_code = 15}};
+    fc.coordinators.count = 2, fc.coordinators.items = cs;
+    send_response(up, KM_API_FIND_COORDINATOR, 4, 3, &fc);
+    read_response(fd, KM_API_FIND_COORDINATOR, 4, 3, &fcr, &a);
+    cr_assert_eq(fcr.coordinators.count, 2);
+    cr_expect(km_str_eq(fcr.coordinators.items[0].host, "127.0.0.1"));
+    cr_expect_eq(fcr.coordinators.items[0].port, base + 2);
+    cr_expect_eq(fcr.coordinators.items[1].error_code, 15, "an error entry passes as it was");
+    cr_expect_eq(fcr.coordinators.items[1].port, -1);
+
+    /* Every version of Metadata: the oldest (v0) and the newest (v12). */
+    for (int16_t v = 0; v <= 12; v += 12) {
+        km_metadata_request mq;
+        km_metadata_request_init(&mq);
+        send_request(fd, KM_API_METADATA, v, 10 + v, &mq);
+        expect_request(up, KM_API_METADATA, v, 10 + v);
+        km_metadata_response m;
+        km_metadata_response_init(&m);
+        km_metadata_response_response_broker mb[1] = {{.node_id = 1, .host = km_cstr("10.9.9.1"), .port = 9092}};
+        m.brokers.count = 1, m.brokers.items = mb;
+        send_response(up, KM_API_METADATA, v, 10 + v, &m);
+        km_metadata_response mr;
+        read_response(fd, KM_API_METADATA, v, 10 + v, &mr, &a);
+        cr_assert_eq(mr.brokers.count, 1);
+        cr_expect(km_str_eq(mr.brokers.items[0].host, "127.0.0.1"));
+        cr_expect_eq(mr.brokers.items[0].port, base + 1);
+    }
+    km_arena_free(&a);
+    close(fd), close(up), close(lfd);
+    km_inline_stats st;
+    irig_stop(&r, &st);
+    cr_expect_eq(st.rewritten, 5);
+    irig_free(&r);
+}
+
+/* Static routes only (no port.base): a broker without a listener is left out of the answer. */
+Test(inline_edge, a_broker_without_a_listener_is_left_out)
+{
+    irig r;
+    uint16_t port;
+    char addr[64];
+    irig_init(&r);
+    int lfd = irig_listen(&port);
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+    irig_set(&r, "proxy.broker.1.listen", "127.0.0.1:0");
+    irig_set(&r, "proxy.broker.1.upstream", addr);
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, 1)), up = irig_accept(lfd);
+    km_metadata_request mq;
+    km_metadata_request_init(&mq);
+    send_request(fd, KM_API_METADATA, 9, 1, &mq);
+    expect_request(up, KM_API_METADATA, 9, 1);
+    km_metadata_response m;
+    km_metadata_response_init(&m);
+    km_metadata_response_response_broker mb[2] = {{.node_id = 1, .host = km_cstr("10.9.9.1"), .port = 9092},
+                                                  {.node_id = 2, .host = km_cstr("10.9.9.2"), .port = 9092}};
+    m.brokers.count = 2, m.brokers.items = mb;
+    send_response(up, KM_API_METADATA, 9, 1, &m);
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+    km_metadata_response mr;
+    read_response(fd, KM_API_METADATA, 9, 1, &mr, &a);
+    cr_assert_eq(mr.brokers.count, 1);
+    cr_expect_eq(mr.brokers.items[0].node_id, 1);
+    cr_expect_eq(mr.brokers.items[0].port, irig_port(&r, 1));
+    km_arena_free(&a);
+    close(fd), close(up), close(lfd);
+    irig_free(&r);
+}
+
+/* Answers one Metadata v1 request naming broker 5 at 127.0.0.1:port; checks the client sees the proxy. */
+static void metadata_names_broker5(irig *r, int fd, int up, int32_t corr, uint16_t port)
+{
+    km_metadata_request mq;
+    km_metadata_request_init(&mq);
+    send_request(fd, KM_API_METADATA, 1, corr, &mq);
+    expect_request(up, KM_API_METADATA, 1, corr);
+    km_metadata_response m;
+    km_metadata_response_init(&m);
+    km_metadata_response_response_broker mb = {.node_id = 5, .host = km_cstr("127.0.0.1"), .port = port};
+    m.brokers.count = 1, m.brokers.items = &mb;
+    send_response(up, KM_API_METADATA, 1, corr, &m);
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+    km_metadata_response mr;
+    read_response(fd, KM_API_METADATA, 1, corr, &mr, &a);
+    cr_assert_eq(mr.brokers.items[0].port, r->cfg.port_base + 5);
+    km_arena_free(&a);
+}
+
+static void api_versions_reaches(int client, int upstream, int32_t corr)
+{
+    km_api_versions_request av;
+    km_api_versions_request_init(&av);
+    send_request(client, KM_API_API_VERSIONS, 0, corr, &av);
+    expect_request(upstream, KM_API_API_VERSIONS, 0, corr);
+}
+
+/* A broker restarting onto a new address: new connections go there, the live one stays. */
+Test(inline_edge, an_upstream_move_affects_new_connections_only)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    uint16_t pa, pb, port5;
+    int la = irig_listen(&pa), lb = irig_listen(&pb);
+    int fd = irig_connect(irig_port(&r, -1)), up = irig_accept(lfd);
+    metadata_names_broker5(&r, fd, up, 1, pa);
+    port5 = (uint16_t)(r.cfg.port_base + 5);
+    int old_client = irig_connect(port5), old_up = irig_accept(la);
+    api_versions_reaches(old_client, old_up, 1);
+    metadata_names_broker5(&r, fd, up, 2, pb); /* broker 5 moved to B */
+    int new_client = irig_connect(port5), new_up = irig_accept(lb);
+    api_versions_reaches(new_client, new_up, 2);
+    api_versions_reaches(old_client, old_up, 3); /* the live connection still goes to A */
+    close(new_client), close(new_up), close(old_client), close(old_up);
+    close(fd), close(up), close(lfd), close(la), close(lb);
+    irig_free(&r);
+}
