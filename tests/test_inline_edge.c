@@ -617,3 +617,90 @@ Test(inline_edge, a_thousand_idle_connections)
     cr_expect_eq(st.cut, 0);
     irig_free(&r);
 }
+
+/* ---- a 64 MiB Fetch response ------------------------------------------------------------------ */
+
+enum { BIG_RECORDS = (64 << 20) + 12345 };
+
+typedef struct big_upstream {
+    int up;
+    bool ok;
+} big_upstream;
+
+static const km_struct_desc *sub_of(const km_struct_desc *sd, const char *field)
+{
+    for (uint16_t i = 0; i < sd->nfields; i++)
+        if (!strcmp(sd->fields[i].name, field))
+            return sd->fields[i].sub;
+    return NULL;
+}
+
+/* The scripted broker answers one Fetch v4 with 64 MiB of records, from its own thread, since
+ * the proxy makes it wait while the client reads. */
+static void *serve_big_fetch(void *arg)
+{
+    big_upstream *b = arg;
+    uint8_t *p;
+    size_t len;
+    if (!irig_read_frame(b->up, &p, &len))
+        return NULL;
+    free(p);
+    uint8_t *records = malloc(BIG_RECORDS);
+    for (size_t i = 0; i < BIG_RECORDS; i++)
+        records[i] = (uint8_t)(i * 7 + i / 4096);
+    km_fetch_response f;
+    km_fetch_response_init(&f);
+    km_fetch_response_able_topic_response t;
+    memset(&t, 0, sizeof t);
+    km_fetch_response_partition_data part;
+    km_init(sub_of(sub_of(km_fetch_response_desc.root, "Responses"), "Partitions"), &part);
+    part.records = (km_bytes){records, BIG_RECORDS};
+    t.topic = km_cstr("big");
+    t.partitions.count = 1, t.partitions.items = &part;
+    f.responses.count = 1, f.responses.items = &t;
+    km_buf out;
+    km_buf_init(&out);
+    km_err err = {{0}};
+    b->ok = !km_frame_response(KM_API_FETCH, 4, 42, &f, &out, &err) && irig_send_all(b->up, out.data, out.len);
+    km_buf_free(&out);
+    free(records);
+    return NULL;
+}
+
+Test(inline_edge, a_64mb_fetch_response_streams_with_bounded_buffers)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1));
+    big_upstream b = {.up = irig_accept(lfd)};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, serve_big_fetch, &b), 0);
+    km_fetch_request fq;
+    km_fetch_request_init(&fq);
+    fq.max_bytes = INT32_MAX;
+    send_request(fd, KM_API_FETCH, 4, 42, &fq);
+    km_arena a;
+    km_arena_init(&a, 256u << 20);
+    km_fetch_response fr;
+    read_response(fd, KM_API_FETCH, 4, 42, &fr, &a);
+    pthread_join(th, NULL);
+    cr_assert(b.ok, "the scripted broker could not send its answer");
+    cr_assert_eq(fr.responses.count, 1);
+    km_bytes rec = fr.responses.items[0].partitions.items[0].records;
+    cr_assert_eq(rec.len, BIG_RECORDS);
+    for (size_t i = 0; i < BIG_RECORDS; i++)
+        if (rec.ptr[i] != (uint8_t)(i * 7 + i / 4096))
+            cr_assert_fail("records differ at byte %zu", i);
+    km_arena_free(&a);
+    close(fd), close(b.up), close(lfd);
+    km_inline_stats st;
+    irig_stop(&r, &st);
+    cr_expect_geq(st.largest_frame, 64u << 20);
+    cr_expect_lt(st.buffered_high_water, 512u << 10, "held %llu bytes at once",
+                 (unsigned long long)st.buffered_high_water);
+    fprintf(stderr, "64 MiB fetch: frame of %llu bytes, at most %llu bytes held\n",
+            (unsigned long long)st.largest_frame, (unsigned long long)st.buffered_high_water);
+    irig_free(&r);
+}

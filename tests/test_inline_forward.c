@@ -192,3 +192,4 @@ Test(inline_forward, compressed_dynamic)
     const char *extra[] = {"compression.codec", "lz4", "linger.ms", "5", NULL};
     round_trip(extra, 100000, true);
 }
+
