@@ -135,6 +135,19 @@ static int open_follower(km_daemon *d, km_err *err)
     return 0;
 }
 
+static void proxy_log(void *ud, int level, const char *msg)
+{
+    km_daemon_log(ud, level + KM_LOG_ERROR, "proxy: %s", msg); /* km_inline counts from 0 = error */
+}
+
+static int start_proxy(km_daemon *d, km_err *err)
+{
+    if (!km_inline_config_enabled(&d->cfg.proxy))
+        return 0;
+    d->proxy = km_inline_new(d->loop, &d->cfg.proxy, proxy_log, d, err);
+    return d->proxy ? 0 : -1;
+}
+
 km_daemon *km_daemon_new(struct ev_loop *loop, km_config *cfg, km_err *err)
 {
     if (km_config_validate(cfg, err))
@@ -152,7 +165,7 @@ km_daemon *km_daemon_new(struct ev_loop *loop, km_config *cfg, km_err *err)
     d->img = km_image_new();
     d->delta = km_delta_new();
     if (!d->img || !d->delta || open_follower(d, err) || km_daemon_start_consumers(d, err) ||
-        km_daemon_start_metrics(d, err)) {
+        km_daemon_start_metrics(d, err) || start_proxy(d, err)) {
         km_daemon_free(d);
         return NULL;
     }
@@ -203,6 +216,7 @@ void km_daemon_free(km_daemon *d)
     if (!d)
         return;
     disarm(d);
+    km_inline_free(d->proxy);
     km_daemon_stop_metrics(d);
     km_daemon_stop_consumers(d);
     if (d->follow)

@@ -3,6 +3,7 @@
 #define KM_DAEMON_INTERNAL_H
 
 #include "km_daemon.h"
+#include "km_inline.h"
 #include "km_image.h"
 #include "km_metrics.h"
 #include "km_zkbridge.h"
@@ -24,6 +25,7 @@ struct km_daemon {
     ev_signal sigint, sigterm;
     km_metrics_server *metrics;
     struct km_daemon_consumers *consumers;  /* daemon_consumers.c: ZooKeeper and brokers */
+    km_inline *proxy;            /* the inline proxy, when proxy.* keys ask for one */
     char fatal[512];
 };
 

@@ -47,6 +47,8 @@ struct km_inline {
     inl_session *sessions;                   /* doubly linked, every open client */
     inl_ip_count *ips;
     size_t n_ips;
+    int32_t *unserved;                       /* broker ids already reported as having no listener */
+    size_t n_unserved;
     km_inline_stats stats;
     km_inline_log_fn log;
     void *log_ud;

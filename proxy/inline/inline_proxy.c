@@ -160,11 +160,26 @@ static inl_route *find_route(const km_inline *p, int32_t id)
     return NULL;
 }
 
+/* True the first time broker id turns out unservable: it is logged once, not per response. */
+static bool first_unserved(km_inline *p, int32_t id)
+{
+    for (size_t i = 0; i < p->n_unserved; i++)
+        if (p->unserved[i] == id)
+            return false;
+    int32_t *grown = realloc(p->unserved, (p->n_unserved + 1) * sizeof *grown);
+    if (grown) {
+        p->unserved = grown;
+        grown[p->n_unserved++] = id;
+    }
+    return true;
+}
+
 static inl_route *add_dynamic_route(km_inline *p, int32_t id, const char *host, int32_t port)
 {
     km_err err = {{0}};
     if (p->port_base < 0 || (int64_t)p->port_base + id > 65535) {
-        inl_log(p, 1, "broker %d (%s:%d) has no proxy listener: no proxy.broker.%d.* and %s; left out of "
+        if (first_unserved(p, id))
+            inl_log(p, 1, "broker %d (%s:%d) has no proxy listener: no proxy.broker.%d.* and %s; left out of "
                 "responses", id, host, port, id, p->port_base < 0 ? "no proxy.port.base" : "port.base + id > 65535");
         return NULL;
     }
@@ -254,6 +269,7 @@ void km_inline_free(km_inline *p)
     }
     free(p->routes);
     free(p->ips);
+    free(p->unserved);
     free(p->listen_host);
     free(p->advertised_host);
     free(p);
