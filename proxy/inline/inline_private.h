@@ -11,6 +11,7 @@
 /* Request bytes held before forwarding: enough for any header plus the start
  * of the body (Produce's acks, SaslHandshake's mechanism). */
 #define INL_REQ_PREFIX_MAX (64u * 1024u)
+#define INL_REQ_PREFIX_FIRST 1024u /* most headers fit: a longer one grows the prefix */
 #define INL_INFLIGHT_MAX 65536u /* requests awaiting answers; past it the client waits */
 #define INL_ACKS0_REMEMBERED 256u /* recent acks=0 Produce correlation ids (see response_head_ready) */
 
@@ -62,7 +63,7 @@ typedef struct inl_inflight {
 
 /* The request direction's parser: size, then a header prefix, then the rest streamed. */
 typedef struct inl_req_parser {
-    uint8_t prefix[4 + INL_REQ_PREFIX_MAX];
+    uint8_t *prefix;      /* 4 + INL_REQ_PREFIX_FIRST bytes, grown on demand */
     size_t have, want;
     uint64_t left;        /* payload bytes of the current frame still to stream */
 } inl_req_parser;

@@ -42,6 +42,7 @@ void inl_session_free(inl_session *s)
     km_net_close(s->client);
     km_net_close(s->up);
     km_buf_free(&s->rs.whole);
+    free(s->rq.prefix);
     free(s->ring);
     free(s);
 }
@@ -257,7 +258,24 @@ static void note_sasl_handshake(inl_session *s, km_reader *r)
     km_arena_free(&arena);
 }
 
-/* The prefix is complete: note the request, send the prefix on, stream the rest. */
+/* Grows the prefix to hold more of the request (up to INL_REQ_PREFIX_MAX); false when it cannot. */
+static bool grow_prefix(inl_session *s, uint32_t size)
+{
+    inl_req_parser *q = &s->rq;
+    size_t plen = q->want - 4, limit = size < INL_REQ_PREFIX_MAX ? size : INL_REQ_PREFIX_MAX;
+    if (plen >= limit)
+        return false;
+    size_t want = plen * 8 < limit ? plen * 8 : limit;
+    uint8_t *grown = realloc(q->prefix, 4 + want);
+    if (!grown)
+        return false;
+    q->prefix = grown;
+    q->want = 4 + want;
+    return true;
+}
+
+/* The prefix is complete: note the request, send the prefix on, stream the rest.  A header
+ * (or Produce's acks) that runs past the prefix first grows it. */
 static int request_ready(inl_session *s)
 {
     inl_req_parser *q = &s->rq;
@@ -265,30 +283,30 @@ static int request_ready(inl_session *s)
     size_t plen = q->want - 4;
     km_reader r;
     km_reader_init(&r, q->prefix + 4, plen);
-    int16_t key, ver;
+    int16_t key, ver, acks = -1;
     int32_t corr;
     km_err e = {{0}};
     km_read_i16(&r, &key, "api key", &e), km_read_i16(&r, &ver, "api version", &e), km_read_i32(&r, &corr, "", &e);
     const km_message_desc *md = km_find_message(KM_K_REQUEST, key);
-    bool known = md && km_version_in(md->valid, ver), expect_response = true;
+    bool known = md && km_version_in(md->valid, ver);
     if (ver < 0) {
         cut(s, "request with api key %d, correlation id %d: api version %d is negative", key, corr, ver);
         return -1;
     }
-    if (!known) {
-        s->p->stats.unknown_api++; /* forwarded untouched: the broker decides */
-    } else if (skip_header_rest(&r, key, ver, &e)) {
-        cut(s, "bad %s v%d request header (correlation id %d)%s: %s", km_api_name(key), ver, corr,
+    bool bad = known && (skip_header_rest(&r, key, ver, &e) || (key == KM_API_PRODUCE && produce_acks(&r, ver, &acks, &e)));
+    if (bad && grow_prefix(s, size))
+        return 0; /* gather more, then parse again */
+    if (bad) {
+        cut(s, "bad %s v%d request (correlation id %d)%s: %s", km_api_name(key), ver, corr,
             plen < size ? " within its first 64 KiB" : "", e.msg);
         return -1;
-    } else if (key == KM_API_PRODUCE) {
-        int16_t acks = -1;
-        expect_response = produce_acks(&r, ver, &acks, &e) || acks != 0; /* acks=0: the broker never answers */
-    } else if (key == KM_API_SASL_HANDSHAKE && ver == 0) {
-        note_sasl_handshake(s, &r);
     }
+    if (!known)
+        s->p->stats.unknown_api++; /* forwarded untouched: the broker decides */
+    else if (key == KM_API_SASL_HANDSHAKE && ver == 0)
+        note_sasl_handshake(s, &r);
     inl_inflight in = {corr, key, ver, ev_now(s->p->loop)};
-    if (!expect_response) {
+    if (known && key == KM_API_PRODUCE && acks == 0) { /* the broker never answers */
         s->acks0[s->acks0_next % INL_ACKS0_REMEMBERED] = corr;
         s->acks0_version[s->acks0_next++ % INL_ACKS0_REMEMBERED] = ver;
     } else if (push_inflight(s, &in)) {
@@ -300,6 +318,7 @@ static int request_ready(inl_session *s)
         s->p->stats.largest_frame = size + 4u;
     q->left = size - plen;
     q->have = 0;
+    q->want = 0;
     return forward(s, true, q->prefix, 4 + plen);
 }
 
@@ -324,7 +343,7 @@ static int request_size_ready(inl_session *s)
         q->have = 0;
         return forward(s, true, q->prefix, 4);
     }
-    q->want = 4 + (size < INL_REQ_PREFIX_MAX ? size : INL_REQ_PREFIX_MAX);
+    q->want = 4 + (size < INL_REQ_PREFIX_FIRST ? size : INL_REQ_PREFIX_FIRST);
     return 0;
 }
 
@@ -614,6 +633,14 @@ void inl_session_start(inl_route *r, int fd, const char *peer, const char *ip)
     snprintf(s->peer, sizeof s->peer, "%s", peer);
     snprintf(s->ip, sizeof s->ip, "%s", ip);
     km_buf_init(&s->rs.whole);
+    s->rq.prefix = malloc(4 + INL_REQ_PREFIX_FIRST);
+    if (!s->rq.prefix) {
+        inl_log(p, 0, "client %s: out of memory", peer);
+        close(fd);
+        inl_ip_release(p, ip);
+        free(s);
+        return;
+    }
     s->next = p->sessions;
     if (s->next)
         s->next->prev = s;

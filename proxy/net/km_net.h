@@ -49,18 +49,18 @@ typedef struct km_net_handlers {
     void (*on_ready)(km_net_conn *c, void *ud);
     /* One whole frame: the payload after the 4-byte size, valid only during the call. */
     void (*on_frame)(km_net_conn *c, const uint8_t *payload, size_t len, void *ud);
-    /* Stream mode (set instead of on_frame): every byte is offered as it is read,
-     * with no framing and no frame limit, so a proxy can pass huge frames on
-     * without holding them.  Returns the bytes taken; the rest is offered again
-     * with the next read.  It must take everything unless it paused c (the read
-     * buffer does not grow in stream mode). */
-    size_t (*on_bytes)(km_net_conn *c, const uint8_t *data, size_t len, void *ud);
     /* The write queue has just become empty: callers waiting for room resume here. */
     void (*on_drain)(km_net_conn *c, void *ud);
     /* The end: why is NULL when the peer closed cleanly between frames (or our
      * km_net_shutdown completed), else the reason (refused, timed out,
      * oversized frame, EOF mid-frame, TLS failure...). */
     void (*on_close)(km_net_conn *c, const km_err *why, void *ud);
+    /* Stream mode (set instead of on_frame): every byte is offered as it is read,
+     * with no framing and no frame limit, so a proxy can pass huge frames on
+     * without holding them.  Returns the bytes taken; the rest is offered again
+     * with the next read.  It must take everything unless it paused c (the read
+     * buffer does not grow in stream mode). */
+    size_t (*on_bytes)(km_net_conn *c, const uint8_t *data, size_t len, void *ud);
 } km_net_handlers;
 
 /* Starts a non-blocking connect to host:port, trying each resolved address in

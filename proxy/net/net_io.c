@@ -207,6 +207,26 @@ void km_net__read_ready(km_net_conn *c)
     ev_feed_event(c->loop, &c->rio, EV_READ); /* budget spent: continue next loop iteration */
 }
 
+/* An idle plaintext connection writes at once rather than on the next loop
+ * iteration: one poll round less per frame for a proxy's round trips.  Returns
+ * the bytes the socket took (0 on EAGAIN or an error, which the queued path
+ * then meets again and reports). */
+static size_t write_through(km_net_conn *c, const uint8_t *prefix, size_t plen, const void *data, size_t len)
+{
+    if (c->state != NET_READY || c->queued || c->tls || c->cap || c->closing)
+        return 0;
+    struct iovec iov[2] = {{(void *)prefix, plen}, {(void *)data, len}};
+    struct msghdr msg = {.msg_iov = plen ? iov : iov + 1, .msg_iovlen = plen ? 2 : 1};
+    ssize_t put;
+    do
+        put = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (put < 0 && errno == EINTR);
+    if (put <= 0)
+        return 0;
+    c->stats.bytes_out += (size_t)put;
+    return (size_t)put;
+}
+
 int km_net__enqueue(km_net_conn *c, const uint8_t *prefix, size_t plen, const void *data, size_t len, km_err *err)
 {
     if (c->state == NET_DEAD || c->closing)
@@ -215,6 +235,12 @@ int km_net__enqueue(km_net_conn *c, const uint8_t *prefix, size_t plen, const vo
     if (total > c->opts.write_limit - c->queued)
         return km_fail(err, "send to %s: write queue full (%zu of %zu bytes queued, %zu more refused)", c->peer,
                        c->queued, c->opts.write_limit, total);
+    if (total == 0)
+        return 0;
+    size_t done = write_through(c, prefix, plen, data, len), skip_prefix = done < plen ? done : plen;
+    prefix += skip_prefix, plen -= skip_prefix;
+    data = (const uint8_t *)data + (done - skip_prefix), len -= done - skip_prefix;
+    total = plen + len;
     if (total == 0)
         return 0;
     net_chunk *k = malloc(sizeof *k + total);
