@@ -35,6 +35,11 @@ typedef struct inl_ip_count {
 
 typedef struct inl_session inl_session;
 
+typedef struct inl_span { /* bytes of the current read that pass unchanged, sent together */
+    const uint8_t *ptr;
+    size_t len;
+} inl_span;
+
 struct km_inline {
     struct ev_loop *loop;
     /* settings copied from km_inline_config */
@@ -89,6 +94,7 @@ struct inl_session {
     ev_tstamp last_activity;
     inl_req_parser rq;
     inl_resp_parser rs;
+    inl_span span[2];     /* [0] towards the client, [1] towards the broker; empty between reads */
     inl_inflight *ring;   /* in-flight requests, oldest first (brokers answer in order) */
     size_t ring_cap, ring_head, ring_count;
     int32_t acks0[INL_ACKS0_REMEMBERED]; /* recent acks=0 Produce requests, which Kafka never answers */

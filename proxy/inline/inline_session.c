@@ -80,9 +80,9 @@ static void note_high_water(inl_session *s)
         s->p->stats.buffered_high_water = held;
 }
 
-/* Queues bytes towards `to`; pauses the other side once `to` holds more than
- * the per-connection bound.  -1 after cutting the session. */
-static int forward(inl_session *s, bool upward, const uint8_t *d, size_t n)
+/* Queues bytes towards one side; pauses the other side once that side holds more than the
+ * per-connection bound.  -1 after cutting the session. */
+static int send_now(inl_session *s, bool upward, const uint8_t *d, size_t n)
 {
     km_net_conn *to = upward ? s->up : s->client;
     km_err e = {{0}};
@@ -107,6 +107,37 @@ static int forward(inl_session *s, bool upward, const uint8_t *d, size_t n)
         }
     }
     return 0;
+}
+
+/* Sends the bytes gathered from the current read (see emit). */
+static int flush(inl_session *s, bool upward)
+{
+    inl_span *sp = &s->span[upward];
+    size_t n = sp->len;
+    sp->len = 0;
+    return n ? send_now(s, upward, sp->ptr, n) : 0;
+}
+
+/* Bytes that pass unchanged straight out of the read buffer: consecutive ones go out in one
+ * send when the read is done, rather than one per frame piece. */
+static int emit(inl_session *s, bool upward, const uint8_t *d, size_t n)
+{
+    inl_span *sp = &s->span[upward];
+    if (sp->len && sp->ptr + sp->len == d) {
+        sp->len += n;
+        return 0;
+    }
+    if (flush(s, upward))
+        return -1;
+    sp->ptr = d;
+    sp->len = n;
+    return 0;
+}
+
+/* Bytes from our own buffers: what was gathered before goes first. */
+static int forward(inl_session *s, bool upward, const uint8_t *d, size_t n)
+{
+    return flush(s, upward) ? -1 : send_now(s, upward, d, n);
 }
 
 /* ---- timers ------------------------------------------------------------------------ */
@@ -274,15 +305,14 @@ static bool grow_prefix(inl_session *s, uint32_t size)
     return true;
 }
 
-/* The prefix is complete: note the request, send the prefix on, stream the rest.  A header
- * (or Produce's acks) that runs past the prefix first grows it. */
-static int request_ready(inl_session *s)
+/* Notes one request from its first 4 + plen bytes (size included): pairs it for its response,
+ * sets up the streaming of the rest.  0, -1 after cutting the session, or 1 when the header (or
+ * Produce's acks) runs past the bytes given and the copied prefix has grown to gather more. */
+static int note_request(inl_session *s, const uint8_t *frame, size_t plen, bool can_grow)
 {
-    inl_req_parser *q = &s->rq;
-    uint32_t size = be32(q->prefix);
-    size_t plen = q->want - 4;
+    uint32_t size = be32(frame);
     km_reader r;
-    km_reader_init(&r, q->prefix + 4, plen);
+    km_reader_init(&r, frame + 4, plen);
     int16_t key, ver, acks = -1;
     int32_t corr;
     km_err e = {{0}};
@@ -294,8 +324,8 @@ static int request_ready(inl_session *s)
         return -1;
     }
     bool bad = known && (skip_header_rest(&r, key, ver, &e) || (key == KM_API_PRODUCE && produce_acks(&r, ver, &acks, &e)));
-    if (bad && grow_prefix(s, size))
-        return 0; /* gather more, then parse again */
+    if (bad && can_grow && grow_prefix(s, size))
+        return 1;
     if (bad) {
         cut(s, "bad %s v%d request (correlation id %d)%s: %s", km_api_name(key), ver, corr,
             plen < size ? " within its first 64 KiB" : "", e.msg);
@@ -316,28 +346,44 @@ static int request_ready(inl_session *s)
     s->p->stats.requests++;
     if (size + 4u > s->p->stats.largest_frame)
         s->p->stats.largest_frame = size + 4u;
-    q->left = size - plen;
-    q->have = 0;
-    q->want = 0;
-    return forward(s, true, q->prefix, 4 + plen);
+    s->rq.left = size - plen;
+    s->rq.have = 0;
+    s->rq.want = 0;
+    return 0;
+}
+
+/* The copied prefix is complete. */
+static int request_ready(inl_session *s)
+{
+    size_t plen = s->rq.want - 4;
+    int rc = note_request(s, s->rq.prefix, plen, true);
+    return rc ? (rc > 0 ? 0 : -1) : forward(s, true, s->rq.prefix, 4 + plen);
 }
 
 /* ---- the request direction ------------------------------------------------------------- */
+
+/* -1 after cutting the session for a size no request may have. */
+static int check_request_size(inl_session *s, const uint8_t *p)
+{
+    uint32_t size = be32(p);
+    const char *why = size > INT32_MAX             ? "is negative"
+                      : size > s->p->max_frame     ? "exceeds proxy.max.frame.bytes"
+                      : !s->sasl_raw_rounds && size < 8 ? "is too short for a request header"
+                                                   : NULL;
+    if (!why)
+        return 0;
+    bool tls = p[0] == 0x16 && p[1] == 0x03;
+    cut(s, "frame size %d %s (limit %zu)%s", (int32_t)size, why, s->p->max_frame,
+        tls ? ": the client is speaking TLS to a plaintext listener" : "");
+    return -1;
+}
 
 static int request_size_ready(inl_session *s)
 {
     inl_req_parser *q = &s->rq;
     uint32_t size = be32(q->prefix);
-    const char *why = size > INT32_MAX             ? "is negative"
-                      : size > s->p->max_frame     ? "exceeds proxy.max.frame.bytes"
-                      : !s->sasl_raw_rounds && size < 8 ? "is too short for a request header"
-                                                   : NULL;
-    if (why) {
-        bool tls = q->prefix[0] == 0x16 && q->prefix[1] == 0x03;
-        cut(s, "frame size %d %s (limit %zu)%s", (int32_t)size, why, s->p->max_frame,
-            tls ? ": the client is speaking TLS to a plaintext listener" : "");
+    if (check_request_size(s, q->prefix))
         return -1;
-    }
     if (s->sasl_raw_rounds) { /* a raw SASL token: no header to read */
         q->left = size;
         q->have = 0;
@@ -347,17 +393,39 @@ static int request_size_ready(inl_session *s)
     return 0;
 }
 
+/* A request whose whole prefix is in d: read in place, no copy; its bytes join the span.
+ * The bytes taken, 0 to use the copying path, -1 once the session is gone. */
+static long request_in_place(inl_session *s, const uint8_t *d, size_t n)
+{
+    if (n < 4 || s->sasl_raw_rounds)
+        return 0;
+    uint32_t size = be32(d);
+    if (check_request_size(s, d))
+        return -1;
+    size_t full = 4 + (size < INL_REQ_PREFIX_MAX ? size : INL_REQ_PREFIX_MAX);
+    if (n < full)
+        return 0;
+    if (note_request(s, d, full - 4, false))
+        return -1;
+    return emit(s, true, d, full) ? -1 : (long)full;
+}
+
 /* Takes what it can of d; the count taken, or -1 once the session is gone. */
 static long request_step(inl_session *s, const uint8_t *d, size_t n)
 {
     inl_req_parser *q = &s->rq;
     if (s->opaque || q->left) {
         size_t k = s->opaque ? n : min_size(n, q->left);
-        if (forward(s, true, d, k))
+        if (emit(s, true, d, k))
             return -1;
         if (!s->opaque)
             q->left -= k;
         return (long)k;
+    }
+    if (q->have == 0) {
+        long k = request_in_place(s, d, n);
+        if (k)
+            return k;
     }
     size_t goal = q->have < 4 ? 4 : q->want, k = min_size(n, goal - q->have);
     memcpy(q->prefix + q->have, d, k);
@@ -381,7 +449,7 @@ static size_t on_client_bytes(km_net_conn *c, const uint8_t *d, size_t len, void
             return len; /* s and c are gone: the count is not used */
         off += (size_t)k;
     }
-    return off;
+    return flush(s, true) ? len : off;
 }
 
 /* ---- the response direction --------------------------------------------------------------- */
@@ -458,12 +526,13 @@ static bool acks0_answer(inl_session *s, int32_t corr, inl_inflight *out)
     return false;
 }
 
-/* Size + correlation id are in: pair, then stream or collect. */
-static int response_head_ready(inl_session *s)
+/* Size + correlation id are in (head: 8 bytes, in the read buffer or copied): pair, then
+ * stream or collect. */
+static int response_head_ready(inl_session *s, const uint8_t *head, bool in_place)
 {
     inl_resp_parser *rs = &s->rs;
-    uint32_t size = be32(rs->prefix);
-    int32_t corr = (int32_t)be32(rs->prefix + 4);
+    uint32_t size = be32(head);
+    int32_t corr = (int32_t)be32(head + 4);
     if (size < 4 || size > INT32_MAX) {
         cut(s, "upstream %s:%u sent a response frame of size %d", s->route->up_host, s->route->up_port,
             (int32_t)size);
@@ -485,7 +554,7 @@ static int response_head_ready(inl_session *s)
     if (hold) {
         rs->collecting = true;
         rs->whole_want = 4 + (size_t)size;
-        km_buf_put(&rs->whole, rs->prefix, 8);
+        km_buf_put(&rs->whole, head, 8);
         if (rs->whole.oom) {
             cut(s, "out of memory holding a %u byte response", size);
             return -1;
@@ -493,7 +562,7 @@ static int response_head_ready(inl_session *s)
         return rs->whole.len == rs->whole_want ? whole_response_ready(s) : 0;
     }
     rs->left = size - 4;
-    if (forward(s, false, rs->prefix, 8))
+    if (in_place ? emit(s, false, head, 8) : forward(s, false, head, 8))
         return -1;
     if (!rs->left)
         response_done(s);
@@ -521,7 +590,7 @@ static long response_step(inl_session *s, const uint8_t *d, size_t n)
 {
     inl_resp_parser *rs = &s->rs;
     if (s->opaque)
-        return forward(s, false, d, n) ? -1 : (long)n;
+        return emit(s, false, d, n) ? -1 : (long)n;
     if (rs->collecting) {
         size_t k = min_size(n, rs->whole_want - rs->whole.len);
         km_buf_put(&rs->whole, d, k);
@@ -534,7 +603,7 @@ static long response_step(inl_session *s, const uint8_t *d, size_t n)
     }
     if (rs->left) {
         size_t k = min_size(n, rs->left);
-        if (forward(s, false, d, k))
+        if (emit(s, false, d, k))
             return -1;
         rs->left -= k;
         if (!rs->left && s->sasl_raw_rounds)
@@ -543,11 +612,13 @@ static long response_step(inl_session *s, const uint8_t *d, size_t n)
             response_done(s);
         return (long)k;
     }
+    if (rs->have == 0 && n >= 8 && !s->sasl_raw_rounds)
+        return response_head_ready(s, d, true) ? -1 : 8;
     size_t goal = s->sasl_raw_rounds ? 4 : 8, k = min_size(n, goal - rs->have);
     memcpy(rs->prefix + rs->have, d, k);
     rs->have += k;
     if (rs->have == goal)
-        return (s->sasl_raw_rounds ? token_head_ready(s) : response_head_ready(s)) ? -1 : (long)k;
+        return (s->sasl_raw_rounds ? token_head_ready(s) : response_head_ready(s, rs->prefix, false)) ? -1 : (long)k;
     return (long)k;
 }
 
@@ -563,7 +634,7 @@ static size_t on_up_bytes(km_net_conn *c, const uint8_t *d, size_t len, void *ud
             return len;
         off += (size_t)k;
     }
-    return off;
+    return flush(s, false) ? len : off;
 }
 
 /* ---- connection events --------------------------------------------------------------------- */
