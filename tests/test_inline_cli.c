@@ -45,6 +45,15 @@ Test(inline_cli, bad_keys_and_values_are_refused)
     refused((const char *[]){"proxy.bootstrap.listen=0.0.0.0:0", "proxy.bootstrap.upstream=127.0.0.1:1", NULL},
             "set proxy.advertised.host");
     refused((const char *[]){NULL}, "the proxy has no listener");
+    refused((const char *[]){"proxy.client.ssl.client.auth=maybe", NULL}, "must be required, requested or none");
+    refused((const char *[]){"proxy.upstream.security.protocol=sasl_ssl", NULL}, "must be plaintext or ssl");
+    refused((const char *[]){"proxy.upstream.ssl.endpoint.identification.algorithm=x", NULL}, "must be https");
+    refused((const char *[]){"proxy.bootstrap.listen=127.0.0.1:0", "proxy.bootstrap.upstream=127.0.0.1:1",
+                             "proxy.upstream.ssl.ca.location=/x", NULL},
+            "needs proxy.upstream.security.protocol=ssl");
+    refused((const char *[]){"proxy.bootstrap.listen=127.0.0.1:0", "proxy.bootstrap.upstream=127.0.0.1:1",
+                             "proxy.client.ssl.certificate.location=/x", "proxy.client.ssl.client.auth=required", NULL},
+            "needs proxy.client.ssl.ca.location");
 }
 
 /* The daemon's configuration takes the same keys through km_config and checks them together. */

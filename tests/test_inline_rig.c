@@ -55,7 +55,9 @@ static bool port_free(int port)
 
 int irig_free_port_base(int n)
 {
-    unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid() << 8;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* two calls in one second must differ */
+    unsigned seed = (unsigned)now.tv_nsec ^ (unsigned)getpid() << 8;
     for (int attempt = 0; attempt < 200; attempt++) {
         int base = 20000 + (int)(rand_r(&seed) % 30000);
         bool ok = true;
@@ -145,6 +147,13 @@ void irig_stop(irig *r, km_inline_stats *stats)
     }
     if (stats)
         km_inline_get_stats(r->proxy, stats);
+}
+
+void irig_resume(irig *r)
+{
+    cr_assert(!r->running);
+    cr_assert_eq(pthread_create(&r->thread, NULL, run_loop, r), 0);
+    r->running = true;
 }
 
 void irig_free(irig *r)

@@ -38,8 +38,10 @@ void irig_set(irig *r, const char *key, const char *value);
 /* Dynamic mode over the mock: bootstrap on 127.0.0.1:0 -> broker 1, port.base free. */
 void irig_dynamic(irig *r);
 void irig_start(irig *r);
-/* Stops the proxy's thread; stats are then safe to read. */
+/* Stops the proxy's thread; stats are then safe to read (and the proxy safe to call). */
 void irig_stop(irig *r, km_inline_stats *stats);
+/* Runs the proxy's loop again after irig_stop; its connections are still there. */
+void irig_resume(irig *r);
 void irig_free(irig *r);
 uint16_t irig_port(irig *r, int32_t broker_id);
 

@@ -28,6 +28,7 @@ typedef struct km_tls_config {
     const char *ca_file;   /* PEM trust anchors; NULL uses the system default store. */
     bool no_verify;        /* clients only: skip server verification (tests, debugging). */
     bool require_client_cert; /* servers only: demand and verify a client certificate (needs ca_file). */
+    bool request_client_cert; /* servers only: ask for one and verify it if sent (needs ca_file). */
 } km_tls_config;
 
 typedef struct km_tls_ctx km_tls_ctx;

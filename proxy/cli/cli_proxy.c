@@ -15,7 +15,7 @@ static void proxy_usage(FILE *to)
                 "  Runs the inline Kafka proxy alone: the proxy.* keys of deploy/kmproxy.properties.example\n"
                 "  (other keys of the file are checked but unused).  --set applies after the file.\n"
                 "  Prints one 'listening broker=ID port=PORT' line per configured listener, then serves\n"
-                "  until SIGINT or SIGTERM.\n");
+                "  until SIGINT or SIGTERM.  SIGHUP reloads the TLS certificates (live connections stay).\n");
 }
 
 int km_cli_apply_set(km_config *cfg, char *kv, km_err *err)
@@ -46,6 +46,15 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
     ev_break(loop, EVBREAK_ALL);
 }
 
+static void on_reload_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    (void)loop, (void)revents;
+    km_err err = {{0}};
+    if (km_inline_reload_tls(w->data, &err))
+        fprintf(stderr, "kmproxy proxy: SIGHUP: TLS reload failed, the previous certificates stay in use: %s\n",
+                err.msg);
+}
+
 static void print_listeners(const km_inline *p, const km_config *cfg)
 {
     if (cfg->proxy.bootstrap_listen)
@@ -66,11 +75,14 @@ static int serve(km_config *cfg)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    ev_signal sigint, sigterm;
+    ev_signal sigint, sigterm, sighup;
     ev_signal_init(&sigint, on_stop_signal, SIGINT);
     ev_signal_init(&sigterm, on_stop_signal, SIGTERM);
+    ev_signal_init(&sighup, on_reload_signal, SIGHUP);
+    sighup.data = p;
     ev_signal_start(loop, &sigint);
     ev_signal_start(loop, &sigterm);
+    ev_signal_start(loop, &sighup);
     print_listeners(p, cfg);
     ev_run(loop, 0);
     km_inline_free(p);

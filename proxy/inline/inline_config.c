@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef struct int_key {
     const char *key;
@@ -33,7 +34,39 @@ static const str_key STR_KEYS[] = {
     {"proxy.bootstrap.upstream", offsetof(km_inline_config, bootstrap_upstream), true},
     {"proxy.listen.host", offsetof(km_inline_config, listen_host), false},
     {"proxy.advertised.host", offsetof(km_inline_config, advertised_host), false},
+    {"proxy.client.ssl.certificate.location", offsetof(km_inline_config, client_ssl_cert), false},
+    {"proxy.client.ssl.key.location", offsetof(km_inline_config, client_ssl_key), false},
+    {"proxy.client.ssl.ca.location", offsetof(km_inline_config, client_ssl_ca), false},
+    {"proxy.upstream.ssl.certificate.location", offsetof(km_inline_config, upstream_ssl_cert), false},
+    {"proxy.upstream.ssl.key.location", offsetof(km_inline_config, upstream_ssl_key), false},
+    {"proxy.upstream.ssl.ca.location", offsetof(km_inline_config, upstream_ssl_ca), false},
 };
+
+/* Keys with a fixed set of values. */
+static int set_choice(km_inline_config *c, const char *key, const char *value, const char *where, km_err *err)
+{
+    if (!strcmp(key, "proxy.client.ssl.client.auth")) {
+        static const char *const NAMES[] = {"none", "requested", "required"};
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(value, NAMES[i]))
+                return c->client_ssl_auth = i, 0;
+        return km_fail(err, "%s: %s must be required, requested or none, not '%s'", where, key, value);
+    }
+    if (!strcmp(key, "proxy.upstream.security.protocol")) {
+        if (strcasecmp(value, "plaintext") && strcasecmp(value, "ssl"))
+            return km_fail(err, "%s: %s must be plaintext or ssl, not '%s' (SASL is passed through, not spoken)",
+                           where, key, value);
+        c->upstream_ssl = !strcasecmp(value, "ssl");
+        return 0;
+    }
+    if (!strcmp(key, "proxy.upstream.ssl.endpoint.identification.algorithm")) {
+        if (strcmp(value, "https") && strcmp(value, "none") && *value)
+            return km_fail(err, "%s: %s must be https, none or empty, not '%s'", where, key, value);
+        c->upstream_ssl_check_hostname = !strcmp(value, "https");
+        return 0;
+    }
+    return 1;
+}
 
 void km_inline_config_defaults(km_inline_config *c)
 {
@@ -45,6 +78,7 @@ void km_inline_config_defaults(km_inline_config *c)
     c->idle_timeout_ms = 600000;                /* Kafka's connections.max.idle.ms */
     c->request_timeout_ms = 60000;              /* past every client's request.timeout.ms default */
     c->buffer_bytes = 256 * 1024;
+    c->upstream_ssl_check_hostname = true;      /* as librdkafka >= 2.0 and Kafka >= 2.0 */
 }
 
 static int parse_int(const char *value, int64_t lo, int64_t hi, int64_t *out)
@@ -119,6 +153,9 @@ int km_inline_config_set(km_inline_config *c, const char *key, const char *value
 {
     if (!strncmp(key, "proxy.broker.", strlen("proxy.broker.")))
         return set_broker_key(c, key, value, where, err);
+    int rc = set_choice(c, key, value, where, err);
+    if (rc <= 0)
+        return rc;
     for (size_t i = 0; i < sizeof STR_KEYS / sizeof STR_KEYS[0]; i++)
         if (!strcmp(key, STR_KEYS[i].key))
             return set_str((char **)((char *)c + STR_KEYS[i].offset), value, where, key, STR_KEYS[i].address, err);
@@ -139,7 +176,8 @@ int km_inline_config_set(km_inline_config *c, const char *key, const char *value
 bool km_inline_config_enabled(const km_inline_config *c)
 {
     return c->n_brokers || c->bootstrap_listen || c->bootstrap_upstream || c->port_base >= 0 || c->listen_host ||
-           c->advertised_host;
+           c->advertised_host || c->client_ssl_cert || c->client_ssl_key || c->client_ssl_ca || c->upstream_ssl ||
+           c->upstream_ssl_cert || c->upstream_ssl_key || c->upstream_ssl_ca;
 }
 
 int km_inline_config_validate(const km_inline_config *c, km_err *err)
@@ -153,6 +191,13 @@ int km_inline_config_validate(const km_inline_config *c, km_err *err)
         return km_fail(err, "proxy.listen.host and proxy.advertised.host need proxy.port.base");
     if (c->port_base >= 0 && !c->advertised_host)
         return km_fail(err, "proxy.port.base needs proxy.advertised.host (the host clients are told)");
+    if (!c->client_ssl_cert && (c->client_ssl_key || c->client_ssl_ca || c->client_ssl_auth))
+        return km_fail(err, "proxy.client.ssl.* needs proxy.client.ssl.certificate.location (TLS towards clients)");
+    if (c->client_ssl_auth && !c->client_ssl_ca)
+        return km_fail(err, "proxy.client.ssl.client.auth=%s needs proxy.client.ssl.ca.location to verify clients",
+                       c->client_ssl_auth == KM_INLINE_AUTH_REQUIRED ? "required" : "requested");
+    if (!c->upstream_ssl && (c->upstream_ssl_cert || c->upstream_ssl_key || c->upstream_ssl_ca))
+        return km_fail(err, "proxy.upstream.ssl.* needs proxy.upstream.security.protocol=ssl");
     if (!c->bootstrap_listen && !c->n_brokers)
         return km_fail(err, "the proxy has no listener: set proxy.bootstrap.listen/.upstream or "
                             "proxy.broker.<id>.listen/.upstream");

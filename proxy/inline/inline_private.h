@@ -35,6 +35,13 @@ typedef struct inl_ip_count {
 
 typedef struct inl_session inl_session;
 
+/* A TLS context shared by the connections made with it: a reload makes a new current one while
+ * live connections keep theirs (km_tls contexts must outlive their streams). */
+typedef struct inl_tls {
+    km_tls_ctx *ctx;
+    unsigned refs;        /* sessions using it, plus one while it is the current one */
+} inl_tls;
+
 typedef struct inl_span { /* bytes of the current read that pass unchanged, sent together */
     const uint8_t *ptr;
     size_t len;
@@ -56,6 +63,8 @@ struct km_inline {
     int32_t *unserved;                       /* broker ids already reported as having no listener */
     size_t n_unserved;
     km_inline_stats stats;
+    km_inline_config tls_cfg;                /* the TLS keys, kept for reloads */
+    inl_tls *client_tls, *up_tls;            /* current; NULL: plaintext */
     km_inline_log_fn log;
     void *log_ud;
 };
@@ -89,6 +98,8 @@ struct inl_session {
     inl_route *route;
     inl_session *prev, *next;
     km_net_conn *client, *up;
+    inl_tls *client_tls, *up_tls; /* the contexts its connections were made with */
+    bool client_ready;
     char peer[80], ip[64];
     ev_timer timer;
     ev_tstamp last_activity;
@@ -114,6 +125,8 @@ void inl_log(km_inline *p, int level, const char *fmt, ...) __attribute__((forma
  * cannot be served. */
 inl_route *inl_route_for_broker(km_inline *p, int32_t id, const char *host, int32_t port);
 void inl_ip_release(km_inline *p, const char *ip);
+inl_tls *inl_tls_ref(inl_tls *t);
+void inl_tls_unref(inl_tls *t);
 
 /* inline_session.c */
 void inl_session_start(inl_route *r, int fd, const char *peer, const char *ip);

@@ -218,6 +218,8 @@ inl_route *inl_route_for_broker(km_inline *p, int32_t id, const char *host, int3
     return add_dynamic_route(p, id, host, port);
 }
 
+static int keep_tls_config(km_inline *p, const km_inline_config *c, km_err *err);
+
 static int copy_settings(km_inline *p, const km_inline_config *cfg, km_err *err)
 {
     p->port_base = cfg->port_base;
@@ -245,6 +247,8 @@ km_inline *km_inline_new(struct ev_loop *loop, const km_inline_config *cfg, km_i
     p->log = log;
     p->log_ud = log_ud;
     int rc = copy_settings(p, cfg, err);
+    if (!rc)
+        rc = keep_tls_config(p, cfg, err);
     if (!rc && cfg->bootstrap_listen)
         rc = add_static_route(p, -1, cfg->bootstrap_listen, cfg->bootstrap_upstream, err);
     for (size_t i = 0; !rc && i < cfg->n_brokers; i++)
@@ -270,6 +274,9 @@ void km_inline_free(km_inline *p)
     free(p->routes);
     free(p->ips);
     free(p->unserved);
+    inl_tls_unref(p->client_tls);
+    inl_tls_unref(p->up_tls);
+    km_inline_config_free(&p->tls_cfg);
     free(p->listen_host);
     free(p->advertised_host);
     free(p);
@@ -284,4 +291,87 @@ uint16_t km_inline_listen_port(const km_inline *p, int32_t broker_id)
 void km_inline_get_stats(const km_inline *p, km_inline_stats *out)
 {
     *out = p->stats;
+}
+
+/* ---- TLS contexts -------------------------------------------------------------------------- */
+
+inl_tls *inl_tls_ref(inl_tls *t)
+{
+    if (t)
+        t->refs++;
+    return t;
+}
+
+void inl_tls_unref(inl_tls *t)
+{
+    if (t && --t->refs == 0) {
+        km_tls_ctx_free(t->ctx);
+        free(t);
+    }
+}
+
+static inl_tls *tls_new(const km_tls_config *tc, bool server, km_err *err)
+{
+    km_tls_ctx *ctx = server ? km_tls_server_ctx_new(tc, err) : km_tls_client_ctx_new(tc, err);
+    inl_tls *t = ctx ? calloc(1, sizeof *t) : NULL;
+    if (!t) {
+        if (ctx)
+            km_fail(err, "proxy: out of memory");
+        km_tls_ctx_free(ctx);
+        return NULL;
+    }
+    t->ctx = ctx;
+    t->refs = 1;
+    return t;
+}
+
+/* Both contexts from the configured files, or neither (err names the file). */
+static int tls_load(const km_inline_config *c, inl_tls **client, inl_tls **up, km_err *err)
+{
+    *client = *up = NULL;
+    km_tls_config server = {.cert_file = c->client_ssl_cert, .key_file = c->client_ssl_key,
+                            .ca_file = c->client_ssl_ca,
+                            .require_client_cert = c->client_ssl_auth == KM_INLINE_AUTH_REQUIRED,
+                            .request_client_cert = c->client_ssl_auth == KM_INLINE_AUTH_REQUESTED};
+    km_tls_config upstream = {.cert_file = c->upstream_ssl_cert, .key_file = c->upstream_ssl_key,
+                              .ca_file = c->upstream_ssl_ca};
+    km_err why = {{0}};
+    if (c->client_ssl_cert && !(*client = tls_new(&server, true, &why)))
+        return km_fail(err, "proxy.client.ssl: %s", why.msg);
+    if (c->upstream_ssl && !(*up = tls_new(&upstream, false, &why))) {
+        inl_tls_unref(*client);
+        *client = NULL;
+        return km_fail(err, "proxy.upstream.ssl: %s", why.msg);
+    }
+    return 0;
+}
+
+static int keep_tls_config(km_inline *p, const km_inline_config *c, km_err *err)
+{
+    km_inline_config *k = &p->tls_cfg;
+    km_inline_config_defaults(k);
+    k->client_ssl_auth = c->client_ssl_auth;
+    k->upstream_ssl = c->upstream_ssl;
+    k->upstream_ssl_check_hostname = c->upstream_ssl_check_hostname;
+    const char *const from[] = {c->client_ssl_cert, c->client_ssl_key, c->client_ssl_ca,
+                                c->upstream_ssl_cert, c->upstream_ssl_key, c->upstream_ssl_ca};
+    char **to[] = {&k->client_ssl_cert, &k->client_ssl_key, &k->client_ssl_ca,
+                   &k->upstream_ssl_cert, &k->upstream_ssl_key, &k->upstream_ssl_ca};
+    for (size_t i = 0; i < sizeof from / sizeof from[0]; i++)
+        if (from[i] && !(*to[i] = strdup(from[i])))
+            return km_fail(err, "proxy: out of memory");
+    return tls_load(k, &p->client_tls, &p->up_tls, err);
+}
+
+int km_inline_reload_tls(km_inline *p, km_err *err)
+{
+    inl_tls *client, *up;
+    if (tls_load(&p->tls_cfg, &client, &up, err))
+        return -1;
+    inl_tls_unref(p->client_tls);
+    inl_tls_unref(p->up_tls);
+    p->client_tls = client;
+    p->up_tls = up;
+    inl_log(p, 2, "TLS certificates reloaded; live connections keep theirs");
+    return 0;
 }

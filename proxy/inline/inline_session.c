@@ -41,6 +41,8 @@ void inl_session_free(inl_session *s)
     ev_timer_stop(p->loop, &s->timer);
     km_net_close(s->client);
     km_net_close(s->up);
+    inl_tls_unref(s->client_tls);
+    inl_tls_unref(s->up_tls);
     km_buf_free(&s->rs.whole);
     free(s->rq.prefix);
     free(s->ring);
@@ -659,12 +661,22 @@ static void on_up_drain(km_net_conn *c, void *ud)
     }
 }
 
+static void on_client_ready(km_net_conn *c, void *ud)
+{
+    (void)c;
+    ((inl_session *)ud)->client_ready = true;
+}
+
 static void on_client_close(km_net_conn *c, const km_err *why, void *ud)
 {
     (void)c;
     inl_session *s = ud;
     s->client = NULL;
-    if (s->rq.have || s->rq.left) {
+    if (!s->client_ready && s->client_tls) {
+        s->p->stats.tls_failures++;
+        inl_log(s->p, 1, "client %s (broker %d listener): TLS handshake failed: %s", s->peer, s->route->broker_id,
+                why ? why->msg : "the client closed the connection");
+    } else if (s->rq.have || s->rq.left) {
         s->p->stats.cut++;
         inl_log(s->p, 1, "client %s (broker %d listener) left inside a request frame (%s); its upstream "
                 "connection is closed", s->peer, s->route->broker_id, s->rq.have ? "in its header" : "in its body");
@@ -679,6 +691,8 @@ static void on_up_close(km_net_conn *c, const km_err *why, void *ud)
     (void)c;
     inl_session *s = ud;
     s->up = NULL;
+    if (why)
+        s->p->stats.upstream_failures++;
     if (why)
         inl_log(s->p, 1, "client %s: upstream %s:%u (broker %d): %s; closing the client", s->peer,
                 s->route->up_host, s->route->up_port, s->route->broker_id, why->msg);
@@ -723,8 +737,12 @@ void inl_session_start(inl_route *r, int fd, const char *peer, const char *ip)
     s->last_activity = ev_now(p->loop);
     /* Generous queue limit: pausing at buffer_bytes is what bounds memory; the
      * limit only has to admit one rewritten response on top. */
-    km_net_opts opts = {.max_frame = p->max_frame, .write_limit = 2 * p->max_frame + 4 * p->buffer_bytes};
-    km_net_handlers hc = {.on_bytes = on_client_bytes, .on_drain = on_client_drain, .on_close = on_client_close};
+    s->client_tls = inl_tls_ref(p->client_tls);
+    s->up_tls = inl_tls_ref(p->up_tls);
+    km_net_opts opts = {.max_frame = p->max_frame, .write_limit = 2 * p->max_frame + 4 * p->buffer_bytes,
+                        .tls = s->client_tls ? s->client_tls->ctx : NULL};
+    km_net_handlers hc = {.on_ready = on_client_ready, .on_bytes = on_client_bytes, .on_drain = on_client_drain,
+                          .on_close = on_client_close};
     km_net_handlers hu = {.on_bytes = on_up_bytes, .on_drain = on_up_drain, .on_close = on_up_close};
     s->client = km_net_accept(p->loop, fd, peer, &opts, &hc, s, &err);
     if (!s->client) {
@@ -732,6 +750,8 @@ void inl_session_start(inl_route *r, int fd, const char *peer, const char *ip)
         inl_session_free(s);
         return;
     }
+    opts.tls = s->up_tls ? s->up_tls->ctx : NULL;
+    opts.tls_name = s->up_tls && !p->tls_cfg.upstream_ssl_check_hostname ? "" : NULL; /* "": chain only */
     s->up = km_net_connect(p->loop, r->up_host, r->up_port, &opts, &hu, s, &err);
     if (!s->up) {
         cut(s, "cannot reach upstream %s:%u (broker %d): %s", r->up_host, r->up_port, r->broker_id, err.msg);

@@ -42,7 +42,16 @@ typedef struct km_inline_config {
     int32_t idle_timeout_ms;       /* proxy.idle.timeout.ms: nothing in flight and no bytes */
     int32_t request_timeout_ms;    /* proxy.request.timeout.ms: the upstream's answer to the oldest request */
     int32_t buffer_bytes;          /* proxy.connection.buffer.bytes: queued bytes per direction before pausing */
+    /* TLS towards clients (on when the certificate is set), librdkafka's and Kafka's names. */
+    char *client_ssl_cert, *client_ssl_key, *client_ssl_ca; /* proxy.client.ssl.{certificate,key,ca}.location */
+    int client_ssl_auth;           /* proxy.client.ssl.client.auth: KM_INLINE_AUTH_* */
+    /* TLS towards the brokers: proxy.upstream.security.protocol=ssl, verified unless told otherwise. */
+    bool upstream_ssl;
+    char *upstream_ssl_cert, *upstream_ssl_key, *upstream_ssl_ca; /* proxy.upstream.ssl.*.location */
+    bool upstream_ssl_check_hostname; /* proxy.upstream.ssl.endpoint.identification.algorithm=https (default) */
 } km_inline_config;
+
+enum { KM_INLINE_AUTH_NONE, KM_INLINE_AUTH_REQUESTED, KM_INLINE_AUTH_REQUIRED };
 
 void km_inline_config_defaults(km_inline_config *c);
 /* One proxy.* key (the full key, "proxy." included).  Unknown keys and bad
@@ -64,6 +73,9 @@ km_inline *km_inline_new(struct ev_loop *loop, const km_inline_config *cfg, km_i
                          km_err *err);
 /* Closes every listener and connection at once. */
 void km_inline_free(km_inline *p);
+/* Reloads the TLS certificates, keys and CAs from their files (on SIGHUP): new connections use
+ * them, live ones keep theirs.  On failure (err names the file) the old ones stay in use. */
+int km_inline_reload_tls(km_inline *p, km_err *err);
 
 /* The port a listener really got (useful with port 0): broker id, or -1 for
  * the bootstrap listener.  0 when there is no such listener. */
@@ -79,6 +91,8 @@ typedef struct km_inline_stats {
     uint64_t buffered_high_water;             /* most bytes one connection pair held queued at once */
     uint64_t largest_frame;                   /* largest frame that passed, either way */
     uint64_t listeners;                       /* listeners open */
+    uint64_t tls_failures;                    /* client TLS handshakes that failed */
+    uint64_t upstream_failures;               /* upstream connections that failed (TLS included) */
 } km_inline_stats;
 void km_inline_get_stats(const km_inline *p, km_inline_stats *out);
 
