@@ -54,6 +54,11 @@ Test(inline_cli, bad_keys_and_values_are_refused)
     refused((const char *[]){"proxy.bootstrap.listen=127.0.0.1:0", "proxy.bootstrap.upstream=127.0.0.1:1",
                              "proxy.client.ssl.certificate.location=/x", "proxy.client.ssl.client.auth=required", NULL},
             "needs proxy.client.ssl.ca.location");
+    refused((const char *[]){"proxy.sni.listen=127.0.0.1:0", "proxy.sni.host.suffix=.k", NULL},
+            "proxy.sni.listen needs proxy.client.ssl.certificate.location");
+    refused((const char *[]){"proxy.sni.host.prefix=b-", "proxy.bootstrap.listen=127.0.0.1:0",
+                             "proxy.bootstrap.upstream=127.0.0.1:1", NULL},
+            "need proxy.sni.listen");
 }
 
 /* The daemon's configuration takes the same keys through km_config and checks them together. */

@@ -177,15 +177,22 @@ typedef struct tls_conn {
     int fd;
 } tls_conn;
 
-static void tls_dial(tls_conn *t, uint16_t port)
+static void tls_dial_sni(tls_conn *t, uint16_t port, const char *sni)
 {
     t->ctx = SSL_CTX_new(TLS_client_method());
     cr_assert_eq(SSL_CTX_load_verify_locations(t->ctx, pki.ca, NULL), 1);
     SSL_CTX_set_verify(t->ctx, SSL_VERIFY_PEER, NULL);
     t->fd = irig_connect(port);
     t->ssl = SSL_new(t->ctx);
+    if (sni)
+        SSL_set_tlsext_host_name(t->ssl, sni);
     SSL_set_fd(t->ssl, t->fd);
     cr_assert_eq(SSL_connect(t->ssl), 1, "TLS handshake with the proxy failed");
+}
+
+static void tls_dial(tls_conn *t, uint16_t port)
+{
+    tls_dial_sni(t, port, NULL);
 }
 
 static void tls_close(tls_conn *t)
@@ -325,5 +332,114 @@ Test(inline_tls, endpoint_identification_checks_the_broker_name, .init = make_pk
         irig_free(&a);
         irig_free(&b);
     }
+    km_test_pki_free(&pki);
+}
+
+/* ---- SNI routing ----------------------------------------------------------------------------- */
+
+static bool ssl_read_all(tls_conn *t, uint8_t *p, size_t n)
+{
+    for (size_t got = 0; got < n;) {
+        int k = SSL_read(t->ssl, p + got, (int)(n - got));
+        if (k <= 0)
+            return false;
+        got += (size_t)k;
+    }
+    return true;
+}
+
+static void upstream_gets(int lfd, tls_conn *t, int32_t corr)
+{
+    km_api_versions_request av;
+    km_api_versions_request_init(&av);
+    size_t len;
+    uint8_t *f = irig_request(KM_API_API_VERSIONS, 0, corr, &av, &len), *p;
+    cr_assert_eq(SSL_write(t->ssl, f, (int)len), (int)len);
+    int up = irig_accept(lfd);
+    cr_assert(irig_read_frame(up, &p, &len), "the routed upstream got nothing");
+    cr_assert(len == (size_t)(f[3] | f[2] << 8) && !memcmp(p, f + 4, len));
+    free(p), free(f);
+    close(up);
+}
+
+Test(inline_tls, sni_names_pick_the_broker_and_rewritten_addresses_use_them, .init = make_pki)
+{
+    uint16_t pb, p1, p2;
+    int lb = irig_listen(&pb), l1 = irig_listen(&p1), l2 = irig_listen(&p2);
+    char v[64];
+    irig r;
+    irig_init(&r);
+    irig_set(&r, "proxy.client.ssl.certificate.location", pki.server_cert);
+    irig_set(&r, "proxy.client.ssl.key.location", pki.server_key);
+    irig_set(&r, "proxy.sni.listen", "127.0.0.1:0");
+    irig_set(&r, "proxy.sni.host.prefix", "b-");
+    irig_set(&r, "proxy.sni.host.suffix", ".kafka.test");
+    snprintf(v, sizeof v, "127.0.0.1:%u", pb);
+    irig_set(&r, "proxy.bootstrap.upstream", v);
+    snprintf(v, sizeof v, "127.0.0.1:%u", p1);
+    irig_set(&r, "proxy.broker.1.upstream", v);
+    irig_start(&r);
+    uint16_t sni = irig_port(&r, KM_INLINE_SNI);
+
+    tls_conn boot; /* a name outside the pattern reaches the bootstrap upstream */
+    tls_dial_sni(&boot, sni, "bootstrap.kafka.test");
+    km_metadata_request mq;
+    km_metadata_request_init(&mq);
+    size_t len;
+    uint8_t *f = irig_request(KM_API_METADATA, 1, 7, &mq, &len), *p;
+    cr_assert_eq(SSL_write(boot.ssl, f, (int)len), (int)len);
+    free(f);
+    int up = irig_accept(lb);
+    cr_assert(irig_read_frame(up, &p, &len));
+    free(p);
+    km_metadata_response m;
+    km_metadata_response_init(&m);
+    km_metadata_response_response_broker mb[2] = {{.node_id = 1, .host = km_cstr("10.9.9.1"), .port = 9092},
+                                                  {.node_id = 2, .host = km_cstr("127.0.0.1"), .port = p2}};
+    m.brokers.count = 2, m.brokers.items = mb;
+    km_buf out;
+    km_buf_init(&out);
+    km_err err = {{0}};
+    cr_assert_eq(km_frame_response(KM_API_METADATA, 1, 7, &m, &out, &err), 0, "%s", err.msg);
+    cr_assert(irig_send_all(up, out.data, out.len));
+    km_buf_free(&out);
+    uint8_t head[4];
+    cr_assert(ssl_read_all(&boot, head, 4));
+    len = (size_t)head[0] << 24 | (size_t)head[1] << 16 | (size_t)head[2] << 8 | head[3];
+    p = malloc(len);
+    cr_assert(ssl_read_all(&boot, p, len));
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+    km_metadata_response mr;
+    km_reader rd;
+    km_reader_init(&rd, p, len);
+    int32_t corr;
+    cr_assert_eq(km_parse_response_header(&rd, KM_API_METADATA, 1, &corr, &err), 0);
+    cr_assert_eq(km_decode(&km_metadata_response_desc, 1, p + rd.pos, len - rd.pos, &mr, &a, NULL, &err), 0, "%s",
+                 err.msg);
+    cr_assert_eq(mr.brokers.count, 2);
+    for (int i = 0; i < 2; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "b-%d.kafka.test", mr.brokers.items[i].node_id);
+        cr_expect(km_str_eq(mr.brokers.items[i].host, want), "broker %d told %.*s", mr.brokers.items[i].node_id,
+                  mr.brokers.items[i].host.len, mr.brokers.items[i].host.ptr);
+        cr_expect_eq(mr.brokers.items[i].port, sni);
+    }
+    km_arena_free(&a);
+    free(p);
+    close(up);
+    tls_close(&boot);
+
+    tls_conn b2, b1, b9;
+    tls_dial_sni(&b2, sni, "b-2.kafka.test"); /* learned from the Metadata answer */
+    upstream_gets(l2, &b2, 1);
+    tls_dial_sni(&b1, sni, "B-1.KAFKA.TEST"); /* static; names are case-insensitive */
+    upstream_gets(l1, &b1, 2);
+    tls_dial_sni(&b9, sni, "b-9.kafka.test"); /* no such broker: cut */
+    uint8_t byte;
+    cr_expect_leq(SSL_read(b9.ssl, &byte, 1), 0, "a client naming an unknown broker was served");
+    tls_close(&b1), tls_close(&b2), tls_close(&b9);
+    close(lb), close(l1), close(l2);
+    irig_free(&r);
     km_test_pki_free(&pki);
 }

@@ -71,5 +71,7 @@ size_t km_tls_pending(const km_tls_stream *s);
  * out, or "" when the peer sent none.  Returns out. */
 const char *km_tls_peer_subject(const km_tls_stream *s, char *out, size_t cap);
 const char *km_tls_version(const km_tls_stream *s); /* "TLSv1.3", ... */
+/* Servers, after the handshake: the host name the client sent (SNI), or NULL. */
+const char *km_tls_server_name(const km_tls_stream *s);
 
 #endif

@@ -59,8 +59,11 @@ static void print_listeners(const km_inline *p, const km_config *cfg)
 {
     if (cfg->proxy.bootstrap_listen)
         printf("listening broker=-1 port=%u\n", km_inline_listen_port(p, -1));
+    if (cfg->proxy.sni_listen)
+        printf("listening sni port=%u\n", km_inline_listen_port(p, KM_INLINE_SNI));
     for (size_t i = 0; i < cfg->proxy.n_brokers; i++)
-        printf("listening broker=%d port=%u\n", cfg->proxy.brokers[i].id,
+        if (cfg->proxy.brokers[i].listen)
+            printf("listening broker=%d port=%u\n", cfg->proxy.brokers[i].id,
                km_inline_listen_port(p, cfg->proxy.brokers[i].id));
     fflush(stdout);
 }

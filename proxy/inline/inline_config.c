@@ -40,6 +40,9 @@ static const str_key STR_KEYS[] = {
     {"proxy.upstream.ssl.certificate.location", offsetof(km_inline_config, upstream_ssl_cert), false},
     {"proxy.upstream.ssl.key.location", offsetof(km_inline_config, upstream_ssl_key), false},
     {"proxy.upstream.ssl.ca.location", offsetof(km_inline_config, upstream_ssl_ca), false},
+    {"proxy.sni.listen", offsetof(km_inline_config, sni_listen), true},
+    {"proxy.sni.host.prefix", offsetof(km_inline_config, sni_prefix), false},
+    {"proxy.sni.host.suffix", offsetof(km_inline_config, sni_suffix), false},
 };
 
 /* Keys with a fixed set of values. */
@@ -177,16 +180,19 @@ bool km_inline_config_enabled(const km_inline_config *c)
 {
     return c->n_brokers || c->bootstrap_listen || c->bootstrap_upstream || c->port_base >= 0 || c->listen_host ||
            c->advertised_host || c->client_ssl_cert || c->client_ssl_key || c->client_ssl_ca || c->upstream_ssl ||
-           c->upstream_ssl_cert || c->upstream_ssl_key || c->upstream_ssl_ca;
+           c->upstream_ssl_cert || c->upstream_ssl_key || c->upstream_ssl_ca || c->sni_listen || c->sni_prefix ||
+           c->sni_suffix;
 }
 
 int km_inline_config_validate(const km_inline_config *c, km_err *err)
 {
     for (size_t i = 0; i < c->n_brokers; i++)
-        if (!c->brokers[i].listen || !c->brokers[i].upstream)
-            return km_fail(err, "proxy.broker.%d: needs both .listen and .upstream", c->brokers[i].id);
-    if (!c->bootstrap_listen != !c->bootstrap_upstream)
-        return km_fail(err, "proxy.bootstrap.listen and proxy.bootstrap.upstream go together");
+        if (!c->brokers[i].upstream || (!c->brokers[i].listen && !c->sni_listen))
+            return km_fail(err, "proxy.broker.%d: needs both .listen and .upstream (or .upstream and proxy.sni.listen)",
+                           c->brokers[i].id);
+    if ((c->bootstrap_listen && !c->bootstrap_upstream) || (!c->bootstrap_listen && c->bootstrap_upstream && !c->sni_listen))
+        return km_fail(err, "proxy.bootstrap.listen and proxy.bootstrap.upstream go together (the upstream alone "
+                            "only with proxy.sni.listen)");
     if ((c->listen_host || c->advertised_host) && c->port_base < 0)
         return km_fail(err, "proxy.listen.host and proxy.advertised.host need proxy.port.base");
     if (c->port_base >= 0 && !c->advertised_host)
@@ -198,7 +204,16 @@ int km_inline_config_validate(const km_inline_config *c, km_err *err)
                        c->client_ssl_auth == KM_INLINE_AUTH_REQUIRED ? "required" : "requested");
     if (!c->upstream_ssl && (c->upstream_ssl_cert || c->upstream_ssl_key || c->upstream_ssl_ca))
         return km_fail(err, "proxy.upstream.ssl.* needs proxy.upstream.security.protocol=ssl");
-    if (!c->bootstrap_listen && !c->n_brokers)
+    if (c->sni_listen && !c->client_ssl_cert)
+        return km_fail(err, "proxy.sni.listen needs proxy.client.ssl.certificate.location (SNI is part of TLS)");
+    if (c->sni_listen && !c->sni_prefix && !c->sni_suffix)
+        return km_fail(err, "proxy.sni.listen needs proxy.sni.host.prefix or proxy.sni.host.suffix "
+                            "(names are <prefix><id><suffix>)");
+    if ((c->sni_prefix || c->sni_suffix) && !c->sni_listen)
+        return km_fail(err, "proxy.sni.host.prefix and .suffix need proxy.sni.listen");
+    if (c->port_base >= 0 && c->sni_listen)
+        return km_fail(err, "proxy.port.base and proxy.sni.listen exclude each other: brokers are told one kind of address");
+    if (!c->bootstrap_listen && !c->n_brokers && !c->sni_listen)
         return km_fail(err, "the proxy has no listener: set proxy.bootstrap.listen/.upstream or "
                             "proxy.broker.<id>.listen/.upstream");
     return 0;

@@ -17,7 +17,7 @@
 
 typedef struct inl_route {
     km_inline *p;
-    int32_t broker_id;                       /* -1: the bootstrap listener */
+    int32_t broker_id;                       /* -1: bootstrap, INL_SNI_ROUTE: the SNI listener */
     bool is_static;                          /* configured: upstream never learned */
     char listen_host[INL_HOST_MAX];          /* "" binds every address */
     uint16_t listen_port;
@@ -27,6 +27,8 @@ typedef struct inl_route {
     uint16_t up_port;
     km_net_listener *listener;
 } inl_route;
+
+#define INL_SNI_ROUTE KM_INLINE_SNI /* the SNI listener's route: the handshake picks the real one */
 
 typedef struct inl_ip_count {
     char ip[64];
@@ -64,6 +66,8 @@ struct km_inline {
     size_t n_unserved;
     km_inline_stats stats;
     km_inline_config tls_cfg;                /* the TLS keys, kept for reloads */
+    char *sni_prefix, *sni_suffix;           /* SNI routing when sni_route is set */
+    inl_route *sni_route;
     inl_tls *client_tls, *up_tls;            /* current; NULL: plaintext */
     km_inline_log_fn log;
     void *log_ud;
@@ -125,6 +129,10 @@ void inl_log(km_inline *p, int level, const char *fmt, ...) __attribute__((forma
  * cannot be served. */
 inl_route *inl_route_for_broker(km_inline *p, int32_t id, const char *host, int32_t port);
 void inl_ip_release(km_inline *p, const char *ip);
+/* The route an SNI name picks: <prefix><id><suffix>, else the bootstrap route; NULL: none. */
+inl_route *inl_route_for_sni(km_inline *p, const char *name);
+/* "broker 3 listener", "bootstrap listener", "SNI listener" into buf (48 bytes); returns buf. */
+const char *inl_route_name(const inl_route *r, char *buf);
 inl_tls *inl_tls_ref(inl_tls *t);
 void inl_tls_unref(inl_tls *t);
 

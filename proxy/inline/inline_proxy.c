@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 void inl_log(km_inline *p, int level, const char *fmt, ...)
@@ -39,6 +40,16 @@ static int split_address(const char *s, char *host, size_t cap, uint16_t *port, 
     host[n] = '\0';
     *port = (uint16_t)atoi(colon + 1);
     return 0;
+}
+
+const char *inl_route_name(const inl_route *r, char *buf)
+{
+    if (r->broker_id == INL_SNI_ROUTE)
+        return strcpy(buf, "SNI listener");
+    if (r->broker_id < 0)
+        return strcpy(buf, "bootstrap listener");
+    snprintf(buf, 48, "broker %d listener", r->broker_id);
+    return buf;
 }
 
 static bool unspecified_host(const char *h)
@@ -94,7 +105,8 @@ static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
                                                        : NULL;
     if (why) {
         p->stats.refused++;
-        inl_log(p, 1, "refused client %s on broker %d's listener: %s reached", peer, r->broker_id, why);
+        char rname[48];
+        inl_log(p, 1, "refused client %s on the %s: %s reached", peer, inl_route_name(r, rname), why);
         if (slot && slot->n == 0) /* made just now: drop it again */
             *slot = p->ips[--p->n_ips];
         close(fd);
@@ -137,19 +149,78 @@ static inl_route *add_route(km_inline *p, int32_t id, bool is_static, km_err *er
 
 /* A configured route: listen and upstream from HOST:PORT, advertised as
  * proxy.advertised.host (else the listen host) and the listen port. */
+static inl_route *find_route(const km_inline *p, int32_t id);
+
+/* SNI routing: broker id is told <prefix><id><suffix> at the SNI port. */
+static void sni_advertise(km_inline *p, inl_route *r)
+{
+    if (!p->sni_route || r->broker_id < 0)
+        return;
+    snprintf(r->adv_host, sizeof r->adv_host, "%s%d%s", p->sni_prefix ? p->sni_prefix : "", r->broker_id,
+             p->sni_suffix ? p->sni_suffix : "");
+    r->adv_port = p->sni_route->listen_port;
+}
+
 static int add_static_route(km_inline *p, int32_t id, const char *listen, const char *upstream, km_err *err)
 {
     inl_route *r = add_route(p, id, true, err);
-    if (!r || split_address(listen, r->listen_host, sizeof r->listen_host, &r->listen_port, err) ||
-        split_address(upstream, r->up_host, sizeof r->up_host, &r->up_port, err))
+    if (!r || split_address(upstream, r->up_host, sizeof r->up_host, &r->up_port, err))
+        return -1;
+    if (!listen) { /* reached through the SNI listener only */
+        sni_advertise(p, r);
+        return 0;
+    }
+    if (split_address(listen, r->listen_host, sizeof r->listen_host, &r->listen_port, err))
         return -1;
     snprintf(r->adv_host, sizeof r->adv_host, "%s", p->advertised_host ? p->advertised_host : r->listen_host);
     if (unspecified_host(r->adv_host))
         return km_fail(err, "proxy: %s listens on every address: set proxy.advertised.host so clients get a "
                        "host they can reach", listen);
-    if (open_listener(r, err))
-        return km_fail(err, "proxy: broker %d's listener %s: %s", id, listen, err->msg);
+    if (open_listener(r, err)) {
+        km_err why = *err;
+        return km_fail(err, "proxy: broker %d's listener %s: %s", id, listen, why.msg);
+    }
+    sni_advertise(p, r);
     return 0;
+}
+
+/* The SNI listener (a route of its own) and the bootstrap upstream it falls back to. */
+static int add_sni_listener(km_inline *p, const km_inline_config *cfg, km_err *err)
+{
+    inl_route *r = add_route(p, INL_SNI_ROUTE, true, err);
+    if (!r || split_address(cfg->sni_listen, r->listen_host, sizeof r->listen_host, &r->listen_port, err))
+        return -1;
+    if (open_listener(r, err)) {
+        km_err why = *err;
+        return km_fail(err, "proxy: the SNI listener %s: %s", cfg->sni_listen, why.msg);
+    }
+    p->sni_route = r;
+    if ((cfg->sni_prefix && !(p->sni_prefix = strdup(cfg->sni_prefix))) ||
+        (cfg->sni_suffix && !(p->sni_suffix = strdup(cfg->sni_suffix))))
+        return km_fail(err, "proxy: out of memory");
+    if (cfg->bootstrap_upstream && !cfg->bootstrap_listen) { /* bootstrap through SNI only */
+        inl_route *b = add_route(p, -1, true, err);
+        if (!b || split_address(cfg->bootstrap_upstream, b->up_host, sizeof b->up_host, &b->up_port, err))
+            return -1;
+    }
+    return 0;
+}
+
+inl_route *inl_route_for_sni(km_inline *p, const char *name)
+{
+    size_t pre = p->sni_prefix ? strlen(p->sni_prefix) : 0, suf = p->sni_suffix ? strlen(p->sni_suffix) : 0;
+    size_t n = name ? strlen(name) : 0;
+    if (n > pre + suf && (!pre || !strncasecmp(name, p->sni_prefix, pre)) &&
+        (!suf || !strcasecmp(name + n - suf, p->sni_suffix))) {
+        char digits[16];
+        size_t len = n - pre - suf;
+        if (len < sizeof digits && strspn(name + pre, "0123456789") >= len) {
+            memcpy(digits, name + pre, len);
+            digits[len] = '\0';
+            return find_route(p, (int32_t)atol(digits));
+        }
+    }
+    return find_route(p, -1);
 }
 
 static inl_route *find_route(const km_inline *p, int32_t id)
@@ -174,9 +245,27 @@ static bool first_unserved(km_inline *p, int32_t id)
     return true;
 }
 
+/* SNI mode: a broker learned from a response is reached through the SNI listener. */
+static inl_route *add_sni_route(km_inline *p, int32_t id, const char *host, int32_t port)
+{
+    km_err err = {{0}};
+    inl_route *r = add_route(p, id, false, &err);
+    if (!r) {
+        inl_log(p, 0, "%s", err.msg);
+        return NULL;
+    }
+    snprintf(r->up_host, sizeof r->up_host, "%s", host);
+    r->up_port = (uint16_t)port;
+    sni_advertise(p, r);
+    inl_log(p, 2, "broker %d: reached as SNI name %s for upstream %s:%d", id, r->adv_host, host, port);
+    return r;
+}
+
 static inl_route *add_dynamic_route(km_inline *p, int32_t id, const char *host, int32_t port)
 {
     km_err err = {{0}};
+    if (p->sni_route)
+        return add_sni_route(p, id, host, port);
     if (p->port_base < 0 || (int64_t)p->port_base + id > 65535) {
         if (first_unserved(p, id))
             inl_log(p, 1, "broker %d (%s:%d) has no proxy listener: no proxy.broker.%d.* and %s; left out of "
@@ -249,6 +338,8 @@ km_inline *km_inline_new(struct ev_loop *loop, const km_inline_config *cfg, km_i
     int rc = copy_settings(p, cfg, err);
     if (!rc)
         rc = keep_tls_config(p, cfg, err);
+    if (!rc && cfg->sni_listen)
+        rc = add_sni_listener(p, cfg, err);
     if (!rc && cfg->bootstrap_listen)
         rc = add_static_route(p, -1, cfg->bootstrap_listen, cfg->bootstrap_upstream, err);
     for (size_t i = 0; !rc && i < cfg->n_brokers; i++)
@@ -274,6 +365,8 @@ void km_inline_free(km_inline *p)
     free(p->routes);
     free(p->ips);
     free(p->unserved);
+    free(p->sni_prefix);
+    free(p->sni_suffix);
     inl_tls_unref(p->client_tls);
     inl_tls_unref(p->up_tls);
     km_inline_config_free(&p->tls_cfg);

@@ -58,8 +58,9 @@ static void cut(inl_session *s, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
+    char rname[48];
     s->p->stats.cut++;
-    inl_log(s->p, 1, "cut client %s (broker %d listener): %s", s->peer, s->route->broker_id, why);
+    inl_log(s->p, 1, "cut client %s (%s): %s", s->peer, inl_route_name(s->route, rname), why);
     inl_session_free(s);
 }
 
@@ -168,8 +169,9 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
             s->route->up_host, s->route->up_port, api ? api : "an unknown API", q->api_version, q->correlation_id,
             p->request_timeout * 1000);
     } else if (!s->ring_count && now - s->last_activity >= p->idle_timeout) {
-        inl_log(p, 2, "closed client %s (broker %d listener): idle for proxy.idle.timeout.ms=%.0f", s->peer,
-                s->route->broker_id, p->idle_timeout * 1000);
+        char rname[48];
+        inl_log(p, 2, "closed client %s (%s): idle for proxy.idle.timeout.ms=%.0f", s->peer,
+                inl_route_name(s->route, rname), p->idle_timeout * 1000);
         inl_session_free(s);
     } else {
         arm_timer(s);
@@ -661,27 +663,43 @@ static void on_up_drain(km_net_conn *c, void *ud)
     }
 }
 
+static void connect_upstream(inl_session *s);
+
+/* On the SNI listener the handshake's server name picks the broker, then the upstream is dialled. */
 static void on_client_ready(km_net_conn *c, void *ud)
 {
-    (void)c;
-    ((inl_session *)ud)->client_ready = true;
+    inl_session *s = ud;
+    s->client_ready = true;
+    if (s->route->broker_id != INL_SNI_ROUTE)
+        return;
+    const char *name = km_net_tls_server_name(c);
+    inl_route *r = inl_route_for_sni(s->p, name);
+    if (!r) {
+        cut(s, "SNI name '%s' names no broker this proxy serves (names are %s<id>%s; other names go to the "
+            "bootstrap upstream, if set)",
+            name ? name : "(none)", s->p->sni_prefix ? s->p->sni_prefix : "", s->p->sni_suffix ? s->p->sni_suffix : "");
+        return;
+    }
+    s->route = r;
+    connect_upstream(s);
 }
 
 static void on_client_close(km_net_conn *c, const km_err *why, void *ud)
 {
     (void)c;
     inl_session *s = ud;
+    char rname[48];
     s->client = NULL;
     if (!s->client_ready && s->client_tls) {
         s->p->stats.tls_failures++;
-        inl_log(s->p, 1, "client %s (broker %d listener): TLS handshake failed: %s", s->peer, s->route->broker_id,
+        inl_log(s->p, 1, "client %s (%s): TLS handshake failed: %s", s->peer, inl_route_name(s->route, rname),
                 why ? why->msg : "the client closed the connection");
     } else if (s->rq.have || s->rq.left) {
         s->p->stats.cut++;
-        inl_log(s->p, 1, "client %s (broker %d listener) left inside a request frame (%s); its upstream "
-                "connection is closed", s->peer, s->route->broker_id, s->rq.have ? "in its header" : "in its body");
+        inl_log(s->p, 1, "client %s (%s) left inside a request frame (%s); its upstream "
+                "connection is closed", s->peer, inl_route_name(s->route, rname), s->rq.have ? "in its header" : "in its body");
     } else if (why) {
-        inl_log(s->p, 2, "client %s (broker %d listener): %s", s->peer, s->route->broker_id, why->msg);
+        inl_log(s->p, 2, "client %s (%s): %s", s->peer, inl_route_name(s->route, rname), why->msg);
     }
     inl_session_free(s);
 }
@@ -743,19 +761,27 @@ void inl_session_start(inl_route *r, int fd, const char *peer, const char *ip)
                         .tls = s->client_tls ? s->client_tls->ctx : NULL};
     km_net_handlers hc = {.on_ready = on_client_ready, .on_bytes = on_client_bytes, .on_drain = on_client_drain,
                           .on_close = on_client_close};
-    km_net_handlers hu = {.on_bytes = on_up_bytes, .on_drain = on_up_drain, .on_close = on_up_close};
     s->client = km_net_accept(p->loop, fd, peer, &opts, &hc, s, &err);
     if (!s->client) {
         inl_log(p, 0, "client %s: %s", peer, err.msg);
         inl_session_free(s);
         return;
     }
-    opts.tls = s->up_tls ? s->up_tls->ctx : NULL;
-    opts.tls_name = s->up_tls && !p->tls_cfg.upstream_ssl_check_hostname ? "" : NULL; /* "": chain only */
-    s->up = km_net_connect(p->loop, r->up_host, r->up_port, &opts, &hu, s, &err);
-    if (!s->up) {
-        cut(s, "cannot reach upstream %s:%u (broker %d): %s", r->up_host, r->up_port, r->broker_id, err.msg);
-        return;
-    }
     arm_timer(s);
+    if (r->broker_id != INL_SNI_ROUTE) /* else once the handshake names the broker */
+        connect_upstream(s);
+}
+
+static void connect_upstream(inl_session *s)
+{
+    km_inline *p = s->p;
+    inl_route *r = s->route;
+    km_err err = {{0}};
+    km_net_opts opts = {.max_frame = p->max_frame, .write_limit = 2 * p->max_frame + 4 * p->buffer_bytes,
+                        .tls = s->up_tls ? s->up_tls->ctx : NULL,
+                        .tls_name = s->up_tls && !p->tls_cfg.upstream_ssl_check_hostname ? "" : NULL};
+    km_net_handlers hu = {.on_bytes = on_up_bytes, .on_drain = on_up_drain, .on_close = on_up_close};
+    s->up = km_net_connect(p->loop, r->up_host, r->up_port, &opts, &hu, s, &err); /* tls_name "": chain only */
+    if (!s->up)
+        cut(s, "cannot reach upstream %s:%u (broker %d): %s", r->up_host, r->up_port, r->broker_id, err.msg);
 }

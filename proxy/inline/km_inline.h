@@ -49,6 +49,10 @@ typedef struct km_inline_config {
     bool upstream_ssl;
     char *upstream_ssl_cert, *upstream_ssl_key, *upstream_ssl_ca; /* proxy.upstream.ssl.*.location */
     bool upstream_ssl_check_hostname; /* proxy.upstream.ssl.endpoint.identification.algorithm=https (default) */
+    /* SNI routing: one TLS port for every broker; the SNI name <prefix><id><suffix> picks broker <id>
+     * and the addresses clients are told use the same pattern (any other name: the bootstrap upstream). */
+    char *sni_listen;              /* proxy.sni.listen: HOST:PORT */
+    char *sni_prefix, *sni_suffix; /* proxy.sni.host.prefix, proxy.sni.host.suffix */
 } km_inline_config;
 
 enum { KM_INLINE_AUTH_NONE, KM_INLINE_AUTH_REQUESTED, KM_INLINE_AUTH_REQUIRED };
@@ -77,8 +81,10 @@ void km_inline_free(km_inline *p);
  * them, live ones keep theirs.  On failure (err names the file) the old ones stay in use. */
 int km_inline_reload_tls(km_inline *p, km_err *err);
 
-/* The port a listener really got (useful with port 0): broker id, or -1 for
- * the bootstrap listener.  0 when there is no such listener. */
+#define KM_INLINE_SNI INT32_MIN /* km_inline_listen_port: the SNI listener */
+
+/* The port a listener really got (useful with port 0): broker id, -1 for the
+ * bootstrap listener, KM_INLINE_SNI.  0 when there is no such listener. */
 uint16_t km_inline_listen_port(const km_inline *p, int32_t broker_id);
 
 typedef struct km_inline_stats {

@@ -106,6 +106,8 @@ typedef struct km_net_stats {
 void km_net_get_stats(const km_net_conn *c, km_net_stats *out);
 
 bool km_net_is_ready(const km_net_conn *c);
+/* An accepted TLS connection, once ready: the SNI host name the client asked for, or NULL. */
+const char *km_net_tls_server_name(const km_net_conn *c);
 const char *km_net_peer(const km_net_conn *c); /* "host:port" */
 int km_net_fd(const km_net_conn *c);
 void km_net_set_userdata(km_net_conn *c, void *ud);
