@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,6 +79,23 @@ Test(inline_cli, the_daemon_config_delegates_proxy_keys)
     km_config_free(&c);
 }
 
+/* GET /metrics on 127.0.0.1:port; the body, malloc'd. */
+static char *scrape(unsigned port)
+{
+    int fd = irig_connect((uint16_t)port);
+    const char *req = "GET /metrics HTTP/1.0\r\n\r\n";
+    cr_assert(irig_send_all(fd, req, strlen(req)));
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap);
+    ssize_t k;
+    while ((k = recv(fd, buf + len, cap - 1 - len, 0)) > 0)
+        len += (size_t)k;
+    buf[len] = '\0';
+    close(fd);
+    cr_assert(strstr(buf, "200"), "scrape: %.200s", buf);
+    return buf;
+}
+
 /* Runs `kmproxy proxy`, reads its "listening" line, serves a metadata request, stops on SIGTERM. */
 Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
 {
@@ -97,14 +115,16 @@ Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
         close(out[0]);
         execl(km_test_binary(), "kmproxy", "proxy", "--set", "proxy.bootstrap.listen=127.0.0.1:0", "--set", set_up,
               "--set", set_base, "--set", "proxy.advertised.host=127.0.0.1", "--set", "proxy.listen.host=127.0.0.1",
-              "--set", "log.level=warn", (char *)NULL);
+              "--set", "log.level=warn", "--set", "metrics.listen=127.0.0.1:0", (char *)NULL);
         _exit(127);
     }
     close(out[1]);
     FILE *f = fdopen(out[0], "r");
     char line[256];
+    unsigned port = 0, metrics = 0;
     cr_assert(fgets(line, sizeof line, f), "kmproxy proxy printed nothing");
-    unsigned port = 0;
+    cr_assert_eq(sscanf(line, "metrics port=%u", &metrics), 1, "line: %s", line);
+    cr_assert(fgets(line, sizeof line, f), "kmproxy proxy printed no listener");
     cr_assert_eq(sscanf(line, "listening broker=-1 port=%u", &port), 1, "line: %s", line);
     char bootstrap[64];
     snprintf(bootstrap, sizeof bootstrap, "127.0.0.1:%u", port);
@@ -116,6 +136,16 @@ Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
         cr_expect_eq(md->brokers[i].port, base + md->brokers[i].id);
     rd_kafka_metadata_destroy(md);
     rd_kafka_destroy(rk);
+    char *text = scrape(metrics);
+    static const char *const EXPECT[] = {
+        "kmproxy_inline_requests_total{broker=\"-1\",api=\"METADATA\"}",
+        "kmproxy_inline_upstream_latency_seconds_count{broker=\"-1\",api=\"METADATA\"}",
+        "kmproxy_inline_upstream_latency_seconds_bucket{broker=\"-1\",api=\"API_VERSIONS\",le=\"+Inf\"}",
+        "kmproxy_inline_connections_accepted_total ", "kmproxy_inline_tls_handshake_failures_total 0",
+        "kmproxy_inline_proxy_time_seconds_count ", "kmproxy_inline_rewritten_total "};
+    for (size_t i = 0; i < sizeof EXPECT / sizeof EXPECT[0]; i++)
+        cr_expect(strstr(text, EXPECT[i]), "/metrics lacks %s", EXPECT[i]);
+    free(text);
     kill(pid, SIGTERM);
     int status = 0;
     waitpid(pid, &status, 0);

@@ -2,6 +2,7 @@
 #include "km_cli.h"
 #include "km_config.h"
 #include "km_inline.h"
+#include "km_metrics.h"
 
 #include <ev.h>
 #include <getopt.h>
@@ -12,8 +13,9 @@
 static void proxy_usage(FILE *to)
 {
     fprintf(to, "usage: kmproxy proxy [--config FILE] [--set key=value ...]\n"
-                "  Runs the inline Kafka proxy alone: the proxy.* keys of deploy/kmproxy.properties.example\n"
-                "  (other keys of the file are checked but unused).  --set applies after the file.\n"
+                "  Runs the inline Kafka proxy alone: the proxy.* keys of deploy/kmproxy.properties.example,\n"
+                "  metrics.listen (its /metrics) and log.level; other keys of the file are checked but unused.\n"
+                "  --set applies after the file.\n"
                 "  Prints one 'listening broker=ID port=PORT' line per configured listener, then serves\n"
                 "  until SIGINT or SIGTERM.  SIGHUP reloads the TLS certificates (live connections stay).\n");
 }
@@ -68,15 +70,27 @@ static void print_listeners(const km_inline *p, const km_config *cfg)
     fflush(stdout);
 }
 
+static void render(km_buf *out, void *ud)
+{
+    km_inline_render_metrics(ud, out);
+}
+
 static int serve(km_config *cfg)
 {
     km_err err = {{0}};
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
     km_inline *p = km_inline_new(loop, &cfg->proxy, log_line, cfg, &err);
+    km_metrics_server *metrics = NULL;
+    if (p && cfg->metrics_listen && !(metrics = km_metrics_listen(loop, cfg->metrics_listen, render, p, &err))) {
+        km_inline_free(p);
+        p = NULL;
+    }
     if (!p) {
         fprintf(stderr, "kmproxy proxy: %s\n", err.msg);
         return 2;
     }
+    if (metrics)
+        printf("metrics port=%u\n", km_metrics_port(metrics));
     signal(SIGPIPE, SIG_IGN);
     ev_signal sigint, sigterm, sighup;
     ev_signal_init(&sigint, on_stop_signal, SIGINT);
@@ -88,6 +102,7 @@ static int serve(km_config *cfg)
     ev_signal_start(loop, &sighup);
     print_listeners(p, cfg);
     ev_run(loop, 0);
+    km_metrics_free(metrics);
     km_inline_free(p);
     return 0;
 }

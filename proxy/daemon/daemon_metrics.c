@@ -18,6 +18,8 @@ static void render(km_buf *out, void *ud)
     km_metrics_sample(out, "kmproxy_healthy", "gauge", "0 once a fatal condition stopped the daemon.", NULL, true,
                       !d->fatal[0]);
     km_daemon_consumers_metrics(d, out);
+    if (d->proxy)
+        km_inline_render_metrics(d->proxy, out);
 }
 
 int km_daemon_start_metrics(km_daemon *d, km_err *err)

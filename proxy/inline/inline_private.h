@@ -30,6 +30,18 @@ typedef struct inl_route {
 
 #define INL_SNI_ROUTE KM_INLINE_SNI /* the SNI listener's route: the handshake picks the real one */
 
+#define INL_API_SLOTS 96     /* per-API metrics; keys past it share the last slot ("other") */
+#define INL_LAT_BUCKETS 12
+
+/* Per broker (-1: bootstrap) and API: what passed and how long the upstream took. */
+typedef struct inl_bstats {
+    int32_t broker;
+    uint64_t requests[INL_API_SLOTS], request_bytes[INL_API_SLOTS], response_bytes[INL_API_SLOTS];
+    uint64_t lat_count[INL_API_SLOTS][INL_LAT_BUCKETS + 1]; /* non-cumulative; last: +Inf */
+    double lat_sum[INL_API_SLOTS];
+    uint64_t cut;
+} inl_bstats;
+
 typedef struct inl_ip_count {
     char ip[64];
     uint32_t n;
@@ -65,6 +77,10 @@ struct km_inline {
     int32_t *unserved;                       /* broker ids already reported as having no listener */
     size_t n_unserved;
     km_inline_stats stats;
+    inl_bstats **bstats;
+    size_t n_bstats;
+    uint64_t proxy_time_count[INL_LAT_BUCKETS + 1]; /* time spent on one read, per read */
+    double proxy_time_sum;
     km_inline_config tls_cfg;                /* the TLS keys, kept for reloads */
     char *sni_prefix, *sni_suffix;           /* SNI routing when sni_route is set */
     inl_route *sni_route;
@@ -139,6 +155,13 @@ void inl_tls_unref(inl_tls *t);
 /* inline_session.c */
 void inl_session_start(inl_route *r, int fd, const char *peer, const char *ip);
 void inl_session_free(inl_session *s);
+
+/* inline_metrics.c */
+void inl_count_request(km_inline *p, int32_t broker, int16_t api, size_t bytes);
+void inl_count_response(km_inline *p, int32_t broker, int16_t api, size_t bytes, double upstream_seconds);
+void inl_count_cut(km_inline *p, int32_t broker);
+void inl_count_proxy_time(km_inline *p, double seconds);
+void inl_metrics_free(km_inline *p);
 
 /* inline_rewrite.c: replaces the broker addresses of a whole response frame
  * (payload after the size) into out, framed.  1: rewritten, 0: not an API

@@ -365,6 +365,7 @@ void km_inline_free(km_inline *p)
     free(p->routes);
     free(p->ips);
     free(p->unserved);
+    inl_metrics_free(p);
     free(p->sni_prefix);
     free(p->sni_suffix);
     inl_tls_unref(p->client_tls);

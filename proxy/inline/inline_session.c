@@ -60,6 +60,7 @@ static void cut(inl_session *s, const char *fmt, ...)
     va_end(ap);
     char rname[48];
     s->p->stats.cut++;
+    inl_count_cut(s->p, s->route->broker_id);
     inl_log(s->p, 1, "cut client %s (%s): %s", s->peer, inl_route_name(s->route, rname), why);
     inl_session_free(s);
 }
@@ -348,6 +349,7 @@ static int note_request(inl_session *s, const uint8_t *frame, size_t plen, bool 
         return -1;
     }
     s->p->stats.requests++;
+    inl_count_request(s->p, s->route->broker_id, key, size + 4u);
     if (size + 4u > s->p->stats.largest_frame)
         s->p->stats.largest_frame = size + 4u;
     s->rq.left = size - plen;
@@ -441,10 +443,8 @@ static long request_step(inl_session *s, const uint8_t *d, size_t n)
     return (long)k;
 }
 
-static size_t on_client_bytes(km_net_conn *c, const uint8_t *d, size_t len, void *ud)
+static size_t client_bytes(inl_session *s, const uint8_t *d, size_t len)
 {
-    (void)c;
-    inl_session *s = ud;
     s->last_activity = ev_now(s->p->loop);
     size_t off = 0;
     while (off < len && !s->client_bp && !s->client_full) {
@@ -454,6 +454,16 @@ static size_t on_client_bytes(km_net_conn *c, const uint8_t *d, size_t len, void
         off += (size_t)k;
     }
     return flush(s, true) ? len : off;
+}
+
+static size_t on_client_bytes(km_net_conn *c, const uint8_t *d, size_t len, void *ud)
+{
+    (void)c;
+    km_inline *p = ((inl_session *)ud)->p; /* the session may end inside */
+    ev_tstamp t0 = ev_time();
+    size_t took = client_bytes(ud, d, len);
+    inl_count_proxy_time(p, ev_time() - t0);
+    return took;
 }
 
 /* ---- the response direction --------------------------------------------------------------- */
@@ -549,6 +559,8 @@ static int response_head_ready(inl_session *s, const uint8_t *head, bool in_plac
     }
     if (size + 4u > s->p->stats.largest_frame)
         s->p->stats.largest_frame = size + 4u;
+    inl_count_response(s->p, s->route->broker_id, rs->req.api_key, size + 4u,
+                       rs->req.sent > 0 ? ev_now(s->p->loop) - rs->req.sent : 0);
     bool hold = inl_api_needs_rewrite(rs->req.api_key) || (rs->req.api_key == KM_API_SASL_HANDSHAKE && s->sasl_raw_pending);
     if (hold && size > s->p->max_frame) {
         cut(s, "upstream %s:%u's %s response of %u bytes exceeds proxy.max.frame.bytes", s->route->up_host,
@@ -626,10 +638,20 @@ static long response_step(inl_session *s, const uint8_t *d, size_t n)
     return (long)k;
 }
 
+static size_t up_bytes(inl_session *s, const uint8_t *d, size_t len);
+
 static size_t on_up_bytes(km_net_conn *c, const uint8_t *d, size_t len, void *ud)
 {
     (void)c;
-    inl_session *s = ud;
+    km_inline *p = ((inl_session *)ud)->p;
+    ev_tstamp t0 = ev_time();
+    size_t took = up_bytes(ud, d, len);
+    inl_count_proxy_time(p, ev_time() - t0);
+    return took;
+}
+
+static size_t up_bytes(inl_session *s, const uint8_t *d, size_t len)
+{
     s->last_activity = ev_now(s->p->loop);
     size_t off = 0;
     while (off < len && !s->up_bp) {

@@ -102,4 +102,10 @@ typedef struct km_inline_stats {
 } km_inline_stats;
 void km_inline_get_stats(const km_inline *p, km_inline_stats *out);
 
+struct km_buf;
+/* Appends the proxy's Prometheus metrics (kmproxy_inline_*): requests and bytes per broker and
+ * API, upstream latency histograms per broker and API, the proxy's own time per read,
+ * connections accepted, open, refused and cut, TLS handshake failures. */
+void km_inline_render_metrics(const km_inline *p, struct km_buf *out);
+
 #endif
