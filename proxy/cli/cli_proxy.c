@@ -17,7 +17,8 @@ static void proxy_usage(FILE *to)
                 "  metrics.listen (its /metrics) and log.level; other keys of the file are checked but unused.\n"
                 "  --set applies after the file.\n"
                 "  Prints one 'listening broker=ID port=PORT' line per configured listener, then serves\n"
-                "  until SIGINT or SIGTERM.  SIGHUP reloads the TLS certificates (live connections stay).\n");
+                "  until SIGINT or SIGTERM.  SIGHUP reloads the TLS certificates (live connections stay);\n"
+                "  SIGUSR1 turns the capture (proxy.capture.*) on or off.\n");
 }
 
 int km_cli_apply_set(km_config *cfg, char *kv, km_err *err)
@@ -57,6 +58,12 @@ static void on_reload_signal(struct ev_loop *loop, ev_signal *w, int revents)
                 err.msg);
 }
 
+static void on_capture_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    (void)loop, (void)revents;
+    km_inline_capture(w->data, !km_inline_capture_on(w->data));
+}
+
 static void print_listeners(const km_inline *p, const km_config *cfg)
 {
     if (cfg->proxy.bootstrap_listen)
@@ -92,11 +99,14 @@ static int serve(km_config *cfg)
     if (metrics)
         printf("metrics port=%u\n", km_metrics_port(metrics));
     signal(SIGPIPE, SIG_IGN);
-    ev_signal sigint, sigterm, sighup;
+    ev_signal sigint, sigterm, sighup, sigusr1;
     ev_signal_init(&sigint, on_stop_signal, SIGINT);
     ev_signal_init(&sigterm, on_stop_signal, SIGTERM);
     ev_signal_init(&sighup, on_reload_signal, SIGHUP);
     sighup.data = p;
+    ev_signal_init(&sigusr1, on_capture_signal, SIGUSR1);
+    sigusr1.data = p;
+    ev_signal_start(loop, &sigusr1);
     ev_signal_start(loop, &sigint);
     ev_signal_start(loop, &sigterm);
     ev_signal_start(loop, &sighup);

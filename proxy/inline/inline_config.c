@@ -43,7 +43,58 @@ static const str_key STR_KEYS[] = {
     {"proxy.sni.listen", offsetof(km_inline_config, sni_listen), true},
     {"proxy.sni.host.prefix", offsetof(km_inline_config, sni_prefix), false},
     {"proxy.sni.host.suffix", offsetof(km_inline_config, sni_suffix), false},
+    {"proxy.capture.pcapng", offsetof(km_inline_config, capture_pcapng), false},
+    {"proxy.capture.jsonl", offsetof(km_inline_config, capture_jsonl), false},
 };
+
+static int parse_int(const char *value, int64_t lo, int64_t hi, int64_t *out);
+
+/* proxy.capture.apis: names as Kafka prints them (PRODUCE, METADATA) or numeric keys. */
+static int set_capture_apis(km_inline_config *c, const char *value, const char *where, km_err *err)
+{
+    uint64_t mask[2] = {0, 0};
+    char *copy = strdup(value), *save = NULL;
+    int rc = copy ? 0 : km_fail(err, "%s: proxy.capture.apis: out of memory", where);
+    for (char *tok = copy ? strtok_r(copy, ", ", &save) : NULL; !rc && tok; tok = strtok_r(NULL, ", ", &save)) {
+        int64_t key = -1;
+        for (int16_t k = 0; k < 128 && key < 0; k++)
+            if (km_api_name(k) && !strcasecmp(km_api_name(k), tok))
+                key = k;
+        if (key < 0 && (parse_int(tok, 0, 127, &key) || !km_api_name((int16_t)key)))
+            rc = km_fail(err, "%s: proxy.capture.apis: '%s' is no API name (PRODUCE, FETCH, ...) nor key", where, tok);
+        else
+            mask[key / 64] |= 1ull << (key % 64);
+    }
+    free(copy);
+    if (!rc)
+        memcpy(c->capture_apis, mask, sizeof mask);
+    return rc;
+}
+
+static int set_capture_brokers(km_inline_config *c, const char *value, const char *where, km_err *err)
+{
+    char *copy = strdup(value), *save = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = copy ? 0 : km_fail(err, "%s: proxy.capture.brokers: out of memory", where);
+    for (char *tok = copy ? strtok_r(copy, ", ", &save) : NULL; !rc && tok; tok = strtok_r(NULL, ", ", &save)) {
+        int64_t id;
+        int32_t *grown = parse_int(tok, -1, INT32_MAX, &id) ? NULL : realloc(ids, (n + 1) * sizeof *ids);
+        if (!grown)
+            rc = km_fail(err, "%s: proxy.capture.brokers: '%s' is no broker id (-1: bootstrap)", where, tok);
+        else
+            ids = grown, ids[n++] = (int32_t)id;
+    }
+    free(copy);
+    if (rc) {
+        free(ids);
+        return rc;
+    }
+    free(c->capture_brokers);
+    c->capture_brokers = ids;
+    c->n_capture_brokers = n;
+    return 0;
+}
 
 /* Keys with a fixed set of values. */
 static int set_choice(km_inline_config *c, const char *key, const char *value, const char *where, km_err *err)
@@ -60,6 +111,16 @@ static int set_choice(km_inline_config *c, const char *key, const char *value, c
             return km_fail(err, "%s: %s must be plaintext or ssl, not '%s' (SASL is passed through, not spoken)",
                            where, key, value);
         c->upstream_ssl = !strcasecmp(value, "ssl");
+        return 0;
+    }
+    if (!strcmp(key, "proxy.capture.apis"))
+        return set_capture_apis(c, value, where, err);
+    if (!strcmp(key, "proxy.capture.brokers"))
+        return set_capture_brokers(c, value, where, err);
+    if (!strcmp(key, "proxy.capture.enabled")) {
+        if (strcmp(value, "true") && strcmp(value, "false"))
+            return km_fail(err, "%s: %s must be true or false, not '%s'", where, key, value);
+        c->capture_enabled = !strcmp(value, "true");
         return 0;
     }
     if (!strcmp(key, "proxy.upstream.ssl.endpoint.identification.algorithm")) {
@@ -181,7 +242,7 @@ bool km_inline_config_enabled(const km_inline_config *c)
     return c->n_brokers || c->bootstrap_listen || c->bootstrap_upstream || c->port_base >= 0 || c->listen_host ||
            c->advertised_host || c->client_ssl_cert || c->client_ssl_key || c->client_ssl_ca || c->upstream_ssl ||
            c->upstream_ssl_cert || c->upstream_ssl_key || c->upstream_ssl_ca || c->sni_listen || c->sni_prefix ||
-           c->sni_suffix;
+           c->sni_suffix || c->capture_pcapng || c->capture_jsonl;
 }
 
 int km_inline_config_validate(const km_inline_config *c, km_err *err)
@@ -213,6 +274,9 @@ int km_inline_config_validate(const km_inline_config *c, km_err *err)
         return km_fail(err, "proxy.sni.host.prefix and .suffix need proxy.sni.listen");
     if (c->port_base >= 0 && c->sni_listen)
         return km_fail(err, "proxy.port.base and proxy.sni.listen exclude each other: brokers are told one kind of address");
+    bool capture_keys = c->capture_enabled || c->capture_apis[0] || c->capture_apis[1] || c->n_capture_brokers;
+    if (capture_keys && !c->capture_pcapng && !c->capture_jsonl)
+        return km_fail(err, "proxy.capture.enabled/.apis/.brokers need proxy.capture.pcapng or proxy.capture.jsonl");
     if (!c->bootstrap_listen && !c->n_brokers && !c->sni_listen)
         return km_fail(err, "the proxy has no listener: set proxy.bootstrap.listen/.upstream or "
                             "proxy.broker.<id>.listen/.upstream");
@@ -228,5 +292,6 @@ void km_inline_config_free(km_inline_config *c)
     free(c->brokers);
     for (size_t i = 0; i < sizeof STR_KEYS / sizeof STR_KEYS[0]; i++)
         free(*(char **)((char *)c + STR_KEYS[i].offset));
+    free(c->capture_brokers);
     memset(c, 0, sizeof *c);
 }

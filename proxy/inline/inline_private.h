@@ -30,6 +30,7 @@ typedef struct inl_route {
 
 #define INL_SNI_ROUTE KM_INLINE_SNI /* the SNI listener's route: the handshake picks the real one */
 
+#define INL_CAPTURE_FRAME_MAX (1u << 20) /* larger frames are left out of captures (never held for them) */
 #define INL_API_SLOTS 96     /* per-API metrics; keys past it share the last slot ("other") */
 #define INL_LAT_BUCKETS 12
 
@@ -82,6 +83,11 @@ struct km_inline {
     uint64_t proxy_time_count[INL_LAT_BUCKETS + 1]; /* time spent on one read, per read */
     double proxy_time_sum;
     km_inline_config tls_cfg;                /* the TLS keys, kept for reloads */
+    km_capture *cap;                         /* NULL: no capture files */
+    bool cap_on;
+    uint64_t cap_apis[2];                    /* all zero: every API */
+    int32_t *cap_brokers;
+    size_t n_cap_brokers;
     char *sni_prefix, *sni_suffix;           /* SNI routing when sni_route is set */
     inl_route *sni_route;
     inl_tls *client_tls, *up_tls;            /* current; NULL: plaintext */
@@ -93,6 +99,7 @@ typedef struct inl_inflight {
     int32_t correlation_id;
     int16_t api_key, api_version;
     ev_tstamp sent;
+    bool capture;         /* its response goes into the capture too */
 } inl_inflight;
 
 /* The request direction's parser: size, then a header prefix, then the rest streamed. */
@@ -136,6 +143,9 @@ struct inl_session {
     int sasl_rounds_on_ok;
     bool opaque;          /* raw SASL of a mechanism we cannot follow: bytes pass unparsed */
     bool client_bp, client_full, up_bp; /* paused: back-pressure, in-flight table full */
+    km_capture_conn *cap_conn;  /* opened at the first captured frame */
+    km_buf cap_req, cap_resp;   /* the frame being captured, each way */
+    bool cap_req_on, cap_resp_on;
 };
 
 /* inline_proxy.c */
@@ -155,6 +165,15 @@ void inl_tls_unref(inl_tls *t);
 /* inline_session.c */
 void inl_session_start(inl_route *r, int fd, const char *peer, const char *ip);
 void inl_session_free(inl_session *s);
+
+/* inline_capture.c */
+bool inl_capture_wanted(const km_inline *p, int32_t broker, int16_t api, size_t size);
+/* Hands the gathered frame (payload after the size) to km_capture and resets the buffer. */
+void inl_capture_frame(inl_session *s, km_capture_dir dir, km_buf *frame);
+void inl_capture_bytes(inl_session *s, km_capture_dir dir, const uint8_t *payload, size_t len);
+void inl_capture_close(inl_session *s);
+int inl_capture_open(km_inline *p, const km_inline_config *cfg, km_err *err);
+void inl_capture_free(km_inline *p);
 
 /* inline_metrics.c */
 void inl_count_request(km_inline *p, int32_t broker, int16_t api, size_t bytes);

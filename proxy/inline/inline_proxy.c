@@ -340,6 +340,8 @@ km_inline *km_inline_new(struct ev_loop *loop, const km_inline_config *cfg, km_i
         rc = keep_tls_config(p, cfg, err);
     if (!rc && cfg->sni_listen)
         rc = add_sni_listener(p, cfg, err);
+    if (!rc)
+        rc = inl_capture_open(p, cfg, err);
     if (!rc && cfg->bootstrap_listen)
         rc = add_static_route(p, -1, cfg->bootstrap_listen, cfg->bootstrap_upstream, err);
     for (size_t i = 0; !rc && i < cfg->n_brokers; i++)
@@ -357,6 +359,7 @@ void km_inline_free(km_inline *p)
         return;
     while (p->sessions)
         inl_session_free(p->sessions);
+    inl_capture_free(p);
     for (size_t i = 0; i < p->n_routes; i++) {
         if (p->routes[i]->listener)
             km_net_listener_free(p->routes[i]->listener);

@@ -41,6 +41,7 @@ void inl_session_free(inl_session *s)
     ev_timer_stop(p->loop, &s->timer);
     km_net_close(s->client);
     km_net_close(s->up);
+    inl_capture_close(s);
     inl_tls_unref(s->client_tls);
     inl_tls_unref(s->up_tls);
     km_buf_free(&s->rs.whole);
@@ -340,7 +341,12 @@ static int note_request(inl_session *s, const uint8_t *frame, size_t plen, bool 
         s->p->stats.unknown_api++; /* forwarded untouched: the broker decides */
     else if (key == KM_API_SASL_HANDSHAKE && ver == 0)
         note_sasl_handshake(s, &r);
-    inl_inflight in = {corr, key, ver, ev_now(s->p->loop)};
+    inl_inflight in = {corr, key, ver, ev_now(s->p->loop),
+                       !s->opaque && inl_capture_wanted(s->p, s->route->broker_id, key, size)};
+    if (in.capture) {
+        s->cap_req_on = true;
+        km_buf_put(&s->cap_req, frame + 4, plen);
+    }
     if (known && key == KM_API_PRODUCE && acks == 0) { /* the broker never answers */
         s->acks0[s->acks0_next % INL_ACKS0_REMEMBERED] = corr;
         s->acks0_version[s->acks0_next++ % INL_ACKS0_REMEMBERED] = ver;
@@ -355,6 +361,10 @@ static int note_request(inl_session *s, const uint8_t *frame, size_t plen, bool 
     s->rq.left = size - plen;
     s->rq.have = 0;
     s->rq.want = 0;
+    if (s->cap_req_on && !s->rq.left) {
+        inl_capture_frame(s, KM_CAPTURE_C2S, &s->cap_req);
+        s->cap_req_on = false;
+    }
     return 0;
 }
 
@@ -426,6 +436,13 @@ static long request_step(inl_session *s, const uint8_t *d, size_t n)
             return -1;
         if (!s->opaque)
             q->left -= k;
+        if (s->cap_req_on) {
+            km_buf_put(&s->cap_req, d, k);
+            if (!q->left) {
+                inl_capture_frame(s, KM_CAPTURE_C2S, &s->cap_req);
+                s->cap_req_on = false;
+            }
+        }
         return (long)k;
     }
     if (q->have == 0) {
@@ -470,6 +487,10 @@ static size_t on_client_bytes(km_net_conn *c, const uint8_t *d, size_t len, void
 
 static void response_done(inl_session *s)
 {
+    if (s->cap_resp_on) {
+        inl_capture_frame(s, KM_CAPTURE_S2C, &s->cap_resp);
+        s->cap_resp_on = false;
+    }
     s->p->stats.responses++;
     if (s->rs.whole.cap > WHOLE_KEEP)
         km_buf_free(&s->rs.whole);
@@ -498,6 +519,8 @@ static int whole_response_ready(inl_session *s)
     inl_resp_parser *rs = &s->rs;
     const uint8_t *payload = rs->whole.data + 4;
     size_t len = rs->whole.len - 4;
+    if (rs->req.capture && rs->req.api_key == KM_API_SASL_HANDSHAKE)
+        inl_capture_bytes(s, KM_CAPTURE_S2C, payload, len);
     if (rs->req.api_key == KM_API_SASL_HANDSHAKE) {
         note_sasl_response(s, payload, len);
         int rc = forward(s, false, rs->whole.data, rs->whole.len);
@@ -517,6 +540,8 @@ static int whole_response_ready(inl_session *s)
     }
     if (rc == 1)
         s->p->stats.rewritten++;
+    if (rs->req.capture) /* what the client gets: the rewritten frame */
+        inl_capture_bytes(s, KM_CAPTURE_S2C, rc == 1 ? out.data + 4 : payload, rc == 1 ? out.len - 4 : len);
     rc = rc == 1 ? forward(s, false, out.data, out.len) : forward(s, false, rs->whole.data, rs->whole.len);
     km_buf_free(&out);
     if (!rc)
@@ -534,7 +559,7 @@ static bool acks0_answer(inl_session *s, int32_t corr, inl_inflight *out)
     size_t n = s->acks0_next < INL_ACKS0_REMEMBERED ? s->acks0_next : INL_ACKS0_REMEMBERED;
     for (size_t i = 0; i < n; i++)
         if (s->acks0[i] == corr) {
-            *out = (inl_inflight){corr, KM_API_PRODUCE, s->acks0_version[i], 0};
+            *out = (inl_inflight){corr, KM_API_PRODUCE, s->acks0_version[i], 0, false};
             return true;
         }
     return false;
@@ -580,6 +605,9 @@ static int response_head_ready(inl_session *s, const uint8_t *head, bool in_plac
     rs->left = size - 4;
     if (in_place ? emit(s, false, head, 8) : forward(s, false, head, 8))
         return -1;
+    s->cap_resp_on = rs->req.capture && size <= INL_CAPTURE_FRAME_MAX;
+    if (s->cap_resp_on)
+        km_buf_put(&s->cap_resp, head + 4, 4);
     if (!rs->left)
         response_done(s);
     return 0;
@@ -622,6 +650,8 @@ static long response_step(inl_session *s, const uint8_t *d, size_t n)
         if (emit(s, false, d, k))
             return -1;
         rs->left -= k;
+        if (s->cap_resp_on)
+            km_buf_put(&s->cap_resp, d, k);
         if (!rs->left && s->sasl_raw_rounds)
             s->sasl_raw_rounds--; /* a token done; at 0 Kafka frames resume */
         else if (!rs->left)
@@ -758,6 +788,8 @@ void inl_session_start(inl_route *r, int fd, const char *peer, const char *ip)
     snprintf(s->peer, sizeof s->peer, "%s", peer);
     snprintf(s->ip, sizeof s->ip, "%s", ip);
     km_buf_init(&s->rs.whole);
+    km_buf_init(&s->cap_req);
+    km_buf_init(&s->cap_resp);
     s->rq.prefix = malloc(4 + INL_REQ_PREFIX_FIRST);
     if (!s->rq.prefix) {
         inl_log(p, 0, "client %s: out of memory", peer);

@@ -53,6 +53,12 @@ typedef struct km_inline_config {
      * and the addresses clients are told use the same pattern (any other name: the bootstrap upstream). */
     char *sni_listen;              /* proxy.sni.listen: HOST:PORT */
     char *sni_prefix, *sni_suffix; /* proxy.sni.host.prefix, proxy.sni.host.suffix */
+    /* Capture of the client side (what clients send and get) through km_capture. */
+    char *capture_pcapng, *capture_jsonl; /* proxy.capture.pcapng / .jsonl: files (truncated at start) */
+    bool capture_enabled;          /* proxy.capture.enabled: on from the start (else SIGUSR1 turns it on) */
+    uint64_t capture_apis[2];      /* proxy.capture.apis: API names or keys, comma-separated; all zero: every API */
+    int32_t *capture_brokers;      /* proxy.capture.brokers: broker ids (-1: bootstrap); none: every broker */
+    size_t n_capture_brokers;
 } km_inline_config;
 
 enum { KM_INLINE_AUTH_NONE, KM_INLINE_AUTH_REQUESTED, KM_INLINE_AUTH_REQUIRED };
@@ -77,6 +83,11 @@ km_inline *km_inline_new(struct ev_loop *loop, const km_inline_config *cfg, km_i
                          km_err *err);
 /* Closes every listener and connection at once. */
 void km_inline_free(km_inline *p);
+/* Capture on or off at run time (SIGUSR1 toggles it in kmproxy proxy).  Returns the new state;
+ * false when no capture file is configured. */
+bool km_inline_capture(km_inline *p, bool on);
+bool km_inline_capture_on(const km_inline *p);
+
 /* Reloads the TLS certificates, keys and CAs from their files (on SIGHUP): new connections use
  * them, live ones keep theirs.  On failure (err names the file) the old ones stay in use. */
 int km_inline_reload_tls(km_inline *p, km_err *err);
@@ -99,6 +110,7 @@ typedef struct km_inline_stats {
     uint64_t listeners;                       /* listeners open */
     uint64_t tls_failures;                    /* client TLS handshakes that failed */
     uint64_t upstream_failures;               /* upstream connections that failed (TLS included) */
+    uint64_t captured;                        /* frames handed to the capture */
 } km_inline_stats;
 void km_inline_get_stats(const km_inline *p, km_inline_stats *out);
 
