@@ -64,7 +64,10 @@ static void traffic(irig *r, int n)
     }
     cr_assert_eq(rd_kafka_flush(p, 30000), 0);
     rd_kafka_destroy(p);
-    rd_kafka_t *c = irig_consumer(bootstrap, "cap-group", NULL);
+    static int round;
+    char group[32];
+    snprintf(group, sizeof group, "cap-group-%d", round++); /* a fresh group: no wait for the last one's members */
+    rd_kafka_t *c = irig_consumer(bootstrap, group, NULL);
     rd_kafka_topic_partition_list_t *t = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(t, "cap", RD_KAFKA_PARTITION_UA);
     cr_assert_eq(rd_kafka_subscribe(c, t), 0);
@@ -196,6 +199,29 @@ Test(inline_capture, json_lines_match_what_was_sent)
     free(f.dir);
 }
 
+/* `kmproxy capture read` prints the frames a filter keeps, one line each, and refuses a bad line. */
+static void read_back(const char *path)
+{
+    char *out = NULL, *err = NULL;
+    char *argv[] = {(char *)km_test_binary(), "capture", "read", (char *)path, "--api", "metadata", "--broker", "-1",
+                    NULL};
+    cr_assert_eq(km_test_run(argv, NULL, 0, &out, NULL, &err), 0, "%s", err);
+    cr_expect(strstr(out, "broker -1 -> METADATA v") && strstr(out, "broker -1 <- METADATA v"), "%s", out);
+    cr_expect(strstr(out, " ms "), "no latency shown: %s", out);
+    free(out), free(err);
+    char *none[] = {(char *)km_test_binary(), "capture", "read", (char *)path, "--api", "PRODUCE", NULL};
+    cr_assert_eq(km_test_run(none, NULL, 0, &out, NULL, &err), 0);
+    cr_expect_null(strstr(out, "PRODUCE"), "PRODUCE frames that were never captured: %s", out);
+    free(out), free(err);
+    FILE *fp = fopen(path, "a");
+    fputs("{not json\n", fp);
+    fclose(fp);
+    char *bad[] = {(char *)km_test_binary(), "capture", "read", (char *)path, NULL};
+    cr_expect_eq(km_test_run(bad, NULL, 0, &out, NULL, &err), 2);
+    cr_expect(strstr(err, path) && strstr(err, "not a capture line"), "%s", err);
+    free(out), free(err);
+}
+
 /* Filters by API and broker, and capture switched on at run time (what SIGUSR1 does). */
 Test(inline_capture, filters_and_run_time_switch)
 {
@@ -225,6 +251,7 @@ Test(inline_capture, filters_and_run_time_switch)
     }
     cr_expect_gt(frames, 0);
     json_decref(lines);
+    read_back(f.jsonl);
     km_test_rmtree(f.dir);
     free(f.dir);
 }
