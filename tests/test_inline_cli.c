@@ -79,11 +79,10 @@ Test(inline_cli, the_daemon_config_delegates_proxy_keys)
     km_config_free(&c);
 }
 
-/* GET /metrics on 127.0.0.1:port; the body, malloc'd. */
-static char *scrape(unsigned port)
+/* An HTTP/1.0 request to 127.0.0.1:port; the answer, malloc'd. */
+static char *http(unsigned port, const char *req)
 {
     int fd = irig_connect((uint16_t)port);
-    const char *req = "GET /metrics HTTP/1.0\r\n\r\n";
     cr_assert(irig_send_all(fd, req, strlen(req)));
     size_t cap = 1 << 20, len = 0;
     char *buf = malloc(cap);
@@ -92,8 +91,13 @@ static char *scrape(unsigned port)
         len += (size_t)k;
     buf[len] = '\0';
     close(fd);
-    cr_assert(strstr(buf, "200"), "scrape: %.200s", buf);
+    cr_assert(strstr(buf, "200"), "%s: %.200s", req, buf);
     return buf;
+}
+
+static char *scrape(unsigned port)
+{
+    return http(port, "GET /metrics HTTP/1.0\r\n\r\n");
 }
 
 /* Runs `kmproxy proxy`, reads its "listening" line, serves a metadata request, stops on SIGTERM. */
@@ -102,7 +106,9 @@ Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
     irig r;
     irig_init(&r);
     irig_mock(&r, 3, "cli", 1);
-    char up[64], set_up[96], set_base[64];
+    char up[64], set_up[96], set_base[64], set_jsonl[600];
+    char *dir = km_test_tmpdir("inline-cli");
+    snprintf(set_jsonl, sizeof set_jsonl, "proxy.capture.jsonl=%s/c.jsonl", dir);
     irig_mock_broker_address(&r, 1, up, sizeof up);
     snprintf(set_up, sizeof set_up, "proxy.bootstrap.upstream=%s", up);
     int base = irig_free_port_base(3);
@@ -115,7 +121,7 @@ Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
         close(out[0]);
         execl(km_test_binary(), "kmproxy", "proxy", "--set", "proxy.bootstrap.listen=127.0.0.1:0", "--set", set_up,
               "--set", set_base, "--set", "proxy.advertised.host=127.0.0.1", "--set", "proxy.listen.host=127.0.0.1",
-              "--set", "log.level=warn", "--set", "metrics.listen=127.0.0.1:0", (char *)NULL);
+              "--set", "log.level=warn", "--set", "metrics.listen=127.0.0.1:0", "--set", set_jsonl, (char *)NULL);
         _exit(127);
     }
     close(out[1]);
@@ -128,6 +134,9 @@ Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
     cr_assert_eq(sscanf(line, "listening broker=-1 port=%u", &port), 1, "line: %s", line);
     char bootstrap[64];
     snprintf(bootstrap, sizeof bootstrap, "127.0.0.1:%u", port);
+    char *answer = http(metrics, "POST /capture/on HTTP/1.0\r\n\r\n"); /* off until now */
+    cr_expect(strstr(answer, "capture on"), "%s", answer);
+    free(answer);
     rd_kafka_t *rk = irig_producer(bootstrap, NULL);
     const struct rd_kafka_metadata *md = NULL;
     cr_assert_eq(rd_kafka_metadata(rk, 1, NULL, &md, 10000), 0);
@@ -151,5 +160,14 @@ Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
     waitpid(pid, &status, 0);
     cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
     fclose(f);
+    char path[600], *listing = NULL, *errs = NULL;
+    snprintf(path, sizeof path, "%s/c.jsonl", dir);
+    char *argv[] = {(char *)km_test_binary(), "capture", "read", path, "--api", "METADATA", NULL};
+    cr_assert_eq(km_test_run(argv, NULL, 0, &listing, NULL, &errs), 0, "%s", errs);
+    cr_expect(strstr(listing, "<- METADATA"), "nothing captured after POST /capture/on: %s", listing);
+    free(listing);
+    free(errs);
+    km_test_rmtree(dir);
+    free(dir);
     irig_free(&r);
 }

@@ -96,8 +96,10 @@ static int serve(km_config *cfg)
         fprintf(stderr, "kmproxy proxy: %s\n", err.msg);
         return 2;
     }
-    if (metrics)
+    if (metrics) {
+        km_metrics_on_post(metrics, km_inline_http_action, p);
         printf("metrics port=%u\n", km_metrics_port(metrics));
+    }
     signal(SIGPIPE, SIG_IGN);
     ev_signal sigint, sigterm, sighup, sigusr1;
     ev_signal_init(&sigint, on_stop_signal, SIGINT);

@@ -145,6 +145,8 @@ static int start_proxy(km_daemon *d, km_err *err)
     if (!km_inline_config_enabled(&d->cfg.proxy))
         return 0;
     d->proxy = km_inline_new(d->loop, &d->cfg.proxy, proxy_log, d, err);
+    if (d->proxy && d->metrics) /* POST /capture/on|off */
+        km_metrics_on_post(d->metrics, km_inline_http_action, d->proxy);
     return d->proxy ? 0 : -1;
 }
 

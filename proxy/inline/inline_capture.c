@@ -93,3 +93,14 @@ void inl_capture_close(inl_session *s)
     km_buf_free(&s->cap_req);
     km_buf_free(&s->cap_resp);
 }
+
+int km_inline_http_action(const char *path, km_buf *out, void *proxy)
+{
+    bool on = !strcmp(path, "/capture/on");
+    if (!on && strcmp(path, "/capture/off"))
+        return -1;
+    bool now = km_inline_capture(proxy, on);
+    const char *text = now ? "capture on\n" : on ? "capture unavailable: no proxy.capture.* file\n" : "capture off\n";
+    km_buf_put(out, text, strlen(text));
+    return 0;
+}

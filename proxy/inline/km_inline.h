@@ -74,6 +74,7 @@ int km_inline_config_validate(const km_inline_config *c, km_err *err);
 void km_inline_config_free(km_inline_config *c);
 
 typedef struct km_inline km_inline;
+struct km_buf;
 
 /* Log sink: level 0 error, 1 warn, 2 info, 3 debug (km_daemon's levels). */
 typedef void (*km_inline_log_fn)(void *ud, int level, const char *msg);
@@ -87,6 +88,8 @@ void km_inline_free(km_inline *p);
  * false when no capture file is configured. */
 bool km_inline_capture(km_inline *p, bool on);
 bool km_inline_capture_on(const km_inline *p);
+/* For km_metrics_on_post: POST /capture/on and /capture/off; -1 for other paths. */
+int km_inline_http_action(const char *path, struct km_buf *out, void *proxy);
 
 /* Reloads the TLS certificates, keys and CAs from their files (on SIGHUP): new connections use
  * them, live ones keep theirs.  On failure (err names the file) the old ones stay in use. */
@@ -114,7 +117,6 @@ typedef struct km_inline_stats {
 } km_inline_stats;
 void km_inline_get_stats(const km_inline *p, km_inline_stats *out);
 
-struct km_buf;
 /* Appends the proxy's Prometheus metrics (kmproxy_inline_*): requests and bytes per broker and
  * API, upstream latency histograms per broker and API, the proxy's own time per read,
  * connections accepted, open, refused and cut, TLS handshake failures. */

@@ -1,5 +1,5 @@
-/* A deliberately small HTTP/1.0 server: GET /metrics answers the exposition text, anything
- * else 404; one request per connection, then close. */
+/* A deliberately small HTTP/1.0 server: GET /metrics answers the exposition text, POST runs the
+ * owner's action (if any), anything else 404; one request per connection, then close. */
 #include "km_metrics.h"
 
 #include <arpa/inet.h>
@@ -25,6 +25,8 @@ struct km_metrics_server {
     uint16_t port;
     km_metrics_render_fn render;
     void *ud;
+    km_metrics_action_fn action;   /* POST handler; NULL: POST is 404 */
+    void *action_ud;
     metrics_client *clients;
     int n_clients;
 };
@@ -56,6 +58,15 @@ static void client_free(metrics_client *c)
     free(c);
 }
 
+/* POST PATH: the action's answer, or false for 404. */
+static bool post(metrics_client *c, km_buf *body)
+{
+    char path[256];
+    if (!c->srv->action || strncmp(c->req, "POST ", 5) || sscanf(c->req + 5, "%255s", path) != 1)
+        return false;
+    return c->srv->action(path, body, c->srv->action_ud) == 0;
+}
+
 static void build_response(metrics_client *c)
 {
     bool ok = !strncmp(c->req, "GET /metrics ", 13) || !strncmp(c->req, "GET / ", 6);
@@ -63,7 +74,7 @@ static void build_response(metrics_client *c)
     km_buf_init(&body);
     if (ok)
         c->srv->render(&body, c->srv->ud);
-    else
+    else if (!(ok = post(c, &body)))
         km_buf_put(&body, "not found\n", 10);
     char head[160];
     int n = snprintf(head, sizeof head,
@@ -194,6 +205,12 @@ km_metrics_server *km_metrics_listen(struct ev_loop *loop, const char *host_port
     s->accept_io.data = s;
     ev_io_start(loop, &s->accept_io);
     return s;
+}
+
+void km_metrics_on_post(km_metrics_server *s, km_metrics_action_fn fn, void *ud)
+{
+    s->action = fn;
+    s->action_ud = ud;
 }
 
 uint16_t km_metrics_port(const km_metrics_server *s) { return s->port; }
