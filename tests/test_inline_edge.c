@@ -704,3 +704,22 @@ Test(inline_edge, a_64mb_fetch_response_streams_with_bounded_buffers)
             (unsigned long long)st.largest_frame, (unsigned long long)st.buffered_high_water);
     irig_free(&r);
 }
+
+/* A broker registered in the KRaft log (what the daemon reports) gets its listener at once:
+ * clients can reach it before any Metadata response has named it. */
+Test(inline_edge, a_registered_broker_gets_its_listener_before_any_metadata)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    uint16_t p7;
+    int l7 = irig_listen(&p7);
+    irig_stop(&r, NULL);
+    km_inline_broker_registered(r.proxy, 7, "127.0.0.1", p7);
+    irig_resume(&r);
+    int c7 = irig_connect((uint16_t)(r.cfg.port_base + 7)), u7 = irig_accept(l7);
+    api_versions_reaches(c7, u7, 1);
+    close(c7), close(u7), close(l7), close(lfd);
+    irig_free(&r);
+}

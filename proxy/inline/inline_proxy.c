@@ -472,3 +472,9 @@ int km_inline_reload_tls(km_inline *p, km_err *err)
     inl_log(p, 2, "TLS certificates reloaded; live connections keep theirs");
     return 0;
 }
+
+void km_inline_broker_registered(km_inline *p, int32_t id, const char *host, uint16_t port)
+{
+    if (host && *host && port)
+        inl_route_for_broker(p, id, host, port);
+}

@@ -84,6 +84,10 @@ km_inline *km_inline_new(struct ev_loop *loop, const km_inline_config *cfg, km_i
                          km_err *err);
 /* Closes every listener and connection at once. */
 void km_inline_free(km_inline *p);
+/* A broker registered in the KRaft log (the daemon follows it): its route is made or updated as a
+ * Metadata response naming it would, so its listener exists before any client hears of it. */
+void km_inline_broker_registered(km_inline *p, int32_t id, const char *host, uint16_t port);
+
 /* Capture on or off at run time (SIGUSR1 toggles it in kmproxy proxy).  Returns the new state;
  * false when no capture file is configured. */
 bool km_inline_capture(km_inline *p, bool on);
