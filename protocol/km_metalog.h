@@ -154,8 +154,8 @@ km_metalog *km_metalog_open_dir(const char *dir, const km_metalog_opts *opts, km
  * -1: error (err says file, byte position, offset, reason).  A torn last
  * batch (partial write) returns 0 in follow mode and is delivered whole
  * once complete; without follow it is an error.  A corrupt batch is an
- * error as soon as data follows it (in follow mode a CRC mismatch on the
- * very last batch is held like a torn one until then); after an error the
+ * error as soon as the file holds it whole (follow mode too: a CRC mismatch
+ * on a complete last batch is never a write still landing); after an error the
  * reader stays failed (every later call returns -1 with the same err). */
 int km_metalog_next(km_metalog *log, km_metalog_record *out, km_err *err);
 

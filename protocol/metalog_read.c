@@ -41,8 +41,6 @@ struct km_metalog {
     size_t cap, lo, hi;
     uint64_t bpos;           /* file position of buf[lo] */
     size_t pending_need;     /* bytes the partial batch at lo needs (0: unknown) */
-    bool tail_crc;           /* follow mode: the last batch fails its CRC and nothing follows it yet */
-    km_err tail_err;
     km_metalog_batch batch;
     bool in_batch;
     km_reader recs;
@@ -340,36 +338,20 @@ static int check_sequence(km_metalog *m, km_err *err)
     return 0;
 }
 
-/* Follow mode: a bad CRC on the file's last batch may be a write still
- * landing, so it is held (0) until more data follows it (-1). */
-static int hold_bad_tail(km_metalog *m, const km_err *why, km_err *err)
-{
-    km_err inner;
-    int more = window_fill(m, m->batch.size + 1u, &inner);
-    if (more < 0)
-        return fail_at(m, m->bpos, m->batch.base_offset, inner.msg, err);
-    if (more > 0)
-        return fail_at(m, m->bpos, m->batch.base_offset, why->msg, err);
-    m->tail_crc = true;
-    m->tail_err = *why;
-    return 0;
-}
-
 /* 1: a batch is loaded; 0: no complete batch at the end of the current file; -1: error. */
 static int load_batch(km_metalog *m, km_err *err)
 {
     km_err inner;
     size_t need = KM_ML_HEADER_UP_TO_MAGIC;
-    m->tail_crc = false;
     for (;;) {
         int got = window_fill(m, need, &inner);
         if (got < 0)
             return fail_at(m, m->bpos, -1, inner.msg, err);
         size_t avail = m->hi - m->lo;
         km_ml_scan s = km_ml_scan_batch(m->buf + m->lo, avail, m->o.max_batch, &m->batch, &need, &inner);
-        if (s == KM_ML_SCAN_BAD_CRC && m->o.follow && m->files[m->cur].source == KM_ML_FROM_LOG &&
-            avail == m->batch.size)
-            return hold_bad_tail(m, &inner, err);
+        /* A complete batch failing its CRC is corrupt, in follow mode too: an appending writer's bytes
+         * are in the file before its size covers them (only a batch the file does not hold whole yet
+         * is still landing, and is waited on below). */
         if (s < 0)
             return fail_at(m, m->bpos, avail >= 8 ? (int64_t)km_ml_be64(m->buf + m->lo) : -1, inner.msg, err);
         if (s == KM_ML_SCAN_OK)
@@ -500,11 +482,7 @@ static int emit_record(km_metalog *m, km_metalog_record *out, km_err *err)
 
 static int fail_partial(km_metalog *m, const char *why_more, km_err *err)
 {
-    char why[sizeof m->tail_err.msg + 64];
-    if (m->tail_crc) {
-        snprintf(why, sizeof why, "%s%s", m->tail_err.msg, why_more);
-        return fail_at(m, m->bpos, m->batch.base_offset, why, err);
-    }
+    char why[256];
     if (m->pending_need)
         snprintf(why, sizeof why, "truncated batch: %zu bytes at the end of the file, the batch needs %zu%s",
                  m->hi - m->lo, m->pending_need, why_more);

@@ -83,3 +83,21 @@ Test(broker_simexe, serves_and_dumps_state, .timeout = 60)
     km_test_rmtree(dir);
     free(dir);
 }
+
+/* The security options are checked at start-up, naming what is wrong. */
+Test(broker_simexe, security_options_are_checked, .timeout = 60)
+{
+    char *out, *err;
+    size_t n;
+    char *gssapi[] = { KM_BSIM_BINARY, "--port", "0", "--sasl-mechanisms", "PLAIN,GSSAPI", NULL };
+    cr_assert_eq(km_test_run(gssapi, NULL, 0, &out, &n, &err), 2);
+    cr_assert(strstr(err, "SASL mechanism 'GSSAPI' is not supported"), "%s", err);
+    free(out);
+    free(err);
+    char *users[] = { KM_BSIM_BINARY, "--port", "0", "--sasl-mechanisms", "SCRAM-SHA-256", "--sasl-users",
+                      "kmproxy", "--authorizer", "--super-users", "User:kmproxy", NULL };
+    cr_assert_eq(km_test_run(users, NULL, 0, &out, &n, &err), 1);
+    cr_assert(strstr(err, "SASL user 'kmproxy' is not user:password"), "%s", err);
+    free(out);
+    free(err);
+}

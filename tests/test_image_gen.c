@@ -449,3 +449,13 @@ Test(image_cli, image_cluster_id_option)
     km_test_rmtree(dir);
     free(dir);
 }
+
+/* An empty directory (a wrong metadata.dir, most likely) is an error, never an empty image. */
+Test(image_cli, empty_directory_is_an_error)
+{
+    char *dir = km_test_tmpdir("img-empty");
+    assert_bad_input("dump", dir, "no records");
+    assert_bad_input("image", dir, "no records");
+    km_test_rmtree(dir);
+    free(dir);
+}

@@ -27,6 +27,8 @@ typedef struct km_tls_config {
     const char *key_file;  /* PEM private key matching cert_file; defaults to cert_file. */
     const char *ca_file;   /* PEM trust anchors; NULL uses the system default store. */
     bool no_verify;        /* clients only: skip server verification (tests, debugging). */
+    bool no_name_check;    /* clients only: verify the chain but not the server's name
+                            * (Kafka's ssl.endpoint.identification.algorithm set empty). */
     bool require_client_cert; /* servers only: demand and verify a client certificate (needs ca_file). */
     bool request_client_cert; /* servers only: ask for one and verify it if sent (needs ca_file). */
 } km_tls_config;
@@ -51,8 +53,9 @@ typedef enum km_tls_status {
 } km_tls_status;
 
 /* A stream over fd (the caller keeps owning and closing fd).  `peer` is the
- * server's host name or IP for clients (SNI + verification; NULL skips the
- * name check) and a label for messages on servers ("127.0.0.1:4711"). */
+ * server's host name or IP for clients (SNI + verification; NULL or the
+ * context's no_name_check skips the name check) and a label for messages on
+ * servers ("127.0.0.1:4711"). */
 km_tls_stream *km_tls_stream_new(km_tls_ctx *ctx, int fd, const char *peer, km_err *err);
 void km_tls_stream_free(km_tls_stream *s);
 

@@ -174,6 +174,7 @@ static km_tls_ctx *ctx_new(const km_tls_config *cfg, bool server, km_err *err)
     if (!ctx)
         return km_fail(err, "TLS: out of memory"), NULL;
     ctx->server = server;
+    ctx->no_name_check = !server && cfg->no_name_check;
     ctx->ssl = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
     if (!ctx->ssl) {
         km_tls_fail_openssl(err, "TLS: cannot create an OpenSSL context");

@@ -10,6 +10,7 @@ struct km_tls_ctx {
     SSL_CTX *ssl;
     BIO_METHOD *sock;      /* socket I/O with MSG_NOSIGNAL; outlives every stream */
     bool server;
+    bool no_name_check;    /* clients: chain only (km_tls_config.no_name_check) */
 };
 
 /* tls_bio.c: a socket BIO whose writes cannot raise SIGPIPE. */

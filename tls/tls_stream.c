@@ -24,9 +24,14 @@ static bool is_ip_literal(const char *s)
 
 /* Clients verify the name they dialled: an IP literal against IP SANs, a host
  * name against DNS SANs (and SNI, so virtual-hosted servers pick the right cert). */
-static int set_expected_peer(km_tls_stream *s, const char *peer, km_err *err)
+static int set_expected_peer(km_tls_stream *s, const char *peer, bool check_name, km_err *err)
 {
     X509_VERIFY_PARAM *param = SSL_get0_param(s->ssl);
+    if (!check_name) { /* still send SNI: a virtual-hosted server needs it to pick its certificate */
+        if (!is_ip_literal(peer) && SSL_set_tlsext_host_name(s->ssl, peer) != 1)
+            return km_tls_fail_openssl(err, "TLS peer %s: cannot set the server name indication", peer);
+        return 0;
+    }
     if (is_ip_literal(peer)) {
         if (X509_VERIFY_PARAM_set1_ip_asc(param, peer) != 1)
             return km_tls_fail_openssl(err, "TLS peer %s: cannot set the expected IP address", peer);
@@ -58,7 +63,7 @@ km_tls_stream *km_tls_stream_new(km_tls_ctx *ctx, int fd, const char *peer, km_e
         SSL_set_accept_state(s->ssl);
     } else {
         SSL_set_connect_state(s->ssl);
-        if (peer && set_expected_peer(s, peer, err)) {
+        if (peer && set_expected_peer(s, peer, !ctx->no_name_check, err)) {
             km_tls_stream_free(s);
             return NULL;
         }

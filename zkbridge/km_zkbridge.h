@@ -48,6 +48,21 @@ typedef enum km_log_level { KM_LOG_ERROR = 1, KM_LOG_WARN, KM_LOG_INFO, KM_LOG_D
 
 typedef struct km_zkw km_zkw;
 
+/* What ZooKeeper holds when a claim begins (read after sync(), before anything is written): the
+ * guard decides from it whether this image may take the cluster over. */
+typedef struct km_zk_found {
+    bool has_cluster_id;            /* /cluster/id (ZK-mode brokers write it at their first start) */
+    char cluster_id[128];           /* its "id", or its raw data when unreadable */
+    bool has_controller;            /* /controller */
+    bool controller_ephemeral;      /* held by a live session (a ZK-mode controller's registration) */
+    int32_t controller_id;          /* its brokerid, -1 when unreadable */
+    int32_t controller_kraft_epoch; /* its kraftControllerEpoch; -1: a ZK-mode controller */
+    bool has_migration;             /* /migration */
+    int64_t migration_offset;       /* kraft_metadata_offset; -1: no KRaft controller wrote ZooKeeper yet */
+    int32_t migration_epoch;        /* kraft_metadata_epoch */
+    int32_t brokers, topics;        /* children of /brokers/ids and /brokers/topics (0 when absent) */
+} km_zk_found;
+
 typedef struct km_zkw_config {
     const char *hosts;              /* "h1:p1,h2:p2[/chroot]" */
     int session_timeout_ms;         /* 0: 10000 */
@@ -57,7 +72,10 @@ typedef struct km_zkw_config {
     int max_multi_ops;              /* 0: 1000 */
     int max_inflight;               /* multis outstanding at once; 0: 64 */
     size_t max_pending_ops;         /* write-behind bound in znode ops (records); 0: 100000 */
-    bool read_only;                 /* diff: a session only - no claim, no writes (CLAIMED when connected) */
+    bool read_only;                 /* diff: a session only - no claim, no writes (CLAIMED once the guard has
+                                     * seen what a claim would find; its verdict is ignored) */
+    /* Before each claim: non-zero refuses it for good (state REFUSED, fence reason = why). NULL: none. */
+    int (*guard)(km_zkw *w, const km_zk_found *found, char *why, size_t cap, void *ctx);
     void (*on_event)(km_zkw *w, km_zkw_event ev, void *ctx);
     void (*log)(km_log_level level, const char *msg, void *ctx); /* NULL: stderr, WARN and up */
     void *ctx;
@@ -174,8 +192,19 @@ bool km_zk_is_password_config(const char *name);
 char *km_zk_password_encode(const km_zk_pwenc *e, const char *plain, km_err *err);
 char *km_zk_password_decode(const km_zk_pwenc *e, const char *encoded, km_err *err);
 
+/* The guards against destroying a cluster (checked before each claim, and on each pass). */
+typedef struct km_zk_guard {
+    bool force;            /* --force / zk.force: take over despite the refusals an operator may knowingly
+                            * override (never a cluster id mismatch, never an empty image) */
+    bool max_deletes_set;  /* false: 0 on the first sync of a cluster ZK-mode brokers wrote (ZooKeeper holds
+                            * a /cluster/id or brokers, and /migration records no offset), unlimited after */
+    int64_t max_deletes;   /* with max_deletes_set: -1 unlimited, else the most znodes a pass may delete */
+} km_zk_guard;
+
+
 typedef struct km_zkb_config {
-    km_zkw_config zk;      /* hosts, controller id/epoch, bounds, log (on_event is the bridge's) */
+    km_zkw_config zk;      /* hosts, controller id/epoch, bounds, log (on_event and guard are the bridge's) */
+    km_zk_guard guard;
     bool diff_only;        /* read and compare, never claim or write */
     size_t sync_chunk_ops; /* ops handed to the writer at a time while a pass streams; 0: 4 x max_multi_ops */
     km_zk_password_config passwords; /* how password-type configs are written */
@@ -194,6 +223,13 @@ km_zkb *km_zkb_new(struct ev_loop *loop, const struct km_image *img, const km_zk
 void km_zkb_free(km_zkb *b);
 km_zkb_phase km_zkb_get_phase(const km_zkb *b);
 const char *km_zkb_error(const km_zkb *b);
+/* Stopped by a guard (the image may not take this ZooKeeper over, or a pass would delete more than
+ * the limit): bad input rather than a runtime failure. */
+bool km_zkb_refused(const km_zkb *b);
+/* diff_only, once the diff is done: why a sync of this image would be refused, "" when it would not. */
+const char *km_zkb_sync_verdict(const km_zkb *b);
+/* The znodes a refused pass would have deleted, one "- path" line each ("" when none). */
+const char *km_zkb_refused_deletes(const km_zkb *b);
 /* The image moved by `d` (already applied). In DUAL_WRITE it becomes one batch; before that it is
  * folded into the pending full sync. -1 when the bridge is stopped or the batch was refused. */
 int km_zkb_delta(km_zkb *b, const struct km_delta *d, km_err *err);

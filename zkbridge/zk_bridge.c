@@ -40,6 +40,10 @@ struct km_zkb {
     void *user_ctx;
     zstr diff;
     km_zkb_summary sum;
+    bool refused;          /* stopped by a guard: bad input, not a runtime failure */
+    int64_t delete_limit;  /* the most znodes a pass may delete now; -1: no limit */
+    char *refused_deletes; /* "- path" lines of the pass that was refused */
+    char verdict[600];     /* diff_only: why a sync would be refused ("" when it would not) */
 };
 
 static void set_phase(km_zkb *b, km_zkb_phase p)
@@ -68,6 +72,28 @@ static void stop(km_zkb *b, const char *why)
 }
 
 static void start_full_sync(km_zkb *b);
+
+static int cmp_path(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* The scan found more znodes to delete than the limit allows: nothing is deleted, and nothing of
+ * this pass was handed to the writer (it held its writes until the count was known). */
+static void refuse_deletes(km_zkb *b)
+{
+    zk_plan *p = &b->plan;
+    qsort(p->doomed, p->n_doomed, sizeof *p->doomed, cmp_path);
+    zstr list;
+    zs_init(&list);
+    for (size_t i = 0; i < p->n_doomed; i++)
+        zs_fmt(&list, "- %s\n", p->doomed[i]);
+    free(b->refused_deletes);
+    b->refused_deletes = zs_take(&list);
+    char why[400];
+    snprintf(why, sizeof why, "zk sync: refusing to delete %zu znodes, more than zk.max.deletes=%lld%s; "
+             "stopped before deleting anything", p->n_doomed, (long long)b->delete_limit,
+             b->cfg.guard.max_deletes_set ? "" : " (the default for the first sync of a cluster ZK-mode brokers wrote)");
+    b->refused = true;
+    stop(b, why);
+}
 
 static void on_walked(zk_walk *wk, int rc, void *ctx);
 
@@ -160,6 +186,8 @@ static void finish_pass(km_zkb *b)
     abort_pass(b);
     if (b->dirty)
         return begin_catch_up(b);
+    if (!b->cfg.guard.max_deletes_set)
+        b->delete_limit = -1; /* synced once: deletions from now on are the log's own */
     set_phase(b, KM_ZKB_DUAL_WRITE);
 }
 
@@ -209,9 +237,20 @@ static void finish_diff(km_zkb *b)
     count_ops(b, &b->pass_ops);
     abort_pass(b);
     b->sum.full_syncs++;
+    if (!b->verdict[0] && b->delete_limit >= 0 && b->sum.deleted > (size_t)b->delete_limit)
+        snprintf(b->verdict, sizeof b->verdict, "it would delete %zu znodes, more than zk.max.deletes=%lld%s",
+                 b->sum.deleted, (long long)b->delete_limit,
+                 b->cfg.guard.max_deletes_set ? "" : " (the default for the first sync of a cluster ZK-mode brokers wrote)");
     zkw_log(b->w, KM_LOG_INFO, "zk diff: %zu missing, %zu different, %zu only in ZooKeeper after %lld ms",
             b->sum.created, b->sum.updated, b->sum.deleted, (long long)(zk_now_ms() - b->sync_started_ms));
     set_phase(b, KM_ZKB_DUAL_WRITE);
+}
+
+/* The scan has just counted the pass's deletions (none is planned yet): more than allowed? */
+static bool over_delete_limit(const km_zkb *b)
+{
+    return !b->cfg.diff_only && b->delete_limit >= 0 && b->plan.stage == PLAN_DELETES && b->plan.it == 0 &&
+           b->plan.n_doomed > (size_t)b->delete_limit;
 }
 
 /* One slice per loop iteration with nothing else to do, while the write-behind bound allows. */
@@ -227,6 +266,9 @@ static void plan_pump(km_zkb *b)
     bool done = zk_plan_step(&b->plan, &b->pass_ops);
     if (b->pass_ops.oom)
         return stop(b, "zk sync: out of memory (or the password encoder failed) planning the pass over the image");
+    bool counted = b->plan.stage >= PLAN_DELETES; /* the scan knows every znode the pass deletes */
+    if (over_delete_limit(b))
+        return refuse_deletes(b);
     if (done) {
         ev_idle_stop(b->loop, &b->plan_idle);
         zkw_log(b->w, KM_LOG_INFO, "zk sync: pass planned after %lld ms",
@@ -238,6 +280,9 @@ static void plan_pump(km_zkb *b)
             finish_diff(b);
         return;
     }
+    /* Under a delete limit nothing is written before the deletions are counted. */
+    if (b->delete_limit >= 0 && !counted)
+        return;
     if (done || b->pass_ops.n >= hand_over_ops(b))
         hand_over(b, done);
 }
@@ -315,6 +360,25 @@ static void on_writer_event(km_zkw *w, km_zkw_event ev, void *ctx)
     }
 }
 
+/* Before each claim: may this image take over what ZooKeeper holds? Also sets the pass's delete limit. */
+static int bridge_guard(km_zkw *w, const km_zk_found *f, char *why, size_t cap, void *ctx)
+{
+    km_zkb *b = ctx;
+    bool forceable = false;
+    int rc = km_zk_guard_check(b->img, f, &b->cfg.guard, &forceable, why, cap);
+    if (rc && !b->cfg.diff_only) {
+        b->refused = true;
+        return -1;
+    }
+    if (rc) /* diff: what a sync would run into */
+        snprintf(b->verdict, sizeof b->verdict, "%s", why);
+    else if (why[0])
+        zkw_log(w, KM_LOG_WARN, "zk claim: %s", why);
+    const km_zk_guard *g = &b->cfg.guard;
+    b->delete_limit = g->max_deletes_set ? g->max_deletes : km_zk_first_sync(f) ? 0 : -1;
+    return 0;
+}
+
 static void bridge_log(km_log_level lvl, const char *msg, void *ctx)
 {
     km_zkb *b = ctx;
@@ -330,6 +394,8 @@ km_zkb *km_zkb_new(struct ev_loop *loop, const km_image *img, const km_zkb_confi
     b->loop = loop;
     b->img = img;
     b->cfg.zk.on_event = on_writer_event;
+    b->cfg.zk.guard = bridge_guard;
+    b->delete_limit = cfg->guard.max_deletes_set ? cfg->guard.max_deletes : -1;
     b->cfg.zk.read_only = cfg->diff_only;
     b->user_log = cfg->zk.log;
     b->user_ctx = cfg->zk.ctx;
@@ -364,12 +430,16 @@ void km_zkb_free(km_zkb *b)
     zk_vcache_clear(&b->known);
     km_zk_pwenc_free(b->pw);
     zs_free(&b->diff);
+    free(b->refused_deletes);
     free(b);
 }
 
 km_zkb_phase km_zkb_get_phase(const km_zkb *b) { return b->phase; }
 const char *km_zkb_error(const km_zkb *b) { return b->error; }
 km_zkw *km_zkb_writer(km_zkb *b) { return b->w; }
+bool km_zkb_refused(const km_zkb *b) { return b->refused; }
+const char *km_zkb_sync_verdict(const km_zkb *b) { return b->verdict; }
+const char *km_zkb_refused_deletes(const km_zkb *b) { return b->refused_deletes ? b->refused_deletes : ""; }
 
 bool km_zkb_can_accept(km_zkb *b)
 {

@@ -176,6 +176,18 @@ void zk_plan_free(zk_plan *p);
 void zk_delta_render(const km_image *img, const km_delta *d, int32_t controller_epoch, const km_zk_pwenc *pw,
                      zk_tree *want, zk_tree *cands);
 
+/* zk_guard.c */
+/* The checks Kafka 3.9's KRaftMigrationDriver makes before a migration may start (and more): 0 when
+ * img may take over what ZooKeeper holds; -1 with the reason in why (one line), *forceable telling
+ * whether g->force may override it. Overridden refusals are returned too (0, why set, for a warning). */
+int km_zk_guard_check(const km_image *img, const km_zk_found *f, const km_zk_guard *g, bool *forceable,
+                      char *why, size_t cap);
+/* ZooKeeper holds a cluster ZK-mode brokers run or ran: a /cluster/id, or registered brokers. */
+bool km_zk_holds_cluster(const km_zk_found *f);
+/* The first sync of a cluster ZK-mode brokers wrote: ZooKeeper holds a cluster and no KRaft
+ * controller has recorded an offset in /migration (absent, or kraft_metadata_offset < 0). */
+bool km_zk_first_sync(const km_zk_found *f);
+
 /* semantic comparison of a znode's ZooKeeper data with our rendering (pw decodes ZN_CONFIG passwords) */
 bool zk_same_data(zk_nkind kind, const char *have, int have_len, const char *want, const km_zk_pwenc *pw);
 

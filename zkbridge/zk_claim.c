@@ -17,19 +17,24 @@ typedef struct read_slot {
     int idx;
 } read_slot;
 
+/* The first read of a claim: what the guard and the claim decide from. */
+enum { R_CONTROLLER, R_CONTROLLER_EPOCH, R_MIGRATION, R_CLUSTER_ID, R_BROKER_IDS, R_TOPICS, CLAIM_READS };
+static const char *const CLAIM_PATHS[CLAIM_READS] = {"/controller", "/controller_epoch", "/migration", "/cluster/id",
+                                                     "/brokers/ids", "/brokers/topics"};
+
 struct claim_call {
     km_zkw *w;
     unsigned generation;
     int waiting;          /* replies still due for this step */
-    int rc[2];
-    char *data[2];
-    int len[2];
-    struct Stat st[2];
+    int rc[CLAIM_READS];
+    char *data[CLAIM_READS];
+    int len[CLAIM_READS];
+    struct Stat st[CLAIM_READS];
     zoo_op_t ops[4];
     zoo_op_result_t res[4];
     struct Stat set_stat;
     char payload[256];
-    read_slot slots[2];
+    read_slot slots[CLAIM_READS];
 };
 
 static void claim_step(km_zkw *w);
@@ -42,16 +47,16 @@ static claim_call *call_new(km_zkw *w, int waiting)
         c->w = w;
         c->generation = w->sess.generation;
         c->waiting = waiting;
-        c->slots[0] = (read_slot){c, 0};
-        c->slots[1] = (read_slot){c, 1};
+        for (int i = 0; i < CLAIM_READS; i++)
+            c->slots[i] = (read_slot){c, i};
     }
     return c;
 }
 
 static void call_free(claim_call *c)
 {
-    free(c->data[0]);
-    free(c->data[1]);
+    for (int i = 0; i < CLAIM_READS; i++)
+        free(c->data[i]);
     free(c);
 }
 
@@ -140,26 +145,37 @@ static void on_read(int rc, const char *value, int len, const struct Stat *st, c
     if (--c->waiting > 0)
         return;
     km_zkw *w = c->w;
-    bool is_stale = stale(c, c->rc[0]) || stale(c, c->rc[1]);
+    bool is_stale = false;
+    for (int j = 0; j < CLAIM_READS; j++)
+        is_stale |= stale(c, c->rc[j]);
     if (!is_stale)
         after_reads(w, c);
     call_free(c);
 }
 
-/* Reads one or two znodes; after_reads() gets both results once the last one is in. */
-static void read_two(km_zkw *w, const char *p0, const char *p1)
+/* Reads n znodes; after_reads() gets every result once the last one is in. */
+static void read_paths(km_zkw *w, const char *const *paths, int n)
 {
-    claim_call *c = call_new(w, p1 ? 2 : 1);
+    claim_call *c = call_new(w, n);
     if (!c)
         return fail_call(w, ZSYSTEMERROR, "read (out of memory)");
-    if (zoo_aget(w->sess.zh, p0, 0, on_read, &c->slots[0]) != ZOK) {
-        call_free(c);
-        return lost(w, w->step);
+    for (int i = 0; i < n; i++) {
+        if (zoo_aget(w->sess.zh, paths[i], 0, on_read, &c->slots[i]) == ZOK)
+            continue;
+        if (i == 0) {
+            call_free(c);
+            return lost(w, w->step);
+        }
+        c->waiting = i; /* the ones queued will fail with the connection */
+        for (; i < n; i++)
+            c->rc[i] = ZCONNECTIONLOSS;
     }
-    if (p1 && zoo_aget(w->sess.zh, p1, 0, on_read, &c->slots[1]) != ZOK) {
-        c->waiting = 1; /* the first one is queued and will fail with the connection */
-        c->rc[1] = ZCONNECTIONLOSS;
-    }
+}
+
+static void read_two(km_zkw *w, const char *p0, const char *p1)
+{
+    const char *paths[2] = {p0, p1};
+    read_paths(w, paths, p1 ? 2 : 1);
 }
 
 static bool is_loss(int rc) { return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT; }
@@ -269,12 +285,65 @@ static void verify_claim(km_zkw *w, claim_call *c)
     fail_call(w, ZBADVERSION, "claim (someone else changed /controller or /controller_epoch)");
 }
 
+/* The guard's facts from the claim's first read (every rc is ZOK or ZNONODE). */
+static void found_from_reads(const claim_call *c, km_zk_found *f)
+{
+    memset(f, 0, sizeof *f);
+    f->controller_id = f->controller_kraft_epoch = f->migration_epoch = -1;
+    f->migration_offset = -1;
+    if (c->rc[R_CLUSTER_ID] == ZOK)
+        zk_found_cluster_id(f, c->data[R_CLUSTER_ID]);
+    if (c->rc[R_CONTROLLER] == ZOK)
+        zk_found_controller(f, c->data[R_CONTROLLER], c->st[R_CONTROLLER].ephemeralOwner);
+    if (c->rc[R_MIGRATION] == ZOK)
+        zk_found_migration(f, c->data[R_MIGRATION]);
+    f->brokers = c->rc[R_BROKER_IDS] == ZOK ? c->st[R_BROKER_IDS].numChildren : 0;
+    f->topics = c->rc[R_TOPICS] == ZOK ? c->st[R_TOPICS].numChildren : 0;
+}
+
+/* The caller's guard may refuse the claim for good: nothing has been written yet. */
+static bool guard_refuses(km_zkw *w, const claim_call *c)
+{
+    if (!w->cfg.guard)
+        return false;
+    km_zk_found f;
+    found_from_reads(c, &f);
+    char why[sizeof w->fence_reason];
+    if (!w->cfg.guard(w, &f, why, sizeof why, w->cfg.ctx))
+        return false;
+    w->state = KM_ZKW_REFUSED;
+    snprintf(w->fence_reason, sizeof w->fence_reason, "%s", why);
+    zkw_log(w, KM_LOG_INFO, "zk claim refused: %s", w->fence_reason); /* the caller reports it, once */
+    zkw_emit(w, KM_ZKW_EV_REFUSED);
+    return true;
+}
+
+/* Read only (diff): the guard hears what a claim would find, and nothing is claimed. */
+static void probed(km_zkw *w, const claim_call *c)
+{
+    km_zk_found f;
+    found_from_reads(c, &f);
+    char why[sizeof w->fence_reason];
+    if (w->cfg.guard)
+        w->cfg.guard(w, &f, why, sizeof why, w->cfg.ctx);
+    w->state = KM_ZKW_READY;
+    w->step = CL_DONE;
+    w->claim_attempts = 0;
+    zkw_emit(w, KM_ZKW_EV_CLAIMED);
+}
+
 static void decide_claim(km_zkw *w, claim_call *c)
 {
-    if (c->rc[0] != ZOK && c->rc[0] != ZNONODE)
-        return fail_call(w, c->rc[0], "read /controller");
-    if (c->rc[1] != ZOK && c->rc[1] != ZNONODE)
-        return fail_call(w, c->rc[1], "read /controller_epoch");
+    for (int i = 0; i < CLAIM_READS; i++)
+        if (c->rc[i] != ZOK && c->rc[i] != ZNONODE) {
+            char what[64];
+            snprintf(what, sizeof what, "read %s", CLAIM_PATHS[i]);
+            return fail_call(w, c->rc[i], what);
+        }
+    if (w->cfg.read_only)
+        return probed(w, c);
+    if (guard_refuses(w, c))
+        return;
     w->ctrl_exists = c->rc[0] == ZOK;
     w->ctrl_version = w->ctrl_exists ? c->st[0].version : -1;
     if (w->ctrl_exists && check_controller(w, c->data[0])) {
@@ -402,7 +471,9 @@ static void after_mig_verify(km_zkw *w, claim_call *c)
 
 static void after_reads(km_zkw *w, claim_call *c)
 {
-    bool loss = is_loss(c->rc[0]) || is_loss(c->rc[1]);
+    bool loss = false;
+    for (int i = 0; i < CLAIM_READS; i++)
+        loss |= is_loss(c->rc[i]);
     if (loss)
         return lost(w, w->step);
     switch (w->step) {
@@ -420,7 +491,7 @@ static void claim_step(km_zkw *w)
     if (w->state != KM_ZKW_CLAIMING || !w->sess.zh)
         return;
     switch (w->step) {
-    case CL_READ: return read_two(w, "/controller", "/controller_epoch");
+    case CL_READ: return read_paths(w, CLAIM_PATHS, CLAIM_READS);
     case CL_VERIFY_CLAIM: return read_two(w, "/controller_epoch", "/controller");
     case CL_MIG_READ: return read_two(w, "/migration", NULL);
     case CL_MIG_VERIFY: return read_two(w, "/migration", NULL);

@@ -115,12 +115,7 @@ static void on_session(zk_session *s, int state)
         w->m.sessions++;
         zkw_drop_pipeline(w);
         w->verify_running = w->recover_wanted = w->resync_wanted = false;
-        if (w->cfg.read_only) {
-            w->state = KM_ZKW_READY; /* reads only: nothing to claim */
-            zkw_emit(w, KM_ZKW_EV_CLAIMED);
-            return;
-        }
-        zkw_claim_start(w);
+        zkw_claim_start(w); /* read only: its first read alone, for the guard (zk_claim.c's probed) */
     } else if (w->state == KM_ZKW_CLAIMING) {
         zkw_claim_resume(w);
     } else if (w->recover_wanted && w->inflight == 0) {

@@ -121,6 +121,10 @@ void zkw_emit(km_zkw *w, km_zkw_event ev);
 void zkw_claim_start(km_zkw *w);
 void zkw_claim_resume(km_zkw *w);
 int zkw_failed_op(const zoo_op_result_t *res, int n);
+/* zk_guard.c: what the claim read, into the guard's facts */
+void zk_found_cluster_id(km_zk_found *f, const char *data);
+void zk_found_controller(km_zk_found *f, const char *data, int64_t ephemeral_owner);
+void zk_found_migration(km_zk_found *f, const char *data);
 /* zk_writer.c */
 void zkw_pump(km_zkw *w);
 void zkw_recover_start(km_zkw *w);

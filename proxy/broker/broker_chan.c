@@ -58,8 +58,10 @@ static void on_reconnect_timer(struct ev_loop *loop, ev_timer *w, int revents)
     connect_now(w->data);
 }
 
+void km_bchan__disconnect(km_bchan *ch, const char *why) { km_bchan__disconnect_at(ch, 2, why); }
+
 /* Everything queued or in flight is dropped: the full sync after the next connect covers it. */
-void km_bchan__disconnect(km_bchan *ch, const char *why)
+void km_bchan__disconnect_at(km_bchan *ch, int level, const char *why)
 {
     if (ch->conn) {
         km_net_close(ch->conn);
@@ -72,12 +74,13 @@ void km_bchan__disconnect(km_bchan *ch, const char *why)
     }
     drop_queue(ch);
     drop_inflight(ch);
+    km_bchan__sasl_reset(ch);
     ch->want_sync = false;
     ev_timer_stop(ch->loop, &ch->sync_timer);
     if (ch->state == CH_STOPPED)
         return;
     double delay = km_backoff_next(&ch->backoff);
-    km_bchan__log(ch, 2, "%s; reconnecting in %.3f s", why, delay);
+    km_bchan__log(ch, level, "%s; reconnecting in %.3f s", why, delay);
     ch->state = CH_WAITING;
     ev_timer_set(&ch->reconnect_timer, delay, 0);
     ev_timer_start(ch->loop, &ch->reconnect_timer);
@@ -189,7 +192,18 @@ km_bchan *km_bchan_new(struct ev_loop *loop, const km_bchan_config *cfg, const k
     ch->h = *hooks;
     ch->host = strdup(cfg->host);
     ch->client_id = strdup(cfg->client_id ? cfg->client_id : "kmproxy");
-    if (!ch->host || !ch->client_id) {
+    bool sasl = cfg->sasl.mechanism != KM_SASL_NONE;
+    if (sasl && (!cfg->sasl.username || !cfg->sasl.password)) {
+        free(ch->host);
+        free(ch->client_id);
+        free(ch);
+        return km_fail(err, "broker %d: SASL %s needs a user name and a password", cfg->broker_id,
+                       km_sasl_mech_name(cfg->sasl.mechanism)), NULL;
+    }
+    ch->sasl_user = sasl ? strdup(cfg->sasl.username) : NULL;
+    ch->sasl_pass = sasl ? strdup(cfg->sasl.password) : NULL;
+    ch->cfg.sasl.username = ch->cfg.sasl.password = NULL; /* the copies above are the ones to use */
+    if (!ch->host || !ch->client_id || (sasl && (!ch->sasl_user || !ch->sasl_pass))) {
         km_bchan_free(ch);
         return km_fail(err, "broker %d: out of memory for a channel", cfg->broker_id), NULL;
     }
@@ -197,6 +211,8 @@ km_bchan *km_bchan_new(struct ev_loop *loop, const km_bchan_config *cfg, const k
         ch->cfg.request_timeout = 30;
     if (!ch->cfg.max_queue)
         ch->cfg.max_queue = 1024;
+    if (!ch->cfg.net.write_limit) /* one request is queued at a time: the broker's cap plus its size prefix */
+        ch->cfg.net.write_limit = KM_BROKER_MAX_REQUEST_BYTES + 4;
     km_backoff_init(&ch->backoff, cfg->backoff_base > 0 ? cfg->backoff_base : 0.05,
                     cfg->backoff_max > 0 ? cfg->backoff_max : 5, (uint64_t)cfg->broker_id * 7919u + 1);
     km_backoff_init(&ch->stale_backoff, 0.01, 1, (uint64_t)cfg->broker_id + 17);
@@ -219,6 +235,10 @@ void km_bchan_free(km_bchan *ch)
     km_buf_free(&ch->wbuf);
     free(ch->host);
     free(ch->client_id);
+    if (ch->sasl_pass)
+        explicit_bzero(ch->sasl_pass, strlen(ch->sasl_pass));
+    free(ch->sasl_user);
+    free(ch->sasl_pass);
     free(ch);
 }
 
@@ -295,8 +315,9 @@ int64_t km_bchan_submit(km_bchan *ch, int16_t api, void *body, km_arena *arena, 
         ch->head = it;
     ch->tail = it;
     ch->queued++;
+    int64_t seq = it->seq; /* kick may send it at once, and drop (free) it if it cannot be sent */
     km_bchan__kick(ch);
-    return it->seq;
+    return seq;
 }
 
 void km_bchan__kick(km_bchan *ch)

@@ -17,7 +17,7 @@ void km_bchan__capture(km_bchan *ch, int dir, const uint8_t *payload, size_t len
         km_capture_frame(ch->cfg.capture, ch->cap_conn, (km_capture_dir)dir, payload, len);
 }
 
-static int send_framed(km_bchan *ch, int16_t api, int16_t v, const void *body, km_err *err)
+int km_bchan__send_framed(km_bchan *ch, int16_t api, int16_t v, const void *body, km_err *err)
 {
     km_buf_reset(&ch->wbuf);
     ch->inflight_corr = ch->corr++;
@@ -27,6 +27,9 @@ static int send_framed(km_bchan *ch, int16_t api, int16_t v, const void *body, k
         return -1;
     if (ch->wbuf.oom)
         return km_fail(err, "out of memory encoding %s v%d", km_api_name(api), v);
+    if (ch->wbuf.len - 4 > KM_BROKER_MAX_REQUEST_BYTES) /* the broker would close the connection on it */
+        return km_fail(err, "%s v%d is %zu bytes, above the broker's socket.request.max.bytes (%u)", km_api_name(api),
+                       v, ch->wbuf.len - 4, KM_BROKER_MAX_REQUEST_BYTES);
     km_bchan__capture(ch, KM_CAPTURE_C2S, ch->wbuf.data + 4, ch->wbuf.len - 4);
     if (km_net_send(ch->conn, ch->wbuf.data, ch->wbuf.len, err))
         return -1;
@@ -42,7 +45,7 @@ int km_bchan__send_api_versions(km_bchan *ch)
     rq.client_software_name = km_cstr("kmproxy");
     rq.client_software_version = km_cstr("0.1.0");
     km_err err;
-    if (send_framed(ch, KM_API_API_VERSIONS, ch->av_version, &rq, &err)) {
+    if (km_bchan__send_framed(ch, KM_API_API_VERSIONS, ch->av_version, &rq, &err)) {
         km_bchan__log(ch, 1, "ApiVersions: %s", err.msg);
         return -1;
     }
@@ -55,7 +58,7 @@ void km_bchan__send_head(km_bchan *ch)
     if (!it || ch->parked || ch->state != CH_READY)
         return;
     km_err err;
-    if (!send_framed(ch, it->api, it->version, it->body, &err)) {
+    if (!km_bchan__send_framed(ch, it->api, it->version, it->body, &err)) {
         ch->st.sent[BCHAN_API_SLOT(it->api)]++;
         return;
     }
@@ -119,6 +122,15 @@ static void on_api_versions(km_bchan *ch, km_reader *r, km_arena *a)
         km_bchan__disconnect(ch, "version negotiation failed");
         return;
     }
+    int sasl = km_bchan__sasl_start(ch, &rs);
+    if (sasl < 0)
+        km_bchan__disconnect_at(ch, ch->auth_failure_logged ? 4 : 2, "SASL authentication cannot start");
+    else if (sasl > 0)
+        km_bchan__become_ready(ch);
+}
+
+void km_bchan__become_ready(km_bchan *ch)
+{
     ch->state = CH_READY;
     km_bchan__log(ch, 3, "ready: LeaderAndIsr v%d, StopReplica v%d, UpdateMetadata v%d", ch->ver[0], ch->ver[1],
                   ch->ver[2]);
@@ -276,13 +288,13 @@ void km_bchan__on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void
     (void)c;
     km_bchan *ch = ud;
     km_bchan__capture(ch, KM_CAPTURE_S2C, payload, len);
-    bool negotiating = ch->state == CH_NEGOTIATING;
-    if (!negotiating && (!ch->inflight || ch->parked)) {
+    bool negotiating = ch->state == CH_NEGOTIATING, authenticating = ch->state == CH_AUTHENTICATING;
+    if (!negotiating && !authenticating && (!ch->inflight || ch->parked)) {
         km_bchan__disconnect(ch, "a response nobody asked for");
         return;
     }
-    int16_t api = negotiating ? KM_API_API_VERSIONS : ch->inflight->api;
-    int16_t v = negotiating ? ch->av_version : ch->inflight->version;
+    int16_t api = negotiating ? KM_API_API_VERSIONS : authenticating ? ch->sasl_api : ch->inflight->api;
+    int16_t v = negotiating ? ch->av_version : authenticating ? ch->sasl_version : ch->inflight->version;
     km_reader r;
     km_reader_init(&r, payload, len);
     int32_t corr;
@@ -296,6 +308,8 @@ void km_bchan__on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void
     km_arena_init(&a, RESPONSE_ARENA_LIMIT);
     if (negotiating)
         on_api_versions(ch, &r, &a);
+    else if (authenticating)
+        km_bchan__sasl_on_response(ch, &r, &a);
     else
         on_control_response(ch, &r, &a);
     km_arena_free(&a);

@@ -18,6 +18,7 @@ typedef enum bchan_state {
     CH_WAITING,       /* backing off before the next connect */
     CH_CONNECTING,
     CH_NEGOTIATING,   /* ApiVersions in flight */
+    CH_AUTHENTICATING, /* SaslHandshake / SaslAuthenticate in flight (broker_sasl.c) */
     CH_READY,
     CH_STOPPED,
 } bchan_state;
@@ -45,18 +46,37 @@ struct km_bchan {
     km_backoff backoff, stale_backoff;
     km_buf wbuf;
     km_bchan_stats st;
+    /* SASL (broker_sasl.c) */
+    char *sasl_user, *sasl_pass;
+    struct km_scram_client *scram;     /* the exchange in progress */
+    int16_t sasl_api, sasl_version;    /* the SASL request in flight */
+    int16_t sasl_auth_version;         /* negotiated SaslAuthenticate version */
+    int sasl_step;                     /* SaslAuthenticate round trips so far */
+    bool auth_failure_logged;          /* until an authentication succeeds again */
 };
 
 /* broker_chan.c */
 void km_bchan__log(km_bchan *ch, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void km_bchan__disconnect(km_bchan *ch, const char *why);
+/* The same, logging the reconnect at `level` (a failure already logged once). */
+void km_bchan__disconnect_at(km_bchan *ch, int level, const char *why);
 void km_bchan__kick(km_bchan *ch);
 void km_bchan__schedule_sync(km_bchan *ch);
 void km_bchan__free_item(bchan_item *it);
 /* broker_chan_io.c */
+int km_bchan__send_framed(km_bchan *ch, int16_t api, int16_t v, const void *body, km_err *err);
+/* Negotiated (and authenticated): control requests may flow. */
+void km_bchan__become_ready(km_bchan *ch);
 int km_bchan__send_api_versions(km_bchan *ch);
 void km_bchan__on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *ud);
 void km_bchan__send_head(km_bchan *ch);
 void km_bchan__capture(km_bchan *ch, int dir, const uint8_t *payload, size_t len);
+
+/* broker_sasl.c */
+/* After ApiVersions: starts SASL if configured (0), else nothing to do (1); -1: cannot. */
+int km_bchan__sasl_start(km_bchan *ch, const km_api_versions_response *rs);
+void km_bchan__sasl_on_response(km_bchan *ch, km_reader *r, km_arena *a);
+/* Frees the exchange in progress (disconnect, free). */
+void km_bchan__sasl_reset(km_bchan *ch);
 
 #endif

@@ -90,7 +90,10 @@ static int add_chan(km_bprop *p, const km_broker *b, const km_endpoint *ep, km_e
     pc->port = ep->port;
     km_bchan_hooks h = proto;
     h.ud = pc;
+    char client_id[16]; /* ControllerChannelManager: NetworkClient(..., config.brokerId.toString, ...) */
+    snprintf(client_id, sizeof client_id, "%d", p->cfg.controller_id);
     km_bchan_config cfg = { .broker_id = b->id, .host = ep->host, .port = ep->port, .net = p->cfg.net,
+                            .sasl = p->cfg.sasl, .client_id = client_id,
                             .request_timeout = p->cfg.request_timeout, .backoff_base = p->cfg.backoff_base,
                             .backoff_max = p->cfg.backoff_max, .max_queue = p->cfg.max_queue,
                             .capture = p->cfg.capture, .log = p->cfg.log, .log_ud = p->cfg.log_ud };

@@ -284,6 +284,8 @@ static void chan_metrics(km_buf *out, const prop_chan *pc, bool first)
                       (double)s.connects);
     km_metrics_sample(out, "kmproxy_broker_full_syncs_total", "counter", "Full syncs queued", l, first,
                       (double)s.full_syncs);
+    km_metrics_sample(out, "kmproxy_broker_auth_failures_total", "counter", "SASL authentications refused", l, first,
+                      (double)s.auth_failures);
     km_metrics_sample(out, "kmproxy_broker_dropped_total", "counter", "Requests dropped (replaced by a full sync)",
                       l, first, (double)s.dropped);
 }

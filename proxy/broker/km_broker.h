@@ -18,6 +18,7 @@
 #include "km_codec.h"
 #include "km_image.h"
 #include "km_net.h"
+#include "km_sasl.h"
 
 struct km_capture;
 
@@ -100,15 +101,32 @@ typedef void (*km_broker_log_fn)(int level, const char *msg, void *ud);
  * was lost.  So a dead broker costs nothing but its reconnect timer. */
 typedef struct km_bchan km_bchan;
 
+/* Kafka's socket.request.max.bytes default: the largest request a broker reads.  The channel's
+ * write limit matches it, so whatever a broker accepts can be sent; a larger request is dropped
+ * with a message naming the limit (the broker would close the connection on it). */
+#define KM_BROKER_MAX_REQUEST_BYTES 104857600u
+
+/* SASL on the channel (Kafka's SaslClientAuthenticator): after ApiVersions, SaslHandshake v1
+ * names the mechanism, then SaslAuthenticate carries PLAIN's message or SCRAM's exchange.  A
+ * refusal is logged once (with the broker's ErrorMessage) until an attempt succeeds again, and
+ * retried after the reconnect backoff; no control request is sent before success. */
+typedef struct km_bchan_sasl {
+    km_sasl_mech mechanism;            /* KM_SASL_NONE: no SASL */
+    const char *username, *password;   /* copied */
+} km_bchan_sasl;
+
 typedef struct km_bchan_config {
     int32_t broker_id;
     const char *host;                  /* its inter-broker endpoint (copied) */
     uint16_t port;
-    km_net_opts net;                   /* TLS, frame cap, write limit, connect timeout */
+    km_net_opts net;                   /* TLS, frame cap, connect timeout; write limit 0:
+                                        * KM_BROKER_MAX_REQUEST_BYTES plus the size prefix */
+    km_bchan_sasl sasl;
     double request_timeout;            /* seconds; 0: 30 (controller.socket.timeout.ms) */
     double backoff_base, backoff_max;  /* reconnect backoff, seconds; 0: 0.05 and 5 */
     size_t max_queue;                  /* requests waiting behind the one in flight; 0: 1024 */
-    const char *client_id;             /* NULL: "kmproxy" */
+    const char *client_id;             /* NULL: "kmproxy"; km_bprop sends the controller's node id,
+                                        * as Kafka's ControllerChannelManager does */
     struct km_capture *capture;        /* NULL: none.  Every frame both ways is captured. */
     km_broker_log_fn log;              /* NULL: stderr, warnings and errors */
     void *log_ud;
@@ -154,6 +172,7 @@ typedef struct km_bchan_stats {
     uint64_t sent[3], acked[3];        /* by LeaderAndIsr, StopReplica, UpdateMetadata (api key - 4) */
     uint64_t errors[3];                /* top-level and per-partition error codes != 0 */
     uint64_t stale_broker_epoch, resent, dropped, overflows, timeouts, connects, disconnects, full_syncs;
+    uint64_t auth_failures;            /* SASL handshakes or authentications the broker refused */
     uint64_t error_by_code[128];       /* all APIs, index = code (0: codes outside 1..127) */
     bool ready, stopped;
 } km_bchan_stats;
@@ -192,6 +211,7 @@ typedef struct km_bprop_config {
     int32_t controller_id;             /* ControllerId: the KRaft controller's node id */
     const char *listener;              /* inter-broker listener name (copied); NULL: "PLAINTEXT" */
     km_net_opts net;                   /* for every channel: TLS, limits */
+    km_bchan_sasl sasl;                /* for every channel (its strings must outlive the propagator) */
     double request_timeout, backoff_base, backoff_max; /* 0: km_bchan's defaults */
     size_t max_queue;
     struct km_capture *capture;

@@ -28,6 +28,8 @@ static void usage(FILE *to)
             "PATH is a log segment, a .checkpoint file or a __cluster_metadata-0 directory.\n");
 }
 
+#define NO_RECORDS "no records: no log segment or snapshot holding any (an empty __cluster_metadata-0 directory?)"
+
 static km_metalog *open_any(const char *path, km_err *err)
 {
     struct stat st;
@@ -87,7 +89,9 @@ static int cmd_dump(int argc, char **argv)
     }
     km_metalog_record rec;
     int rc;
+    int64_t n = 0;
     while ((rc = km_metalog_next(log, &rec, &err)) == 1) {
+        n++;
         json_t *j = record_json(&rec, &err);
         if (!j) {
             rc = -1;
@@ -105,6 +109,8 @@ static int cmd_dump(int argc, char **argv)
         fprintf(stderr, "kmproxy metadata dump: %s\n", err.msg);
         return 2;
     }
+    if (n == 0) /* a wrong path, most likely: never an empty success */
+        return fprintf(stderr, "kmproxy metadata dump: %s: %s\n", argv[1], NO_RECORDS), 2;
     return fflush(stdout) == 0 ? 0 : 1;
 }
 
@@ -132,8 +138,10 @@ static int cmd_image(int argc, char **argv)
         km_image_free(img);
         return 1;
     }
-    if (km_image_load(img, path, NULL, &err) < 0) {
-        fprintf(stderr, "kmproxy metadata image: %s\n", err.msg);
+    int64_t n = km_image_load(img, path, NULL, &err);
+    if (n <= 0) {
+        fprintf(stderr, "kmproxy metadata image: %s%s%s\n", n < 0 ? "" : path, n < 0 ? "" : ": ",
+                n < 0 ? err.msg : NO_RECORDS);
         km_image_free(img);
         return 2;
     }

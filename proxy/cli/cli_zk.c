@@ -20,6 +20,8 @@ typedef struct zk_cli {
     bool follow, diff, verbose;
     int32_t controller_id, controller_epoch;
     long max_pending;
+    km_zk_guard guard;        /* --force, --max-deletes */
+    const char *cluster_id;   /* --cluster-id; NULL: meta.properties beside the log */
     const char *secret;       /* from --password-encoder-secret-file; NULL: passwords stored as they are */
     char secret_buf[4096];
     km_zk_password_config pw; /* the other password.encoder.* settings (0/NULL: Kafka's defaults) */
@@ -39,9 +41,19 @@ static int usage(FILE *to, int code)
     fprintf(to, "usage: kmproxy zk sync --zookeeper HOST:PORT[/chroot] --metadata PATH [--follow]\n"
                 "                       [--controller-id N] [--controller-epoch N] [--max-pending N] [-v]\n"
                 "                       [--password-encoder-secret-file FILE [ENCODER OPTIONS]]\n"
+                "                       [--cluster-id ID] [--max-deletes N] [--force]\n"
                 "       kmproxy zk diff --zookeeper HOST:PORT[/chroot] --metadata PATH\n"
                 "                       [--password-encoder-secret-file FILE [ENCODER OPTIONS]]\n"
-                "PATH is a log segment, a .checkpoint file or a __cluster_metadata-0 directory.\n"
+                "PATH is a log segment, a .checkpoint file or a __cluster_metadata-0 directory; its cluster\n"
+                "id comes from meta.properties beside it, or --cluster-id.\n"
+                "sync refuses (exit 2, before claiming) an image of another cluster, an empty image, an\n"
+                "image Kafka's migration driver would not sync (ZkMigrationState, /migration), one behind\n"
+                "/migration, and a live ZK-mode controller that has not handed over; --force overrides\n"
+                "these but never a cluster id mismatch or an empty image. --max-deletes N (-1: no limit)\n"
+                "stops (exit 2) a sync that would delete more znodes before it writes any, listing them\n"
+                "(diff lists them too, and says why a sync would refuse); the default is 0 on the first\n"
+                "sync of a cluster ZK-mode brokers wrote (/migration absent or never written), no limit after.\n"
+                "diff exits 0 when ZooKeeper equals the image, 1 when they differ, 2 on bad input.\n"
                 "The controller id/epoch default to the raft leader and epoch seen in the log.\n"
                 "FILE's first line is Kafka's password.encoder.secret: password-type configs are\n"
                 "written encrypted with it; without it, as they are. ENCODER OPTIONS are the brokers'\n"
@@ -81,6 +93,16 @@ static int parse_count(const char *opt, const char *arg, int *out)
     return 0;
 }
 
+static int parse_max_deletes(zk_cli *c, const char *arg)
+{
+    int64_t v;
+    if (km_cli_parse_int(arg, -1, INT64_MAX, &v))
+        return fprintf(stderr, "kmproxy zk: --max-deletes %s: not a whole number >= -1\n", arg), -1;
+    c->guard.max_deletes_set = true;
+    c->guard.max_deletes = v;
+    return 0;
+}
+
 /* An unsupported algorithm or length is refused before anything is read or written. */
 static int check_encoder(zk_cli *c)
 {
@@ -105,7 +127,8 @@ static int parse(zk_cli *c, int argc, char **argv)
         {"password-encoder-cipher-algorithm", required_argument, NULL, 'C'},
         {"password-encoder-keyfactory-algorithm", required_argument, NULL, 'K'},
         {"password-encoder-key-length", required_argument, NULL, 'L'},
-        {"password-encoder-iterations", required_argument, NULL, 'I'}, {0}};
+        {"password-encoder-iterations", required_argument, NULL, 'I'}, {"force", no_argument, NULL, 'F'},
+        {"max-deletes", required_argument, NULL, 'D'}, {"cluster-id", required_argument, NULL, 'c'}, {0}};
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "z:m:fi:e:p:vh", opts, NULL)) != -1) {
@@ -122,6 +145,9 @@ static int parse(zk_cli *c, int argc, char **argv)
         case 'K': c->pw.keyfactory_algorithm = optarg; break;
         case 'L': if (parse_count("password-encoder-key-length", optarg, &c->pw.key_length)) return -1; break;
         case 'I': if (parse_count("password-encoder-iterations", optarg, &c->pw.iterations)) return -1; break;
+        case 'F': c->guard.force = true; break;
+        case 'D': if (parse_max_deletes(c, optarg)) return -1; break;
+        case 'c': c->cluster_id = optarg; break;
         case 'h': return usage(stdout, 0) ? 1 : 1;
         default: return -1;
         }
@@ -173,6 +199,11 @@ static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
     (void)loop; (void)revents;
     zk_cli *c = t->data;
     km_zkb_phase ph = km_zkb_get_phase(c->b);
+    if (ph == KM_ZKB_STOPPED && km_zkb_refused(c->b)) {
+        fputs(km_zkb_refused_deletes(c->b), stdout); /* what the sync would have deleted */
+        fprintf(stderr, "kmproxy zk: refused: %s\n", km_zkb_error(c->b));
+        return finish(c, 2);
+    }
     if (ph == KM_ZKB_STOPPED) {
         fprintf(stderr, "kmproxy zk: stopped: %s\n", km_zkb_error(c->b));
         return finish(c, 1);
@@ -189,13 +220,22 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
     finish(s->data, 0);
 }
 
+/* The guard checks it against /cluster/id: Kafka keeps it in meta.properties, not in the log. */
+static int load_cluster_id(zk_cli *c, km_err *err)
+{
+    if (c->cluster_id)
+        return km_image_set_cluster_id(c->img, c->cluster_id, err);
+    return km_image_load_meta_properties(c->img, c->metadata, err) < 0 ? -1 : 0;
+}
+
 static int load_image(zk_cli *c)
 {
     km_err err = {{0}};
     c->img = km_image_new();
     c->delta = km_delta_new();
     km_metalog_opts opts = {0};
-    if (!c->img || !c->delta || !(c->fol = km_image_follow_open(c->img, c->metadata, &opts, &err))) {
+    if (!c->img || !c->delta || load_cluster_id(c, &err) ||
+        !(c->fol = km_image_follow_open(c->img, c->metadata, &opts, &err))) {
         fprintf(stderr, "kmproxy zk: %s: %s\n", c->metadata, err.msg[0] ? err.msg : "out of memory");
         return -1;
     }
@@ -218,6 +258,9 @@ static void print_summary(zk_cli *c)
         fputs(s.diff, stdout);
         printf("zk diff: %zu missing in ZooKeeper, %zu different, %zu only in ZooKeeper\n", s.created, s.updated,
                s.deleted);
+        if (km_zkb_sync_verdict(c->b)[0])
+            printf("zk diff: a sync would refuse: %s\n", km_zkb_sync_verdict(c->b));
+        c->exit_code = s.created + s.updated + s.deleted ? 1 : 0; /* as diff(1) */
         return;
     }
     printf("zk sync: %zu znodes created, %zu updated, %zu deleted; /migration at offset %lld epoch %d "
@@ -241,6 +284,7 @@ static int run(zk_cli *c)
     cfg.zk.log = cli_log;
     cfg.zk.ctx = c;
     cfg.diff_only = c->diff;
+    cfg.guard = c->guard;
     cfg.passwords = c->pw;
     cfg.passwords.secret = c->secret;
     c->loop = ev_loop_new(EVFLAG_AUTO);
@@ -258,7 +302,7 @@ static int run(zk_cli *c)
     ev_signal_start(c->loop, &c->sigterm);
     ev_run(c->loop, 0);
     if (c->exit_code == 0)
-        print_summary(c);
+        print_summary(c); /* diff: sets 1 when ZooKeeper differs from the image */
     ev_timer_stop(c->loop, &c->tick);
     ev_signal_stop(c->loop, &c->sigint);
     ev_signal_stop(c->loop, &c->sigterm);

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum key_kind { K_STRING, K_INT, K_BOOL, K_LEVEL } key_kind;
+typedef enum key_kind { K_STRING, K_INT, K_BOOL, K_LEVEL, K_INT64 } key_kind;
 
 typedef struct key_def {
     const char *key;
@@ -20,6 +20,7 @@ typedef struct key_def {
 #define STR(k, f) {k, K_STRING, offsetof(km_config, f), 0, 0}
 #define INT(k, f, lo, hi) {k, K_INT, offsetof(km_config, f), lo, hi}
 #define BOOL(k, f) {k, K_BOOL, offsetof(km_config, f), 0, 0}
+#define INT64(k, f, lo, hi) {k, K_INT64, offsetof(km_config, f), lo, hi}
 
 static const key_def KEYS[] = {
     STR("metadata.dir", metadata_dir),
@@ -28,6 +29,8 @@ static const key_def KEYS[] = {
     STR("zookeeper.connect", zk_connect),
     INT("zookeeper.session.timeout.ms", zk_session_timeout_ms, 2000, 600000),
     INT("zk.write.behind.max.records", zk_max_pending_records, 1, 10000000),
+    BOOL("zk.force", zk_force),
+    INT64("zk.max.deletes", zk_max_deletes, -1, INT64_MAX),
     BOOL("brokers.enabled", brokers_enabled),
     STR("broker.listener", broker_listener),
     INT("broker.request.timeout.ms", broker_request_timeout_ms, 100, 3600000),
@@ -36,6 +39,12 @@ static const key_def KEYS[] = {
     STR("broker.tls.ca.file", broker_tls_ca),
     STR("broker.tls.cert.file", broker_tls_cert),
     STR("broker.tls.key.file", broker_tls_key),
+    STR("broker.tls.endpoint.identification", broker_tls_endpoint_identification),
+    STR("broker.security.protocol", broker_security_protocol),
+    STR("broker.sasl.mechanism", broker_sasl_mechanism),
+    STR("broker.sasl.jaas.config", broker_sasl_jaas_config),
+    STR("broker.sasl.username", broker_sasl_username),
+    STR("broker.sasl.password.file", broker_sasl_password_file),
     STR("metrics.listen", metrics_listen),
     STR("capture.pcapng", capture_pcapng),
     STR("capture.jsonl", capture_jsonl),
@@ -54,6 +63,7 @@ void km_config_defaults(km_config *c)
     c->kraft_controller_id = -1;
     c->zk_session_timeout_ms = 18000;      /* Kafka's zookeeper.session.timeout.ms */
     c->zk_max_pending_records = 10000;
+    c->zk_max_deletes = KM_CONFIG_UNSET;
     c->brokers_enabled = true;
     c->broker_request_timeout_ms = 30000;  /* Kafka's controller.socket.timeout.ms */
     c->broker_max_queued = 1000;
@@ -87,18 +97,30 @@ static int parse_value(const key_def *k, km_config *c, const char *value, const 
             return km_fail(err, "%s: %s must be true or false, not '%s'", where, k->key, value);
         *(bool *)slot = !strcmp(value, "true");
         return 0;
-    case K_INT: {
+    case K_INT:
+    case K_INT64: {
         char *end;
         errno = 0;
         long long v = strtoll(value, &end, 10);
         if (!*value || *end || errno || v < k->lo || v > k->hi)
             return km_fail(err, "%s: %s must be an integer in [%lld, %lld], not '%s'", where, k->key,
                            (long long)k->lo, (long long)k->hi, value);
-        *(int32_t *)slot = (int32_t)v;
+        if (k->kind == K_INT64)
+            *(int64_t *)slot = v;
+        else
+            *(int32_t *)slot = (int32_t)v;
         return 0;
     }
     }
     return km_fail(err, "%s: %s: unknown kind", where, k->key);
+}
+
+static const key_def *find_key(const char *key)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (!strcmp(KEYS[i].key, key))
+            return &KEYS[i];
+    return NULL;
 }
 
 int km_config_set(km_config *c, const char *key, const char *value, const char *where, km_err *err)
@@ -109,10 +131,8 @@ int km_config_set(km_config *c, const char *key, const char *value, const char *
                        where);
     if (!strncmp(key, "proxy.", 6))
         return km_inline_config_set(&c->proxy, key, value, where, err);
-    for (size_t i = 0; i < N_KEYS; i++)
-        if (!strcmp(KEYS[i].key, key))
-            return parse_value(&KEYS[i], c, value, where, err);
-    return km_fail(err, "%s: unknown key '%s'", where, key);
+    const key_def *k = find_key(key);
+    return k ? parse_value(k, c, value, where, err) : km_fail(err, "%s: unknown key '%s'", where, key);
 }
 
 static char *trim(char *s)
@@ -125,13 +145,27 @@ static char *trim(char *s)
     return s;
 }
 
+/* A key given twice in one file: which line was meant is anyone's guess, so neither is taken. */
+static int once(int *first_line, const char *key, const char *path, int lineno, km_err *err)
+{
+    const key_def *k = find_key(key);
+    if (!k)
+        return 0; /* km_config_set names it */
+    int *first = &first_line[k - KEYS];
+    if (*first)
+        return km_fail(err, "%s:%d: %s is given twice, at lines %d and %d: keep one", path, lineno, key, *first,
+                       lineno);
+    *first = lineno;
+    return 0;
+}
+
 int km_config_load(km_config *c, const char *path, km_err *err)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return km_fail(err, "%s: cannot open: %s", path, strerror(errno));
     char line[4096], where[512];
-    int rc = 0;
+    int rc = 0, first_line[N_KEYS] = {0};
     for (int lineno = 1; !rc && fgets(line, sizeof line, f); lineno++) {
         snprintf(where, sizeof where, "%s:%d", path, lineno);
         if (!strchr(line, '\n') && !feof(f)) {
@@ -147,7 +181,8 @@ int km_config_load(km_config *c, const char *path, km_err *err)
             break;
         }
         *eq = '\0';
-        rc = km_config_set(c, trim(s), trim(eq + 1), where, err);
+        char *key = trim(s);
+        rc = once(first_line, key, path, lineno, err) ? -1 : km_config_set(c, key, trim(eq + 1), where, err);
     }
     if (!rc && ferror(f))
         rc = km_fail(err, "%s: read error: %s", path, strerror(errno));
@@ -172,10 +207,11 @@ int km_config_validate(const km_config *c, km_err *err)
 {
     if (!c->metadata_dir)
         return km_fail(err, "metadata.dir is required (the __cluster_metadata-0 directory)");
-    if (c->broker_tls && !c->broker_tls_ca)
-        return km_fail(err, "broker.tls.enabled=true needs broker.tls.ca.file");
-    if (!c->broker_tls_cert != !c->broker_tls_key)
-        return km_fail(err, "broker.tls.cert.file and broker.tls.key.file go together");
+    km_config_broker_security sec;
+    int rc = km_config_resolve_broker_security(c, &sec, err);
+    km_config_broker_security_clear(&sec);
+    if (rc)
+        return -1;
     if (!c->zk_connect)  /* broker RPCs carry the ZooKeeper controller epoch our claim produces */
         return km_fail(err, "zookeeper.connect is required (HOST:PORT[,HOST:PORT][/chroot])");
     if (km_inline_config_enabled(&c->proxy) && km_inline_config_validate(&c->proxy, err))
@@ -187,6 +223,8 @@ void km_config_free(km_config *c)
 {
     if (c->password_encoder_secret)
         explicit_bzero(c->password_encoder_secret, strlen(c->password_encoder_secret));
+    if (c->broker_sasl_jaas_config)
+        explicit_bzero(c->broker_sasl_jaas_config, strlen(c->broker_sasl_jaas_config));
     for (size_t i = 0; i < N_KEYS; i++)
         if (KEYS[i].kind == K_STRING || KEYS[i].kind == K_LEVEL)
             free(*(char **)((char *)c + KEYS[i].offset));

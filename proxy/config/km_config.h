@@ -8,9 +8,12 @@
 
 #include "km_codec.h" /* km_err */
 #include "km_inline.h" /* the proxy.* keys */
+#include "km_sasl.h"  /* km_sasl_mech, KM_SASL_NAME_MAX */
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#define KM_CONFIG_UNSET (-2)
 
 typedef struct km_config {
     char *metadata_dir;              /* metadata.dir: the __cluster_metadata-0 directory (required) */
@@ -19,12 +22,19 @@ typedef struct km_config {
     char *zk_connect;                /* zookeeper.connect: HOST:PORT[,HOST:PORT][/chroot] (required) */
     int32_t zk_session_timeout_ms;   /* zookeeper.session.timeout.ms */
     int32_t zk_max_pending_records;  /* zk.write.behind.max.records */
+    bool zk_force;                   /* zk.force: override the guards an operator may knowingly override */
+    int64_t zk_max_deletes;          /* zk.max.deletes: -1 no limit; KM_CONFIG_UNSET: 0 on a first sync, none after */
     bool brokers_enabled;            /* brokers.enabled: send controller RPCs to ZK-mode brokers */
-    char *broker_listener;           /* broker.listener: listener name; NULL = the first endpoint */
+    char *broker_listener;           /* broker.listener: listener name; NULL = named after the protocol */
     int32_t broker_request_timeout_ms;
     int32_t broker_max_queued;       /* broker.queue.max.requests */
-    bool broker_tls;                 /* broker.tls.enabled */
+    bool broker_tls;                 /* broker.tls.enabled (the same as broker.security.protocol=SSL) */
     char *broker_tls_ca, *broker_tls_cert, *broker_tls_key;
+    char *broker_tls_endpoint_identification; /* "true" (NULL) or "false" */
+    char *broker_security_protocol;  /* PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL; NULL: from broker.tls.enabled */
+    char *broker_sasl_mechanism;     /* PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 */
+    char *broker_sasl_jaas_config;   /* Kafka's PlainLoginModule / ScramLoginModule line */
+    char *broker_sasl_username, *broker_sasl_password_file; /* instead of the JAAS line */
     char *metrics_listen;            /* metrics.listen: HOST:PORT for Prometheus text; NULL = off */
     char *capture_pcapng, *capture_jsonl;
     char *log_level;                 /* log.level: error, warn, info, debug */
@@ -46,5 +56,19 @@ int km_config_set(km_config *c, const char *key, const char *value, const char *
 /* Checks what a whole configuration needs (required keys, pairs that go together). */
 int km_config_validate(const km_config *c, km_err *err);
 void km_config_free(km_config *c);
+
+/* How the daemon reaches the ZK-mode brokers, resolved from broker.security.protocol,
+ * broker.tls.*, broker.sasl.* and broker.listener (the password file is read here). */
+typedef struct km_config_broker_security {
+    const char *protocol;            /* "PLAINTEXT", "SSL", "SASL_PLAINTEXT" or "SASL_SSL" */
+    char listener[256];              /* broker.listener, else the listener named after the protocol
+                                      * (Kafka's inter.broker.listener.name default) */
+    bool tls, verify_name;
+    km_sasl_mech mechanism;          /* KM_SASL_NONE: no SASL */
+    char username[KM_SASL_NAME_MAX], password[KM_SASL_NAME_MAX];
+} km_config_broker_security;
+int km_config_resolve_broker_security(const km_config *c, km_config_broker_security *out, km_err *err);
+/* Wipes the password. */
+void km_config_broker_security_clear(km_config_broker_security *s);
 
 #endif

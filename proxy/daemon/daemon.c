@@ -1,5 +1,6 @@
 /* The daemon: log follower -> image -> (ZooKeeper mirror, broker channels), on one libev loop. */
 #include "daemon_internal.h"
+#include "km_capture.h"
 
 #include <ev.h>
 #include <stdarg.h>
@@ -37,16 +38,30 @@ void km_daemon_log(km_daemon *d, int level, const char *fmt, ...)
     fprintf(stderr, "%s.%03ldZ %-5s %s\n", stamp, ts.tv_nsec / 1000000, names[level], msg);
 }
 
-void km_daemon_fatal(km_daemon *d, const char *fmt, ...)
+static void fatal_v(km_daemon *d, int exit_code, const char *fmt, va_list ap)
 {
     if (d->fatal[0])
         return;  /* the first cause is the one worth reporting */
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(d->fatal, sizeof d->fatal, fmt, ap);
-    va_end(ap);
+    d->exit_code = exit_code;
     km_daemon_log(d, KM_LOG_ERROR, "stopping: %s", d->fatal);
     ev_break(d->loop, EVBREAK_ALL);
+}
+
+void km_daemon_fatal(km_daemon *d, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fatal_v(d, 1, fmt, ap);
+    va_end(ap);
+}
+
+void km_daemon_fatal_input(km_daemon *d, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fatal_v(d, 2, fmt, ap);
+    va_end(ap);
 }
 
 /* ---- reading the log ------------------------------------------------------------------- */
@@ -79,7 +94,7 @@ void km_daemon_read_log(km_daemon *d)
         }
         int rc = km_image_follow_next(d->follow, d->delta, &err);
         if (rc < 0) {
-            km_daemon_fatal(d, "metadata log: %s", err.msg);
+            km_daemon_fatal_input(d, "metadata log: %s", err.msg);
             return;
         }
         if (rc == 0) {
@@ -150,6 +165,24 @@ static int start_proxy(km_daemon *d, km_err *err)
     return d->proxy ? 0 : -1;
 }
 
+/* Every frame to and from the ZK-mode brokers, for Wireshark or jq. */
+static int open_capture(km_daemon *d, km_err *err)
+{
+    if (!d->cfg.capture_pcapng && !d->cfg.capture_jsonl)
+        return 0;
+    km_capture_opts o = {.pcapng_path = d->cfg.capture_pcapng, .jsonl_path = d->cfg.capture_jsonl};
+    d->capture = km_capture_open(&o, err);
+    return d->capture ? 0 : -1;
+}
+
+static void close_capture(km_daemon *d)
+{
+    km_err err = {{0}};
+    if (d->capture && km_capture_close(d->capture, &err))
+        km_daemon_log(d, KM_LOG_ERROR, "capture: %s", err.msg);
+    d->capture = NULL;
+}
+
 km_daemon *km_daemon_new(struct ev_loop *loop, km_config *cfg, km_err *err)
 {
     if (km_config_validate(cfg, err))
@@ -166,7 +199,7 @@ km_daemon *km_daemon_new(struct ev_loop *loop, km_config *cfg, km_err *err)
     d->follow_io.fd = -1;
     d->img = km_image_new();
     d->delta = km_delta_new();
-    if (!d->img || !d->delta || open_follower(d, err) || km_daemon_start_consumers(d, err) ||
+    if (!d->img || !d->delta || open_follower(d, err) || open_capture(d, err) || km_daemon_start_consumers(d, err) ||
         km_daemon_start_metrics(d, err) || start_proxy(d, err)) {
         km_daemon_free(d);
         return NULL;
@@ -208,7 +241,7 @@ int km_daemon_run(km_daemon *d)
     if (!d->fatal[0])
         ev_run(d->loop, 0);
     disarm(d);
-    return d->fatal[0] ? 1 : 0;
+    return d->fatal[0] ? d->exit_code : 0;
 }
 
 void km_daemon_stop(km_daemon *d) { ev_break(d->loop, EVBREAK_ALL); }
@@ -221,6 +254,7 @@ void km_daemon_free(km_daemon *d)
     km_inline_free(d->proxy);
     km_daemon_stop_metrics(d);
     km_daemon_stop_consumers(d);
+    close_capture(d); /* after the channels that write into it */
     if (d->follow)
         km_image_follow_close(d->follow);
     km_delta_free(d->delta);

@@ -8,6 +8,7 @@
  * full sync under the new controller epoch. */
 #include "daemon_internal.h"
 #include "km_broker.h"
+#include "km_tls.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,8 @@
 typedef struct km_daemon_consumers {
     km_zkb *zkb;
     km_bprop *bprop;
+    km_tls_ctx *broker_tls;                   /* SSL / SASL_SSL: outlives bprop's channels */
+    km_config_broker_security sec;            /* listener and SASL credentials bprop points to */
     int32_t controller_id, controller_epoch;  /* what the bridge claimed with */
     ev_timer resume;                          /* while reading is paused: is there room again? */
 } km_daemon_consumers;
@@ -39,11 +42,26 @@ static void brokers_fenced(km_bprop *p, int32_t broker_id, void *ud)
                     broker_id);
 }
 
+/* What a refused pass would have deleted, one log line each (an operator decides from them). */
+static void log_refused_deletes(km_daemon *d, const char *lines)
+{
+    for (const char *line = lines; *line;) {
+        size_t len = strcspn(line, "\n");
+        km_daemon_log(d, KM_LOG_ERROR, "zk: would delete %.*s", (int)len - 2, line + 2); /* past "- " */
+        line += len + (line[len] == '\n');
+    }
+}
+
 /* Brokers only hear from us once ZooKeeper holds our claim and the full sync is done. */
 static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
 {
     km_daemon *d = ctx;
     km_daemon_consumers *c = d->consumers;
+    if (phase == KM_ZKB_STOPPED && km_zkb_refused(b)) {
+        log_refused_deletes(d, km_zkb_refused_deletes(b));
+        km_daemon_fatal_input(d, "ZooKeeper mirror refused: %s", km_zkb_error(b));
+        return;
+    }
     if (phase == KM_ZKB_STOPPED) {
         km_daemon_fatal(d, "ZooKeeper mirror stopped: %s", km_zkb_error(b));
         return;
@@ -81,6 +99,8 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
                       .cipher_algorithm = d->cfg.password_encoder_cipher_algorithm,
                       .key_length = d->cfg.password_encoder_key_length,
                       .iterations = d->cfg.password_encoder_iterations},
+        .guard = {.force = d->cfg.zk_force, .max_deletes_set = d->cfg.zk_max_deletes != KM_CONFIG_UNSET,
+                  .max_deletes = d->cfg.zk_max_deletes},
         .on_phase = bridge_phase, .ctx = d};
     km_daemon_log(d, KM_LOG_INFO, "zk: claiming %s as KRaft controller %d, epoch %d", d->cfg.zk_connect,
                   c->controller_id, c->controller_epoch);
@@ -88,14 +108,36 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
     return c->zkb ? 0 : -1;
 }
 
+/* broker.security.protocol: TLS (the broker's name verified unless switched off) and SASL. */
+static int broker_security(km_daemon *d, km_daemon_consumers *c, km_err *err)
+{
+    if (km_config_resolve_broker_security(&d->cfg, &c->sec, err))
+        return -1;
+    if (c->sec.tls) {
+        km_tls_config tc = {.ca_file = d->cfg.broker_tls_ca, .cert_file = d->cfg.broker_tls_cert,
+                            .key_file = d->cfg.broker_tls_key, .no_name_check = !c->sec.verify_name};
+        if (!(c->broker_tls = km_tls_client_ctx_new(&tc, err)))
+            return -1;
+    }
+    km_daemon_log(d, KM_LOG_INFO, "brokers: %s to listener %s%s%s%s%s%s%s", c->sec.protocol, c->sec.listener,
+                  c->sec.tls && !c->sec.verify_name ? " (host names not verified)" : "",
+                  c->sec.mechanism ? ", SASL/" : "", c->sec.mechanism ? km_sasl_mech_name(c->sec.mechanism) : "",
+                  c->sec.mechanism ? " as '" : "", c->sec.mechanism ? c->sec.username : "",
+                  c->sec.mechanism ? "'" : "");
+    return 0;
+}
+
 static int start_brokers(km_daemon *d, km_daemon_consumers *c, km_err *err)
 {
     if (!d->cfg.brokers_enabled)
         return 0;
+    if (broker_security(d, c, err))
+        return -1;
     km_bprop_config bc = {
-        .controller_id = c->controller_id, .listener = d->cfg.broker_listener,
+        .controller_id = c->controller_id, .listener = c->sec.listener, .net = {.tls = c->broker_tls},
+        .sasl = {.mechanism = c->sec.mechanism, .username = c->sec.username, .password = c->sec.password},
         .request_timeout = d->cfg.broker_request_timeout_ms / 1000.0, .max_queue = (size_t)d->cfg.broker_max_queued,
-        .log = broker_log, .log_ud = d, .fenced = brokers_fenced, .ud = d};
+        .capture = d->capture, .log = broker_log, .log_ud = d, .fenced = brokers_fenced, .ud = d};
     c->bprop = km_bprop_new(d->loop, &bc, err);
     return c->bprop ? 0 : -1;
 }
@@ -103,8 +145,11 @@ static int start_brokers(km_daemon *d, km_daemon_consumers *c, km_err *err)
 static void stop_all(km_daemon_consumers *c)
 {
     km_bprop_free(c->bprop);
+    km_tls_ctx_free(c->broker_tls);
+    km_config_broker_security_clear(&c->sec);
     km_zkb_free(c->zkb);
     c->bprop = NULL;
+    c->broker_tls = NULL;
     c->zkb = NULL;
 }
 

@@ -24,14 +24,18 @@ struct km_daemon {
     int64_t batches_applied;
     ev_signal sigint, sigterm;
     km_metrics_server *metrics;
+    struct km_capture *capture;  /* capture.pcapng / capture.jsonl: the broker channels' traffic; NULL: off */
     struct km_daemon_consumers *consumers;  /* daemon_consumers.c: ZooKeeper and brokers */
     km_inline *proxy;            /* the inline proxy, when proxy.* keys ask for one */
     char fatal[512];
+    int exit_code;               /* with fatal: 1 a runtime failure, 2 bad input (a corrupt log, a refused image) */
 };
 
 void km_daemon_log(km_daemon *d, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Records the first fatal reason and stops the loop. */
+/* Records the first fatal reason and stops the loop (exit 1). */
 void km_daemon_fatal(km_daemon *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same for bad input: a corrupt log, an image the guards refuse (exit 2). */
+void km_daemon_fatal_input(km_daemon *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Reads and applies what the log has; pauses itself while consumers are full. */
 void km_daemon_read_log(km_daemon *d);
 /* A consumer has room again: resume reading if paused. */

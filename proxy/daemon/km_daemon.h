@@ -4,7 +4,7 @@
  * The daemon context is the program's one piece of global state: everything else hangs off it.
  * Start-up problems (bad config, unreadable log) are returned before anything runs; once
  * running, a fatal condition (fenced in ZooKeeper, lost controller epoch, corrupt log) stops the
- * loop and km_daemon_run returns 1 with the reason logged. */
+ * loop and km_daemon_run returns 1 (2 for a corrupt log or a refused image) with the reason logged. */
 #ifndef KM_DAEMON_H
 #define KM_DAEMON_H
 
@@ -23,7 +23,8 @@ km_daemon *km_daemon_new(struct ev_loop *loop, km_config *cfg, km_err *err);
 /* Arms the daemon's watchers on its loop and reads what the log has; the caller runs the loop
  * (the demo and tests do; km_daemon_run does it for the daemon). */
 void km_daemon_start(km_daemon *d);
-/* Starts, then runs the loop until SIGINT/SIGTERM (0), km_daemon_stop (0) or a fatal error (1). */
+/* Starts, then runs the loop until SIGINT/SIGTERM (0), km_daemon_stop (0) or a fatal error: 1, or 2
+ * for bad input (a corrupt metadata log, an image the ZooKeeper guards refuse). */
 int km_daemon_run(km_daemon *d);
 void km_daemon_stop(km_daemon *d);
 void km_daemon_free(km_daemon *d);

@@ -122,6 +122,13 @@ uint64_t km_bsim_requests(km_bsim *s)
     return n;
 }
 
+void km_bsim_get_security_stats(km_bsim *s, km_bsim_security_stats *out)
+{
+    pthread_mutex_lock(&s->mu);
+    *out = s->st.sec;
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* ---- thread mode --------------------------------------------------------------------- */
 
 static void on_stop(struct ev_loop *loop, ev_async *w, int revents)

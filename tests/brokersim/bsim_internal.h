@@ -4,6 +4,7 @@
 
 #include "km_brokersim.h"
 #include "km_net.h"
+#include "km_sasl.h"
 
 #include <pthread.h>
 
@@ -54,6 +55,7 @@ typedef struct bsim_state {
     uint64_t err_count[BSIM_MAX_ERRCODE];
     uint64_t rejected, total;
     char last_rejection[512];
+    km_bsim_security_stats sec;
 } bsim_state;
 
 struct km_bsim {
@@ -67,8 +69,38 @@ struct km_bsim {
     km_bsim_config cfg;
     char *dump_path;
     struct bsim_conn *conns;           /* open connections (doubly linked) */
+    struct bsim_peek *peeks;           /* accepted TLS connections not yet past their first byte */
+    struct bsim_user *users;           /* SASL users (cfg.sasl_users parsed) */
+    size_t n_users;
+    char *super_users;                 /* cfg.super_users copied */
     bsim_state st;
 };
+
+typedef struct bsim_user { char *name, *password; } bsim_user;
+
+/* One connection's authentication (Kafka's SaslServerAuthenticator / principal). */
+typedef enum bsim_auth_state { AUTH_NONE, AUTH_HANDSHAKE, AUTH_TOKENS, AUTH_DONE } bsim_auth_state;
+typedef struct bsim_auth {
+    bsim_auth_state state;             /* AUTH_NONE: not a SASL listener */
+    km_sasl_mech mech;
+    km_scram_server *scram;
+    char principal[300];               /* "User:ANONYMOUS" until authenticated */
+} bsim_auth;
+
+/* bsim_auth.c (called with s->mu held) */
+int bsim_auth_config(km_bsim *s, const km_bsim_config *cfg, km_err *err);
+void bsim_auth_free_config(km_bsim *s);
+void bsim_auth_init(const km_bsim *s, bsim_auth *a);
+void bsim_auth_free(bsim_auth *a);
+/* What the SASL layer does with a request: 1 answered in out (*close_after: then close),
+ * 0 not its business (on to KafkaApis), -1 close the connection unanswered (err says why). */
+int bsim_auth_serve(km_bsim *s, bsim_auth *a, const km_request_header_view *h, km_reader *r, km_buf *out,
+                    km_arena *arena, bool *close_after, km_err *err);
+/* bsim_errresp.c: rs (the response struct for api) answers rq (decoded at v) with `code`
+ * everywhere, as Kafka's getErrorResponse does. */
+int bsim_error_response(int16_t api, int16_t v, const void *rq, int16_t code, void *rs, km_arena *a);
+/* KafkaApis' ClusterAction check for controller requests. */
+bool bsim_auth_cluster_action(const km_bsim *s, const bsim_auth *a);
 
 /* bsim_state.c: state handlers.  Each decodes nothing: it gets the decoded request
  * and fills the response struct (allocating from arena). */

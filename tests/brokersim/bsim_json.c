@@ -169,8 +169,14 @@ json_t *bsim_state_to_json(const bsim_state *st)
 {
     json_t *md = json_pack("{s:i, s:b, s:o, s:o}", "controllerId", st->md_controller_id, "isKRaftController",
                            st->md_kraft_controller, "brokers", brokers_json(st), "topics", topics_json(st));
-    return json_pack("{s:i, s:I, s:i, s:o, s:o, s:o, s:o, s:I, s:s}", "brokerId", st->broker_id,
+    const km_bsim_security_stats *sec = &st->sec;
+    json_t *security = json_pack("{s:I, s:I, s:I, s:I, s:I, s:s}", "plaintextOnTls", (json_int_t)sec->plaintext_on_tls,
+                                 "saslOk", (json_int_t)sec->sasl_ok, "saslFailed", (json_int_t)sec->sasl_failed,
+                                 "unauthenticated", (json_int_t)sec->unauthenticated, "unauthorized",
+                                 (json_int_t)sec->unauthorized, "lastPrincipal", sec->last_principal);
+    return json_pack("{s:i, s:I, s:i, s:o, s:o, s:o, s:o, s:I, s:s, s:o}", "brokerId", st->broker_id,
                      "kraftBrokerEpoch", (json_int_t)st->kraft_epoch, "controllerEpoch", st->controller_epoch,
                      "partitions", parts_json(st), "metadata", md, "requests", counts_json(st), "errors",
-                     errors_json(st), "rejected", (json_int_t)st->rejected, "lastRejection", st->last_rejection);
+                     errors_json(st), "rejected", (json_int_t)st->rejected, "lastRejection", st->last_rejection,
+                     "security", security);
 }

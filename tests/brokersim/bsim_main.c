@@ -1,6 +1,8 @@
 /* kmproxy-brokersim: the broker simulator as a process, for the demo and for tests.
  *   kmproxy-brokersim --broker-id N [--port P] [--host H] [--broker-epoch E]
  *                     [--max-version api=ver,...] [--state-dump PATH] [--tls-cert PEM --tls-key PEM]
+ *                     [--sasl-mechanisms PLAIN,SCRAM-SHA-256,...] [--sasl-users user:pw,...]
+ *                     [--authorizer] [--super-users User:a;User:b]
  * Prints "listening on HOST:PORT" once ready.  The state is rewritten to PATH after every
  * request and on SIGUSR1; SIGTERM/SIGINT stop it. */
 #include "km_brokersim.h"
@@ -34,6 +36,8 @@ static int parse_args(int argc, char **argv, km_bsim_config *cfg, km_tls_config 
         { "broker-id", required_argument, 0, 'b' },    { "broker-epoch", required_argument, 0, 'e' },
         { "max-version", required_argument, 0, 'm' },  { "state-dump", required_argument, 0, 's' },
         { "tls-cert", required_argument, 0, 'c' },     { "tls-key", required_argument, 0, 'k' },
+        { "sasl-mechanisms", required_argument, 0, 'M' }, { "sasl-users", required_argument, 0, 'U' },
+        { "authorizer", no_argument, 0, 'A' },         { "super-users", required_argument, 0, 'S' },
         { 0, 0, 0, 0 } };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -49,9 +53,17 @@ static int parse_args(int argc, char **argv, km_bsim_config *cfg, km_tls_config 
         case 's': cfg->state_dump = optarg; break;
         case 'c': tls->cert_file = optarg; break;
         case 'k': tls->key_file = optarg; break;
+        case 'M':
+            if (km_bsim_parse_sasl_mechanisms(cfg, optarg, err))
+                return -1;
+            break;
+        case 'U': cfg->sasl_users = optarg; break;
+        case 'A': cfg->authorizer = true; break;
+        case 'S': cfg->super_users = optarg; break;
         default: return km_fail(err, "usage: kmproxy-brokersim --broker-id N [--port P] [--host H] "
                                      "[--broker-epoch E] [--max-version api=ver,...] [--state-dump PATH] "
-                                     "[--tls-cert PEM --tls-key PEM]");
+                                     "[--tls-cert PEM --tls-key PEM] [--sasl-mechanisms M,...] "
+                                     "[--sasl-users user:pw,...] [--authorizer] [--super-users User:a;User:b]");
         }
     }
     return 0;

@@ -1,23 +1,40 @@
 /* Broker simulator: listener, connections, strict request decoding and dispatch. */
 #include "bsim_internal.h"
 
+#include <errno.h>
 #include <ev.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #define BSIM_ARENA_LIMIT (256u * 1024u * 1024u)
 #define E_UNSUPPORTED_VERSION 35
+#define E_CLUSTER_AUTHORIZATION_FAILED 31
+#define TLS_HANDSHAKE_RECORD 0x16      /* the first byte of every TLS ClientHello */
 
 typedef struct bsim_conn {
     km_bsim *s;
     km_net_conn *c;
+    bsim_auth auth;
     struct bsim_conn *prev, *next;
 } bsim_conn;
 
+/* An accepted TLS connection whose first byte has not arrived yet. */
+typedef struct bsim_peek {
+    km_bsim *s;
+    int fd;
+    char peer[64];
+    ev_io io;
+    struct bsim_peek *next;
+} bsim_peek;
+
 static void unlink_conn(bsim_conn *bc)
 {
+    bsim_auth_free(&bc->auth);
     if (bc->prev)
         bc->prev->next = bc->next;
     else
@@ -47,22 +64,24 @@ static int16_t max_version(const km_bsim *s, int16_t api)
     return api >= 0 && api < KM_BSIM_APIS ? s->cfg.max_version[api] : -1;
 }
 
+/* Every Kafka broker lists SaslHandshake and SaslAuthenticate, SASL listener or not. */
 static int api_versions_body(const km_bsim *s, int16_t code, km_api_versions_response *rs, km_arena *a)
 {
     static const int16_t apis[] = { KM_API_LEADER_AND_ISR, KM_API_STOP_REPLICA, KM_API_UPDATE_METADATA,
-                                    KM_API_API_VERSIONS };
+                                    KM_API_API_VERSIONS, KM_API_SASL_HANDSHAKE, KM_API_SASL_AUTHENTICATE };
+    enum { N = sizeof apis / sizeof apis[0] };
     km_api_versions_response_init(rs);
     rs->error_code = code;
-    rs->api_keys.items = km_arena_alloc(a, sizeof *rs->api_keys.items * 4);
+    rs->api_keys.items = km_arena_alloc(a, sizeof *rs->api_keys.items * N);
     if (!rs->api_keys.items)
         return -1;
-    rs->api_keys.count = 4;
-    for (int i = 0; i < 4; i++) {
+    rs->api_keys.count = N;
+    for (int i = 0; i < N; i++) {
         km_api_versions_response_api_version *av = &rs->api_keys.items[i];
         memset(av, 0, sizeof *av);
         av->api_key = apis[i];
         av->min_version = 0;
-        av->max_version = max_version(s, apis[i]);
+        av->max_version = i < 4 ? max_version(s, apis[i]) : km_find_message(KM_K_REQUEST, apis[i])->valid.hi;
     }
     return 0;
 }
@@ -131,13 +150,26 @@ static int serve_control(bsim_conn *bc, const km_request_header_view *h, km_read
     if (km_decode(md, v, r->p + r->pos, km_reader_left(r), &rq, a, NULL, err))
         return -1;
     control_resp rs;
-    if (dispatch(&bc->s->st, api, v, &rq, &rs, a, err))
+    bsim_state *st = &bc->s->st;
+    if (!bsim_auth_cluster_action(bc->s, &bc->auth)) { /* KafkaApis: authorizeClusterOperation throws, handleError */
+        st->sec.unauthorized++;
+        bsim_count_error(st, E_CLUSTER_AUTHORIZATION_FAILED);
+        if (bsim_error_response(api, v, &rq, E_CLUSTER_AUTHORIZATION_FAILED, &rs, a))
+            return km_fail(err, "brokersim: out of memory");
+        return km_frame_response(api, v, h->correlation_id, &rs, out, err);
+    }
+    if (dispatch(st, api, v, &rq, &rs, a, err))
         return -1;
-    bc->s->st.req_count[api][v < 16 ? v : 15]++;
+    st->sec.controller_requests++;
+    snprintf(st->sec.last_principal, sizeof st->sec.last_principal, "%s", bc->auth.principal);
+    snprintf(st->sec.last_client_id, sizeof st->sec.last_client_id, "%.*s",
+             h->client_id.len > 0 ? (int)h->client_id.len : 0, h->client_id.ptr ? h->client_id.ptr : "");
+    st->req_count[api][v < 16 ? v : 15]++;
     return km_frame_response(api, v, h->correlation_id, &rs, out, err);
 }
 
-static int serve(bsim_conn *bc, const uint8_t *payload, size_t len, km_buf *out, km_arena *a, km_err *err)
+static int serve(bsim_conn *bc, const uint8_t *payload, size_t len, km_buf *out, km_arena *a, bool *close_after,
+                 km_err *err)
 {
     km_reader r;
     km_reader_init(&r, payload, len);
@@ -145,6 +177,9 @@ static int serve(bsim_conn *bc, const uint8_t *payload, size_t len, km_buf *out,
     if (km_parse_request_header(&r, &h, a, err))
         return -1;
     bc->s->st.total++;
+    int sasl = bsim_auth_serve(bc->s, &bc->auth, &h, &r, out, a, close_after, err);
+    if (sasl)
+        return sasl < 0 ? -1 : 0;
     if (h.api_key == KM_API_API_VERSIONS)
         return serve_api_versions(bc, &h, &r, out, a, err);
     if (h.api_key == KM_API_LEADER_AND_ISR || h.api_key == KM_API_UPDATE_METADATA ||
@@ -164,8 +199,9 @@ static void on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *u
     km_buf out;
     km_buf_init(&out);
     km_err err = { "" };
+    bool close_after = false;
     pthread_mutex_lock(&s->mu);
-    int rc = serve(bc, payload, len, &out, &a, &err);
+    int rc = serve(bc, payload, len, &out, &a, &close_after, &err);
     if (!rc && out.oom)
         rc = km_fail(&err, "out of memory encoding a response");
     if (!rc && km_net_send(bc->c, out.data, out.len, &err))
@@ -178,6 +214,8 @@ static void on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *u
         fprintf(stderr, "brokersim %d: %s\n", s->cfg.broker_id, derr.msg);
     if (rc)
         close_conn(bc);
+    else if (close_after) /* a refused authentication: answered, then closed (flushed first) */
+        km_net_shutdown(bc->c);
     pthread_mutex_unlock(&s->mu);
     km_buf_free(&out);
     km_arena_free(&a);
@@ -190,10 +228,8 @@ static void on_close(km_net_conn *c, const km_err *why, void *ud)
     unlink_conn(ud);
 }
 
-static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
+static void accept_conn(km_bsim *s, int fd, const char *peer)
 {
-    (void)l;
-    km_bsim *s = ud;
     static const km_net_handlers h = { .on_frame = on_frame, .on_close = on_close };
     bsim_conn *bc = calloc(1, sizeof *bc);
     km_err err;
@@ -203,6 +239,7 @@ static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
         return;
     }
     bc->s = s;
+    bsim_auth_init(s, &bc->auth);
     bc->c = km_net_accept(s->loop, fd, peer, &opts, &h, bc, &err);
     if (!bc->c) {
         free(bc);
@@ -214,8 +251,74 @@ static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
     s->conns = bc;
 }
 
+static void unlink_peek(bsim_peek *pk)
+{
+    for (bsim_peek **pp = &pk->s->peeks; *pp; pp = &(*pp)->next)
+        if (*pp == pk) {
+            *pp = pk->next;
+            break;
+        }
+    ev_io_stop(pk->s->loop, &pk->io);
+    free(pk);
+}
+
+/* Plaintext on a TLS port is what a client that "fell back" would send: count it, close it. */
+static void on_first_byte(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    bsim_peek *pk = w->data;
+    km_bsim *s = pk->s;
+    uint8_t first;
+    ssize_t n = recv(pk->fd, &first, 1, MSG_PEEK);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    int fd = pk->fd;
+    char peer[sizeof pk->peer];
+    snprintf(peer, sizeof peer, "%s", pk->peer);
+    unlink_peek(pk);
+    if (n == 1 && first == TLS_HANDSHAKE_RECORD) {
+        accept_conn(s, fd, peer);
+        return;
+    }
+    if (n == 1) {
+        pthread_mutex_lock(&s->mu);
+        s->st.sec.plaintext_on_tls++;
+        note_rejection(&s->st, "plaintext bytes on the TLS listener");
+        pthread_mutex_unlock(&s->mu);
+    }
+    close(fd);
+}
+
+static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
+{
+    (void)l;
+    km_bsim *s = ud;
+    if (!s->cfg.tls) {
+        accept_conn(s, fd, peer);
+        return;
+    }
+    bsim_peek *pk = calloc(1, sizeof *pk);
+    if (!pk) {
+        close(fd);
+        return;
+    }
+    pk->s = s;
+    pk->fd = fd;
+    snprintf(pk->peer, sizeof pk->peer, "%s", peer);
+    ev_io_init(&pk->io, on_first_byte, fd, EV_READ);
+    pk->io.data = pk;
+    ev_io_start(s->loop, &pk->io);
+    pk->next = s->peeks;
+    s->peeks = pk;
+}
+
 void km_bsim_drop_connections(km_bsim *s)
 {
+    while (s->peeks) {
+        close(s->peeks->fd);
+        unlink_peek(s->peeks);
+    }
     while (s->conns) {
         km_net_close(s->conns->c);
         unlink_conn(s->conns);
@@ -237,6 +340,10 @@ km_bsim *km_bsim_new(struct ev_loop *loop, const km_bsim_config *cfg, km_err *er
     }
     pthread_mutex_init(&s->mu, NULL);
     bsim_state_init(&s->st, cfg);
+    if (bsim_auth_config(s, cfg, err)) {
+        km_bsim_free(s);
+        return NULL;
+    }
     s->listener = km_net_listen(loop, cfg->host ? cfg->host : "127.0.0.1", cfg->port, on_accept, s, err);
     if (!s->listener) {
         km_bsim_free(s);
@@ -253,6 +360,7 @@ void km_bsim_free(km_bsim *s)
     if (s->listener)
         km_net_listener_free(s->listener);
     bsim_state_free(&s->st);
+    bsim_auth_free_config(s);
     pthread_mutex_destroy(&s->mu);
     free(s->dump_path);
     free(s);

@@ -21,6 +21,18 @@
  *  - UpdateMetadata Type=FULL (v8, KRaft controller) deletes topics/partitions absent
  *    from it; leader -2 deletes a partition.
  * Anything it cannot decode closes the connection (as a broker does) and is counted.
+ * Security, as a ZK-mode broker's listener and authorizer see it:
+ *  - a TLS listener counts every connection whose first byte is not a TLS handshake record
+ *    (plaintext sent to a TLS port) and closes it;
+ *  - a SASL listener (SASL_PLAINTEXT / SASL_SSL) runs Kafka's SaslServerAuthenticator: before
+ *    authentication only ApiVersions, SaslHandshake (v1) and SaslAuthenticate are served; any
+ *    other request closes the connection unanswered and is counted; PLAIN and SCRAM-SHA-256/512
+ *    check the users it was given (a failure is answered SASL_AUTHENTICATION_FAILED with Kafka's
+ *    message, then the connection is closed);
+ *  - with the authorizer on, LeaderAndIsr, UpdateMetadata and StopReplica need ClusterAction:
+ *    only super users have it here (no ACLs), anyone else (User:ANONYMOUS without SASL) gets
+ *    CLUSTER_AUTHORIZATION_FAILED (31) and the state is untouched (KafkaApis'
+ *    authorizeClusterOperation(request, CLUSTER_ACTION)).
  *
  * Threads: a simulator runs on one libev loop; km_bsim_state_json and the setters lock,
  * so a test may run the loop in another thread (km_bsim_start_thread).
@@ -52,12 +64,18 @@ typedef struct km_bsim_config {
     int16_t max_api_versions;   /* highest ApiVersions version; -1: 3 (Kafka 3.9) */
     const char *state_dump;     /* if set, the state is rewritten there (atomically) after each request */
     struct km_tls_ctx *tls;     /* a km_tls server context: connections are TLS; NULL: plaintext */
+    unsigned sasl_mechanisms;   /* bits 1u << km_sasl_mech: a SASL listener; 0: none */
+    const char *sasl_users;     /* "user:password,user2:password2" (copied) */
+    bool authorizer;            /* controller requests need ClusterAction (a super user) */
+    const char *super_users;    /* Kafka's super.users: "User:alice;User:bob" (copied) */
 } km_bsim_config;
 
 void km_bsim_config_init(km_bsim_config *cfg);
 /* Parses "LeaderAndIsr=3,UpdateMetadata=5,StopReplica=1" (names as in the spec, Kafka's
  * upper-snake names or numeric api keys; ApiVersions too) into cfg. */
 int km_bsim_parse_max_versions(km_bsim_config *cfg, const char *spec, km_err *err);
+/* "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512" (Kafka's sasl.enabled.mechanisms) into cfg. */
+int km_bsim_parse_sasl_mechanisms(km_bsim_config *cfg, const char *list, km_err *err);
 
 km_bsim *km_bsim_new(struct ev_loop *loop, const km_bsim_config *cfg, km_err *err);
 void km_bsim_free(km_bsim *s);
@@ -88,5 +106,16 @@ struct json_t *km_bsim_state_json(km_bsim *s);
 int km_bsim_dump(km_bsim *s, const char *path, km_err *err);
 /* Requests handled so far (all APIs, including ApiVersions). */
 uint64_t km_bsim_requests(km_bsim *s);
+
+typedef struct km_bsim_security_stats {
+    uint64_t plaintext_on_tls;         /* connections that sent plaintext to the TLS listener */
+    uint64_t sasl_ok, sasl_failed;     /* authentications that succeeded / were refused */
+    uint64_t unauthenticated;          /* requests before authentication (connection closed) */
+    uint64_t unauthorized;             /* controller requests answered CLUSTER_AUTHORIZATION_FAILED */
+    uint64_t controller_requests;      /* LeaderAndIsr, UpdateMetadata, StopReplica applied */
+    char last_principal[300];          /* of the last controller request applied ("" if none) */
+    char last_client_id[64];           /* its request header's client.id */
+} km_bsim_security_stats;
+void km_bsim_get_security_stats(km_bsim *s, km_bsim_security_stats *out);
 
 #endif

@@ -169,3 +169,127 @@ Test(config, password_encoder_errors)
         free(text);
     }
 }
+
+/* A key given twice used to take the last value silently. */
+Test(config, a_key_given_twice_names_the_file_and_both_lines)
+{
+    km_config c;
+    km_err err = {{0}};
+    cr_assert_eq(load("metadata.dir=/x\nzookeeper.connect=a:1\n# again\nzookeeper.connect = b:2\n", &c, &err), -1);
+    cr_assert(strstr(err.msg, "kmproxy.properties:4: zookeeper.connect is given twice, at lines 2 and 4"), "%s",
+              err.msg);
+    km_config_free(&c);
+}
+
+Test(config, zookeeper_guard_keys)
+{
+    km_config c;
+    km_err err = {{0}};
+    cr_assert_eq(load("metadata.dir=/x\n", &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(c.zk_max_deletes, KM_CONFIG_UNSET, "unset: 0 on a first sync, no limit after");
+    cr_assert(!c.zk_force);
+    km_config_free(&c);
+    cr_assert_eq(load("zk.max.deletes=-1\nzk.force=true\n", &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(c.zk_max_deletes, -1);
+    cr_assert(c.zk_force);
+    km_config_free(&c);
+    cr_assert_eq(load("zk.max.deletes=-2\n", &c, &err), -1);
+    cr_assert(strstr(err.msg, "zk.max.deletes must be an integer in [-1, "), "%s", err.msg);
+    km_config_free(&c);
+}
+
+static void resolve_ok(const char *text, km_config_broker_security *sec)
+{
+    km_config c;
+    km_err err = {{0}};
+    char *all = NULL;
+    cr_assert(asprintf(&all, "metadata.dir=/x\nzookeeper.connect=h:1\n%s", text) > 0);
+    cr_assert_eq(load(all, &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_config_validate(&c, &err), 0, "%s: %s", text, err.msg);
+    cr_assert_eq(km_config_resolve_broker_security(&c, sec, &err), 0, "%s", err.msg);
+    km_config_free(&c);
+    free(all);
+}
+
+Test(config, broker_security_with_kafkas_names)
+{
+    km_config_broker_security sec;
+    resolve_ok("", &sec);
+    cr_assert_str_eq(sec.protocol, "PLAINTEXT");
+    cr_assert_str_eq(sec.listener, "PLAINTEXT", "the default listener is named after the protocol");
+    cr_assert(!sec.tls);
+    cr_assert_eq(sec.mechanism, KM_SASL_NONE);
+    resolve_ok("broker.tls.enabled=true\nbroker.tls.ca.file=/ca.pem\n", &sec);
+    cr_assert_str_eq(sec.protocol, "SSL");
+    cr_assert_str_eq(sec.listener, "SSL");
+    cr_assert(sec.tls && sec.verify_name);
+    resolve_ok("broker.security.protocol=SSL\nbroker.tls.ca.file=/ca.pem\nbroker.tls.endpoint.identification=false\n"
+               "broker.listener=REPLICATION\n", &sec);
+    cr_assert(sec.tls && !sec.verify_name);
+    cr_assert_str_eq(sec.listener, "REPLICATION");
+    resolve_ok("broker.security.protocol=SASL_SSL\nbroker.tls.ca.file=/ca.pem\nbroker.sasl.mechanism=SCRAM-SHA-512\n"
+               "broker.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+               "username=\"kmproxy\" password=\"s=cr:t\";\n", &sec);
+    cr_assert(sec.tls);
+    cr_assert_str_eq(sec.listener, "SASL_SSL");
+    cr_assert_eq(sec.mechanism, KM_SASL_SCRAM_SHA_512);
+    cr_assert_str_eq(sec.username, "kmproxy");
+    cr_assert_str_eq(sec.password, "s=cr:t");
+    char *dir = km_test_tmpdir("pwfile"), path[600], *text = NULL;
+    snprintf(path, sizeof path, "%s/pw", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("from-a-file\r\nsecond line ignored\n", f);
+    fclose(f);
+    cr_assert(asprintf(&text, "broker.security.protocol=SASL_PLAINTEXT\nbroker.sasl.mechanism=PLAIN\n"
+                              "broker.sasl.username=admin\nbroker.sasl.password.file=%s\n", path) > 0);
+    resolve_ok(text, &sec);
+    cr_assert(!sec.tls);
+    cr_assert_eq(sec.mechanism, KM_SASL_PLAIN);
+    cr_assert_str_eq(sec.username, "admin");
+    cr_assert_str_eq(sec.password, "from-a-file");
+    km_config_broker_security_clear(&sec);
+    cr_assert_eq(sec.password[0], '\0');
+    free(text);
+    km_test_rmtree(dir);
+    free(dir);
+}
+
+Test(config, broker_security_contradictions_are_refused)
+{
+    static const struct { const char *text, *want; } bad[] = {
+        {"broker.tls.enabled=true\nbroker.tls.ca.file=/ca\nbroker.security.protocol=PLAINTEXT\n",
+         "broker.tls.enabled=true contradicts broker.security.protocol=PLAINTEXT"},
+        {"broker.tls.enabled=true\nbroker.tls.ca.file=/ca\nbroker.security.protocol=SASL_PLAINTEXT\n",
+         "contradicts broker.security.protocol=SASL_PLAINTEXT"},
+        {"broker.security.protocol=TLS\n", "must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, not 'TLS'"},
+        {"broker.security.protocol=SSL\n", "broker.security.protocol=SSL needs broker.tls.ca.file"},
+        {"broker.tls.ca.file=/ca\n", "broker.tls.ca.file is set but broker.security.protocol is PLAINTEXT"},
+        {"broker.tls.endpoint.identification=false\n", "broker.tls.endpoint.identification is set but"},
+        {"broker.security.protocol=SSL\nbroker.tls.ca.file=/ca\nbroker.tls.endpoint.identification=https\n",
+         "broker.tls.endpoint.identification must be true or false"},
+        {"broker.sasl.mechanism=PLAIN\n", "broker.sasl.mechanism is set but broker.security.protocol is PLAINTEXT"},
+        {"broker.security.protocol=SASL_PLAINTEXT\n", "needs broker.sasl.mechanism"},
+        {"broker.security.protocol=SASL_PLAINTEXT\nbroker.sasl.mechanism=GSSAPI\n", "'GSSAPI' is not supported"},
+        {"broker.security.protocol=SASL_PLAINTEXT\nbroker.sasl.mechanism=PLAIN\n",
+         "needs broker.sasl.jaas.config, or broker.sasl.username and broker.sasl.password.file"},
+        {"broker.security.protocol=SASL_PLAINTEXT\nbroker.sasl.mechanism=PLAIN\nbroker.sasl.username=a\n"
+         "broker.sasl.password.file=/nonexistent/pw\n", "broker.sasl.password.file /nonexistent/pw: cannot open"},
+        {"broker.security.protocol=SASL_PLAINTEXT\nbroker.sasl.mechanism=PLAIN\nbroker.sasl.username=a\n"
+         "broker.sasl.jaas.config=x\n", "exclude each other"},
+        {"broker.security.protocol=SASL_PLAINTEXT\nbroker.sasl.mechanism=SCRAM-SHA-256\nbroker.sasl.jaas.config="
+         "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"a\" password=\"b\";\n",
+         "does not fit mechanism SCRAM-SHA-256"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        km_config c;
+        km_err err = {{0}};
+        char *text = NULL;
+        cr_assert(asprintf(&text, "metadata.dir=/x\nzookeeper.connect=h:1\n%s", bad[i].text) > 0);
+        cr_assert_eq(load(text, &c, &err), 0, "%s", err.msg);
+        cr_assert_eq(km_config_validate(&c, &err), -1, "accepted: %s", bad[i].text);
+        cr_assert(strstr(err.msg, bad[i].want), "%s -> %s", bad[i].text, err.msg);
+        km_config_free(&c);
+        free(text);
+    }
+}

@@ -1,0 +1,87 @@
+/* km_sasl.h - SASL for the ZK-mode broker channels: PLAIN (RFC 4616) and SCRAM-SHA-256/512
+ * (RFC 5802, RFC 7677), both the client side kmproxy speaks and the server side the broker
+ * simulator checks it with, plus the JAAS line Kafka clients are configured with.
+ *
+ * The crypto is OpenSSL's (PBKDF2-HMAC, HMAC, SHA-2).  Messages are the bytes that travel in
+ * SaslAuthenticate's AuthBytes, as Kafka's PlainSaslServer / ScramSaslClient / ScramSaslServer
+ * exchange them.  Every failure fills a km_err saying what was wrong; nothing prints or aborts.
+ * Secrets are wiped when a context is freed. */
+#ifndef KM_SASL_H
+#define KM_SASL_H
+
+#include "km_codec.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KM_SASL_MSG_MAX 1024   /* every message we build or accept fits */
+#define KM_SASL_NAME_MAX 256   /* user names and passwords */
+
+typedef enum km_sasl_mech {
+    KM_SASL_NONE = 0,
+    KM_SASL_PLAIN,
+    KM_SASL_SCRAM_SHA_256,
+    KM_SASL_SCRAM_SHA_512,
+    KM_SASL_SCRAM_SHA_1,       /* RFC 5802's test vector only: Kafka offers no SCRAM-SHA-1 */
+} km_sasl_mech;
+
+/* "PLAIN", "SCRAM-SHA-256", ... ("NONE" for KM_SASL_NONE). */
+const char *km_sasl_mech_name(km_sasl_mech m);
+/* Kafka's mechanism names we implement: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.  Anything else
+ * (GSSAPI, OAUTHBEARER, SCRAM-SHA-1) fails naming what is supported. */
+int km_sasl_mech_parse(const char *name, km_sasl_mech *out, km_err *err);
+bool km_sasl_is_scram(km_sasl_mech m);
+
+/* Credentials from Kafka's sasl.jaas.config value, e.g.
+ *   org.apache.kafka.common.security.scram.ScramLoginModule required username="a" password="b";
+ * The login module must fit the mechanism (PlainLoginModule for PLAIN, ScramLoginModule for
+ * SCRAM-*); the control flag must be `required`; values are double-quoted with \" and \\
+ * escapes (as Java's JAAS parser reads them); other options are refused by name. */
+int km_sasl_parse_jaas(const char *jaas, km_sasl_mech mech, char user[KM_SASL_NAME_MAX],
+                       char pass[KM_SASL_NAME_MAX], km_err *err);
+
+/* ---- PLAIN ------------------------------------------------------------------------------- */
+
+/* "\0user\0password" (no authorization id, as Kafka's PlainSaslClient sends it).  *len gets
+ * the size; out holds KM_SASL_MSG_MAX bytes. */
+int km_sasl_plain_message(const char *user, const char *pass, uint8_t *out, size_t *len, km_err *err);
+/* Server side (Kafka's PlainSaslServer.evaluateResponse): splits the message; the
+ * authorization id must be empty or the user. */
+int km_sasl_plain_parse(const uint8_t *msg, size_t len, char user[KM_SASL_NAME_MAX],
+                        char pass[KM_SASL_NAME_MAX], km_err *err);
+
+/* ---- SCRAM client (Kafka's ScramSaslClient) ------------------------------------------------ */
+
+typedef struct km_scram_client km_scram_client;
+/* nonce NULL: 32 random printable characters (tests pass RFC vectors' nonces). */
+km_scram_client *km_scram_client_new(km_sasl_mech mech, const char *user, const char *pass, const char *nonce,
+                                     km_err *err);
+void km_scram_client_free(km_scram_client *c);
+/* client-first-message: "n,,n=USER,r=NONCE". out: KM_SASL_MSG_MAX bytes, NUL-terminated. */
+int km_scram_client_first(km_scram_client *c, char *out, km_err *err);
+/* server-first-message in, client-final-message out.  Refuses a nonce that does not extend
+ * ours and an iteration count outside [4096, 16384] (Kafka's ScramMechanism bounds). */
+int km_scram_client_final(km_scram_client *c, const uint8_t *server_first, size_t len, char *out, km_err *err);
+/* server-final-message: the server's signature must prove it knows our password ("v=..."); an
+ * "e=..." error is reported as the server's reason. */
+int km_scram_client_verify(km_scram_client *c, const uint8_t *server_final, size_t len, km_err *err);
+
+/* ---- SCRAM server (Kafka's ScramSaslServer; the broker simulator's side) --------------------- */
+
+typedef struct km_scram_server km_scram_server;
+/* The password of `user`, or NULL: no such user. */
+typedef const char *(*km_scram_lookup_fn)(const char *user, void *ud);
+/* salt/nonce NULL: random (tests pass RFC vectors'); iterations 0: 4096. */
+km_scram_server *km_scram_server_new(km_sasl_mech mech, int iterations, const uint8_t *salt, size_t salt_len,
+                                     const char *nonce, km_err *err);
+void km_scram_server_free(km_scram_server *s);
+/* client-first in, server-first out (KM_SASL_MSG_MAX, NUL-terminated). */
+int km_scram_server_first(km_scram_server *s, const uint8_t *client_first, size_t len, km_scram_lookup_fn lookup,
+                          void *ud, char *out, km_err *err);
+/* client-final in: verifies the proof; server-final ("v=...") out. */
+int km_scram_server_final(km_scram_server *s, const uint8_t *client_final, size_t len, char *out, km_err *err);
+/* The authenticated user, once km_scram_server_final succeeded ("" before). */
+const char *km_scram_server_user(const km_scram_server *s);
+
+#endif
