@@ -5,7 +5,6 @@
 #include "km_metrics.h"
 
 #include <ev.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,17 +18,6 @@ static void proxy_usage(FILE *to)
                 "  Prints one 'listening broker=ID port=PORT' line per configured listener, then serves\n"
                 "  until SIGINT or SIGTERM.  SIGHUP reloads the TLS certificates (live connections stay);\n"
                 "  SIGUSR1 turns the capture (proxy.capture.*) on or off.\n");
-}
-
-int km_cli_apply_set(km_config *cfg, char *kv, km_err *err)
-{
-    char *eq = strchr(kv, '=');
-    if (!eq)
-        return km_fail(err, "--set %s: expected key=value", kv);
-    *eq = '\0';
-    int rc = km_config_set(cfg, kv, eq + 1, "--set", err);
-    *eq = '=';
-    return rc;
 }
 
 static void log_line(void *ud, int level, const char *msg)
@@ -121,30 +109,10 @@ static int serve(km_config *cfg)
 
 int km_cli_proxy(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"config", required_argument, 0, 'c'}, {"set", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
     km_config cfg;
-    km_config_defaults(&cfg);
-    km_err err = {{0}};
-    optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
-        if (c == 'h') {
-            proxy_usage(stdout);
-            km_config_free(&cfg);
-            return 0;
-        }
-        int rc = c == 'c' ? km_config_load(&cfg, optarg, &err) : c == 's' ? km_cli_apply_set(&cfg, optarg, &err) : -2;
-        if (rc) {
-            if (rc == -2)
-                proxy_usage(stderr);
-            else
-                fprintf(stderr, "kmproxy proxy: %s\n", err.msg);
-            km_config_free(&cfg);
-            return 2;
-        }
-    }
-    int rc = serve(&cfg);
+    int rc = km_cli_read_config(argc, argv, "proxy", proxy_usage, &cfg);
+    if (rc == 0)
+        rc = serve(&cfg);
     km_config_free(&cfg);
-    return rc;
+    return rc == 1 ? 0 : rc;
 }
