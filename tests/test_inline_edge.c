@@ -723,3 +723,39 @@ Test(inline_edge, a_registered_broker_gets_its_listener_before_any_metadata)
     close(c7), close(u7), close(l7), close(lfd);
     irig_free(&r);
 }
+
+/* Fetch v16+ and Produce v10+ answers can carry leader endpoints (KIP-951): ApiVersions offers
+ * the versions before them, so no upstream address can reach a client that way. */
+Test(inline_edge, api_versions_stop_before_responses_that_carry_endpoints)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1)), up = irig_accept(lfd);
+    km_api_versions_request av;
+    km_api_versions_request_init(&av);
+    av.client_software_name = km_cstr("t"), av.client_software_version = km_cstr("1");
+    send_request(fd, KM_API_API_VERSIONS, 3, 1, &av);
+    expect_request(up, KM_API_API_VERSIONS, 3, 1);
+    km_api_versions_response resp;
+    km_api_versions_response_init(&resp);
+    km_api_versions_response_api_version keys[4] = {{.api_key = KM_API_PRODUCE, .max_version = 11},
+                                                    {.api_key = KM_API_FETCH, .min_version = 4, .max_version = 17},
+                                                    {.api_key = KM_API_METADATA, .max_version = 12},
+                                                    {.api_key = KM_API_SHARE_FETCH, .max_version = 0}};
+    resp.api_keys.count = 4, resp.api_keys.items = keys;
+    send_response(up, KM_API_API_VERSIONS, 3, 1, &resp);
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+    km_api_versions_response got;
+    read_response(fd, KM_API_API_VERSIONS, 3, 1, &got, &a);
+    cr_assert_eq(got.api_keys.count, 3, "ShareFetch is no longer offered");
+    cr_expect_eq(got.api_keys.items[0].max_version, 9);
+    cr_expect_eq(got.api_keys.items[1].max_version, 15);
+    cr_expect_eq(got.api_keys.items[1].min_version, 4);
+    cr_expect_eq(got.api_keys.items[2].max_version, 12, "other APIs as the broker said");
+    km_arena_free(&a);
+    close(fd), close(up), close(lfd);
+    irig_free(&r);
+}

@@ -10,7 +10,32 @@
 
 bool inl_api_needs_rewrite(int16_t api_key)
 {
-    return api_key == KM_API_METADATA || api_key == KM_API_FIND_COORDINATOR || api_key == KM_API_DESCRIBE_CLUSTER;
+    return api_key == KM_API_METADATA || api_key == KM_API_FIND_COORDINATOR || api_key == KM_API_DESCRIBE_CLUSTER ||
+           api_key == KM_API_API_VERSIONS;
+}
+
+/* KIP-951 put leader endpoints (host, port) into Fetch v16+ and Produce v10+ responses, and
+ * KIP-932's share fetches carry them too.  Rewriting those would mean holding every Fetch whole,
+ * so ApiVersions offers the versions before them instead: no upstream address reaches a client.
+ * 1 when the answer changed. */
+static int cap_versions(km_api_versions_response *m)
+{
+    int changed = 0;
+    int32_t kept = 0;
+    for (int32_t i = 0; i < m->api_keys.count; i++) {
+        km_api_versions_response_api_version *v = &m->api_keys.items[i];
+        int16_t cap = v->api_key == KM_API_FETCH ? 15 : v->api_key == KM_API_PRODUCE ? 9 : KM_VER_MAX;
+        if (v->api_key == KM_API_SHARE_FETCH || v->api_key == KM_API_SHARE_ACKNOWLEDGE) {
+            changed = 1;
+            continue;
+        }
+        if (v->max_version > cap)
+            v->max_version = cap, changed = 1;
+        m->api_keys.items[kept++] = *v;
+    }
+    if (m->api_keys.count > 0)
+        m->api_keys.count = kept;
+    return changed;
 }
 
 /* Points host/port at broker id's proxy listener; false when it has none. */
@@ -96,6 +121,16 @@ int inl_rewrite_response(km_inline *p, int16_t api_key, int16_t version, const u
             km_fail(err, "%s v%d: %zu bytes after the body", md->name, version, km_reader_left(&r));
         else
             rc = 0;
+    }
+    if (api_key == KM_API_API_VERSIONS) {
+        /* An answer to a version the broker refuses is v0-shaped whatever was asked (and some
+         * brokers add bytes): it carries no versions to cap, so it passes as it came. */
+        if (rc == 0 && ((km_api_versions_response *)body)->error_code == 0 && cap_versions(body))
+            rc = km_frame_response(api_key, version, correlation_id, body, out, err) ? -1 : 1;
+        else
+            rc = 0;
+        km_arena_free(&arena);
+        return rc;
     }
     if (rc == 0) {
         if (api_key == KM_API_METADATA)
