@@ -12,3 +12,5 @@ km_add_test(test_inline_tls SOURCES ${KM_INLINE_TESTS}/test_inline_tls.c ${KM_IN
 target_link_libraries(test_inline_tls PRIVATE km_inline_rig PkgConfig::OPENSSL)
 km_add_test(test_inline_capture SOURCES ${KM_INLINE_TESTS}/test_inline_capture.c)
 target_link_libraries(test_inline_capture PRIVATE km_inline_rig PkgConfig::JANSSON)
+km_add_test(test_inline_daemon SOURCES ${KM_INLINE_TESTS}/test_inline_daemon.c)
+target_link_libraries(test_inline_daemon PRIVATE km_inline_rig)

@@ -125,6 +125,21 @@ static void follow_poll_cb(struct ev_loop *loop, ev_timer *t, int revents)
     km_daemon_read_log(t->data);
 }
 
+/* SIGHUP reloads the inline proxy's certificates, SIGUSR1 switches its capture. */
+static void proxy_signal_cb(struct ev_loop *loop, ev_signal *s, int revents)
+{
+    (void)loop, (void)revents;
+    km_daemon *d = s->data;
+    km_err err = {{0}};
+    if (!d->proxy)
+        km_daemon_log(d, KM_LOG_INFO, "signal %d: no inline proxy configured, ignored", s->signum);
+    else if (s->signum == SIGUSR1)
+        km_inline_capture(d->proxy, !km_inline_capture_on(d->proxy));
+    else if (km_inline_reload_tls(d->proxy, &err))
+        km_daemon_log(d, KM_LOG_ERROR, "SIGHUP: TLS reload failed, the previous certificates stay in use: %s",
+                      err.msg);
+}
+
 static void signal_cb(struct ev_loop *loop, ev_signal *s, int revents)
 {
     (void)revents;
@@ -214,9 +229,13 @@ void km_daemon_start(km_daemon *d)
     d->started = true;
     ev_signal_init(&d->sigint, signal_cb, SIGINT);
     ev_signal_init(&d->sigterm, signal_cb, SIGTERM);
-    d->sigint.data = d->sigterm.data = d;
+    ev_signal_init(&d->sighup, proxy_signal_cb, SIGHUP);
+    ev_signal_init(&d->sigusr1, proxy_signal_cb, SIGUSR1);
+    d->sigint.data = d->sigterm.data = d->sighup.data = d->sigusr1.data = d;
     ev_signal_start(d->loop, &d->sigint);
     ev_signal_start(d->loop, &d->sigterm);
+    ev_signal_start(d->loop, &d->sighup);
+    ev_signal_start(d->loop, &d->sigusr1);
     if (d->follow_io.fd >= 0)
         ev_io_start(d->loop, &d->follow_io);
     ev_timer_again(d->loop, &d->follow_poll);
@@ -231,6 +250,8 @@ static void disarm(km_daemon *d)
     d->started = false;
     ev_signal_stop(d->loop, &d->sigint);
     ev_signal_stop(d->loop, &d->sigterm);
+    ev_signal_stop(d->loop, &d->sighup);
+    ev_signal_stop(d->loop, &d->sigusr1);
     ev_io_stop(d->loop, &d->follow_io);
     ev_timer_stop(d->loop, &d->follow_poll);
 }

@@ -22,7 +22,7 @@ struct km_daemon {
     bool reading_paused;
     bool started;                /* watchers armed (km_daemon_start) */
     int64_t batches_applied;
-    ev_signal sigint, sigterm;
+    ev_signal sigint, sigterm, sighup, sigusr1; /* HUP, USR1: the inline proxy's TLS reload, capture switch */
     km_metrics_server *metrics;
     struct km_capture *capture;  /* capture.pcapng / capture.jsonl: the broker channels' traffic; NULL: off */
     struct km_daemon_consumers *consumers;  /* daemon_consumers.c: ZooKeeper and brokers */

@@ -1,0 +1,93 @@
+/* The daemon runs the inline proxy from its own properties: brokers registered in the KRaft log
+ * it follows get their listeners (port.base + id) before any client asked for Metadata. */
+#include "km_daemon.h"
+#include "km_image.h"
+#include "km_testsupport.h"
+#include "test_inline_rig.h"
+#include "zkserver.h"
+
+#include <criterion/criterion.h>
+#include <ev.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct daemon_thread {
+    struct ev_loop *loop;
+    ev_async stop;
+    pthread_t thread;
+} daemon_thread;
+
+static void on_stop(struct ev_loop *loop, ev_async *w, int revents)
+{
+    (void)w, (void)revents;
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static void *run(void *arg)
+{
+    ev_run(((daemon_thread *)arg)->loop, 0);
+    return NULL;
+}
+
+static void set(km_config *cfg, const char *key, const char *value)
+{
+    km_err e = {{0}};
+    cr_assert_eq(km_config_set(cfg, key, value, "test", &e), 0, "%s: %s", key, e.msg);
+}
+
+Test(inline_daemon, registered_brokers_get_listeners_from_the_log, .timeout = 120)
+{
+    char err[512];
+    km_zks *zks = km_zks_start(1, NULL, 0, err, sizeof err);
+    cr_assert(zks, "ZooKeeper: %s", err);
+    uint16_t ports[2];
+    int l1 = irig_listen(&ports[0]), l2 = irig_listen(&ports[1]);
+    char *tmp = km_test_tmpdir("inline-daemon"), logdir[600], hosts[128], up[64], base[16];
+    snprintf(logdir, sizeof logdir, "%s/__cluster_metadata-0", tmp);
+    snprintf(hosts, sizeof hosts, "%s/kafka", km_zks_hosts(zks, -1));
+    km_gen_opts g = {.brokers = 2, .topics = 1, .partitions = 1, .zk_migration = true, .seed = 3,
+                     .broker_host = "127.0.0.1", .broker_ports = ports};
+    km_err e = {{0}};
+    cr_assert_geq(km_gen_write(logdir, &g, NULL, &e), 0, "%s", e.msg);
+    int port_base = irig_free_port_base(4);
+    snprintf(up, sizeof up, "127.0.0.1:%u", ports[0]);
+    snprintf(base, sizeof base, "%d", port_base);
+    km_config cfg;
+    km_config_defaults(&cfg);
+    set(&cfg, "metadata.dir", logdir);
+    set(&cfg, "zookeeper.connect", hosts);
+    set(&cfg, "brokers.enabled", "false");
+    set(&cfg, "proxy.bootstrap.listen", "127.0.0.1:0");
+    set(&cfg, "proxy.bootstrap.upstream", up);
+    set(&cfg, "proxy.listen.host", "127.0.0.1");
+    set(&cfg, "proxy.advertised.host", "127.0.0.1");
+    set(&cfg, "proxy.port.base", base);
+    daemon_thread t = {.loop = ev_loop_new(0)};
+    km_daemon *d = km_daemon_new(t.loop, &cfg, &e);
+    km_config_free(&cfg);
+    cr_assert(d, "%s", e.msg);
+    km_daemon_start(d); /* reads the log: the registrations open broker 2's listener */
+    ev_async_init(&t.stop, on_stop);
+    ev_async_start(t.loop, &t.stop);
+    cr_assert_eq(pthread_create(&t.thread, NULL, run, &t), 0);
+    int c2 = irig_connect((uint16_t)(port_base + 2)), u2 = irig_accept(l2);
+    km_api_versions_request av;
+    km_api_versions_request_init(&av);
+    size_t len;
+    uint8_t *f = irig_request(KM_API_API_VERSIONS, 0, 5, &av, &len), *p;
+    cr_assert(irig_send_all(c2, f, len));
+    cr_assert(irig_read_frame(u2, &p, &len), "the request did not reach broker 2");
+    cr_expect_eq(p[7], 5);
+    free(f), free(p);
+    close(c2), close(u2);
+    ev_async_send(t.loop, &t.stop);
+    pthread_join(t.thread, NULL);
+    km_daemon_free(d);
+    ev_loop_destroy(t.loop);
+    close(l1), close(l2);
+    km_zks_stop(zks);
+    km_test_rmtree(tmp);
+    free(tmp);
+}
