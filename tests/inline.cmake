@@ -14,3 +14,5 @@ km_add_test(test_inline_capture SOURCES ${KM_INLINE_TESTS}/test_inline_capture.c
 target_link_libraries(test_inline_capture PRIVATE km_inline_rig PkgConfig::JANSSON)
 km_add_test(test_inline_daemon SOURCES ${KM_INLINE_TESTS}/test_inline_daemon.c)
 target_link_libraries(test_inline_daemon PRIVATE km_inline_rig)
+km_add_test(test_inline_inspect SOURCES ${KM_INLINE_TESTS}/test_inline_inspect.c)
+target_link_libraries(test_inline_inspect PRIVATE km_inline_rig)

@@ -177,6 +177,8 @@ static int start_proxy(km_daemon *d, km_err *err)
     d->proxy = km_inline_new(d->loop, &d->cfg.proxy, proxy_log, d, err);
     if (d->proxy && d->metrics) /* POST /capture/on|off */
         km_metrics_on_post(d->metrics, km_inline_http_action, d->proxy);
+    if (d->proxy) /* controller RPCs passing inline are compared with the image */
+        km_inline_follow_image(d->proxy, d->img);
     return d->proxy ? 0 : -1;
 }
 

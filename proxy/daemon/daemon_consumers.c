@@ -66,6 +66,8 @@ static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
         km_daemon_fatal(d, "ZooKeeper mirror stopped: %s", km_zkb_error(b));
         return;
     }
+    if (phase == KM_ZKB_DUAL_WRITE && d->proxy) /* controller RPCs passing inline with an older one are stale */
+        km_inline_set_controller_epoch(d->proxy, km_zkw_zk_controller_epoch(km_zkb_writer(b)));
     if (phase != KM_ZKB_DUAL_WRITE || !c->bprop || km_bprop_active(c->bprop))
         return;
     km_err err = {{0}};

@@ -187,6 +187,13 @@ void km_inline_render_metrics(const km_inline *p, km_buf *out)
     km_metrics_sample(out, "kmproxy_inline_buffered_high_water_bytes", "gauge",
                       "most bytes one connection pair held at once", NULL, true,
                       (double)st->buffered_high_water);
+    static const char *const RPC[3] = {"LEADER_AND_ISR", "UPDATE_METADATA", "STOP_REPLICA"};
+    put_line(out, "# HELP kmproxy_inline_controller_rpc_divergent_total controller RPC partition states passing "
+                  "inline that disagree with the KRaft image\n# TYPE kmproxy_inline_controller_rpc_divergent_total "
+                  "counter\n");
+    for (int i = 0; i < 3; i++)
+        put_line(out, "kmproxy_inline_controller_rpc_divergent_total{api=\"%s\"} %llu\n", RPC[i],
+                 (unsigned long long)p->divergent[i]);
     per_api(p, out);
     put_line(out, "# HELP kmproxy_inline_proxy_time_seconds the proxy's own time handling one read\n"
                   "# TYPE kmproxy_inline_proxy_time_seconds histogram\n");

@@ -83,6 +83,11 @@ struct km_inline {
     uint64_t proxy_time_count[INL_LAT_BUCKETS + 1]; /* time spent on one read, per read */
     double proxy_time_sum;
     km_inline_config tls_cfg;                /* the TLS keys, kept for reloads */
+    const struct km_image *img;              /* followed by the daemon: controller RPCs are checked against it */
+    int32_t controller_epoch;                /* ZooKeeper's controller epoch; -1: unknown */
+    uint64_t divergent[3];                   /* LeaderAndIsr, UpdateMetadata, StopReplica */
+    char **logged;                           /* partitions already logged as divergent */
+    size_t n_logged;
     km_capture *cap;                         /* NULL: no capture files */
     bool cap_on;
     uint64_t cap_apis[2];                    /* all zero: every API */
@@ -144,8 +149,10 @@ struct inl_session {
     bool opaque;          /* raw SASL of a mechanism we cannot follow: bytes pass unparsed */
     bool client_bp, client_full, up_bp; /* paused: back-pressure, in-flight table full */
     km_capture_conn *cap_conn;  /* opened at the first captured frame */
-    km_buf cap_req, cap_resp;   /* the frame being captured, each way */
+    km_buf cap_req, cap_resp;   /* the frame being captured (or inspected), each way */
     bool cap_req_on, cap_resp_on;
+    bool req_capture, req_inspect; /* what the gathered request is for */
+    int16_t req_api, req_version;
 };
 
 /* inline_proxy.c */
@@ -174,6 +181,11 @@ void inl_capture_bytes(inl_session *s, km_capture_dir dir, const uint8_t *payloa
 void inl_capture_close(inl_session *s);
 int inl_capture_open(km_inline *p, const km_inline_config *cfg, km_err *err);
 void inl_capture_free(km_inline *p);
+
+/* inline_inspect.c */
+bool inl_inspect_wanted(const km_inline *p, int16_t api);
+void inl_inspect(km_inline *p, int16_t api, int16_t ver, const uint8_t *payload, size_t len);
+void inl_inspect_free(km_inline *p);
 
 /* inline_metrics.c */
 void inl_count_request(km_inline *p, int32_t broker, int16_t api, size_t bytes);

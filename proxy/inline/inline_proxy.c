@@ -333,6 +333,7 @@ km_inline *km_inline_new(struct ev_loop *loop, const km_inline_config *cfg, km_i
     if (!p)
         return km_fail(err, "proxy: out of memory"), NULL;
     p->loop = loop;
+    p->controller_epoch = -1;
     p->log = log;
     p->log_ud = log_ud;
     int rc = copy_settings(p, cfg, err);
@@ -369,6 +370,7 @@ void km_inline_free(km_inline *p)
     free(p->ips);
     free(p->unserved);
     inl_metrics_free(p);
+    inl_inspect_free(p);
     free(p->sni_prefix);
     free(p->sni_suffix);
     inl_tls_unref(p->client_tls);

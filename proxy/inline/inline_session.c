@@ -311,6 +311,21 @@ static bool grow_prefix(inl_session *s, uint32_t size)
     return true;
 }
 
+/* A request gathered whole for the capture and/or the inspection of controller RPCs. */
+static void request_gathered(inl_session *s)
+{
+    if (s->req_inspect && !s->cap_req.oom)
+        inl_inspect(s->p, s->req_api, s->req_version, s->cap_req.data, s->cap_req.len);
+    if (s->req_capture) {
+        inl_capture_frame(s, KM_CAPTURE_C2S, &s->cap_req); /* resets it */
+    } else {
+        if (s->cap_req.cap > INL_CAPTURE_FRAME_MAX / 4)
+            km_buf_free(&s->cap_req);
+        km_buf_reset(&s->cap_req);
+    }
+    s->cap_req_on = false;
+}
+
 /* Notes one request from its first 4 + plen bytes (size included): pairs it for its response,
  * sets up the streaming of the rest.  0, -1 after cutting the session, or 1 when the header (or
  * Produce's acks) runs past the bytes given and the copied prefix has grown to gather more. */
@@ -343,7 +358,10 @@ static int note_request(inl_session *s, const uint8_t *frame, size_t plen, bool 
         note_sasl_handshake(s, &r);
     inl_inflight in = {corr, key, ver, ev_now(s->p->loop),
                        !s->opaque && inl_capture_wanted(s->p, s->route->broker_id, key, size)};
-    if (in.capture) {
+    s->req_capture = in.capture;
+    s->req_inspect = known && inl_inspect_wanted(s->p, key);
+    s->req_api = key, s->req_version = ver;
+    if (s->req_capture || s->req_inspect) {
         s->cap_req_on = true;
         km_buf_put(&s->cap_req, frame + 4, plen);
     }
@@ -361,10 +379,8 @@ static int note_request(inl_session *s, const uint8_t *frame, size_t plen, bool 
     s->rq.left = size - plen;
     s->rq.have = 0;
     s->rq.want = 0;
-    if (s->cap_req_on && !s->rq.left) {
-        inl_capture_frame(s, KM_CAPTURE_C2S, &s->cap_req);
-        s->cap_req_on = false;
-    }
+    if (s->cap_req_on && !s->rq.left)
+        request_gathered(s);
     return 0;
 }
 
@@ -438,10 +454,8 @@ static long request_step(inl_session *s, const uint8_t *d, size_t n)
             q->left -= k;
         if (s->cap_req_on) {
             km_buf_put(&s->cap_req, d, k);
-            if (!q->left) {
-                inl_capture_frame(s, KM_CAPTURE_C2S, &s->cap_req);
-                s->cap_req_on = false;
-            }
+            if (!q->left)
+                request_gathered(s);
         }
         return (long)k;
     }

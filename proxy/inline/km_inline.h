@@ -88,6 +88,15 @@ void km_inline_free(km_inline *p);
  * Metadata response naming it would, so its listener exists before any client hears of it. */
 void km_inline_broker_registered(km_inline *p, int32_t id, const char *host, uint16_t port);
 
+struct km_image;
+/* Migration-aware inspection: LeaderAndIsr, UpdateMetadata and StopReplica requests passing
+ * inline are compared with img (which must outlive p; the daemon's, updated on the same loop).
+ * A stale controller epoch, a leader epoch behind the image or a partition state that disagrees
+ * counts in kmproxy_inline_controller_rpc_divergent_total{api} and is logged once per partition. */
+void km_inline_follow_image(km_inline *p, const struct km_image *img);
+/* ZooKeeper's controller epoch (from the daemon's claim); RPCs with an older one are stale. */
+void km_inline_set_controller_epoch(km_inline *p, int32_t epoch);
+
 /* Capture on or off at run time (SIGUSR1 toggles it in kmproxy proxy).  Returns the new state;
  * false when no capture file is configured. */
 bool km_inline_capture(km_inline *p, bool on);
@@ -118,6 +127,7 @@ typedef struct km_inline_stats {
     uint64_t tls_failures;                    /* client TLS handshakes that failed */
     uint64_t upstream_failures;               /* upstream connections that failed (TLS included) */
     uint64_t captured;                        /* frames handed to the capture */
+    uint64_t divergent;                       /* controller RPCs that disagreed with the image */
 } km_inline_stats;
 void km_inline_get_stats(const km_inline *p, km_inline_stats *out);
 
