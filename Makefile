@@ -15,7 +15,7 @@ build: deps
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	$(BUILD)/kmproxy demo
+	$(BUILD)/kmproxy demo --quorum
 
 test-plain: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

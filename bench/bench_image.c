@@ -23,19 +23,6 @@
 enum { ROUNDS = 3 };
 #define RSS_BOUND (300.0 * 1024 * 1024)
 
-
-static long rss_bytes(void)
-{
-    long pages = 0, res = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f) {
-        if (fscanf(f, "%ld %ld", &pages, &res) != 2)
-            res = 0;
-        fclose(f);
-    }
-    return res * sysconf(_SC_PAGESIZE);
-}
-
 static int generate(const char *dir, const km_gen_opts *o)
 {
     pid_t pid = fork();
@@ -50,11 +37,10 @@ static int generate(const char *dir, const km_gen_opts *o)
     return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
-
 /* Loads the image; returns seconds, *records and (first call) the RSS it added. */
 static double load(const char *dir, int64_t *records, long *rss_added, size_t *parts)
 {
-    long before = rss_bytes();
+    long before = bench_rss_bytes();
     double t0 = bench_cpu_s();
     km_image *img = km_image_new();
     km_err err;
@@ -65,7 +51,7 @@ static double load(const char *dir, int64_t *records, long *rss_added, size_t *p
         km_image_free(img);
         return -1;
     }
-    *rss_added = rss_bytes() - before;
+    *rss_added = bench_rss_bytes() - before;
     *parts = km_image_partition_count(img);
     km_image_free(img);
     return dt;

@@ -12,4 +12,7 @@ double bench_wall_s(void);
  * Returns CPU seconds; *bytes receives what was read. */
 double bench_plain_read(const char *dir, size_t *bytes);
 
+/* Resident memory of this process in bytes (/proc/self/statm). */
+long bench_rss_bytes(void);
+
 #endif

@@ -159,6 +159,15 @@ km_metalog *km_metalog_open_dir(const char *dir, const km_metalog_opts *opts, km
  * reader stays failed (every later call returns -1 with the same err). */
 int km_metalog_next(km_metalog *log, km_metalog_record *out, km_err *err);
 
+/* Reads whole batches held in memory: the records of a Fetch response, a
+ * snapshot fetched with FetchSnapshot.  `name` plays the file's part (errors,
+ * batch->file; for a snapshot its `<end>-<epoch>.checkpoint` tail names the
+ * snapshot id, as a file name would).  data is borrowed: it must stay valid
+ * and unchanged until km_metalog_close.  Never follows; a partial last batch
+ * is an error, so hand over only whole batches (km_ml_peek_batch). */
+km_metalog *km_metalog_open_mem(const char *name, const uint8_t *data, size_t len, km_ml_source source,
+                                const km_metalog_opts *opts, km_err *err);
+
 /* The snapshot km_metalog_open_dir chose: 1 and its id (end offset =
  * first log offset not contained, epoch), or 0 when it read none. */
 int km_metalog_snapshot_id(const km_metalog *log, int64_t *end_offset, int32_t *epoch);
@@ -177,6 +186,11 @@ void km_metalog_close(km_metalog *log);
  * from arena.  Unknown frame version, api key or version is an error. */
 int km_ml_decode_frame(const uint8_t *p, size_t len, int16_t *api_key, int16_t *version,
                        const km_message_desc **desc, void **msg, km_arena *arena, km_err *err);
+/* Looks at the v2 batch starting at p[0..avail) without decoding its records:
+ * 1 and its header in *b when it is whole and its CRC32C matches; 0 when it
+ * needs more bytes than avail (a batch cut off at the end of a Fetch
+ * response); -1 and err (reason only, no position) when it is invalid. */
+int km_ml_peek_batch(const uint8_t *p, size_t avail, size_t max_batch, km_metalog_batch *b, km_err *err);
 /* Appends frame + km_encode(body) for a metadata record. */
 int km_ml_encode_frame(const km_message_desc *md, int16_t version, const void *msg,
                        km_buf *out, km_err *err);

@@ -386,3 +386,12 @@ int64_t km_ml_now_ms(void)
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
+
+int km_ml_peek_batch(const uint8_t *p, size_t avail, size_t max_batch, km_metalog_batch *b, km_err *err)
+{
+    size_t need = 0;
+    km_ml_scan s = km_ml_scan_batch(p, avail, max_batch ? max_batch : KM_ML_MAX_BATCH_DEFAULT, b, &need, err);
+    if (s == KM_ML_SCAN_SHORT)
+        return 0;
+    return s == KM_ML_SCAN_OK ? 1 : -1;
+}

@@ -58,6 +58,7 @@ struct km_metalog {
     bool rescan;             /* the directory may hold new segments */
     bool failed;
     km_err failure;
+    bool mem;                /* km_metalog_open_mem: buf is borrowed, there is no fd */
 };
 
 /* ---- errors ----------------------------------------------------------------------- */
@@ -174,6 +175,8 @@ static int window_fill(km_metalog *m, size_t need, km_err *err)
 {
     if (m->hi - m->lo >= need)
         return 1;
+    if (m->mem)
+        return 0;
     if (m->cap - m->lo < need && window_room(m, need, err) < 0)
         return -1;
     if (m->hi == m->cap && window_room(m, need, err) < 0)
@@ -268,7 +271,8 @@ void km_metalog_close(km_metalog *m)
         free(m->files[i].path);
     free(m->files);
     free(m->dir);
-    free(m->buf);
+    if (!m->mem)
+        free(m->buf);
     km_buf_free(&m->inflated);
     km_arena_free(&m->arena);
     free(m);
@@ -304,6 +308,25 @@ km_metalog *km_metalog_open_file(const char *path, const km_metalog_opts *opts, 
         km_metalog_close(m);
         return NULL;
     }
+    return m;
+}
+
+km_metalog *km_metalog_open_mem(const char *name, const uint8_t *data, size_t len, km_ml_source source,
+                                const km_metalog_opts *opts, km_err *err)
+{
+    km_metalog *m = alloc_reader(opts);
+    if (!m) {
+        km_fail(err, "%s: out of memory", name);
+        return NULL;
+    }
+    m->o.follow = false;
+    if (add_file(m, name, source, -1, err) < 0) {
+        km_metalog_close(m);
+        return NULL;
+    }
+    m->mem = true;
+    m->buf = (uint8_t *)data; /* never written: the window only moves lo */
+    m->cap = m->hi = len;
     return m;
 }
 

@@ -150,21 +150,49 @@ bool brig_converged(brig *r)
     if (km_image_offset(r->img) + 1 < km_metalog_writer_next_offset(r->w))
         return miss(r, "the image is at offset %lld, the log ends at %lld", (long long)km_image_offset(r->img),
                     (long long)km_metalog_writer_next_offset(r->w) - 1);
-    if (!km_bprop_channel_count(r->prop))
+    if (r->external_idle && !r->external_idle(r))
+        return false;
+    if (!r->external_idle && !km_bprop_channel_count(r->prop))
         return miss(r, "no channels");
     for (int i = 0; i < r->nsims; i++) {
         int32_t b = km_bsim_broker_id(r->sims[i]);
         const km_broker *kb = km_image_broker(r->img, b);
         if (!kb || kb->fenced || !kb->is_migrating_zk_broker)
             continue; /* not propagated to */
-        km_bchan *ch = km_bprop_channel(r->prop, b);
-        if (!ch || !km_bchan_ready(ch) || km_bchan_pending(ch))
+        km_bchan *ch = r->external_idle ? NULL : km_bprop_channel(r->prop, b);
+        if (!r->external_idle && (!ch || !km_bchan_ready(ch) || km_bchan_pending(ch)))
             return miss(r, "broker %d: channel %s", b, !ch ? "missing" : !km_bchan_ready(ch) ? "not ready" : "busy");
         json_t *st = km_bsim_state_json(r->sims[i]);
         bool ok = check_brokers(r, b, st) && check_topics(r, b, st);
         if (ok && json_integer_value(json_object_get(st, "rejected")))
             ok = miss(r, "broker %d rejected a request: %s", b,
                       json_string_value(json_object_get(st, "lastRejection")));
+        json_decref(st);
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+bool brig_no_strays(brig *r)
+{
+    for (int i = 0; i < r->nsims; i++) {
+        int32_t b = km_bsim_broker_id(r->sims[i]);
+        json_t *st = km_bsim_state_json(r->sims[i]);
+        size_t k;
+        json_t *x;
+        bool ok = true;
+        json_array_foreach(json_object_get(st, "partitions"), k, x) {
+            const char *name = json_string_value(json_object_get(x, "topic"));
+            const km_topic *t = km_image_topic_by_name(r->img, name);
+            km_partition p;
+            if (!t || !km_topic_partition(t, (int32_t)geti(x, "partition"), &p) || !hosts(&p, b) ||
+                (!r->no_lisr_topic_ids && !id_eq(json_object_get(x, "topicId"), km_topic_id(t)))) {
+                ok = miss(r, "broker %d still hosts %s-%d, which the image does not give it", b, name,
+                          (int)geti(x, "partition"));
+                break;
+            }
+        }
         json_decref(st);
         if (!ok)
             return false;

@@ -43,6 +43,65 @@ bool brig_append(brig *r, const km_message_desc *md, const void *msg)
     return true;
 }
 
+bool brig_append_batch(brig *r, const km_message_desc *const *mds, const void *const *msgs, size_t n)
+{
+    km_metalog_entry e[16];
+    if (n > 16)
+        return fail(r, "brig_append_batch: at most 16 records");
+    for (size_t i = 0; i < n; i++)
+        e[i] = (km_metalog_entry){ mds[i], mds[i]->valid.hi, msgs[i], -1 };
+    km_err err;
+    if (km_metalog_writer_append(r->w, e, n, NULL, &err))
+        return fail(r, "append a batch of %zu: %s", n, err.msg);
+    return true;
+}
+
+int32_t brig_reassign(brig *r, const km_topic *t, int32_t p, int32_t to)
+{
+    km_partition x;
+    int32_t reps[16], isr[16], ni = 0, from = -1;
+    if (!km_topic_partition(t, p, &x) || x.replicas.n > 16)
+        return fail(r, "reassign: no partition %s-%d", km_topic_name(t), p), -1;
+    for (int32_t i = 0; i < x.replicas.n; i++) {
+        reps[i] = x.replicas.v[i];
+        if (from < 0 && reps[i] != x.leader) {
+            from = reps[i];
+            reps[i] = to;
+        }
+    }
+    for (int32_t i = 0; i < x.isr.n; i++)
+        if (x.isr.v[i] != from)
+            isr[ni++] = x.isr.v[i];
+    km_partition_change_record rec;
+    km_partition_change_record_init(&rec);
+    rec.topic_id = km_topic_id(t);
+    rec.partition_id = p;
+    rec.leader = x.leader;
+    rec.replicas.count = x.replicas.n;
+    rec.replicas.items = reps;
+    rec.isr.count = ni;
+    rec.isr.items = isr;
+    return brig_append(r, &km_partition_change_record_desc, &rec) ? from : -1;
+}
+
+bool brig_remove_topic(brig *r, const km_topic *t)
+{
+    km_remove_topic_record rec;
+    km_remove_topic_record_init(&rec);
+    rec.topic_id = km_topic_id(t);
+    return brig_append(r, &km_remove_topic_record_desc, &rec);
+}
+
+long long brig_lisr_count(brig *r, int32_t broker, int type)
+{
+    char k[4];
+    snprintf(k, sizeof k, "%d", type);
+    json_t *st = km_bsim_state_json(brig_sim(r, broker));
+    long long n = json_integer_value(json_object_get(json_object_get(st, "leaderAndIsrByType"), k));
+    json_decref(st);
+    return n;
+}
+
 bool brig_register(brig *r, int32_t id, int64_t epoch, uint16_t port, bool migrating)
 {
     km_register_broker_record rec;
@@ -70,6 +129,9 @@ static km_bsim *start_sim(brig *r, int32_t id, int64_t epoch, const char *max_ve
     cfg.broker_id = id;
     cfg.kraft_broker_epoch = epoch;
     cfg.tls = r->o.tls_server;
+    cfg.kafka = id % 2 && r->o.kafka_odd ? r->o.kafka_odd : r->o.kafka;
+    cfg.zk_connect = r->o.sim_zk;
+    cfg.cut_ratio = r->o.cut_ratio;
     km_err err;
     if (max_versions && km_bsim_parse_max_versions(&cfg, max_versions, &err))
         return fail(r, "%s", err.msg), NULL;

@@ -23,6 +23,10 @@ typedef struct brig_opts {
     double request_timeout;            /* 0: 10 s */
     size_t max_queue;                  /* 0: km_bchan's default */
     struct km_tls_ctx *tls_server, *tls_client; /* both or neither: every broker connection is TLS */
+    km_bsim_kafka kafka;               /* every simulator's rules */
+    km_bsim_kafka kafka_odd;           /* odd broker ids' rules instead, when not the default */
+    const char *sim_zk;                /* simulators read topic configs from this ZooKeeper */
+    double cut_ratio;                  /* simulators cut this share of control requests */
 } brig_opts;
 
 typedef struct brig {
@@ -43,6 +47,10 @@ typedef struct brig {
     bool failed;                       /* a rig operation failed (why says which) */
     /* what old versions cannot carry, so the check does not expect it */
     bool no_lisr_topic_ids, no_umr_topic_ids, no_umr_kraft;
+    /* Set when something else (the daemon) propagates: nothing is queued or in flight to any
+     * broker.  brig_converged then asks it instead of r->prop's channels. */
+    bool (*external_idle)(struct brig *r);
+    void *ud;
 } brig;
 
 /* Generates the log, starts the simulators, re-registers the brokers, loads the image and
@@ -58,6 +66,15 @@ bool brig_register(brig *r, int32_t id, int64_t epoch, uint16_t port, bool migra
 bool brig_activate(brig *r);
 /* Appends one metadata record (at the codec's highest version) as its own batch. */
 bool brig_append(brig *r, const km_message_desc *md, const void *msg);
+/* Appends n records as one batch (one delta). */
+bool brig_append_batch(brig *r, const km_message_desc *const *mds, const void *const *msgs, size_t n);
+/* Moves the first follower of t-p to `to` (a completed reassignment: replicas and ISR set, the
+ * leader kept so the leader epoch moves on, as Kafka's controller does).  -1: failed, else the
+ * broker moved away from. */
+int32_t brig_reassign(brig *r, const km_topic *t, int32_t p, int32_t to);
+bool brig_remove_topic(brig *r, const km_topic *t);
+/* LeaderAndIsr requests of Type `type` (0, 1, 2) a simulator applied. */
+long long brig_lisr_count(brig *r, int32_t broker, int type);
 /* Reads what the log has and publishes each delta. */
 bool brig_pump(brig *r);
 /* Runs the loop (pumping the log) until pred holds or `seconds` pass (a guard against hangs,
@@ -65,6 +82,8 @@ bool brig_pump(brig *r);
 bool brig_run_until(brig *r, bool (*pred)(brig *r), double seconds);
 /* Every simulator's state equals the image (and nothing is in flight).  Sets r->why if not. */
 bool brig_converged(brig *r);
+/* No simulator hosts a partition (log) the image does not give it.  Sets r->why if not. */
+bool brig_no_strays(brig *r);
 km_bsim *brig_sim(brig *r, int32_t id);
 /* A topic's id by name (zero if absent). */
 km_uuid brig_topic_id(brig *r, const char *name);

@@ -59,8 +59,9 @@ static void on_log(int level, const char *msg, void *ud)
 }
 
 /* An UpdateMetadata with no partitions, like batch 1 of a broker change. */
-static void on_sync(km_bchan *ch, void *ud)
+static void on_sync(km_bchan *ch, bool first, void *ud)
 {
+    (void)first;
     rig *r = ud;
     r->syncs++;
     km_arena a;

@@ -3,6 +3,7 @@
 #include "km_broker.h"
 #include "km_brokersim.h"
 #include "test_broker_client.h"
+#include "zkserver.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -16,10 +17,15 @@ static km_bsim *sim;
 static int fd = -1;
 static km_arena arena;
 
+static km_bsim_kafka kafka_rules;
+static const char *sim_zk;
+
 static void start(const char *max_versions, int64_t kraft_epoch)
 {
     km_bsim_config cfg;
     km_bsim_config_init(&cfg);
+    cfg.kafka = kafka_rules;
+    cfg.zk_connect = sim_zk;
     cfg.broker_id = SELF;
     cfg.kraft_broker_epoch = kraft_epoch;
     km_err err;
@@ -366,4 +372,64 @@ Test(brokersim, counts_requests_by_api_and_version, .fini = stop)
     cr_assert_eq(geti(byv, "2"), 1);
     cr_assert_eq(geti(byv, "7"), 2);
     json_decref(st);
+}
+
+/* ReplicaManager.scala of Kafka 3.4.0 takes only a higher leader epoch and has no stray
+ * detection; ZkMetadataCache there ignores Type=FULL.  Both came with 3.6.2. */
+Test(brokersim, an_ibp_3_4_broker_has_none_of_the_3_6_2_rules, .fini = stop)
+{
+    kafka_rules = KM_BSIM_KAFKA_IBP_3_4;
+    start("", -1);
+    kafka_rules = KM_BSIM_KAFKA_3_6_2;
+    km_bp_ctl c = ctl(7, KM_CTL_TYPE_INCREMENTAL);
+    km_bp_part ps[2] = { part("t1", 0, 1, 4, 6), part("t2", 0, 1, 4, 6) };
+    km_leader_and_isr_response rs = lisr(7, &c, ps, 2);
+    cr_assert_eq(lisr_part_error(7, &rs, 0), 0);
+    /* equal leader epoch from a KRaft controller: refused */
+    ps[0].partition_epoch = 7;
+    rs = lisr(7, &c, ps, 1);
+    cr_assert_eq(lisr_part_error(7, &rs, 0), 11);
+    /* a FULL request without t2 leaves t2's log alone */
+    c.type = KM_CTL_TYPE_FULL;
+    ps[0].leader_epoch = 5;
+    cr_assert_eq(lisr(7, &c, ps, 1).error_code, 0);
+    json_t *st = state();
+    cr_assert(part_state(st, "t2", 0), "a 3.4 broker dropped a stray");
+    cr_assert_eq(geti(part_state(st, "t1", 0), "leaderEpoch"), 5);
+    cr_assert_eq(geti(st, "strayLogsRemoved"), 0);
+    cr_assert_eq(geti(json_object_get(st, "leaderAndIsrByType"), "2"), 1);
+    json_decref(st);
+}
+
+/* LogManager.getOrCreateLog -> fetchLogConfig: the config ZooKeeper holds when the log is made. */
+Test(brokersim, a_new_log_gets_the_topic_config_zookeeper_holds_then, .fini = stop)
+{
+    char err[256] = "";
+    km_zks *zs = km_zks_start(1, NULL, 0, err, sizeof err);
+    cr_assert(zs, "%s", err);
+    km_zkc *zc = km_zkc_open(km_zks_hosts(zs, 0), NULL, 10000);
+    cr_assert(zc);
+    cr_assert_eq(km_zkc_mkdirs(zc, "/config/topics"), ZOK);
+    const char *conf = "{\"version\":1,\"config\":{\"min.insync.replicas\":\"2\"}}";
+    cr_assert_eq(km_zkc_create(zc, "/config/topics/t1", conf, 0), ZOK);
+    sim_zk = km_zks_hosts(zs, 0);
+    start("", -1);
+    sim_zk = NULL;
+    km_bp_ctl c = ctl(7, KM_CTL_TYPE_INCREMENTAL);
+    km_bp_part ps[2] = { part("t1", 0, 1, 4, 6), part("t2", 0, 1, 4, 6) };
+    cr_assert_eq(lisr(7, &c, ps, 2).error_code, 0);
+    json_t *st = state(), *logs = json_object_get(st, "logsCreated");
+    cr_assert_eq(json_array_size(logs), 2);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *l = json_array_get(logs, i);
+        const char *t = json_string_value(json_object_get(l, "topic"));
+        cr_assert(json_is_true(json_object_get(l, "configRead")));
+        if (!strcmp(t, "t1"))
+            cr_assert_str_eq(json_string_value(json_object_get(l, "config")), conf);
+        else
+            cr_assert(json_is_null(json_object_get(l, "config")), "t2 has no config znode: broker defaults");
+    }
+    json_decref(st);
+    km_zkc_close(zc);
+    km_zks_stop(zs);
 }

@@ -134,6 +134,10 @@ int32_t km_zkw_confirmed_epoch(const km_zkw *w);
 int km_zkw_migration_version(const km_zkw *w);
 /* The ZooKeeper controller epoch we hold (for RPCs to ZK-mode brokers). */
 int32_t km_zkw_zk_controller_epoch(const km_zkw *w);
+/* Reads /controller_epoch now (a broker said our epoch is stale: did another writer move it?).
+ * cb runs once from the loop: rc is ZooKeeper's (0, ZOK: epoch is what the znode holds; closing
+ * the writer answers ZCLOSING).  -1 without a session. */
+int km_zkw_read_controller_epoch(km_zkw *w, void (*cb)(int rc, int32_t epoch, void *ctx), void *ctx, km_err *err);
 /* The raw handle, for async reads by the bridge (never for writes); NULL without a session. */
 struct _zhandle *km_zkw_handle(km_zkw *w);
 
@@ -209,6 +213,9 @@ typedef struct km_zkb_config {
     size_t sync_chunk_ops; /* ops handed to the writer at a time while a pass streams; 0: 4 x max_multi_ops */
     km_zk_password_config passwords; /* how password-type configs are written */
     void (*on_phase)(km_zkb *b, km_zkb_phase phase, void *ctx);
+    /* Optional: ZooKeeper now holds the image up to `offset` (a batch's /migration write was
+     * acknowledged); what refers to it may be sent to the brokers. */
+    void (*on_confirmed)(km_zkb *b, int64_t offset, void *ctx);
     void *ctx;
 } km_zkb_config;
 

@@ -349,6 +349,10 @@ static void on_writer_event(km_zkw *w, km_zkw_event ev, void *ctx)
         start_full_sync(b);
         break;
     case KM_ZKW_EV_CONFIRMED:
+        if (b->cfg.on_confirmed)
+            b->cfg.on_confirmed(b, km_zkw_confirmed_offset(b->w), b->cfg.ctx);
+        resume_pass(b);
+        break;
     case KM_ZKW_EV_DRAINED:
     case KM_ZKW_EV_PROGRESS:
         resume_pass(b);

@@ -231,3 +231,35 @@ char *km_zkw_metrics_json(const km_zkw *w)
     json_decref(j);
     return out;
 }
+
+/* ---- /controller_epoch on demand ---- */
+
+typedef struct epoch_read {
+    void (*cb)(int rc, int32_t epoch, void *ctx);
+    void *ctx;
+} epoch_read;
+
+static void on_epoch_read(int rc, const char *value, int len, const struct Stat *st, const void *data)
+{
+    (void)st;
+    epoch_read *r = (epoch_read *)data;
+    char buf[16] = "";
+    if (rc == ZOK && value && len > 0)
+        memcpy(buf, value, (size_t)len < sizeof buf - 1 ? (size_t)len : sizeof buf - 1);
+    r->cb(rc, (int32_t)strtol(buf, NULL, 10), r->ctx);
+    free(r);
+}
+
+int km_zkw_read_controller_epoch(km_zkw *w, void (*cb)(int rc, int32_t epoch, void *ctx), void *ctx, km_err *err)
+{
+    epoch_read *r = malloc(sizeof *r);
+    if (!r)
+        return km_fail(err, "zk: out of memory reading /controller_epoch");
+    *r = (epoch_read){ cb, ctx };
+    int rc = w->sess.zh ? zoo_aget(w->sess.zh, "/controller_epoch", 0, on_epoch_read, r) : ZINVALIDSTATE;
+    if (rc != ZOK) {
+        free(r);
+        return km_fail(err, "zk: cannot read /controller_epoch: %s", zerror(rc));
+    }
+    return 0;
+}

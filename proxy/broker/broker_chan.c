@@ -44,9 +44,8 @@ static void drop_inflight(km_bchan *ch)
 {
     km_bchan__free_item(ch->inflight);
     ch->inflight = NULL;
-    ch->parked = false;
+    ch->inflight_on_wire = false;
     ev_timer_stop(ch->loop, &ch->request_timer);
-    ev_timer_stop(ch->loop, &ch->retry_timer);
 }
 
 static void connect_now(km_bchan *ch);
@@ -60,7 +59,8 @@ static void on_reconnect_timer(struct ev_loop *loop, ev_timer *w, int revents)
 
 void km_bchan__disconnect(km_bchan *ch, const char *why) { km_bchan__disconnect_at(ch, 2, why); }
 
-/* Everything queued or in flight is dropped: the full sync after the next connect covers it. */
+/* What is queued or in flight stays and goes out again after the reconnect (Kafka's
+ * RequestSendThread resends the same request); only a stopped channel forgets it. */
 void km_bchan__disconnect_at(km_bchan *ch, int level, const char *why)
 {
     if (ch->conn) {
@@ -72,13 +72,16 @@ void km_bchan__disconnect_at(km_bchan *ch, int level, const char *why)
         km_capture_conn_close(ch->cfg.capture, ch->cap_conn);
         ch->cap_conn = NULL;
     }
-    drop_queue(ch);
-    drop_inflight(ch);
+    ev_timer_stop(ch->loop, &ch->request_timer);
     km_bchan__sasl_reset(ch);
-    ch->want_sync = false;
     ev_timer_stop(ch->loop, &ch->sync_timer);
-    if (ch->state == CH_STOPPED)
+    ch->inflight_on_wire = false;
+    if (ch->state == CH_STOPPED) {
+        drop_queue(ch);
+        drop_inflight(ch);
+        ch->want_sync = false;
         return;
+    }
     double delay = km_backoff_next(&ch->backoff);
     km_bchan__log(ch, level, "%s; reconnecting in %.3f s", why, delay);
     ch->state = CH_WAITING;
@@ -137,34 +140,27 @@ static void on_request_timer(struct ev_loop *loop, ev_timer *w, int revents)
     km_bchan__disconnect(ch, msg);
 }
 
-static void on_retry_timer(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    (void)loop;
-    (void)revents;
-    km_bchan *ch = w->data;
-    ch->parked = false;
-    km_bchan__send_head(ch);
-}
-
 /* Deferred so a full sync is never built inside the submit that overflowed. */
 static void on_sync_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)loop;
     (void)revents;
     km_bchan *ch = w->data;
-    if (ch->state != CH_READY || ch->inflight)
-        return; /* the in-flight response re-schedules us */
-    ch->want_sync = false;
+    if (ch->state != CH_READY || ch->inflight || !ch->want_sync)
+        return; /* the in-flight response (or the next negotiation) re-schedules us */
+    bool first = ch->sync_first;
+    ch->want_sync = ch->sync_first = false;
     drop_queue(ch);
-    ch->st.full_syncs++;
+    if (!first)
+        ch->st.full_syncs++;
     if (ch->h.need_full_sync)
-        ch->h.need_full_sync(ch, ch->h.ud);
+        ch->h.need_full_sync(ch, first, ch->h.ud);
 }
 
 void km_bchan__schedule_sync(km_bchan *ch)
 {
     ch->want_sync = true;
-    if (!ch->inflight && !ev_is_active(&ch->sync_timer)) {
+    if (ch->state == CH_READY && !ch->inflight && !ev_is_active(&ch->sync_timer)) {
         ev_timer_set(&ch->sync_timer, 0, 0);
         ev_timer_start(ch->loop, &ch->sync_timer);
     }
@@ -174,9 +170,8 @@ static void init_timers(km_bchan *ch)
 {
     ev_timer_init(&ch->reconnect_timer, on_reconnect_timer, 0, 0);
     ev_timer_init(&ch->request_timer, on_request_timer, ch->cfg.request_timeout, 0);
-    ev_timer_init(&ch->retry_timer, on_retry_timer, 0, 0);
     ev_timer_init(&ch->sync_timer, on_sync_timer, 0, 0);
-    ch->reconnect_timer.data = ch->request_timer.data = ch->retry_timer.data = ch->sync_timer.data = ch;
+    ch->reconnect_timer.data = ch->request_timer.data = ch->sync_timer.data = ch;
 }
 
 km_bchan *km_bchan_new(struct ev_loop *loop, const km_bchan_config *cfg, const km_bchan_hooks *hooks,
@@ -215,11 +210,11 @@ km_bchan *km_bchan_new(struct ev_loop *loop, const km_bchan_config *cfg, const k
         ch->cfg.net.write_limit = KM_BROKER_MAX_REQUEST_BYTES + 4;
     km_backoff_init(&ch->backoff, cfg->backoff_base > 0 ? cfg->backoff_base : 0.05,
                     cfg->backoff_max > 0 ? cfg->backoff_max : 5, (uint64_t)cfg->broker_id * 7919u + 1);
-    km_backoff_init(&ch->stale_backoff, 0.01, 1, (uint64_t)cfg->broker_id + 17);
     km_buf_init(&ch->wbuf);
     ch->corr = 1;
     ch->next_seq = 1;
     ch->ver[0] = ch->ver[1] = ch->ver[2] = -1;
+    ch->released = -1;
     init_timers(ch);
     connect_now(ch);
     return ch;
@@ -247,7 +242,8 @@ bool km_bchan_ready(const km_bchan *ch) { return ch->state == CH_READY && !ch->w
 
 int16_t km_bchan_version(const km_bchan *ch, int16_t api)
 {
-    if (ch->state != CH_READY || api < KM_API_LEADER_AND_ISR || api > KM_API_UPDATE_METADATA)
+    if (!ch->negotiated_once || ch->state == CH_STOPPED || api < KM_API_LEADER_AND_ISR ||
+        api > KM_API_UPDATE_METADATA)
         return -1;
     return ch->ver[BCHAN_API_SLOT(api)];
 }
@@ -270,12 +266,27 @@ void km_bchan_stop(km_bchan *ch)
 
 void km_bchan_resync(km_bchan *ch)
 {
-    if (ch->state != CH_READY)
-        return; /* the next connect brings a full sync anyway */
+    if (ch->state == CH_STOPPED || !ch->negotiated_once)
+        return; /* the first negotiation asks for a catch-up anyway */
     drop_queue(ch);
-    if (ch->inflight && ch->parked)
-        drop_inflight(ch); /* parked for a stale epoch: the full sync replaces it */
+    if (ch->inflight && !ch->inflight_on_wire)
+        drop_inflight(ch); /* waiting for a reconnect: the full sync replaces it */
     km_bchan__schedule_sync(ch);
+}
+
+void km_bchan_release(km_bchan *ch, int64_t offset)
+{
+    if (offset > ch->released) {
+        ch->released = offset;
+        km_bchan__kick(ch);
+    }
+}
+
+void km_bchan_hold(km_bchan *ch, bool hold)
+{
+    ch->holding = hold;
+    if (!hold)
+        km_bchan__kick(ch);
 }
 
 static int64_t overflow(km_bchan *ch, km_arena *arena)
@@ -291,9 +302,14 @@ static int64_t overflow(km_bchan *ch, km_arena *arena)
 
 int64_t km_bchan_submit(km_bchan *ch, int16_t api, void *body, km_arena *arena, km_err *err)
 {
+    return km_bchan_submit_gated(ch, api, body, arena, -1, err);
+}
+
+int64_t km_bchan_submit_gated(km_bchan *ch, int16_t api, void *body, km_arena *arena, int64_t gate, km_err *err)
+{
     if (api < KM_API_LEADER_AND_ISR || api > KM_API_UPDATE_METADATA)
         return km_fail(err, "broker %d: api %d is not a control request", ch->cfg.broker_id, api);
-    if (!km_bchan_ready(ch)) {
+    if (!ch->negotiated_once || ch->state == CH_STOPPED || ch->want_sync) {
         ch->st.dropped++;
         km_arena_free(arena);
         return 0;
@@ -309,6 +325,7 @@ int64_t km_bchan_submit(km_bchan *ch, int16_t api, void *body, km_arena *arena, 
     it->arena = *arena;
     km_arena_init(arena, arena->limit);
     it->seq = ch->next_seq++;
+    it->gate = gate;
     if (ch->tail)
         ch->tail->next = it;
     else
@@ -322,7 +339,8 @@ int64_t km_bchan_submit(km_bchan *ch, int16_t api, void *body, km_arena *arena, 
 
 void km_bchan__kick(km_bchan *ch)
 {
-    if (ch->state == CH_READY && !ch->inflight && ch->head) {
+    if (ch->state == CH_READY && !ch->holding && !ch->inflight && !ch->want_sync && ch->head &&
+        ch->head->gate <= ch->released) {
         bchan_item *it = ch->head;
         ch->head = it->next;
         if (!ch->head)

@@ -52,14 +52,31 @@ int km_bchan__send_api_versions(km_bchan *ch)
     return 0;
 }
 
+static int32_t *controller_epoch_field(bchan_item *it)
+{
+    if (it->api == KM_API_LEADER_AND_ISR)
+        return &((km_leader_and_isr_request *)it->body)->controller_epoch;
+    if (it->api == KM_API_STOP_REPLICA)
+        return &((km_stop_replica_request *)it->body)->controller_epoch;
+    return &((km_update_metadata_request *)it->body)->controller_epoch;
+}
+
+/* The ZooKeeper controller epoch is read at each send (a re-claim after a session expiry
+ * bumps it), as Kafka's channel manager reads it when it sends a batch. */
 void km_bchan__send_head(km_bchan *ch)
 {
     bchan_item *it = ch->inflight;
-    if (!it || ch->parked || ch->state != CH_READY)
+    if (!it || ch->inflight_on_wire || ch->state != CH_READY)
         return;
+    int32_t epoch = ch->h.controller_epoch ? ch->h.controller_epoch(ch, ch->h.ud) : -1;
+    if (epoch >= 0)
+        *controller_epoch_field(it) = epoch;
     km_err err;
     if (!km_bchan__send_framed(ch, it->api, it->version, it->body, &err)) {
+        ch->inflight_on_wire = true;
         ch->st.sent[BCHAN_API_SLOT(it->api)]++;
+        if (it->sends++)
+            ch->st.resent++;
         return;
     }
     /* It can never be sent (too large for the write limit, or unencodable): drop it. */
@@ -117,6 +134,7 @@ static void on_api_versions(km_bchan *ch, km_reader *r, km_arena *a)
             km_bchan__disconnect(ch, "cannot send ApiVersions");
         return;
     }
+    memcpy(ch->ver_before, ch->ver, sizeof ch->ver_before);
     if (rs.error_code || negotiate(ch, &rs)) {
         km_bchan__log(ch, 1, "ApiVersions: %s", km_broker_err_name(rs.error_code));
         km_bchan__disconnect(ch, "version negotiation failed");
@@ -134,7 +152,19 @@ void km_bchan__become_ready(km_bchan *ch)
     ch->state = CH_READY;
     km_bchan__log(ch, 3, "ready: LeaderAndIsr v%d, StopReplica v%d, UpdateMetadata v%d", ch->ver[0], ch->ver[1],
                   ch->ver[2]);
-    km_bchan__schedule_sync(ch);
+    if (!ch->negotiated_once) {
+        ch->negotiated_once = ch->sync_first = true;
+        km_bchan__schedule_sync(ch);
+    } else if (memcmp(ch->ver_before, ch->ver, sizeof ch->ver)) {
+        km_bchan__log(ch, 2, "versions changed since the last connection: what was queued is rebuilt");
+        km_bchan_resync(ch); /* what is queued was built for the old versions */
+    } else if (ch->inflight) {
+        km_bchan__send_head(ch); /* the same request again; a due full sync follows its answer */
+    } else if (ch->want_sync) {
+        km_bchan__schedule_sync(ch);
+    } else {
+        km_bchan__kick(ch);
+    }
 }
 
 /* ---- responses ------------------------------------------------------------------------------ */
@@ -202,49 +232,11 @@ static int16_t account(km_bchan *ch, int16_t api, int16_t v, const control_resp 
     return 0;
 }
 
-static void set_broker_epoch(bchan_item *it, int64_t epoch)
-{
-    if (it->api == KM_API_LEADER_AND_ISR)
-        ((km_leader_and_isr_request *)it->body)->broker_epoch = epoch;
-    else if (it->api == KM_API_STOP_REPLICA)
-        ((km_stop_replica_request *)it->body)->broker_epoch = epoch;
-    else
-        ((km_update_metadata_request *)it->body)->broker_epoch = epoch;
-}
-
-static int64_t broker_epoch_of(const bchan_item *it)
-{
-    if (it->api == KM_API_LEADER_AND_ISR)
-        return ((const km_leader_and_isr_request *)it->body)->broker_epoch;
-    if (it->api == KM_API_STOP_REPLICA)
-        return ((const km_stop_replica_request *)it->body)->broker_epoch;
-    return ((const km_update_metadata_request *)it->body)->broker_epoch;
-}
-
-/* STALE_BROKER_EPOCH: our idea of its registration is old.  Re-read it and resend the same
- * request; if the registration has not moved yet, wait a little (it is on its way). */
-static void stale_broker_epoch(km_bchan *ch)
-{
-    bchan_item *it = ch->inflight;
-    int64_t old = broker_epoch_of(it);
-    int64_t now = ch->h.broker_epoch ? ch->h.broker_epoch(ch, ch->h.ud) : -1;
-    ch->st.stale_broker_epoch++;
-    ch->st.resent++;
-    if (now >= 0 && now != old) {
-        set_broker_epoch(it, now);
-        km_backoff_reset(&ch->stale_backoff);
-        km_bchan__send_head(ch);
-        return;
-    }
-    ch->parked = true;
-    ev_timer_set(&ch->retry_timer, km_backoff_next(&ch->stale_backoff), 0);
-    ev_timer_start(ch->loop, &ch->retry_timer);
-}
-
 static void finish(km_bchan *ch, int16_t top)
 {
     bchan_item *it = ch->inflight;
     ch->inflight = NULL;
+    ch->inflight_on_wire = false;
     ch->st.acked[BCHAN_API_SLOT(it->api)]++;
     km_backoff_reset(&ch->backoff);
     int16_t api = it->api;
@@ -269,18 +261,25 @@ static void on_control_response(km_bchan *ch, km_reader *r, km_arena *a)
         return;
     }
     int16_t top = account(ch, it->api, it->version, &rs);
-    if (top == E_STALE_CONTROLLER_EPOCH) {
+    if (top == E_STALE_CONTROLLER_EPOCH && !ch->h.stale_controller_epoch) {
         km_bchan__log(ch, 1, "STALE_CONTROLLER_EPOCH: another controller owns the ZK brokers; stopping");
         km_bchan_stop(ch);
         if (ch->h.fenced)
             ch->h.fenced(ch, ch->h.ud);
         return;
     }
+    int32_t sent_epoch = *controller_epoch_field(it);
     if (top == E_STALE_BROKER_EPOCH) {
-        stale_broker_epoch(ch);
-        return;
+        /* Kafka drops it (the broker has a newer registration than we know): the requests of
+         * the registration that follows carry the new epoch. */
+        ch->st.stale_broker_epoch++;
+        ch->st.dropped++;
     }
+    if (top == E_STALE_CONTROLLER_EPOCH)
+        ch->st.stale_controller_epoch++;
     finish(ch, top);
+    if (top == E_STALE_CONTROLLER_EPOCH) /* the owner asks ZooKeeper whose epoch it is */
+        ch->h.stale_controller_epoch(ch, sent_epoch, ch->h.ud);
 }
 
 void km_bchan__on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *ud)
@@ -289,7 +288,7 @@ void km_bchan__on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void
     km_bchan *ch = ud;
     km_bchan__capture(ch, KM_CAPTURE_S2C, payload, len);
     bool negotiating = ch->state == CH_NEGOTIATING, authenticating = ch->state == CH_AUTHENTICATING;
-    if (!negotiating && !authenticating && (!ch->inflight || ch->parked)) {
+    if (!negotiating && !authenticating && (!ch->inflight || !ch->inflight_on_wire)) {
         km_bchan__disconnect(ch, "a response nobody asked for");
         return;
     }

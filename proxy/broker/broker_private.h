@@ -12,6 +12,8 @@ typedef struct bchan_item {
     void *body;
     km_arena arena;
     int64_t seq;
+    int64_t gate;                      /* sent once the owner released this offset; -1: at once */
+    unsigned sends;                    /* times it went out (more than one: resent after a reconnect) */
 } bchan_item;
 
 typedef enum bchan_state {
@@ -34,16 +36,21 @@ struct km_bchan {
     km_net_conn *conn;
     struct km_capture_conn *cap_conn;
     int16_t ver[3];                    /* negotiated LeaderAndIsr, StopReplica, UpdateMetadata */
+    int16_t ver_before[3];             /* ... on the connection before (what is queued was built at) */
     int16_t av_version;                /* ApiVersions version last tried */
     bchan_item *head, *tail;           /* queued, not yet sent */
     size_t queued;
-    bchan_item *inflight;              /* sent, awaiting its response (or parked for a resend) */
-    bool parked;                       /* inflight waits on retry_timer (STALE_BROKER_EPOCH) */
+    bchan_item *inflight;              /* sent (or to be resent after a reconnect), awaiting its response */
+    bool inflight_on_wire;             /* inflight went out on the current connection */
+    bool negotiated_once;              /* versions known: requests queue while disconnected */
     int32_t corr, inflight_corr;
     bool want_sync;                    /* full sync due once nothing is in flight */
+    bool sync_first;                   /* ... and it is the first catch-up, not a remedy */
+    bool holding;                      /* the owner holds every request back (ZooKeeper re-syncing) */
+    int64_t released;                  /* items gated at or below this offset may go */
     int64_t next_seq;
-    ev_timer reconnect_timer, request_timer, retry_timer, sync_timer;
-    km_backoff backoff, stale_backoff;
+    ev_timer reconnect_timer, request_timer, sync_timer;
+    km_backoff backoff;
     km_buf wbuf;
     km_bchan_stats st;
     /* SASL (broker_sasl.c) */

@@ -26,21 +26,46 @@ const km_endpoint *km_bprop__endpoint(const km_bprop *p, const km_broker *b)
 
 /* ---- channel hooks ---------------------------------------------------------------------- */
 
-static void on_need_full_sync(km_bchan *ch, void *ud)
+/* The first negotiation brings what the channel was created for; later calls are remedies
+ * for a dropped queue: a full sync. */
+static void on_need_full_sync(km_bchan *ch, bool first, void *ud)
 {
     (void)ch;
     prop_chan *pc = ud;
     km_err err;
-    if (km_bprop__full_sync(pc->p, pc, &err))
-        km_bprop__log(pc->p, 1, "broker %d: full sync: %s", pc->id, err.msg);
+    bool catch_up = first && pc->first == CATCH_UP_CHANGED;
+    if (catch_up ? km_bprop__catch_up(pc->p, pc, &err) : km_bprop__full_sync(pc->p, pc, &err))
+        km_bprop__log(pc->p, 1, "broker %d: %s: %s", pc->id, catch_up ? "catch-up" : "full sync", err.msg);
 }
 
-static int64_t on_broker_epoch(km_bchan *ch, void *ud)
+static int32_t on_controller_epoch(km_bchan *ch, void *ud)
 {
     (void)ch;
     prop_chan *pc = ud;
-    const km_broker *b = pc->p->img ? km_image_broker(pc->p->img, pc->id) : NULL;
-    return b ? b->epoch : -1;
+    km_bprop *p = pc->p;
+    return p->cfg.zk_controller_epoch ? p->cfg.zk_controller_epoch(p, p->cfg.ud) : p->zk_epoch;
+}
+
+static void on_done(km_bchan *ch, int16_t api, uint64_t seq, int16_t top, void *ud)
+{
+    (void)ch;
+    prop_chan *pc = ud;
+    if (api == KM_API_STOP_REPLICA && top == 0)
+        km_bprop__stops_answered(&pc->p->stops, pc->id, (int64_t)seq);
+    if (api == KM_API_UPDATE_METADATA && top == 0)
+        km_bprop__stops_answered(&pc->p->uncached, pc->id, (int64_t)seq);
+}
+
+/* Kafka's controller logs STALE_CONTROLLER_EPOCH and goes on; ZooKeeper says whether another
+ * controller really took over (the owner reads /controller_epoch and calls km_bprop_fence). */
+static void on_stale_controller_epoch(km_bchan *ch, int32_t sent_epoch, void *ud)
+{
+    (void)ch;
+    prop_chan *pc = ud;
+    km_bprop *p = pc->p;
+    km_bprop__log(p, 2, "broker %d: STALE_CONTROLLER_EPOCH for controller epoch %d; asking ZooKeeper", pc->id,
+                  sent_epoch);
+    p->cfg.stale_controller_epoch(p, pc->id, sent_epoch, p->cfg.ud);
 }
 
 static const char *on_topic_name(km_bchan *ch, km_uuid id, void *ud)
@@ -65,12 +90,16 @@ static void on_fenced_timer(struct ev_loop *loop, ev_timer *w, int revents)
 static void on_fenced(km_bchan *ch, void *ud)
 {
     prop_chan *pc = ud;
-    km_bprop *p = pc->p;
     (void)ch;
+    km_bprop_fence(pc->p, pc->id);
+}
+
+void km_bprop_fence(km_bprop *p, int32_t broker_id)
+{
     if (p->fenced)
         return;
     p->fenced = true;
-    p->fenced_by = pc->id;
+    p->fenced_by = broker_id;
     for (size_t i = 0; i < p->n; i++)
         km_bchan_stop(p->chans[i]->ch);
     ev_timer_start(p->loop, &p->fenced_timer);
@@ -78,9 +107,10 @@ static void on_fenced(km_bchan *ch, void *ud)
 
 /* ---- channel set ----------------------------------------------------------------------------- */
 
-static int add_chan(km_bprop *p, const km_broker *b, const km_endpoint *ep, km_err *err)
+static int add_chan(km_bprop *p, const km_broker *b, const km_endpoint *ep, prop_catch_up first, km_err *err)
 {
-    static const km_bchan_hooks proto = { .need_full_sync = on_need_full_sync, .broker_epoch = on_broker_epoch,
+    static const km_bchan_hooks proto = { .need_full_sync = on_need_full_sync,
+                                          .controller_epoch = on_controller_epoch, .done = on_done,
                                           .fenced = on_fenced, .topic_name = on_topic_name };
     prop_chan *pc = calloc(1, sizeof *pc);
     if (!pc || !(pc->host = strdup(ep->host)))
@@ -88,8 +118,11 @@ static int add_chan(km_bprop *p, const km_broker *b, const km_endpoint *ep, km_e
     pc->p = p;
     pc->id = b->id;
     pc->port = ep->port;
+    pc->first = first;
     km_bchan_hooks h = proto;
     h.ud = pc;
+    if (p->cfg.stale_controller_epoch)
+        h.stale_controller_epoch = on_stale_controller_epoch;
     char client_id[16]; /* ControllerChannelManager: NetworkClient(..., config.brokerId.toString, ...) */
     snprintf(client_id, sizeof client_id, "%d", p->cfg.controller_id);
     km_bchan_config cfg = { .broker_id = b->id, .host = ep->host, .port = ep->port, .net = p->cfg.net,
@@ -108,6 +141,10 @@ static int add_chan(km_bprop *p, const km_broker *b, const km_endpoint *ep, km_e
     if (!(pc->ch = km_bchan_new(p->loop, &cfg, &h, err)))
         return free(pc->host), free(pc), -1;
     p->chans[p->n++] = pc;
+    if (p->cfg.zk_ordered) {
+        km_bchan_hold(pc->ch, p->holding);
+        km_bchan_release(pc->ch, p->zk_holds);
+    }
     km_bprop__log(p, 3, "broker %d: channel to %s:%u", b->id, ep->host, ep->port);
     return 0;
 }
@@ -117,6 +154,8 @@ static void remove_chan(km_bprop *p, size_t i)
     prop_chan *pc = p->chans[i];
     km_bprop__log(p, 3, "broker %d: channel closed", pc->id);
     km_bchan_free(pc->ch);
+    km_bprop__stops_forget_seqs(&p->stops, pc->id);
+    km_bprop__stops_forget_seqs(&p->uncached, pc->id);
     free(pc->host);
     free(pc);
     p->chans[i] = p->chans[--p->n];
@@ -131,9 +170,8 @@ static bool wanted(const km_bprop *p, const km_broker *b, const prop_chan *pc)
 }
 
 /* MigrationPropagator.publishMetadata: a channel per unfenced migrating ZK broker; an endpoint
- * change means a new channel (Kafka's Broker equality covers endpoints).  *fresh gets the ids
- * of channels created here (they full-sync on their own once connected). */
-int km_bprop__sync_channels(km_bprop *p, int32_t *fresh, size_t *nfresh, km_err *err)
+ * change means a new channel (Kafka's Broker equality covers endpoints). */
+int km_bprop__sync_channels(km_bprop *p, prop_catch_up first, km_err *err)
 {
     for (size_t i = 0; i < p->n;) {
         if (wanted(p, km_image_broker(p->img, p->chans[i]->id), p->chans[i]))
@@ -141,18 +179,12 @@ int km_bprop__sync_channels(km_bprop *p, int32_t *fresh, size_t *nfresh, km_err 
         else
             remove_chan(p, i);
     }
-    size_t it = 0, nf = 0;
+    size_t it = 0;
     const km_broker *b;
     while ((b = km_image_next_broker(p->img, &it))) {
-        if (km_bprop__find(p, b->id) || !wanted(p, b, NULL))
-            continue;
-        if (add_chan(p, b, km_bprop__endpoint(p, b), err))
+        if (!km_bprop__find(p, b->id) && wanted(p, b, NULL) && add_chan(p, b, km_bprop__endpoint(p, b), first, err))
             return -1;
-        if (fresh)
-            fresh[nf++] = b->id;
     }
-    if (nfresh)
-        *nfresh = nf;
     return 0;
 }
 
@@ -192,10 +224,11 @@ const km_broker **km_bprop__brokers(const km_bprop *p, size_t *n, km_arena *a)
     return v;
 }
 
-static km_bp_part *all_parts(const km_bprop *p, size_t *n, km_arena *a)
+/* Every partition of the image, with room for `extra` more after them. */
+static km_bp_part *all_parts(const km_bprop *p, size_t *n, size_t extra, km_arena *a)
 {
     size_t total = km_image_partition_count(p->img), it = 0, k = 0;
-    km_bp_part *v = km_arena_alloc(a, sizeof *v * (total ? total : 1));
+    km_bp_part *v = km_arena_alloc(a, sizeof *v * (total + extra + 1));
     const km_topic *t;
     while (v && (t = km_image_next_topic(p->img, &it))) {
         int32_t np = km_topic_partition_count(t);
@@ -216,14 +249,17 @@ km_bp_ctl km_bprop__ctl(const km_bprop *p, int32_t broker_id, int8_t type)
                         .broker_epoch = b ? b->epoch : -1, .type = type, .kraft = true };
 }
 
-int km_bprop__full_sync(km_bprop *p, prop_chan *pc, km_err *err)
+/* The image to one broker: UpdateMetadata with every partition (and leader -2 for deleted ones
+ * it has not acknowledged), pending stops, LeaderAndIsr of its partitions at `type` (FULL: a
+ * full sync; INCREMENTAL: a changed broker's catch-up). */
+static int send_image(km_bprop *p, prop_chan *pc, int8_t type, km_err *err)
 {
-    if (!p->active || p->fenced)
+    if (!p->active || p->fenced || km_bchan_version(pc->ch, KM_API_UPDATE_METADATA) < 0)
         return 0;
     km_arena scratch;
     km_arena_init(&scratch, SCRATCH_LIMIT);
     size_t np = 0, nb = 0, nh = 0;
-    km_bp_part *parts = all_parts(p, &np, &scratch);
+    km_bp_part *parts = all_parts(p, &np, km_bprop__uncached_count(p, pc->id), &scratch);
     const km_broker **brokers = km_bprop__brokers(p, &nb, &scratch);
     km_bp_part *hosted = km_arena_alloc(&scratch, sizeof *hosted * (np ? np : 1));
     int rc = -1;
@@ -235,15 +271,35 @@ int km_bprop__full_sync(km_bprop *p, prop_chan *pc, km_err *err)
         for (int32_t r = 0; r < parts[i].replicas.n; r++)
             if (parts[i].replicas.v[r] == pc->id)
                 hosted[nh++] = parts[i];
-    km_bp_ctl ctl = km_bprop__ctl(p, pc->id, KM_CTL_TYPE_FULL);
-    if (km_bprop__send_umr(p, pc, &ctl, parts, np, brokers, nb, err) ||
-        km_bprop__send_lisr(p, pc, &ctl, hosted, nh, brokers, nb, err))
+    km_bp_ctl ctl = km_bprop__ctl(p, pc->id, type == KM_CTL_TYPE_FULL ? KM_CTL_TYPE_FULL : KM_CTL_TYPE_UNKNOWN);
+    km_bp_ctl lctl = km_bprop__ctl(p, pc->id, type);
+    km_bprop__stops_superseded(p, pc->id, hosted, nh); /* it hosts them again: no stop before */
+    size_t nu = np + km_bprop__uncached_parts(p, pc->id, parts + np); /* deletions it may still cache */
+    if (km_bprop__send_umr(p, pc, &ctl, parts, nu, brokers, nb, err) || km_bprop__stops_resend(p, pc, err) ||
+        km_bprop__send_lisr(p, pc, &lctl, hosted, nh, brokers, nb, err))
         goto out;
-    km_bprop__log(p, 3, "broker %d: full sync queued (%zu partitions, %zu hosted)", pc->id, np, nh);
+    km_bprop__log(p, 3, "broker %d: %s queued (%zu partitions, %zu hosted)", pc->id,
+                  type == KM_CTL_TYPE_FULL ? "full sync" : "catch-up", np, nh);
     rc = 0;
 out:
     km_arena_free(&scratch);
     return rc;
+}
+
+/* A full sync: UpdateMetadata(Type=FULL) with every partition, the broker's pending stops,
+ * LeaderAndIsr(Type=FULL) with its partitions. */
+int km_bprop__full_sync(km_bprop *p, prop_chan *pc, km_err *err)
+{
+    return send_image(p, pc, KM_CTL_TYPE_FULL, err);
+}
+
+/* MigrationPropagator.sendRPCsToBrokersFromMetadataDelta for a changed ZK broker: batch 1's
+ * UpdateMetadata with every partition (Type 0), then batch 2's INCREMENTAL LeaderAndIsr of its
+ * partitions with isNew=true.  Its pending stops go in between: they may name a partition of a
+ * topic re-created under the same name, whose LeaderAndIsr must come after. */
+int km_bprop__catch_up(km_bprop *p, prop_chan *pc, km_err *err)
+{
+    return send_image(p, pc, KM_CTL_TYPE_INCREMENTAL, err);
 }
 
 /* ---- life cycle ------------------------------------------------------------------------------------ */
@@ -274,6 +330,8 @@ km_bprop *km_bprop_new(struct ev_loop *loop, const km_bprop_config *cfg, km_err 
         return km_fail(err, "propagator: out of memory"), NULL;
     }
     p->cfg.listener = p->listener;
+    p->zk_holds = -1;
+    p->holding = cfg->zk_ordered; /* until the owner says what ZooKeeper holds */
     ev_timer_init(&p->fenced_timer, on_fenced_timer, 0, 0);
     p->fenced_timer.data = p;
     return p;
@@ -292,6 +350,8 @@ void km_bprop_free(km_bprop *p)
     if (!p)
         return;
     km_bprop_deactivate(p);
+    km_bprop__stops_free(&p->stops);
+    km_bprop__stops_free(&p->uncached);
     ev_timer_stop(p->loop, &p->fenced_timer);
     free(p->chans);
     free(p->listener);
@@ -309,7 +369,23 @@ int km_bprop_activate(km_bprop *p, const km_image *img, int32_t zk_controller_ep
     /* channels that survive from an earlier activation resync; new ones sync once connected */
     for (size_t i = 0; i < p->n; i++)
         km_bchan_resync(p->chans[i]->ch);
-    return km_bprop__sync_channels(p, NULL, NULL, err);
+    return km_bprop__sync_channels(p, CATCH_UP_FULL, err);
+}
+
+void km_bprop_zk_holds(km_bprop *p, int64_t offset)
+{
+    if (offset <= p->zk_holds)
+        return;
+    p->zk_holds = offset;
+    for (size_t i = 0; i < p->n; i++)
+        km_bchan_release(p->chans[i]->ch, offset);
+}
+
+void km_bprop_hold(km_bprop *p, bool hold)
+{
+    p->holding = hold;
+    for (size_t i = 0; i < p->n; i++)
+        km_bchan_hold(p->chans[i]->ch, hold);
 }
 
 bool km_bprop_active(const km_bprop *p) { return p->active; }

@@ -15,22 +15,25 @@
 typedef int (*build_fn)(int16_t v, const void *args, km_arena *a, void *out, km_err *err);
 
 /* Builds at the channel's negotiated version into a fresh arena the channel takes over.
- * A channel that is not ready drops nothing of value: its next ready brings a full sync. */
-static int submit(prop_chan *pc, int16_t api, size_t size, build_fn fn, const void *args, km_err *err)
+ * A channel never negotiated drops nothing of value: its first negotiation brings a catch-up
+ * (and pending stops are kept apart).  With ZooKeeper first, the request waits until ZooKeeper
+ * holds the image's offset (KRaftMigrationDriver sends RPCs only after its ZK writes). */
+static int64_t submit(prop_chan *pc, int16_t api, size_t size, build_fn fn, const void *args, km_err *err)
 {
     int16_t v = km_bchan_version(pc->ch, api);
-    if (v < 0 || !km_bchan_ready(pc->ch))
+    if (v < 0)
         return 0;
     km_arena a;
     km_arena_init(&a, REQ_ARENA_LIMIT);
     void *rq = km_arena_alloc(&a, size);
-    if (!rq || fn(v, args, &a, rq, err) || km_bchan_submit(pc->ch, api, rq, &a, err) < 0) {
+    int64_t gate = pc->p->cfg.zk_ordered ? km_image_offset(pc->p->img) : -1, seq = -1;
+    if (!rq || fn(v, args, &a, rq, err) || (seq = km_bchan_submit_gated(pc->ch, api, rq, &a, gate, err)) < 0) {
         if (!rq)
             km_fail(err, "broker %d: out of memory for %s", pc->id, km_api_name(api));
         km_arena_free(&a);
         return -1;
     }
-    return 0;
+    return seq;
 }
 
 typedef struct req_args {
@@ -60,27 +63,46 @@ static int build_stop(int16_t v, const void *args, km_arena *a, void *out, km_er
     return km_bp_stop_replica(v, r->ctl, r->stops, r->n, a, out, err);
 }
 
+/* A deleted partition's entry (leader -2) stays pending until the broker answers it. */
+static int keep_uncached(km_bprop *p, prop_chan *pc, const km_bp_part *parts, size_t n, int64_t seq)
+{
+    for (size_t i = 0; i < n; i++) {
+        km_bp_stop x = { parts[i].topic, parts[i].partition, KM_EPOCH_DURING_DELETE, true };
+        if (parts[i].leader == KM_LEADER_DURING_DELETE && km_bprop__stops_add(p, &p->uncached, pc->id, &x, 1, seq))
+            return -1;
+    }
+    return 0;
+}
+
 int km_bprop__send_umr(km_bprop *p, prop_chan *pc, const km_bp_ctl *ctl, const km_bp_part *parts, size_t n,
                        const km_broker **brokers, size_t nb, km_err *err)
 {
-    (void)p;
     req_args r = { .ctl = ctl, .parts = parts, .n = n, .brokers = brokers, .nb = nb };
-    return submit(pc, KM_API_UPDATE_METADATA, sizeof(km_update_metadata_request), build_umr, &r, err);
+    int64_t seq = submit(pc, KM_API_UPDATE_METADATA, sizeof(km_update_metadata_request), build_umr, &r, err);
+    if (seq >= 0 && keep_uncached(p, pc, parts, n, seq))
+        return km_fail(err, "broker %d: out of memory keeping %zu partitions' metadata", pc->id, n);
+    return seq < 0 ? -1 : 0;
 }
 
 int km_bprop__send_lisr(km_bprop *p, prop_chan *pc, const km_bp_ctl *ctl, const km_bp_part *parts, size_t n,
                         const km_broker **brokers, size_t nb, km_err *err)
 {
+    km_bprop__stops_superseded(p, pc->id, parts, n);
     req_args r = { .ctl = ctl, .parts = parts, .n = n, .brokers = brokers, .nb = nb, .listener = p->listener };
-    return n ? submit(pc, KM_API_LEADER_AND_ISR, sizeof(km_leader_and_isr_request), build_lisr, &r, err) : 0;
+    if (!n)
+        return 0;
+    return submit(pc, KM_API_LEADER_AND_ISR, sizeof(km_leader_and_isr_request), build_lisr, &r, err) < 0 ? -1 : 0;
 }
 
-int km_bprop__send_stop(km_bprop *p, prop_chan *pc, const km_bp_ctl *ctl, const km_bp_stop *stops, size_t n,
-                        km_err *err)
+/* Every stop stays pending until the broker answers a request carrying it. */
+int64_t km_bprop__send_stop(km_bprop *p, prop_chan *pc, const km_bp_ctl *ctl, const km_bp_stop *stops, size_t n,
+                            km_err *err)
 {
-    (void)p;
     req_args r = { .ctl = ctl, .stops = stops, .n = n };
-    return n ? submit(pc, KM_API_STOP_REPLICA, sizeof(km_stop_replica_request), build_stop, &r, err) : 0;
+    int64_t seq = n ? submit(pc, KM_API_STOP_REPLICA, sizeof(km_stop_replica_request), build_stop, &r, err) : 0;
+    if (seq >= 0 && km_bprop__stops_add(p, &p->stops, pc->id, stops, n, seq))
+        return km_fail(err, "broker %d: out of memory keeping %zu stops", pc->id, n);
+    return seq;
 }
 
 /* ---- the delta ------------------------------------------------------------------------------ */
@@ -90,7 +112,7 @@ typedef struct delta_view {
     size_t npc;
     km_bp_part *umr;                   /* UpdateMetadata partitions, shared by every target */
     size_t numr;
-    int32_t *changed_zk;               /* ZK brokers whose registration changed: they full-sync */
+    int32_t *changed_zk;               /* ZK brokers whose registration changed: they catch up */
     size_t nchanged;
     bool brokers_changed;
     const km_broker **brokers;
@@ -127,12 +149,24 @@ static int collect_brokers(const km_delta *d, delta_view *dv, km_arena *a)
     return dv->changed_zk ? 0 : -1;
 }
 
-/* LeaderAndIsr.duringDelete: leader -2, epochs 0; ControllerEpoch is the ZK one here. */
+/* LeaderAndIsr.duringDelete: leader -2, epochs 0; ControllerEpoch is the ZK one here.  A topic
+ * re-created under the same name in this delta lends its id: UpdateMetadata groups partitions
+ * by name, and the broker must end with the image's id. */
 static km_bp_part deleted_part(const km_bprop *p, const km_partition_change *c, km_arena *a)
 {
-    return (km_bp_part){ .topic = c->topic_name, .partition = c->partition, .controller_epoch = p->zk_epoch,
+    const km_topic *again = km_image_topic_by_name(p->img, c->topic_name);
+    return (km_bp_part){ .topic = c->topic_name, .topic_id = again ? km_topic_id(again) : (km_uuid){ { 0 } },
+                         .partition = c->partition, .controller_epoch = p->zk_epoch,
                          .leader = KM_LEADER_DURING_DELETE, .isr = c->old.isr, .replicas = c->old.replicas,
                          .offline = km_bprop__offline(p, c->old.replicas, a) };
+}
+
+/* A deleted partition whose name and index the image holds again (re-created in this delta):
+ * the new partition's entry says it all, a -2 entry would delete it from the broker's cache. */
+static bool recreated(const km_bprop *p, const km_partition_change *c)
+{
+    const km_topic *again = c->has_new ? NULL : km_image_topic_by_name(p->img, c->topic_name);
+    return again && c->partition < km_topic_partition_count(again);
 }
 
 static int collect_partitions(const km_bprop *p, const km_delta *d, delta_view *dv, km_arena *a)
@@ -155,52 +189,62 @@ static int collect_partitions(const km_bprop *p, const km_delta *d, delta_view *
         return -1;
     for (size_t i = 0; i < dv->npc; i++) {
         const km_partition_change *x = &dv->pcs[i];
-        dv->umr[dv->numr++] = x->has_new ? km_bprop__part(p, x->topic_name, x->topic_id, &x->new, a)
-                                         : deleted_part(p, x, a);
+        if (x->has_new)
+            dv->umr[dv->numr++] = km_bprop__part(p, x->topic_name, x->topic_id, &x->new, a);
+        else if (!recreated(p, x))
+            dv->umr[dv->numr++] = deleted_part(p, x, a);
     }
     return 0;
 }
 
-/* One channel's share of batch 2: LeaderAndIsr to replicas, StopReplica to the removed. */
-static int per_channel(km_bprop *p, prop_chan *pc, const delta_view *dv, km_arena *a, km_err *err)
+/* One channel's stops in batch 2: to the replicas of a deleted topic (-2) and to those a
+ * reassignment removed (the current leader epoch). */
+static size_t channel_stops(const prop_chan *pc, const delta_view *dv, km_bp_stop *stops)
+{
+    size_t ns = 0;
+    for (size_t i = 0; i < dv->npc; i++) {
+        const km_partition_change *c = &dv->pcs[i];
+        bool was = c->has_old && has(c->old.replicas.v, (size_t)c->old.replicas.n, pc->id);
+        bool is = c->has_new && has(c->new.replicas.v, (size_t)c->new.replicas.n, pc->id);
+        if (was && !is)
+            stops[ns++] = (km_bp_stop){ c->topic_name, c->partition,
+                                        c->has_new ? c->new.leader_epoch : KM_EPOCH_DURING_DELETE, true };
+    }
+    return ns;
+}
+
+/* One channel's share of batch 2.  Its stops go first (Kafka sends them last): StopReplica names
+ * partitions without topic ids, so a topic deleted and re-created under the same name must be
+ * stopped before its new LeaderAndIsr, or the stop deletes the new log.  A changed broker gets
+ * its catch-up instead of the LeaderAndIsr and UpdateMetadata (which cover them). */
+static int per_channel(km_bprop *p, prop_chan *pc, const delta_view *dv, bool changed, km_arena *a, km_err *err)
 {
     km_bp_part *lisr = km_arena_alloc(a, sizeof *lisr * (dv->npc ? dv->npc : 1));
     km_bp_stop *stops = km_arena_alloc(a, sizeof *stops * (dv->npc ? dv->npc : 1));
     if (!lisr || !stops)
         return km_fail(err, "broker %d: out of memory for a delta of %zu partitions", pc->id, dv->npc);
-    size_t nl = 0, ns = 0;
+    size_t ns = channel_stops(pc, dv, stops), nl = 0;
+    km_bp_ctl ctl = km_bprop__ctl(p, pc->id, KM_CTL_TYPE_INCREMENTAL);
+    if (changed) /* kept pending: the catch-up sends them before its LeaderAndIsr */
+        return km_bprop__stops_add(p, &p->stops, pc->id, stops, ns, 0) ? km_fail(err, "out of memory")
+                                                                        : km_bprop__catch_up(p, pc, err);
+    if (km_bprop__send_stop(p, pc, &ctl, stops, ns, err) < 0)
+        return -1;
     for (size_t i = 0; i < dv->npc; i++) {
         const km_partition_change *c = &dv->pcs[i];
-        bool was = c->has_old && has(c->old.replicas.v, (size_t)c->old.replicas.n, pc->id);
-        bool is = c->has_new && has(c->new.replicas.v, (size_t)c->new.replicas.n, pc->id);
-        if (is)
-            lisr[nl++] = dv->umr[i];
-        if (was && !is) /* topic deleted (-2) or reassigned away (current leader epoch) */
-            stops[ns++] = (km_bp_stop){ c->topic_name, c->partition,
-                                        c->has_new ? c->new.leader_epoch : KM_EPOCH_DURING_DELETE, true };
+        if (c->has_new && has(c->new.replicas.v, (size_t)c->new.replicas.n, pc->id))
+            lisr[nl++] = km_bprop__part(p, c->topic_name, c->topic_id, &c->new, a);
     }
-    km_bp_ctl ctl = km_bprop__ctl(p, pc->id, KM_CTL_TYPE_INCREMENTAL);
     if (km_bprop__send_lisr(p, pc, &ctl, lisr, nl, dv->brokers, dv->nb, err))
         return -1;
-    if (dv->numr && km_bprop__send_umr(p, pc, &ctl, dv->umr, dv->numr, dv->brokers, dv->nb, err))
-        return -1;
-    return km_bprop__send_stop(p, pc, &ctl, stops, ns, err);
+    return dv->numr ? km_bprop__send_umr(p, pc, &ctl, dv->umr, dv->numr, dv->brokers, dv->nb, err) : 0;
 }
 
+/* Batch 1: channels follow the registrations; the new LiveBrokers (Type 0, as Kafka leaves it)
+ * to the unchanged ZK brokers.  A changed broker's UpdateMetadata is in its catch-up. */
 static int broker_changes(km_bprop *p, const delta_view *dv, km_err *err)
 {
-    int32_t *fresh = malloc(sizeof *fresh * (km_image_broker_count(p->img) + 1));
-    size_t nf = 0;
-    if (!fresh)
-        return km_fail(err, "propagator: out of memory");
-    int rc = km_bprop__sync_channels(p, fresh, &nf, err);
-    for (size_t i = 0; !rc && i < dv->nchanged; i++) {
-        prop_chan *pc = km_bprop__find(p, dv->changed_zk[i]);
-        if (pc && !has(fresh, nf, pc->id))
-            km_bchan_resync(pc->ch);
-    }
-    free(fresh);
-    /* batch 1 (Type 0, as Kafka leaves it): the new LiveBrokers to the unchanged ZK brokers */
+    int rc = km_bprop__sync_channels(p, CATCH_UP_CHANGED, err);
     for (size_t i = 0; !rc && dv->brokers_changed && i < p->n; i++) {
         prop_chan *pc = p->chans[i];
         if (has(dv->changed_zk, dv->nchanged, pc->id))
@@ -213,7 +257,7 @@ static int broker_changes(km_bprop *p, const delta_view *dv, km_err *err)
 
 static int resync_all(km_bprop *p, km_err *err)
 {
-    if (km_bprop__sync_channels(p, NULL, NULL, err))
+    if (km_bprop__sync_channels(p, CATCH_UP_FULL, err))
         return -1;
     for (size_t i = 0; i < p->n; i++)
         km_bchan_resync(p->chans[i]->ch);
@@ -237,8 +281,9 @@ int km_bprop_publish(km_bprop *p, const km_delta *d, km_err *err)
     }
     if (broker_changes(p, &dv, err))
         goto out;
-    for (size_t i = 0; dv.npc && i < p->n; i++) {
-        if (!has(dv.changed_zk, dv.nchanged, p->chans[i]->id) && per_channel(p, p->chans[i], &dv, &a, err))
+    for (size_t i = 0; i < p->n; i++) {
+        bool changed = has(dv.changed_zk, dv.nchanged, p->chans[i]->id);
+        if ((changed || dv.npc) && per_channel(p, p->chans[i], &dv, changed, &a, err))
             goto out;
     }
     rc = 0;
@@ -282,12 +327,21 @@ static void chan_metrics(km_buf *out, const prop_chan *pc, bool first)
                       (double)s.timeouts);
     km_metrics_sample(out, "kmproxy_broker_reconnects_total", "counter", "Connection attempts", l, first,
                       (double)s.connects);
-    km_metrics_sample(out, "kmproxy_broker_full_syncs_total", "counter", "Full syncs queued", l, first,
-                      (double)s.full_syncs);
+    km_metrics_sample(out, "kmproxy_broker_stale_controller_epoch_total", "counter",
+                      "STALE_CONTROLLER_EPOCH answers (ZooKeeper is then asked whose epoch it is)", l, first,
+                      (double)s.stale_controller_epoch);
+    km_metrics_sample(out, "kmproxy_broker_resent_total", "counter",
+                      "Requests sent again after a reconnect or a timeout", l, first, (double)s.resent);
+    km_metrics_sample(out, "kmproxy_broker_full_syncs_total", "counter",
+                      "Full syncs for what could not be resent (a dropped queue)", l, first, (double)s.full_syncs);
+    km_metrics_sample(out, "kmproxy_broker_dropped_total", "counter",
+                      "Requests dropped (queue overflow, STALE_BROKER_EPOCH, unencodable)", l, first,
+                      (double)s.dropped);
+    km_metrics_sample(out, "kmproxy_broker_pending_stops", "gauge",
+                      "StopReplica partitions the broker has not answered yet", l, first,
+                      (double)km_bprop_pending_stops(pc->p, pc->id));
     km_metrics_sample(out, "kmproxy_broker_auth_failures_total", "counter", "SASL authentications refused", l, first,
                       (double)s.auth_failures);
-    km_metrics_sample(out, "kmproxy_broker_dropped_total", "counter", "Requests dropped (replaced by a full sync)",
-                      l, first, (double)s.dropped);
 }
 
 void km_bprop_render_metrics(const km_bprop *p, km_buf *out)

@@ -94,11 +94,16 @@ typedef void (*km_broker_log_fn)(int level, const char *msg, void *ud);
 
 /* ---- km_bchan: one ZK-mode broker ------------------------------------------------------ */
 
-/* Like Kafka's RequestSendThread: one request in flight, strictly in order, the same request
- * resent on STALE_BROKER_EPOCH with the re-read epoch.  Unlike it, the queue is bounded and a
- * broken connection drops everything: after every (re)connect and after an overflow the owner
- * is asked for a full sync (full UpdateMetadata + full LeaderAndIsr), which subsumes whatever
- * was lost.  So a dead broker costs nothing but its reconnect timer. */
+/* Like Kafka's RequestSendThread: one request in flight, strictly in order, each request
+ * delivered at least once: a broken connection or a timed-out request is followed by a
+ * reconnect and the same request is sent again, then the rest of the queue
+ * (ControllerChannelManager.RequestSendThread.doWork).  A request the broker answers with
+ * STALE_BROKER_EPOCH is dropped (counted), as Kafka drops it: the next registration's requests
+ * carry the new epoch.  Unlike Kafka the queue is bounded: an overflow drops it and the owner is
+ * asked for a full sync (counted), the one remedy for what cannot be resent.  Before the first
+ * negotiation nothing is queued (the versions to build at are unknown): the owner is asked for
+ * a catch-up once negotiated.  Requests may be gated on an offset the owner releases
+ * (ZooKeeper first, then the brokers). */
 typedef struct km_bchan km_bchan;
 
 /* Kafka's socket.request.max.bytes default: the largest request a broker reads.  The channel's
@@ -133,14 +138,19 @@ typedef struct km_bchan_config {
 } km_bchan_config;
 
 typedef struct km_bchan_hooks {
-    /* Connected and negotiated, or the queue overflowed: queue a full sync now. */
-    void (*need_full_sync)(km_bchan *ch, void *ud);
-    /* The broker's current registration epoch (on STALE_BROKER_EPOCH); -1: unknown. */
-    int64_t (*broker_epoch)(km_bchan *ch, void *ud);
-    /* A request finished (answered, whatever its errors).  top: the top-level error code. */
+    /* Negotiated for the first time (nothing was queued before), the queue overflowed, or the
+     * versions changed on a reconnect: queue what the broker needs now.  first: the former. */
+    void (*need_full_sync)(km_bchan *ch, bool first, void *ud);
+    /* The ZooKeeper controller epoch to send with, read at each send; NULL or -1: as built. */
+    int32_t (*controller_epoch)(km_bchan *ch, void *ud);
+    /* A request finished (answered, whatever its errors, or dropped on STALE_BROKER_EPOCH).
+     * top: the top-level error code. */
     void (*done)(km_bchan *ch, int16_t api, uint64_t seq, int16_t top, void *ud);
-    /* Top-level STALE_CONTROLLER_EPOCH: another controller owns the brokers.  The channel
-     * has stopped; the owner should stop everything. */
+    /* Top-level STALE_CONTROLLER_EPOCH to a request sent with `sent_epoch`.  With this hook the
+     * request is dropped and the channel goes on (the owner checks ZooKeeper and decides);
+     * without it the channel stops and `fenced` runs. */
+    void (*stale_controller_epoch)(km_bchan *ch, int32_t sent_epoch, void *ud);
+    /* The channel has stopped for STALE_CONTROLLER_EPOCH; the owner should stop everything. */
     void (*fenced)(km_bchan *ch, void *ud);
     /* Optional: a topic's name for logs (LeaderAndIsr v5+ answers by topic id); NULL: unknown. */
     const char *(*topic_name)(km_bchan *ch, km_uuid id, void *ud);
@@ -151,27 +161,39 @@ km_bchan *km_bchan_new(struct ev_loop *loop, const km_bchan_config *cfg, const k
                        km_err *err);
 void km_bchan_free(km_bchan *ch);      /* NULL is fine; no hook runs */
 int32_t km_bchan_broker_id(const km_bchan *ch);
-/* Negotiated: requests may be submitted. */
+/* Connected, negotiated, and no full sync waiting to be queued. */
 bool km_bchan_ready(const km_bchan *ch);
-/* Version to build `api` at (highest both sides support), -1 when not ready. */
+/* Version to build `api` at (highest both sides support, as last negotiated: requests queue
+ * while the channel reconnects), -1 before the first negotiation or once stopped. */
 int16_t km_bchan_version(const km_bchan *ch, int16_t api);
 /* Queues body (a request struct for api at km_bchan_version, allocated with everything it
  * points to from *arena).  The channel takes the arena over (*arena is left empty).
- * Returns the request's sequence number (> 0), or 0 if the request was dropped: not ready,
- * stopped, or queue full (a full sync follows).  Only -1 for a bad api or version. */
+ * Returns the request's sequence number (> 0), or 0 if the request was dropped: never
+ * negotiated yet (a catch-up follows), stopped, or queue full (a full sync follows).
+ * Only -1 for a bad api or version. */
 int64_t km_bchan_submit(km_bchan *ch, int16_t api, void *body, km_arena *arena, km_err *err);
-/* Drop what is queued and ask for a full sync once nothing is in flight
- * (e.g. the broker re-registered). */
+/* The same, sent only once km_bchan_release has released `gate` (an offset; -1: at once). */
+int64_t km_bchan_submit_gated(km_bchan *ch, int16_t api, void *body, km_arena *arena, int64_t gate,
+                              km_err *err);
+/* Requests gated at or below offset may go now. */
+void km_bchan_release(km_bchan *ch, int64_t offset);
+/* While held nothing new is sent (the one in flight is still answered). */
+void km_bchan_hold(km_bchan *ch, bool hold);
+/* Drop what is queued and ask for a full sync once nothing is in flight. */
 void km_bchan_resync(km_bchan *ch);
 /* Stop for good: nothing more is sent (leadership lost). */
 void km_bchan_stop(km_bchan *ch);
-/* Requests queued or in flight. */
+/* Requests queued (held ones too) or in flight. */
 size_t km_bchan_pending(const km_bchan *ch);
 
 typedef struct km_bchan_stats {
     uint64_t sent[3], acked[3];        /* by LeaderAndIsr, StopReplica, UpdateMetadata (api key - 4) */
     uint64_t errors[3];                /* top-level and per-partition error codes != 0 */
-    uint64_t stale_broker_epoch, resent, dropped, overflows, timeouts, connects, disconnects, full_syncs;
+    /* resent: sent again after a reconnect; dropped: overflow, STALE_BROKER_EPOCH, unencodable,
+     * or submitted before the first negotiation; full_syncs: remedies for a dropped queue (the
+     * first catch-up after a channel's first negotiation is not counted) */
+    uint64_t stale_broker_epoch, stale_controller_epoch, resent, dropped, overflows, timeouts, connects,
+        disconnects, full_syncs;
     uint64_t auth_failures;            /* SASL handshakes or authentications the broker refused */
     uint64_t error_by_code[128];       /* all APIs, index = code (0: codes outside 1..127) */
     bool ready, stopped;
@@ -183,24 +205,40 @@ void km_bchan_get_stats(const km_bchan *ch, km_bchan_stats *out);
 /* Kafka 3.9's MigrationPropagator over km_bchan.  Channels exist exactly for the unfenced
  * registrations with IsMigratingZkBroker, dialled at their `listener` endpoint.  Per delta:
  *   1. brokers changed: UpdateMetadata (no partitions, all registrations as LiveBrokers) to
- *      the ZK brokers whose registration did not change; a changed ZK broker gets a full sync;
- *   2. Type=INCREMENTAL: LeaderAndIsr (IsNew, as Kafka sets it) to the replicas of each
- *      changed or created partition, UpdateMetadata with those partitions to all, StopReplica
- *      (DeletePartition, leader epoch -2) to the replicas of a deleted topic with
- *      UpdateMetadata leader -2 for its partitions, StopReplica (DeletePartition, current
- *      leader epoch) to replicas a reassignment removed.
- * A full sync (on activation, on every (re)connect, after an overflow or a snapshot) is a
- * full UpdateMetadata (Type=2, every partition) then a full LeaderAndIsr (Type=2, every
- * partition the broker hosts).  Per-partition ControllerEpoch is the image's log epoch;
- * the request's is the ZooKeeper controller epoch.
+ *      the ZK brokers whose registration did not change; a changed ZK broker (registered,
+ *      re-registered, unfenced, moved) gets UpdateMetadata with every partition (Type 0), its
+ *      pending stops and an INCREMENTAL LeaderAndIsr of its own partitions (isNew=true);
+ *   2. Type=INCREMENTAL, per unchanged broker: StopReplica (DeletePartition, leader epoch -2)
+ *      to the replicas of a deleted topic and (current leader epoch) to replicas a reassignment
+ *      removed; LeaderAndIsr (IsNew, as Kafka sets it) to the replicas of each changed or
+ *      created partition; UpdateMetadata with those partitions to all, leader -2 for a deleted
+ *      topic's partitions.
+ * Every StopReplica stays pending per broker until the broker answers a request carrying it;
+ * pending stops are sent again with every catch-up and full sync, and so are the leader -2
+ * UpdateMetadata entries of deleted partitions the broker has not acknowledged (a 3.4 broker
+ * ignores a FULL UpdateMetadata's omissions).  A full sync (on activation,
+ * after a queue overflow or a snapshot) is a full UpdateMetadata (Type=2, every partition), the
+ * pending stops, then a full LeaderAndIsr (Type=2, every partition the broker hosts).
+ * Per-partition ControllerEpoch is the image's log epoch; the request's is the ZooKeeper
+ * controller epoch, read at each send.  With zk_ordered, a request built for image offset N
+ * goes out only once the owner has said ZooKeeper holds N (km_bprop_zk_holds), and nothing
+ * goes out while the owner holds the brokers (km_bprop_hold: ZooKeeper re-syncing).
  *
  * Where this knowingly differs from Kafka 3.9 (each is a superset of what Kafka sends, or a fix):
  *  - versions come from ApiVersions (highest common), not from metadata.version;
  *  - a full sync is UpdateMetadata(Type=2) then LeaderAndIsr(Type=2); Kafka's image path sends
- *    UpdateMetadata(Type=0, all partitions), LeaderAndIsr(Type=2), UpdateMetadata(Type=2), and its
- *    delta path gives a changed ZK broker Type=0/Type=1 requests instead of a full sync;
- *  - Kafka resends the same request after a reconnect; we full-sync (the brokers' state converges
- *    either way, and a bounded queue needs a way to forget);
+ *    UpdateMetadata(Type=0, all partitions), LeaderAndIsr(Type=2);
+ *  - the request queue is bounded: an overflow drops it for a full sync (counted in
+ *    kmproxy_broker_full_syncs_total); Kafka's queue grows without bound;
+ *  - StopReplica, and a deleted partition's UpdateMetadata entry, are delivered at least once
+ *    across dropped queues, channel removal and STALE_BROKER_EPOCH (Kafka loses them with the
+ *    queue or the dropped request); a full sync's UpdateMetadata repeats such entries;
+ *  - a broker's stops of a delta go before its LeaderAndIsr (Kafka: LeaderAndIsr, UpdateMetadata,
+ *    StopReplica): StopReplica names partitions without ids, so a topic deleted and re-created
+ *    under the same name in one delta would otherwise lose its new log; such a partition's
+ *    UpdateMetadata entry is the new one with the new id (Kafka's map keeps one of the two);
+ *  - on STALE_CONTROLLER_EPOCH, ZooKeeper's /controller_epoch decides: another writer moved it
+ *    -> everything stops (fenced); otherwise logged and dropped, as Kafka does;
  *  - OfflineReplicas of a deleted topic's partitions are its unregistered replicas (Kafka 3.9
  *    lists the registered ones there, a naming slip);
  *  - batch 1's UpdateMetadata to unchanged brokers carries no partitions (Kafka's shares the
@@ -219,6 +257,13 @@ typedef struct km_bprop_config {
     void *log_ud;
     /* A broker answered STALE_CONTROLLER_EPOCH: leadership is lost; everything has stopped. */
     void (*fenced)(km_bprop *p, int32_t broker_id, void *ud);
+    /* Optional: the ZooKeeper controller epoch now (read at each send); NULL: activate's. */
+    int32_t (*zk_controller_epoch)(km_bprop *p, void *ud);
+    /* Optional: a broker answered STALE_CONTROLLER_EPOCH to `sent_epoch`; the owner checks
+     * ZooKeeper's /controller_epoch and calls km_bprop_fence if another writer moved it.
+     * NULL: every STALE_CONTROLLER_EPOCH fences. */
+    void (*stale_controller_epoch)(km_bprop *p, int32_t broker_id, int32_t sent_epoch, void *ud);
+    bool zk_ordered;                   /* requests wait for km_bprop_zk_holds (and start held) */
     void *ud;
 } km_bprop_config;
 
@@ -233,6 +278,16 @@ int km_bprop_activate(km_bprop *p, const km_image *img, int32_t zk_controller_ep
 int km_bprop_publish(km_bprop *p, const km_delta *delta, km_err *err);
 /* Stop: every channel closes (leadership lost or shutting down). */
 void km_bprop_deactivate(km_bprop *p);
+/* zk_ordered: ZooKeeper is confirmed to hold the image up to `offset`: requests built for it
+ * may go. */
+void km_bprop_zk_holds(km_bprop *p, int64_t offset);
+/* zk_ordered: hold every request back (ZooKeeper is re-syncing) or let them go again. */
+void km_bprop_hold(km_bprop *p, bool hold);
+/* Another controller owns the brokers: stop every channel; `fenced` runs from the loop. */
+void km_bprop_fence(km_bprop *p, int32_t broker_id);
+/* StopReplica partitions broker_id has not answered yet.  (A deleted partition's UpdateMetadata
+ * entry is kept the same way, and goes again in every full sync and catch-up.) */
+size_t km_bprop_pending_stops(const km_bprop *p, int32_t broker_id);
 bool km_bprop_active(const km_bprop *p);
 bool km_bprop_fenced(const km_bprop *p);
 /* Requests queued or in flight over all channels; 0 when every broker has acked everything. */

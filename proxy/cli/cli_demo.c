@@ -22,12 +22,14 @@
 typedef struct demo_opts {
     int brokers, topics, partitions, leader_changes;
     bool keep;
+    bool quorum;             /* --quorum: metadata.source=quorum against kmproxy-raftsim */
 } demo_opts;
 
 typedef struct demo {
     demo_opts o;
     char workdir[1024], logdir[PATH_MAX];
     km_localzk zk;
+    demo_quorum quorum;
     demo_sim sims[DEMO_MAX_BROKERS];
     struct ev_loop *loop;
     km_daemon *daemon;
@@ -132,7 +134,11 @@ static int start_daemon(demo *d, km_err *err)
     km_config_defaults(&cfg);
     char zk[64];
     snprintf(zk, sizeof zk, "%s/kafka", d->zk.hosts);  /* a chroot, as clusters use; created if missing */
-    if (km_config_set(&cfg, "metadata.dir", d->logdir, "demo", err) ||
+    char servers[64];
+    snprintf(servers, sizeof servers, "127.0.0.1:%u", d->quorum.port);
+    if ((d->o.quorum && (km_config_set(&cfg, "metadata.source", "quorum", "demo", err) ||
+                         km_config_set(&cfg, "controller.quorum.bootstrap.servers", servers, "demo", err))) ||
+        km_config_set(&cfg, "metadata.dir", d->logdir, "demo", err) ||
         km_config_set(&cfg, "zookeeper.connect", zk, "demo", err) ||
         km_config_set(&cfg, "metrics.listen", "127.0.0.1:0", "demo", err) ||
         km_config_set(&cfg, "log.level", "warn", "demo", err)) {
@@ -144,6 +150,8 @@ static int start_daemon(demo *d, km_err *err)
     if (!d->daemon)
         return -1;
     km_daemon_start(d->daemon);
+    if (d->o.quorum)
+        printf("kmproxy: an observer of the KRaft quorum at %s (kmproxy-raftsim serving the log)\n", servers);
     printf("kmproxy: following the log, mirroring into ZooKeeper %s, metrics on http://127.0.0.1:%u/metrics\n",
            zk, km_daemon_metrics_port(d->daemon));
     return 0;
@@ -176,7 +184,7 @@ static int parse_demo_opts(int argc, char **argv, demo_opts *o)
     static const struct option longopts[] = {
         {"brokers", required_argument, 0, 'b'}, {"topics", required_argument, 0, 't'},
         {"partitions", required_argument, 0, 'p'}, {"leader-changes", required_argument, 0, 'l'},
-        {"keep", no_argument, 0, 'k'}, {0, 0, 0, 0}};
+        {"keep", no_argument, 0, 'k'}, {"quorum", no_argument, 0, 'q'}, {0, 0, 0, 0}};
     *o = (demo_opts){.brokers = 5, .topics = 20, .partitions = 8, .leader_changes = 25};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
@@ -186,6 +194,7 @@ static int parse_demo_opts(int argc, char **argv, demo_opts *o)
         case 'p': o->partitions = atoi(optarg); break;
         case 'l': o->leader_changes = atoi(optarg); break;
         case 'k': o->keep = true; break;
+        case 'q': o->quorum = true; break;
         default: return -1;
         }
     }
@@ -197,6 +206,7 @@ static void cleanup(demo *d)
 {
     km_daemon_free(d->daemon);
     demo_stop_sims(d->sims, d->o.brokers + 1);
+    demo_stop_quorum(&d->quorum);
     km_localzk_stop(&d->zk);
     if (!d->o.keep) {
         char cmd[PATH_MAX + 16];
@@ -214,7 +224,7 @@ int km_cli_demo(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);  /* children are forked: nothing may sit unflushed */
     if (parse_demo_opts(argc, argv, &d.o)) {
         fprintf(stderr, "usage: kmproxy demo [--brokers 3-%d] [--topics T>=2] [--partitions P] [--leader-changes K]"
-                        " [--keep]\n", DEMO_MAX_BROKERS - 1);
+                        " [--keep] [--quorum]\n", DEMO_MAX_BROKERS - 1);
         return 2;
     }
     snprintf(d.workdir, sizeof d.workdir, "%s/kmproxy-demo-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -230,6 +240,8 @@ int km_cli_demo(int argc, char **argv)
     bool ok = !make_cluster(&d, &err) && !km_localzk_start(&d.zk, d.workdir, 60, &err);
     if (ok)
         printf("ZooKeeper: serving on %s\n", d.zk.hosts);
+    if (ok && d.o.quorum)
+        ok = !demo_start_quorum(&d.quorum, d.logdir, d.workdir, &err);
     ok = ok && !start_daemon(&d, &err) && run_stages(&d);
     if (err.msg[0])
         fprintf(stderr, "demo: %s\n", err.msg);

@@ -33,4 +33,9 @@ int demo_check_brokers(const demo_sim *sims, int n, const km_image *img, km_err 
 int demo_append_changes(const char *logdir, const km_image *img, int leader_changes, const demo_sim *newcomer,
                         km_err *err);
 
+/* cli_demo_quorum.c: a kmproxy-raftsim process serving logdir as the KRaft quorum leader. */
+typedef struct demo_quorum { pid_t pid; uint16_t port; } demo_quorum;
+int demo_start_quorum(demo_quorum *q, const char *logdir, const char *workdir, km_err *err);
+void demo_stop_quorum(demo_quorum *q);
+
 #endif

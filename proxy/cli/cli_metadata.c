@@ -6,6 +6,7 @@
  * naming the file, offset and reason.
  */
 #include "km_cli.h"
+#include "cli_quorum.h"
 #include "km_image.h"
 #include "km_metalog.h"
 
@@ -22,6 +23,11 @@ static void usage(FILE *to)
 {
     fprintf(to,
             "usage: kmproxy metadata dump PATH\n"
+            "       kmproxy metadata dump --bootstrap-server HOST:PORT[,...] [--cluster-id ID] [--timeout S]\n"
+            "                             [--command-config FILE]\n"
+            "       kmproxy metadata quorum --bootstrap-server HOST:PORT[,...] [--timeout S] [--command-config FILE]\n"
+            "--command-config: security.protocol=SSL, ssl.truststore.location=PEM (ssl.keystore.location) for an\n"
+            "SSL controller listener, as Kafka's tools take it.\n"
             "       kmproxy metadata image [--cluster-id ID] PATH\n"
             "       kmproxy metadata gen --out DIR --brokers N --topics T --partitions P [--replication R]\n"
             "                            [--leader-changes K] [--seed S] [--zk-migration]\n"
@@ -60,7 +66,7 @@ static json_t *end_txn_marker(km_bytes v)
     return json_pack("{s:i,s:i}", "version", ver, "coordinatorEpoch", ce);
 }
 
-static json_t *record_json(const km_metalog_record *r, km_err *err)
+json_t *km_cli_record_json(const km_metalog_record *r, km_err *err)
 {
     json_t *data;
     if (r->control && !r->desc)
@@ -77,6 +83,9 @@ static json_t *record_json(const km_metalog_record *r, km_err *err)
 
 static int cmd_dump(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "--bootstrap-server", 18))
+            return km_cli_metadata_dump_quorum(argc, argv); /* cli_quorum.c: over the network */
     if (argc != 2) {
         usage(stderr);
         return 2;
@@ -92,7 +101,7 @@ static int cmd_dump(int argc, char **argv)
     int64_t n = 0;
     while ((rc = km_metalog_next(log, &rec, &err)) == 1) {
         n++;
-        json_t *j = record_json(&rec, &err);
+        json_t *j = km_cli_record_json(&rec, &err);
         if (!j) {
             rc = -1;
             break;
@@ -223,6 +232,8 @@ int km_cli_metadata(int argc, char **argv)
         return cmd_image(argc - 1, argv + 1);
     if (!strcmp(argv[1], "gen"))
         return cmd_gen(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "quorum"))
+        return km_cli_metadata_quorum(argc - 1, argv + 1);
     fprintf(stderr, "kmproxy metadata: unknown subcommand '%s'\n", argv[1]);
     usage(stderr);
     return 2;

@@ -16,7 +16,18 @@
 #define KM_CONFIG_UNSET (-2)
 
 typedef struct km_config {
-    char *metadata_dir;              /* metadata.dir: the __cluster_metadata-0 directory (required) */
+    char *metadata_source;           /* metadata.source: "dir" (read metadata.dir) or "quorum" (fetch as an observer) */
+    char *metadata_dir;              /* metadata.dir: the __cluster_metadata-0 directory (required for dir) */
+    char *quorum_bootstrap_servers;  /* controller.quorum.bootstrap.servers: HOST:PORT,... (quorum) */
+    char *quorum_voters;             /* controller.quorum.voters: ID@HOST:PORT,... (quorum) */
+    int32_t quorum_request_timeout_ms; /* controller.quorum.request.timeout.ms */
+    char *quorum_snapshot_dir;       /* metadata.quorum.snapshot.dir: fetched snapshots spooled here; NULL: memory */
+    /* How the quorum's controller listener is reached (metadata.source=quorum), Kafka's names:
+     * controller.listener.names, listener.security.protocol.map (PLAINTEXT or SSL), and PEM
+     * ssl.truststore.* / ssl.keystore.* with ssl.endpoint.identification.algorithm=https. */
+    char *controller_listener_names, *listener_security_protocol_map;
+    char *ssl_truststore_location, *ssl_truststore_type, *ssl_keystore_location, *ssl_keystore_type;
+    char *ssl_endpoint_identification_algorithm;
     char *cluster_id;                /* cluster.id: overrides meta.properties */
     int32_t kraft_controller_id;     /* kraft.controller.id: -1 = the raft leader the log names */
     char *zk_connect;                /* zookeeper.connect: HOST:PORT[,HOST:PORT][/chroot] (required) */
@@ -56,6 +67,14 @@ int km_config_set(km_config *c, const char *key, const char *value, const char *
 /* Checks what a whole configuration needs (required keys, pairs that go together). */
 int km_config_validate(const km_config *c, km_err *err);
 void km_config_free(km_config *c);
+
+/* How the daemon reaches the KRaft controllers (config_quorum.c). */
+typedef struct km_config_quorum_security {
+    char listener[128];              /* the first of controller.listener.names ("" when unset) */
+    bool tls;                        /* its protocol in listener.security.protocol.map is SSL */
+    const char *ca_file, *cert_file; /* ssl.truststore.location / ssl.keystore.location (PEM) */
+} km_config_quorum_security;
+int km_config_resolve_quorum_security(const km_config *c, km_config_quorum_security *out, km_err *err);
 
 /* How the daemon reaches the ZK-mode brokers, resolved from broker.security.protocol,
  * broker.tls.*, broker.sasl.* and broker.listener (the password file is read here). */

@@ -86,6 +86,10 @@ static void set_reading(km_daemon *d, bool on)
  * consumer cannot take more (write-behind bound), to resume from km_daemon_kick. */
 void km_daemon_read_log(km_daemon *d)
 {
+    if (d->quorum) {
+        km_daemon_quorum_step(d);
+        return;
+    }
     km_err err = {{0}};
     while (!d->fatal[0]) {
         if (!km_daemon_consumers_ready(d)) {
@@ -150,6 +154,10 @@ static void signal_cb(struct ev_loop *loop, ev_signal *s, int revents)
 
 static int open_follower(km_daemon *d, km_err *err)
 {
+    ev_timer_init(&d->follow_poll, follow_poll_cb, 0, FOLLOW_POLL_SECONDS);
+    d->follow_poll.data = d;
+    if (km_daemon_quorum_mode(d))
+        return km_daemon_open_quorum(d, err);
     if (d->cfg.cluster_id && km_image_set_cluster_id(d->img, d->cfg.cluster_id, err))
         return -1;
     if (!d->cfg.cluster_id && km_image_load_meta_properties(d->img, d->cfg.metadata_dir, err) < 0)
@@ -160,8 +168,6 @@ static int open_follower(km_daemon *d, km_err *err)
         return -1;
     ev_io_init(&d->follow_io, follow_io_cb, km_image_follow_fd(d->follow), EV_READ);
     d->follow_io.data = d;
-    ev_timer_init(&d->follow_poll, follow_poll_cb, 0, FOLLOW_POLL_SECONDS);
-    d->follow_poll.data = d;
     return 0;
 }
 
@@ -241,7 +247,11 @@ void km_daemon_start(km_daemon *d)
     if (d->follow_io.fd >= 0)
         ev_io_start(d->loop, &d->follow_io);
     ev_timer_again(d->loop, &d->follow_poll);
-    km_daemon_log(d, KM_LOG_INFO, "following %s", d->cfg.metadata_dir);
+    if (d->quorum)
+        km_daemon_log(d, KM_LOG_INFO, "following the KRaft quorum at %s as an observer",
+                      d->cfg.quorum_bootstrap_servers ? d->cfg.quorum_bootstrap_servers : d->cfg.quorum_voters);
+    else
+        km_daemon_log(d, KM_LOG_INFO, "following %s", d->cfg.metadata_dir);
     km_daemon_read_log(d);
 }
 
@@ -280,6 +290,8 @@ void km_daemon_free(km_daemon *d)
     close_capture(d); /* after the channels that write into it */
     if (d->follow)
         km_image_follow_close(d->follow);
+    km_quorum_free(d->quorum);
+    km_tls_ctx_free(d->quorum_tls);
     km_delta_free(d->delta);
     km_image_free(d->img);
     km_config_free(&d->cfg);

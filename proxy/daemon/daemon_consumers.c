@@ -52,7 +52,8 @@ static void log_refused_deletes(km_daemon *d, const char *lines)
     }
 }
 
-/* Brokers only hear from us once ZooKeeper holds our claim and the full sync is done. */
+/* Brokers only hear from us once ZooKeeper holds our claim and the full sync is done; while the
+ * bridge re-syncs (after a session loss) they are held, then released up to what ZooKeeper holds. */
 static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
 {
     km_daemon *d = ctx;
@@ -68,13 +69,77 @@ static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
     }
     if (phase == KM_ZKB_DUAL_WRITE && d->proxy) /* controller RPCs passing inline with an older one are stale */
         km_inline_set_controller_epoch(d->proxy, km_zkw_zk_controller_epoch(km_zkb_writer(b)));
-    if (phase != KM_ZKB_DUAL_WRITE || !c->bprop || km_bprop_active(c->bprop))
+    if (!c->bprop)
+        return;
+    km_bprop_hold(c->bprop, phase != KM_ZKB_DUAL_WRITE);
+    if (phase != KM_ZKB_DUAL_WRITE)
+        return;
+    km_bprop_zk_holds(c->bprop, km_zkw_confirmed_offset(km_zkb_writer(b)));
+    if (km_bprop_active(c->bprop))
         return;
     km_err err = {{0}};
     int32_t zk_epoch = km_zkw_zk_controller_epoch(km_zkb_writer(b));
     km_daemon_log(d, KM_LOG_INFO, "zk: in sync; sending to ZK-mode brokers with controller epoch %d", zk_epoch);
     if (km_bprop_activate(c->bprop, d->img, zk_epoch, &err))
         km_daemon_fatal(d, "brokers: %s", err.msg);
+}
+
+/* KRaftMigrationDriver sends a delta's RPCs after its ZooKeeper writes: requests built for an
+ * offset go once ZooKeeper has acknowledged it. */
+static void bridge_confirmed(km_zkb *b, int64_t offset, void *ctx)
+{
+    km_daemon *d = ctx;
+    (void)b;
+    if (d->consumers->bprop)
+        km_bprop_zk_holds(d->consumers->bprop, offset);
+}
+
+/* Read at each send: a re-claim after a session expiry bumps it. */
+static int32_t zk_controller_epoch(km_bprop *p, void *ud)
+{
+    km_daemon *d = ud;
+    (void)p;
+    return km_zkw_zk_controller_epoch(km_zkb_writer(d->consumers->zkb));
+}
+
+typedef struct epoch_check { km_daemon *d; int32_t broker, sent; } epoch_check;
+
+static void controller_epoch_read(int rc, int32_t epoch, void *ctx)
+{
+    epoch_check *ec = ctx;
+    km_daemon *d = ec->d;
+    km_daemon_consumers *c = d->consumers;
+    if (rc != 0) /* ZOK */
+        km_daemon_log(d, KM_LOG_WARN, "brokers: broker %d answered STALE_CONTROLLER_EPOCH; reading "
+                      "/controller_epoch failed (ZooKeeper error %d): going on", ec->broker, rc);
+    else if (c && c->bprop && c->zkb) {
+        int32_t ours = km_zkw_zk_controller_epoch(km_zkb_writer(c->zkb));
+        if (epoch != ours)
+            km_bprop_fence(c->bprop, ec->broker);
+        else
+            km_daemon_log(d, KM_LOG_WARN, "brokers: broker %d answered STALE_CONTROLLER_EPOCH to epoch %d, but "
+                          "ZooKeeper's /controller_epoch is still ours (%d): going on", ec->broker, ec->sent, ours);
+    }
+    free(ec);
+}
+
+/* Kafka's controller only logs a broker's STALE_CONTROLLER_EPOCH; we ask ZooKeeper whether
+ * another writer moved /controller_epoch, and stop only then. */
+static void stale_controller_epoch(km_bprop *p, int32_t broker, int32_t sent, void *ud)
+{
+    km_daemon *d = ud;
+    km_err err = {{0}};
+    epoch_check *ec = malloc(sizeof *ec);
+    (void)p;
+    if (!ec) {
+        km_daemon_log(d, KM_LOG_WARN, "brokers: broker %d: STALE_CONTROLLER_EPOCH; out of memory: going on", broker);
+        return;
+    }
+    *ec = (epoch_check){ d, broker, sent };
+    if (km_zkw_read_controller_epoch(km_zkb_writer(d->consumers->zkb), controller_epoch_read, ec, &err)) {
+        free(ec);
+        km_daemon_log(d, KM_LOG_WARN, "brokers: broker %d: STALE_CONTROLLER_EPOCH; %s: going on", broker, err.msg);
+    }
 }
 
 static int controller_identity(km_daemon *d, int32_t *id, int32_t *epoch, km_err *err)
@@ -103,7 +168,7 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
                       .iterations = d->cfg.password_encoder_iterations},
         .guard = {.force = d->cfg.zk_force, .max_deletes_set = d->cfg.zk_max_deletes != KM_CONFIG_UNSET,
                   .max_deletes = d->cfg.zk_max_deletes},
-        .on_phase = bridge_phase, .ctx = d};
+        .on_phase = bridge_phase, .on_confirmed = bridge_confirmed, .ctx = d};
     km_daemon_log(d, KM_LOG_INFO, "zk: claiming %s as KRaft controller %d, epoch %d", d->cfg.zk_connect,
                   c->controller_id, c->controller_epoch);
     c->zkb = km_zkb_new(d->loop, d->img, &zc, err);
@@ -139,18 +204,22 @@ static int start_brokers(km_daemon *d, km_daemon_consumers *c, km_err *err)
         .controller_id = c->controller_id, .listener = c->sec.listener, .net = {.tls = c->broker_tls},
         .sasl = {.mechanism = c->sec.mechanism, .username = c->sec.username, .password = c->sec.password},
         .request_timeout = d->cfg.broker_request_timeout_ms / 1000.0, .max_queue = (size_t)d->cfg.broker_max_queued,
-        .capture = d->capture, .log = broker_log, .log_ud = d, .fenced = brokers_fenced, .ud = d};
+        .capture = d->capture, .log = broker_log, .log_ud = d, .fenced = brokers_fenced,
+        .zk_controller_epoch = zk_controller_epoch, .stale_controller_epoch = stale_controller_epoch,
+        .zk_ordered = true, .ud = d};
     c->bprop = km_bprop_new(d->loop, &bc, err);
     return c->bprop ? 0 : -1;
 }
 
+/* The bridge goes last and with c->bprop cleared: closing its session answers pending reads. */
 static void stop_all(km_daemon_consumers *c)
 {
-    km_bprop_free(c->bprop);
+    km_bprop *p = c->bprop;
+    c->bprop = NULL;
+    km_bprop_free(p);
     km_tls_ctx_free(c->broker_tls);
     km_config_broker_security_clear(&c->sec);
     km_zkb_free(c->zkb);
-    c->bprop = NULL;
     c->broker_tls = NULL;
     c->zkb = NULL;
 }

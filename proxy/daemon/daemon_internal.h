@@ -6,6 +6,7 @@
 #include "km_inline.h"
 #include "km_image.h"
 #include "km_metrics.h"
+#include "km_quorum.h"
 #include "km_zkbridge.h"
 
 #include <ev.h>
@@ -15,7 +16,9 @@ struct km_daemon {
     km_config cfg;
     int log_level;
     km_image *img;
-    km_image_follow *follow;
+    km_image_follow *follow;     /* metadata.source=dir */
+    km_quorum *quorum;           /* metadata.source=quorum */
+    km_tls_ctx *quorum_tls;      /* its SSL controller listener's client context, or NULL */
     km_delta *delta;             /* reused for each batch */
     ev_io follow_io;             /* inotify fd of the follower (fd -1: none) */
     ev_timer follow_poll;
@@ -50,6 +53,12 @@ void km_daemon_publish_delta(km_daemon *d, const km_delta *delta);
 void km_daemon_caught_up(km_daemon *d);
 void km_daemon_consumers_status(const km_daemon *d, km_daemon_status *st);
 void km_daemon_consumers_metrics(const km_daemon *d, km_buf *out);
+
+/* daemon_quorum.c: metadata.source=quorum */
+bool km_daemon_quorum_mode(const km_daemon *d);
+int km_daemon_open_quorum(km_daemon *d, km_err *err);
+void km_daemon_quorum_step(km_daemon *d);
+void km_daemon_quorum_metrics(const km_daemon *d, km_buf *out);
 
 /* daemon_metrics.c */
 int km_daemon_start_metrics(km_daemon *d, km_err *err);

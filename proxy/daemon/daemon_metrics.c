@@ -17,6 +17,8 @@ static void render(km_buf *out, void *ud)
                       d->reading_paused);
     km_metrics_sample(out, "kmproxy_healthy", "gauge", "0 once a fatal condition stopped the daemon.", NULL, true,
                       !d->fatal[0]);
+    if (d->quorum)
+        km_daemon_quorum_metrics(d, out);
     km_daemon_consumers_metrics(d, out);
     if (d->proxy)
         km_inline_render_metrics(d->proxy, out);

@@ -114,6 +114,15 @@ void km_bsim_set_kraft_broker_epoch(km_bsim *s, int64_t epoch)
     pthread_mutex_unlock(&s->mu);
 }
 
+void km_bsim_restart(km_bsim *s, int64_t epoch)
+{
+    km_bsim_drop_connections(s);
+    pthread_mutex_lock(&s->mu);
+    bsim_forget_metadata(&s->st);
+    s->st.kraft_epoch = epoch;
+    pthread_mutex_unlock(&s->mu);
+}
+
 uint64_t km_bsim_requests(km_bsim *s)
 {
     pthread_mutex_lock(&s->mu);
@@ -183,4 +192,12 @@ void km_bsim_stop_thread(km_bsim *s)
     free(s->stop_async);
     km_bsim_free(s);
     ev_loop_destroy(loop);
+}
+
+uint64_t km_bsim_cuts(km_bsim *s)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t n = s->st.cuts;
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }

@@ -31,6 +31,17 @@ typedef struct bsim_mpart {
 
 typedef struct bsim_topic_id { char *name; km_uuid id; } bsim_topic_id;
 
+/* A log the replica manager created, with the topic config it read from ZooKeeper then. */
+typedef struct bsim_log {
+    char *topic;
+    int32_t partition;
+    km_uuid topic_id;
+    bool config_read;                  /* ZooKeeper was asked */
+    char *config;                      /* /config/topics/<t> then; NULL: absent (defaults) */
+} bsim_log;
+
+struct bsim_zk;
+
 typedef struct bsim_ep { char *listener, *host; int32_t port; int16_t security_protocol; } bsim_ep;
 typedef struct bsim_broker { int32_t id; char *rack; int32_t n_eps; bsim_ep *eps; } bsim_broker;
 
@@ -55,6 +66,11 @@ typedef struct bsim_state {
     uint64_t err_count[BSIM_MAX_ERRCODE];
     uint64_t rejected, total;
     char last_rejection[512];
+    km_bsim_kafka kafka;
+    uint64_t lisr_by_type[3], strays, cuts;
+    size_t n_logs, cap_logs;
+    bsim_log *logs;
+    struct bsim_zk *zk;                /* NULL: configs are not read */
     km_bsim_security_stats sec;
 } bsim_state;
 
@@ -69,6 +85,8 @@ struct km_bsim {
     km_bsim_config cfg;
     char *dump_path;
     struct bsim_conn *conns;           /* open connections (doubly linked) */
+    uint64_t rng;                      /* cut_ratio's draws */
+    int muted;                         /* control requests still to leave unanswered */
     struct bsim_peek *peeks;           /* accepted TLS connections not yet past their first byte */
     struct bsim_user *users;           /* SASL users (cfg.sasl_users parsed) */
     size_t n_users;
@@ -113,12 +131,20 @@ int bsim_update_metadata(bsim_state *st, int16_t v, const km_update_metadata_req
 int bsim_stop_replica(bsim_state *st, int16_t v, const km_stop_replica_request *rq,
                       km_stop_replica_response *rs, km_arena *a, km_err *err);
 void bsim_count_error(bsim_state *st, int16_t code);
+void bsim_forget_metadata(bsim_state *st);
 
 /* bsim_api.c: writes the dump with s->mu held. */
 int km_bsim_dump_locked(km_bsim *s, const char *path, km_err *err);
 
 /* bsim_json.c */
 struct json_t *bsim_state_to_json(const bsim_state *st);
+
+/* bsim_zk.c: a blocking reader of /config/topics/<t> (a broker reads ZooKeeper synchronously too) */
+struct bsim_zk *bsim_zk_open(const char *hosts);
+void bsim_zk_close(struct bsim_zk *z);
+/* Records a new log and the config ZooKeeper holds for its topic now. */
+int bsim_note_log(bsim_state *st, const char *topic, int32_t partition, km_uuid topic_id);
+void bsim_logs_free(bsim_state *st);
 
 /* bsim_util.c */
 char *bsim_strdup(km_str s);

@@ -165,6 +165,18 @@ static json_t *errors_json(const bsim_state *st)
     return o;
 }
 
+static json_t *logs_json(const bsim_state *st)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < st->n_logs; i++) {
+        const bsim_log *l = &st->logs[i];
+        json_array_append_new(a, json_pack("{s:s, s:i, s:o, s:b, s:o}", "topic", l->topic, "partition", l->partition,
+                                           "topicId", uuid_json(l->topic_id), "configRead", l->config_read,
+                                           "config", l->config ? json_string(l->config) : json_null()));
+    }
+    return a;
+}
+
 json_t *bsim_state_to_json(const bsim_state *st)
 {
     json_t *md = json_pack("{s:i, s:b, s:o, s:o}", "controllerId", st->md_controller_id, "isKRaftController",
@@ -174,9 +186,16 @@ json_t *bsim_state_to_json(const bsim_state *st)
                                  "saslOk", (json_int_t)sec->sasl_ok, "saslFailed", (json_int_t)sec->sasl_failed,
                                  "unauthenticated", (json_int_t)sec->unauthenticated, "unauthorized",
                                  (json_int_t)sec->unauthorized, "lastPrincipal", sec->last_principal);
-    return json_pack("{s:i, s:I, s:i, s:o, s:o, s:o, s:o, s:I, s:s, s:o}", "brokerId", st->broker_id,
-                     "kraftBrokerEpoch", (json_int_t)st->kraft_epoch, "controllerEpoch", st->controller_epoch,
-                     "partitions", parts_json(st), "metadata", md, "requests", counts_json(st), "errors",
-                     errors_json(st), "rejected", (json_int_t)st->rejected, "lastRejection", st->last_rejection,
-                     "security", security);
+    json_t *o = json_pack("{s:i, s:I, s:i, s:o, s:o, s:o, s:o, s:I, s:s, s:o}", "brokerId", st->broker_id,
+                          "kraftBrokerEpoch", (json_int_t)st->kraft_epoch, "controllerEpoch", st->controller_epoch,
+                          "partitions", parts_json(st), "metadata", md, "requests", counts_json(st), "errors",
+                          errors_json(st), "rejected", (json_int_t)st->rejected, "lastRejection",
+                          st->last_rejection, "security", security);
+    json_object_set_new(o, "leaderAndIsrByType",
+                        json_pack("{s:I, s:I, s:I}", "0", (json_int_t)st->lisr_by_type[0], "1",
+                                  (json_int_t)st->lisr_by_type[1], "2", (json_int_t)st->lisr_by_type[2]));
+    json_object_set_new(o, "strayLogsRemoved", json_integer((json_int_t)st->strays));
+    json_object_set_new(o, "cuts", json_integer((json_int_t)st->cuts));
+    json_object_set_new(o, "logsCreated", logs_json(st));
+    return o;
 }

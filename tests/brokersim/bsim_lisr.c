@@ -1,4 +1,18 @@
-/* Broker simulator: LeaderAndIsr as Kafka 3.9's ReplicaManager.becomeLeaderOrFollower handles it. */
+/* Broker simulator: LeaderAndIsr as Kafka 3.9's ReplicaManager.becomeLeaderOrFollower handles it
+ * (core/src/main/scala/kafka/server/ReplicaManager.scala at 3.9; line numbers are that file's):
+ *  - broker epoch: KafkaApis.handleLeaderAndIsrRequest (KafkaApis.scala:300) asks
+ *    ZkBrokerEpochManager.isBrokerEpochStale (ZkBrokerEpochManager.scala:37): -1 is never
+ *    stale; a KRaft controller's request is stale below the KRaft registration epoch, a ZK
+ *    controller's below the /brokers/ids czxid -> STALE_BROKER_EPOCH for the whole request;
+ *  - controller epoch: becomeLeaderOrFollower (:1919) refuses a ControllerEpoch below the last
+ *    one seen -> STALE_CONTROLLER_EPOCH for the whole request, else remembers it (:1944);
+ *  - stray detection (:1933, from 3.6.2 on): a FULL request from a KRaft controller first removes
+ *    hosted logs it does not name or names under another topic id (LogManager.findStrayReplicas);
+ *  - per partition (:1986): a higher leader epoch wins; an equal one wins only from a KRaft
+ *    controller (from 3.6.2 on; Kafka 3.4.0's ReplicaManager.scala:1385 takes only a higher one);
+ *    a lower one -> STALE_CONTROLLER_EPOCH; a topic id change -> INCONSISTENT_TOPIC_ID;
+ *  - a partition without a log gets one (Partition.createLogIfNotExists -> LogManager
+ *    .getOrCreateLog), with the topic config read from ZooKeeper then (bsim_zk.c). */
 #include "bsim_internal.h"
 
 #include <stdlib.h>
@@ -68,10 +82,12 @@ static void drop_strays(bsim_state *st, const lisr_item *items, size_t n)
 {
     for (size_t i = 0; i < st->n_parts;) {
         bool same_id = false;
-        if (!in_request(items, n, st->parts[i], &same_id) || !same_id)
+        if (!in_request(items, n, st->parts[i], &same_id) || !same_id) {
             bsim_remove_part(st, i);
-        else
+            st->strays++;
+        } else {
             i++;
+        }
     }
 }
 
@@ -129,16 +145,18 @@ static int16_t equal_epoch_zk(bsim_part *p, const lisr_item *it, int32_t self)
 
 static int16_t one_partition(bsim_state *st, const lisr_item *it, bool kraft, km_err *err)
 {
+    bool equal_wins = kraft && st->kafka == KM_BSIM_KAFKA_3_6_2;
     const km_leader_and_isr_request_partition_state *ps = it->ps;
     bsim_part *p = bsim_find_part(st, it->topic, ps->partition_index, NULL);
     int32_t cur = p ? p->leader_epoch : -1;
     if (p && !km_uuid_is_zero(it->topic_id) && !km_uuid_is_zero(p->topic_id) &&
         memcmp(&p->topic_id, &it->topic_id, sizeof it->topic_id))
         return E_INCONSISTENT_TOPIC_ID;
-    if (ps->leader_epoch > cur || (ps->leader_epoch == cur && kraft)) {
+    if (ps->leader_epoch > cur || (ps->leader_epoch == cur && equal_wins)) {
         if (!bsim_ivec_has(ps->replicas.items, ps->replicas.count, st->broker_id))
             return E_UNKNOWN_TOPIC_OR_PARTITION;
-        if (!p && !(p = new_part(st, it->topic, ps->partition_index)))
+        if (!p && (!(p = new_part(st, it->topic, ps->partition_index)) ||
+                   bsim_note_log(st, it->topic, ps->partition_index, it->topic_id)))
             return km_fail(err, "brokersim: out of memory for partition %s-%d", it->topic, ps->partition_index);
         if (apply_state(st, p, it))
             return km_fail(err, "brokersim: out of memory for partition %s-%d", it->topic, ps->partition_index);
@@ -205,7 +223,8 @@ int bsim_leader_and_isr(bsim_state *st, int16_t v, const km_leader_and_isr_reque
     else if (rq->controller_epoch < st->controller_epoch)
         top = E_STALE_CONTROLLER_EPOCH;
     if (!top) {
-        if (rq->is_kraft_controller && rq->type == 2)
+        st->lisr_by_type[rq->type >= 0 && rq->type <= 2 ? rq->type : 0]++;
+        if (rq->is_kraft_controller && rq->type == 2 && st->kafka == KM_BSIM_KAFKA_3_6_2)
             drop_strays(st, items, n);
         st->controller_epoch = rq->controller_epoch;
         for (size_t i = 0; i < n; i++) {

@@ -2,7 +2,9 @@
  *   kmproxy-brokersim --broker-id N [--port P] [--host H] [--broker-epoch E]
  *                     [--max-version api=ver,...] [--state-dump PATH] [--tls-cert PEM --tls-key PEM]
  *                     [--sasl-mechanisms PLAIN,SCRAM-SHA-256,...] [--sasl-users user:pw,...]
- *                     [--authorizer] [--super-users User:a;User:b]
+ *                     [--authorizer] [--super-users User:a;User:b] [--kafka 3.4|3.9] [--zookeeper HOSTS]
+ * --kafka picks the broker's rules (3.4: an IBP 3.4 broker; 3.9: 3.6.2 and later); --zookeeper makes
+ * it read /config/topics/<t> when it creates a log, as a ZK broker does.
  * Prints "listening on HOST:PORT" once ready.  The state is rewritten to PATH after every
  * request and on SIGUSR1; SIGTERM/SIGINT stop it. */
 #include "km_brokersim.h"
@@ -36,6 +38,7 @@ static int parse_args(int argc, char **argv, km_bsim_config *cfg, km_tls_config 
         { "broker-id", required_argument, 0, 'b' },    { "broker-epoch", required_argument, 0, 'e' },
         { "max-version", required_argument, 0, 'm' },  { "state-dump", required_argument, 0, 's' },
         { "tls-cert", required_argument, 0, 'c' },     { "tls-key", required_argument, 0, 'k' },
+        { "kafka", required_argument, 0, 'K' },        { "zookeeper", required_argument, 0, 'z' },
         { "sasl-mechanisms", required_argument, 0, 'M' }, { "sasl-users", required_argument, 0, 'U' },
         { "authorizer", no_argument, 0, 'A' },         { "super-users", required_argument, 0, 'S' },
         { 0, 0, 0, 0 } };
@@ -53,6 +56,12 @@ static int parse_args(int argc, char **argv, km_bsim_config *cfg, km_tls_config 
         case 's': cfg->state_dump = optarg; break;
         case 'c': tls->cert_file = optarg; break;
         case 'k': tls->key_file = optarg; break;
+        case 'z': cfg->zk_connect = optarg; break;
+        case 'K':
+            if (strcmp(optarg, "3.4") && strcmp(optarg, "3.9"))
+                return km_fail(err, "--kafka: '%s' is neither 3.4 nor 3.9", optarg);
+            cfg->kafka = strcmp(optarg, "3.4") ? KM_BSIM_KAFKA_3_6_2 : KM_BSIM_KAFKA_IBP_3_4;
+            break;
         case 'M':
             if (km_bsim_parse_sasl_mechanisms(cfg, optarg, err))
                 return -1;
@@ -63,7 +72,8 @@ static int parse_args(int argc, char **argv, km_bsim_config *cfg, km_tls_config 
         default: return km_fail(err, "usage: kmproxy-brokersim --broker-id N [--port P] [--host H] "
                                      "[--broker-epoch E] [--max-version api=ver,...] [--state-dump PATH] "
                                      "[--tls-cert PEM --tls-key PEM] [--sasl-mechanisms M,...] "
-                                     "[--sasl-users user:pw,...] [--authorizer] [--super-users User:a;User:b]");
+                                     "[--sasl-users user:pw,...] [--authorizer] [--super-users User:a;User:b] "
+                                     "[--kafka 3.4|3.9] [--zookeeper HOSTS]");
         }
     }
     return 0;

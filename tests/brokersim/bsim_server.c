@@ -189,11 +189,38 @@ static int serve(bsim_conn *bc, const uint8_t *payload, size_t len, km_buf *out,
                    h.api_key);
 }
 
+/* 0 answer, 1 lose the request (cut), 2 lose the answer (cut), 3 never answer (muted).
+ * cut_ratio's draws are splitmix64's, reproducible from cut_seed. */
+static int draw_cut(km_bsim *s, const uint8_t *payload, size_t len)
+{
+    int16_t api = len < 2 ? -1 : (int16_t)(payload[0] << 8 | payload[1]);
+    if (api < KM_API_LEADER_AND_ISR || api > KM_API_UPDATE_METADATA)
+        return 0;
+    if (s->cfg.cut_ratio <= 0)
+        return s->muted > 0 ? (s->muted--, 3) : 0;
+    uint64_t z = (s->rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    double u = (double)(z >> 11) / 9007199254740992.0;
+    if (u >= s->cfg.cut_ratio)
+        return s->muted > 0 ? (s->muted--, 3) : 0;
+    s->st.cuts++;
+    return u < s->cfg.cut_ratio / 2 ? 1 : 2;
+}
+
 static void on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *ud)
 {
     (void)c;
     bsim_conn *bc = ud;
     km_bsim *s = bc->s;
+    pthread_mutex_lock(&s->mu);
+    int cut = draw_cut(s, payload, len);
+    pthread_mutex_unlock(&s->mu);
+    if (cut == 1) { /* the request is lost on the way */
+        close_conn(bc);
+        return;
+    }
     km_arena a;
     km_arena_init(&a, BSIM_ARENA_LIMIT);
     km_buf out;
@@ -204,10 +231,12 @@ static void on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *u
     int rc = serve(bc, payload, len, &out, &a, &close_after, &err);
     if (!rc && out.oom)
         rc = km_fail(&err, "out of memory encoding a response");
-    if (!rc && km_net_send(bc->c, out.data, out.len, &err))
+    if (!rc && cut < 2 && km_net_send(bc->c, out.data, out.len, &err))
         rc = -1;
     if (rc)
         note_rejection(&s->st, err.msg);
+    if (!rc && cut == 2) /* handled, but the answer is lost on the way */
+        rc = 1;
     /* dump before closing, so whoever sees the close also sees the state that caused it */
     km_err derr;
     if (s->dump_path && km_bsim_dump_locked(s, s->dump_path, &derr))
@@ -249,6 +278,13 @@ static void accept_conn(km_bsim *s, int fd, const char *peer)
     if (s->conns)
         s->conns->prev = bc;
     s->conns = bc;
+}
+
+void km_bsim_mute(km_bsim *s, int n)
+{
+    pthread_mutex_lock(&s->mu);
+    s->muted = n;
+    pthread_mutex_unlock(&s->mu);
 }
 
 static void unlink_peek(bsim_peek *pk)
@@ -340,6 +376,13 @@ km_bsim *km_bsim_new(struct ev_loop *loop, const km_bsim_config *cfg, km_err *er
     }
     pthread_mutex_init(&s->mu, NULL);
     bsim_state_init(&s->st, cfg);
+    s->cfg.zk_connect = NULL;
+    s->rng = cfg->cut_seed ? cfg->cut_seed : (uint64_t)cfg->broker_id * 7919u + 1;
+    if (cfg->zk_connect && !(s->st.zk = bsim_zk_open(cfg->zk_connect))) {
+        km_bsim_free(s);
+        return km_fail(err, "brokersim %d: cannot open a ZooKeeper session to %s", cfg->broker_id,
+                       cfg->zk_connect), NULL;
+    }
     if (bsim_auth_config(s, cfg, err)) {
         km_bsim_free(s);
         return NULL;

@@ -1,5 +1,17 @@
 /* Broker simulator: UpdateMetadata (ReplicaManager.maybeUpdateMetadataCache + ZkMetadataCache)
- * and StopReplica (ReplicaManager.stopReplicas), as Kafka 3.9 handles them. */
+ * and StopReplica (ReplicaManager.stopReplicas), as Kafka 3.9 handles them (line numbers are
+ * those of the 3.9 sources):
+ *  - broker epoch: KafkaApis.scala:321 (StopReplica) and :381 (UpdateMetadata) ->
+ *    ZkBrokerEpochManager.isBrokerEpochStale, as for LeaderAndIsr;
+ *  - controller epoch: ReplicaManager.maybeUpdateMetadataCache (ReplicaManager.scala:1878) and
+ *    stopReplicas (:499) refuse an older ControllerEpoch -> STALE_CONTROLLER_EPOCH;
+ *  - StopReplica per partition (:527): the deletion sentinel EpochDuringDelete (-2) and NoEpoch
+ *    (-1) always pass, otherwise the leader epoch must be >= the current one, else
+ *    FENCED_LEADER_EPOCH; a partition not hosted answers NONE;
+ *  - UpdateMetadata: leader -2 (LeaderDuringDelete) removes the partition from the cache
+ *    (ZkMetadataCache.scala:576); a FULL request from a KRaft controller also removes the topics
+ *    it does not name (ZkMetadataCache.maybeInjectDeletedPartitionsFromFullMetadataRequest, :473;
+ *    not in 3.4.0). */
 #include "bsim_internal.h"
 
 #include <stdio.h>
@@ -240,7 +252,7 @@ int bsim_update_metadata(bsim_state *st, int16_t v, const km_update_metadata_req
     bsim_count_error(st, rs->error_code);
     if (rs->error_code)
         return 0;
-    if (rq->is_kraft_controller && rq->type == 2 && v >= 8)
+    if (rq->is_kraft_controller && rq->type == 2 && v >= 8 && st->kafka == KM_BSIM_KAFKA_3_6_2)
         full_update_deletions(st, rq);
     st->md_controller_id = rq->controller_id < 0 ? -1 : rq->controller_id;
     st->md_kraft_controller = rq->is_kraft_controller;
@@ -340,6 +352,22 @@ void bsim_state_init(bsim_state *st, const km_bsim_config *cfg)
     st->kraft_epoch = cfg->kraft_broker_epoch;
     st->zk_epoch = cfg->zk_broker_epoch;
     st->md_controller_id = -1;
+    st->kafka = cfg->kafka;
+}
+
+/* A restart: the metadata cache is memory, the logs are on disk. */
+void bsim_forget_metadata(bsim_state *st)
+{
+    while (st->n_mparts)
+        bsim_remove_mpart(st, st->n_mparts - 1);
+    for (size_t i = 0; i < st->n_tids; i++)
+        free(st->tids[i].name);
+    st->n_tids = 0;
+    free_brokers(st);
+    st->n_brokers = 0;
+    st->md_controller_id = -1;
+    st->md_kraft_controller = false;
+    st->controller_epoch = 0;
 }
 
 void bsim_state_free(bsim_state *st)
@@ -354,5 +382,6 @@ void bsim_state_free(bsim_state *st)
         free(st->tids[i].name);
     free(st->tids);
     free_brokers(st);
+    bsim_logs_free(st);
     memset(st, 0, sizeof *st);
 }

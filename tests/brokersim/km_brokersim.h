@@ -51,6 +51,16 @@ struct km_tls_ctx;
 
 typedef struct km_bsim km_bsim;
 
+/* Which ZK-mode broker's rules (ReplicaManager / ZkMetadataCache differ by release). */
+typedef enum km_bsim_kafka {
+    KM_BSIM_KAFKA_3_6_2 = 0,    /* 3.6.2 and later (3.9): stray detection on a FULL LeaderAndIsr from a
+                                 * KRaft controller, an equal leader epoch from it wins, a FULL
+                                 * UpdateMetadata drops topics it does not name */
+    KM_BSIM_KAFKA_IBP_3_4,      /* a 3.4 broker (IBP 3.4, the first migration release): none of that
+                                 * (Kafka 3.4.0's ReplicaManager and ZkMetadataCache); a lost
+                                 * StopReplica leaves its log there for good */
+} km_bsim_kafka;
+
 #define KM_BSIM_APIS 7 /* api keys 0..6 cover LeaderAndIsr (4), StopReplica (5), UpdateMetadata (6) */
 
 typedef struct km_bsim_config {
@@ -64,6 +74,15 @@ typedef struct km_bsim_config {
     int16_t max_api_versions;   /* highest ApiVersions version; -1: 3 (Kafka 3.9) */
     const char *state_dump;     /* if set, the state is rewritten there (atomically) after each request */
     struct km_tls_ctx *tls;     /* a km_tls server context: connections are TLS; NULL: plaintext */
+    km_bsim_kafka kafka;        /* whose rules; default: 3.6.2+ */
+    /* ZooKeeper ("host:port[/chroot]"): a new partition's log is created with the topic config
+     * read from /config/topics/<topic> at that moment, as a ZK broker does
+     * (LogManager.getOrCreateLog -> fetchLogConfig -> ZkConfigRepository).  NULL: not read. */
+    const char *zk_connect;
+    /* Fault injection: each control request is, with this probability, either lost (the
+     * connection is cut before it is handled) or unanswered (handled, then cut): half each. */
+    double cut_ratio;
+    uint32_t cut_seed;
     unsigned sasl_mechanisms;   /* bits 1u << km_sasl_mech: a SASL listener; 0: none */
     const char *sasl_users;     /* "user:password,user2:password2" (copied) */
     bool authorizer;            /* controller requests need ClusterAction (a super user) */
@@ -88,6 +107,10 @@ void km_bsim_stop_thread(km_bsim *s);
 
 /* A broker restart with a new registration: later requests need at least this epoch. */
 void km_bsim_set_kraft_broker_epoch(km_bsim *s, int64_t epoch);
+/* A broker restart: connections dropped, the metadata cache and controller epoch forgotten
+ * (memory), the hosted partitions kept (logs on disk), a new registration epoch.  Call it on
+ * the simulator's loop thread. */
+void km_bsim_restart(km_bsim *s, int64_t epoch);
 /* Drops every open connection (simulates a network blip; the state is kept).  Call it on the
  * simulator's loop thread. */
 void km_bsim_drop_connections(km_bsim *s);
@@ -101,11 +124,20 @@ void km_bsim_drop_connections(km_bsim *s);
  *               "topics":[{"name","topicId","partitions":[{"partition","leader","leaderEpoch",
  *               "isr","zkVersion","replicas","offlineReplicas","controllerEpoch"}]}]},
  *  "requests": {"LEADER_AND_ISR": {"7": n}, ...}, "errors": {"77": n, ...} (by error code),
- *  "rejected": n (requests that closed the connection), "lastRejection": "..."} */
+ *  "rejected": n (requests that closed the connection), "lastRejection": "...",
+ *  "leaderAndIsrByType": {"0": n, "1": n, "2": n}, "strayLogsRemoved": n, "cuts": n,
+ *  "logsCreated": [{"topic","partition","topicId","configRead","config"}...] in creation order:
+ *  configRead false when no ZooKeeper is configured, config null when /config/topics/<t> was
+ *  absent at that moment (the log got the broker's defaults)} */
 struct json_t *km_bsim_state_json(km_bsim *s);
 int km_bsim_dump(km_bsim *s, const char *path, km_err *err);
 /* Requests handled so far (all APIs, including ApiVersions). */
 uint64_t km_bsim_requests(km_bsim *s);
+/* The next n control requests are handled but never answered (the connection stays open): the
+ * controller's request times out.  Call it on the simulator's loop thread. */
+void km_bsim_mute(km_bsim *s, int n);
+/* Connections cut by cut_ratio so far. */
+uint64_t km_bsim_cuts(km_bsim *s);
 
 typedef struct km_bsim_security_stats {
     uint64_t plaintext_on_tls;         /* connections that sent plaintext to the TLS listener */

@@ -1,0 +1,258 @@
+/* cli_quorum.c - the KRaft quorum over the network: `metadata quorum` (DescribeQuorum, as
+ * kafka-metadata-quorum describe --status prints it) and `metadata dump --bootstrap-server`
+ * (the committed log, fetched as an observer, as `metadata dump PATH` prints files). */
+#include "cli_quorum.h"
+#include "km_cli.h"
+#include "km_quorum.h"
+
+#include <ctype.h>
+#include <ev.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct quorum_opts {
+    const char *servers, *cluster_id, *command_config;
+    double timeout;
+} quorum_opts;
+
+/* --command-config FILE, as Kafka's tools take it: security.protocol (PLAINTEXT or SSL) and PEM
+ * ssl.truststore.* / ssl.keystore.* (ssl.endpoint.identification.algorithm: https only).  Any
+ * other key is refused.  *tls stays NULL for PLAINTEXT. */
+typedef struct client_security { char proto[32], ca[1024], cert[1024]; } client_security;
+
+static int security_key(client_security *s, const char *k, const char *v, km_err *err)
+{
+    if (!strcmp(k, "security.protocol"))
+        snprintf(s->proto, sizeof s->proto, "%s", v);
+    else if (!strcmp(k, "ssl.truststore.location"))
+        snprintf(s->ca, sizeof s->ca, "%s", v);
+    else if (!strcmp(k, "ssl.keystore.location"))
+        snprintf(s->cert, sizeof s->cert, "%s", v);
+    else if ((!strcmp(k, "ssl.truststore.type") || !strcmp(k, "ssl.keystore.type")) && strcmp(v, "PEM"))
+        return km_fail(err, "%s=%s: only PEM", k, v);
+    else if (!strcmp(k, "ssl.endpoint.identification.algorithm") && strcmp(v, "https"))
+        return km_fail(err, "%s=%s: only https", k, v);
+    else if (strcmp(k, "ssl.truststore.type") && strcmp(k, "ssl.keystore.type") &&
+             strcmp(k, "ssl.endpoint.identification.algorithm"))
+        return km_fail(err, "unknown key '%s'", k);
+    return 0;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    for (size_t n = strlen(s); n && isspace((unsigned char)s[n - 1]);)
+        s[--n] = 0;
+    return s;
+}
+
+static int load_security(const char *path, km_tls_ctx **tls, km_err *err)
+{
+    client_security s = { .proto = "PLAINTEXT" };
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return km_fail(err, "%s: cannot open", path);
+    char line[2048];
+    km_err why;
+    for (int n = 1; fgets(line, sizeof line, f); n++) {
+        char *l = trim(line), *eq = strchr(l, '=');
+        if (!*l || *l == '#')
+            continue;
+        if (!eq || (*eq = 0, security_key(&s, trim(l), trim(eq + 1), &why) < 0)) {
+            fclose(f);
+            return km_fail(err, "%s:%d: %s", path, n, eq ? why.msg : "expected key=value");
+        }
+    }
+    fclose(f);
+    if (!strcmp(s.proto, "PLAINTEXT"))
+        return 0;
+    if (strcmp(s.proto, "SSL"))
+        return km_fail(err, "%s: security.protocol=%s: PLAINTEXT or SSL only", path, s.proto);
+    km_tls_config tc = { .ca_file = s.ca[0] ? s.ca : NULL, .cert_file = s.cert[0] ? s.cert : NULL };
+    *tls = km_tls_client_ctx_new(&tc, err);
+    return *tls ? 0 : -1;
+}
+
+/* --bootstrap-server X | --bootstrap-server=X, --cluster-id, --timeout; 0 or 2 (usage). */
+static int parse_opts(int argc, char **argv, bool allow_cluster_id, quorum_opts *o, const char *cmd)
+{
+    o->timeout = 30;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *eq = strchr(a, '=');
+        size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
+        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
+        int64_t n;
+        if (!v) {
+            fprintf(stderr, "kmproxy metadata %s: %s needs a value\n", cmd, a);
+            return 2;
+        }
+        if (!eq)
+            i++;
+        if (!strncmp(a, "--bootstrap-server", name_len) && name_len == 18)
+            o->servers = v;
+        else if (allow_cluster_id && name_len == 12 && !strncmp(a, "--cluster-id", 12))
+            o->cluster_id = v;
+        else if (name_len == 16 && !strncmp(a, "--command-config", 16))
+            o->command_config = v;
+        else if (name_len == 9 && !strncmp(a, "--timeout", 9) && km_cli_parse_int(v, 1, 86400, &n) == 0)
+            o->timeout = (double)n;
+        else {
+            fprintf(stderr, "kmproxy metadata %s: bad option %s %s\n", cmd, a, v);
+            return 2;
+        }
+    }
+    if (!o->servers) {
+        fprintf(stderr, "kmproxy metadata %s: --bootstrap-server HOST:PORT is required\n", cmd);
+        return 2;
+    }
+    return 0;
+}
+
+static void print_ids(const char *label, const km_quorum_replica *r, int n)
+{
+    printf("%-24s[", label);
+    for (int i = 0; i < n; i++)
+        printf("%s%d", i ? "," : "", r[i].id);
+    printf("]\n");
+}
+
+int km_cli_metadata_quorum(int argc, char **argv)
+{
+    quorum_opts o = {0};
+    int rc = parse_opts(argc, argv, false, &o, "quorum");
+    if (rc)
+        return rc;
+    km_quorum_description d;
+    km_err err;
+    km_tls_ctx *tls = NULL;
+    if (o.command_config && load_security(o.command_config, &tls, &err) < 0) {
+        fprintf(stderr, "kmproxy metadata quorum: %s\n", err.msg);
+        return 2;
+    }
+    rc = km_quorum_describe(o.servers, tls, o.timeout, &d, &err);
+    km_tls_ctx_free(tls);
+    if (rc < 0) {
+        fprintf(stderr, "kmproxy metadata quorum: %s\n", err.msg);
+        return 1;
+    }
+    int64_t lag_ms = 0, leader_caught = -1;
+    for (int i = 0; i < d.n_voters; i++)
+        if (d.voters[i].id == d.leader_id)
+            leader_caught = d.voters[i].last_caught_up_ms;
+    for (int i = 0; i < d.n_voters; i++)
+        if (leader_caught >= 0 && d.voters[i].last_caught_up_ms >= 0 && leader_caught - d.voters[i].last_caught_up_ms > lag_ms)
+            lag_ms = leader_caught - d.voters[i].last_caught_up_ms;
+    printf("%-24s%d\n", "LeaderId:", d.leader_id);
+    printf("%-24s%d\n", "LeaderEpoch:", d.leader_epoch);
+    printf("%-24s%" PRId64 "\n", "HighWatermark:", d.high_watermark);
+    printf("%-24s%d\n", "MaxFollowerLag:", d.max_follower_lag);
+    printf("%-24s%" PRId64 "\n", "MaxFollowerLagTimeMs:", lag_ms);
+    print_ids("CurrentVoters:", d.voters, d.n_voters);
+    print_ids("CurrentObservers:", d.observers, d.n_observers);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
+/* ---- dump ------------------------------------------------------------------------------------- */
+
+typedef struct dump_ctx {
+    struct ev_loop *loop;
+    km_quorum *q;
+    int rc;                    /* -1 while running */
+    km_err err;
+} dump_ctx;
+
+static void on_record(km_quorum *q, const km_metalog_record *rec, void *ud)
+{
+    (void)q;
+    dump_ctx *d = ud;
+    km_err err;
+    json_t *j = km_cli_record_json(rec, &err);
+    if (!j) {
+        d->rc = 1;
+        d->err = err;
+        ev_break(d->loop, EVBREAK_ALL);
+        return;
+    }
+    char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(j);
+    if (s)
+        puts(s);
+    free(s);
+}
+
+static void on_fatal(km_quorum *q, const km_err *why, void *ud)
+{
+    (void)q;
+    dump_ctx *d = ud;
+    d->rc = 1;
+    d->err = *why;
+    ev_break(d->loop, EVBREAK_ALL);
+}
+
+static void on_check(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)revents;
+    dump_ctx *d = w->data;
+    km_quorum_stats st;
+    km_quorum_get_stats(d->q, &st);
+    if (st.caught_up && d->rc < 0) {
+        d->rc = 0;
+        ev_break(loop, EVBREAK_ALL);
+    }
+}
+
+static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)revents;
+    dump_ctx *d = w->data;
+    km_fail(&d->err, "did not reach the quorum's high watermark in time");
+    d->rc = 1;
+    ev_break(loop, EVBREAK_ALL);
+}
+
+int km_cli_metadata_dump_quorum(int argc, char **argv)
+{
+    quorum_opts o = {0};
+    int rc = parse_opts(argc, argv, true, &o, "dump");
+    if (rc)
+        return rc;
+    dump_ctx d = { .rc = -1 };
+    km_tls_ctx *tls = NULL;
+    if (o.command_config && load_security(o.command_config, &tls, &d.err) < 0) {
+        fprintf(stderr, "kmproxy metadata dump: %s\n", d.err.msg);
+        return 2;
+    }
+    d.loop = ev_loop_new(EVFLAG_AUTO);
+    km_image *img = km_image_new();
+    km_quorum_config cfg;
+    km_quorum_config_init(&cfg);
+    cfg.bootstrap_servers = o.servers;
+    cfg.cluster_id = o.cluster_id;
+    cfg.tls = tls;
+    cfg.quiet = true;
+    km_quorum_handlers h = { .on_record = on_record, .on_fatal = on_fatal };
+    d.q = km_quorum_new(d.loop, &cfg, img, &h, &d, &d.err);
+    if (d.q) {
+        ev_timer check, deadline;
+        ev_timer_init(&check, on_check, 0.01, 0.01);
+        ev_timer_init(&deadline, on_deadline, o.timeout, 0.);
+        check.data = deadline.data = &d;
+        ev_timer_start(d.loop, &check);
+        ev_timer_start(d.loop, &deadline);
+        ev_run(d.loop, 0);
+        km_quorum_free(d.q);
+    } else {
+        d.rc = 2;
+    }
+    km_image_free(img);
+    ev_loop_destroy(d.loop);
+    km_tls_ctx_free(tls);
+    fflush(stdout);
+    if (d.rc != 0)
+        fprintf(stderr, "kmproxy metadata dump: %s\n", d.err.msg);
+    return d.rc;
+}

@@ -1,0 +1,114 @@
+/* metadata.source=quorum: the image is fed by the KRaft observer (proxy/quorum) instead of the
+ * directory follower; committed records only, through the same delta path to the consumers. */
+#include "daemon_internal.h"
+
+#include <string.h>
+
+bool km_daemon_quorum_mode(const km_daemon *d)
+{
+    return d->cfg.metadata_source && !strcmp(d->cfg.metadata_source, "quorum");
+}
+
+static void on_applied(km_quorum *q, km_delta *delta, void *ud)
+{
+    (void)q;
+    km_daemon *d = ud;
+    d->batches_applied++;
+    if (km_delta_is_snapshot(delta))
+        km_daemon_log(d, KM_LOG_INFO, "quorum: snapshot loaded as the image at offset %lld",
+                      (long long)km_image_offset(d->img));
+    km_daemon_publish_delta(d, delta);
+}
+
+/* A contradiction of applied records (or an image that refuses a committed one) ends the daemon:
+ * km_daemon_run then returns 1 with the reason, which names the offset and epoch. */
+static void on_fatal(km_quorum *q, const km_err *why, void *ud)
+{
+    (void)q;
+    km_daemon_fatal(ud, "metadata quorum: %s", why->msg);
+}
+
+/* An SSL controller listener: a client context from the PEM truststore (and keystore). */
+static int open_tls(km_daemon *d, km_quorum_config *qc, km_err *err)
+{
+    km_config_quorum_security sec;
+    if (km_config_resolve_quorum_security(&d->cfg, &sec, err) < 0)
+        return -1;
+    if (!sec.tls)
+        return 0;
+    km_tls_config tc = { .ca_file = sec.ca_file, .cert_file = sec.cert_file };
+    d->quorum_tls = km_tls_client_ctx_new(&tc, err);
+    qc->tls = d->quorum_tls;
+    return d->quorum_tls ? 0 : -1;
+}
+
+static void on_log(km_quorum *q, const char *line, void *ud)
+{
+    (void)q;
+    km_daemon_log(ud, KM_LOG_INFO, "quorum: %s", line);
+}
+
+int km_daemon_open_quorum(km_daemon *d, km_err *err)
+{
+    if (d->cfg.cluster_id && km_image_set_cluster_id(d->img, d->cfg.cluster_id, err))
+        return -1;
+    km_quorum_config qc;
+    km_quorum_config_init(&qc);
+    if (open_tls(d, &qc, err) < 0)
+        return -1;
+    qc.bootstrap_servers = d->cfg.quorum_bootstrap_servers;
+    qc.voters = d->cfg.quorum_voters;
+    qc.cluster_id = d->cfg.cluster_id;
+    qc.request_timeout_ms = d->cfg.quorum_request_timeout_ms;
+    qc.snapshot_dir = d->cfg.quorum_snapshot_dir;
+    km_quorum_handlers h = { .on_applied = on_applied, .on_fatal = on_fatal, .on_log = on_log };
+    d->quorum = km_quorum_new(d->loop, &qc, d->img, &h, d, err);
+    return d->quorum ? 0 : -1;
+}
+
+/* The poll timer's turn in quorum mode: hold fetching while a consumer is full, and start the
+ * bridge once everything committed so far is applied. */
+void km_daemon_quorum_step(km_daemon *d)
+{
+    bool ready = km_daemon_consumers_ready(d);
+    if (ready == d->reading_paused) {
+        d->reading_paused = !ready;
+        km_quorum_set_paused(d->quorum, !ready);
+        km_daemon_log(d, KM_LOG_INFO, "quorum: fetching %s", ready ? "resumed" : "paused: the ZooKeeper write-behind bound is full");
+    }
+    km_quorum_stats st;
+    km_quorum_get_stats(d->quorum, &st);
+    if (st.caught_up)
+        km_daemon_caught_up(d);
+}
+
+void km_daemon_quorum_metrics(const km_daemon *d, km_buf *out)
+{
+    km_quorum_stats st;
+    km_quorum_get_stats(d->quorum, &st);
+    km_metrics_sample(out, "kmproxy_quorum_leader_id", "gauge", "The KRaft quorum leader (-1: unknown).", NULL, true,
+                      st.leader_id);
+    km_metrics_sample(out, "kmproxy_quorum_leader_epoch", "gauge", "The quorum epoch.", NULL, true, st.leader_epoch);
+    km_metrics_sample(out, "kmproxy_quorum_high_watermark", "gauge", "The leader's high watermark.", NULL, true,
+                      (double)st.high_watermark);
+    km_metrics_sample(out, "kmproxy_fetched_offset", "gauge", "Next offset to fetch (end of the records held).", NULL,
+                      true, (double)st.fetched_offset);
+    km_metrics_sample(out, "kmproxy_applied_offset", "gauge", "Last committed offset applied (= the image offset).",
+                      NULL, true, (double)st.applied_offset);
+    km_metrics_sample(out, "kmproxy_quorum_uncommitted_bytes", "gauge", "Fetched bytes waiting for the high watermark.",
+                      NULL, true, (double)st.buffered_bytes);
+    km_metrics_sample(out, "kmproxy_quorum_fetch_latency_seconds_sum", "counter", "Time from Fetch to its answer.",
+                      NULL, true, st.fetch_latency_sum);
+    km_metrics_sample(out, "kmproxy_quorum_fetch_latency_seconds_count", "counter", "Fetch answers received.", NULL,
+                      true, (double)st.fetches);
+    km_metrics_sample(out, "kmproxy_quorum_fetch_latency_seconds_max", "gauge", "Slowest Fetch answer.", NULL, true,
+                      st.fetch_latency_max);
+    km_metrics_sample(out, "kmproxy_quorum_fetch_errors_total", "counter",
+                      "Failed exchanges (errors, lost connections, timeouts).", NULL, true, (double)st.fetch_errors);
+    km_metrics_sample(out, "kmproxy_quorum_snapshot_loads_total", "counter", "Snapshots fetched and loaded.", NULL,
+                      true, (double)st.snapshot_loads);
+    km_metrics_sample(out, "kmproxy_quorum_snapshots_refused_total", "counter", "Fetched snapshots that failed checks.",
+                      NULL, true, (double)st.snapshot_refused);
+    km_metrics_sample(out, "kmproxy_quorum_leader_changes_total", "counter", "Leader changes seen.", NULL, true,
+                      (double)st.leader_changes);
+}

@@ -1,0 +1,128 @@
+/* km_quorum.h - kmproxy as a KRaft observer: follows `__cluster_metadata-0` over the network
+ * with Fetch and FetchSnapshot, as Kafka 3.9's KafkaRaftClient expects from an observer
+ * (KIP-595 Fetch, KIP-630 snapshots, KIP-853 bootstrap servers), and applies committed
+ * records only to a km_image.
+ *
+ * What it does, and the Kafka code each rule follows (raft/src/main/java/org/apache/kafka/raft/):
+ *  - Finding the leader: it asks any bootstrap server (controller.quorum.bootstrap.servers)
+ *    or voter (controller.quorum.voters) with a Fetch at its current epoch; the answer names
+ *    the leader and epoch (CurrentLeader, and from Fetch v16 the leader's NodeEndpoints).
+ *    KafkaRaftClient.maybeHandleCommonResponse: an older epoch or UNKNOWN_LEADER_EPOCH is
+ *    retried; a newer epoch, FENCED_LEADER_EPOCH or NOT_LEADER_OR_FOLLOWER moves to the
+ *    leader named (maybeTransition); the leader of our own epoch, once learned, is used at once.
+ *  - Fetching (handleFetchResponse): FetchOffset = end of what it holds, LastFetchedEpoch =
+ *    the epoch of its last batch, CurrentLeaderEpoch = its epoch, sessionless.  Records are
+ *    appended to a bounded buffer; a record is applied to the image only once the high
+ *    watermark is past its whole batch (a KRaft broker never acts on uncommitted metadata).
+ *  - DivergingEpoch: the buffer is truncated as ReplicatedLog.truncateToEndOffset computes;
+ *    a truncation below what was applied is a contradiction of committed data: the
+ *    observer stops (on_fatal) naming the offset and epoch (Kafka throws the same way when
+ *    the leader asks to truncate below the high watermark).
+ *  - SnapshotId (fetch offset below the leader's log start): the snapshot is fetched with
+ *    FetchSnapshot in chunks (position = bytes held, same id, same size every chunk:
+ *    handleFetchSnapshotResponse) and checked before it touches the image: every batch's
+ *    framing and CRC32C as the chunks arrive, a control batch first (SnapshotHeader) and
+ *    last (SnapshotFooter), the size; after loading, the image must end at the id's end
+ *    offset.  A bad snapshot is refused and fetched again from position 0.  It is held in
+ *    memory whole until loaded (snapshot_max_bytes bounds it), or spooled to snapshot_dir.
+ *  - Losing the leader (connection closed, refused, or no answer within the request
+ *    timeout): it forgets the leader, backs off with jitter and asks the bootstrap servers
+ *    again, going on from what it holds; applied records are never applied twice.
+ * Threads: none; everything runs on the libev loop given.
+ */
+#ifndef KM_QUORUM_H
+#define KM_QUORUM_H
+
+#include "km_codec.h"
+#include "km_image.h"
+#include "km_metalog.h"
+#include "km_tls.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ev_loop;
+
+typedef struct km_quorum km_quorum;
+
+typedef struct km_quorum_config {
+    const char *bootstrap_servers; /* "host:port,..." (controller.quorum.bootstrap.servers) */
+    const char *voters;            /* "id@host:port,..." (controller.quorum.voters); one of the two */
+    const char *cluster_id;        /* sent in requests and checked by the quorum; NULL: not sent */
+    int32_t node_id;               /* the observer's replica id; -1: none (Kafka's observer default) */
+    km_tls_ctx *tls;               /* SSL listener: a client context; NULL: PLAINTEXT */
+    const char *tls_name;          /* name to verify; NULL: the host dialled */
+    int32_t fetch_max_wait_ms;     /* MaxWaitMs of each Fetch; 0: 500 (KafkaRaftClient's) */
+    int32_t request_timeout_ms;    /* beyond MaxWaitMs; 0: 2000 (controller.quorum.request.timeout.ms) */
+    int32_t retry_backoff_ms;      /* backoff base; 0: 20 (controller.quorum.retry.backoff.ms) */
+    int32_t retry_backoff_max_ms;  /* backoff cap; 0: 1000 */
+    size_t buffer_max_bytes;       /* uncommitted records held at most; 0: 64 MiB */
+    size_t snapshot_max_bytes;     /* largest snapshot accepted; 0: 4 GiB */
+    int32_t snapshot_chunk_bytes;  /* FetchSnapshot MaxBytes; 0: 8 MiB */
+    const char *snapshot_dir;      /* a fetched snapshot is spooled here (one chunk in memory) and
+                                    * removed once loaded; NULL: held in memory whole */
+    bool quiet;                    /* no log lines on stderr */
+} km_quorum_config;
+
+void km_quorum_config_init(km_quorum_config *cfg);
+
+typedef struct km_quorum_handlers {
+    /* Committed records were applied (or a snapshot replaced the image: km_delta_is_snapshot);
+     * the delta holds the net change and is cleared after the call. */
+    void (*on_applied)(km_quorum *q, km_delta *delta, void *ud);
+    /* Optional: each committed record, just before it is applied. */
+    void (*on_record)(km_quorum *q, const km_metalog_record *rec, void *ud);
+    /* The observer stopped for good: a contradiction of applied records, an image that
+     * refuses a committed record, a cluster id mismatch.  Free it afterwards (not inside). */
+    void (*on_fatal)(km_quorum *q, const km_err *why, void *ud);
+    /* Optional: a log line (leader changes, snapshot loads with size and time, truncations,
+     * retries); without it lines go to stderr unless cfg.quiet. */
+    void (*on_log)(km_quorum *q, const char *line, void *ud);
+} km_quorum_handlers;
+
+/* img must outlive q; records are applied to it.  A non-empty image (offset >= 0) is
+ * resumed from: fetching starts after its offset at its epoch. */
+km_quorum *km_quorum_new(struct ev_loop *loop, const km_quorum_config *cfg, km_image *img,
+                         const km_quorum_handlers *h, void *ud, km_err *err);
+void km_quorum_free(km_quorum *q);
+
+/* Holds the next request back (the one in flight still completes) while a consumer is full. */
+void km_quorum_set_paused(km_quorum *q, bool paused);
+
+typedef struct km_quorum_stats {
+    int32_t leader_id, leader_epoch;   /* -1: no leader known */
+    int64_t high_watermark;            /* -1: none learned yet */
+    int64_t fetched_offset;            /* the next offset to fetch (end of what is held) */
+    int64_t applied_offset;            /* the image's offset: last applied record, -1 none */
+    size_t buffered_bytes;             /* fetched, waiting for the high watermark */
+    uint64_t fetches, fetch_errors, snapshot_loads, snapshot_refused, leader_changes, truncations;
+    double fetch_latency_sum, fetch_latency_max; /* seconds, over `fetches` answered fetches */
+    bool caught_up;                    /* applied every batch wholly below the latest high watermark */
+    bool failed;
+} km_quorum_stats;
+void km_quorum_get_stats(const km_quorum *q, km_quorum_stats *out);
+
+/* ---- one-shot DescribeQuorum (kmproxy metadata quorum) ------------------------------------ */
+
+typedef struct km_quorum_replica { int32_t id; int64_t log_end_offset, last_fetch_ms, last_caught_up_ms; } km_quorum_replica;
+
+typedef struct km_quorum_description {
+    int32_t leader_id, leader_epoch;
+    int64_t high_watermark;
+    int n_voters, n_observers;
+    km_quorum_replica voters[32], observers[64];
+    int32_t max_follower_lag;          /* voters' lag behind the leader's log end, as the tool prints */
+    char leader_host[256];
+    uint16_t leader_port;
+} km_quorum_description;
+
+/* Connects to each bootstrap server in turn, finds the leader (following the answers of
+ * non-leaders) and asks it DescribeQuorum.  Blocks up to timeout_s on a private loop. */
+int km_quorum_describe(const char *bootstrap_servers, km_tls_ctx *tls, double timeout_s,
+                       km_quorum_description *out, km_err *err);
+
+/* Parses "host:port" (IPv6 as [addr]:port). */
+int km_quorum_parse_hostport(const char *s, char *host, size_t host_len, uint16_t *port, km_err *err);
+
+#endif

@@ -1,0 +1,206 @@
+/* km_quorum_describe: DescribeQuorum against each bootstrap server in turn until the leader
+ * answers (only the leader describes the quorum: KafkaRaftClient.handleDescribeQuorumRequest). */
+#include "quorum_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct dq_ctx {
+    struct ev_loop *loop;
+    km_tls_ctx *tls;
+    q_node servers[Q_MAX_NODES];
+    int n, idx;
+    km_net_conn *conn;
+    int16_t api, dq_v;
+    km_quorum_description *out;
+    km_err last;
+    bool done;
+} dq_ctx;
+
+static void try_next(dq_ctx *d);
+
+static void fail_server(dq_ctx *d, const char *why)
+{
+    km_fail(&d->last, "%s:%u: %s", d->servers[d->idx].host, d->servers[d->idx].port, why);
+    if (d->conn)
+        km_net_close(d->conn);
+    d->conn = NULL;
+    d->idx++;
+    try_next(d);
+}
+
+static int send_req(dq_ctx *d, int16_t api, int16_t v, const void *body, km_err *err)
+{
+    km_buf b;
+    km_buf_init(&b);
+    int rc = km_frame_request(api, v, 1, "kmproxy-metadata-quorum", body, &b, err);
+    if (rc == 0)
+        rc = km_net_send(d->conn, b.data, b.len, err);
+    km_buf_free(&b);
+    d->api = api;
+    d->dq_v = v;
+    return rc;
+}
+
+static void on_ready(km_net_conn *c, void *ud)
+{
+    (void)c;
+    dq_ctx *d = ud;
+    km_api_versions_request rq;
+    km_api_versions_request_init(&rq);
+    km_err err;
+    if (send_req(d, KM_API_API_VERSIONS, 3, &rq, &err) < 0)
+        fail_server(d, err.msg);
+}
+
+static void take_replicas(km_quorum_replica *dst, int *n, int cap, const km_describe_quorum_response_replica_state *src,
+                          int32_t count)
+{
+    *n = 0;
+    for (int32_t i = 0; i < count && *n < cap; i++)
+        dst[(*n)++] = (km_quorum_replica){ src[i].replica_id, src[i].log_end_offset, src[i].last_fetch_timestamp,
+                                           src[i].last_caught_up_timestamp };
+}
+
+static void on_describe(dq_ctx *d, const km_describe_quorum_response *rs)
+{
+    if (rs->error_code || rs->topics.count != 1 || rs->topics.items[0].partitions.count != 1) {
+        char why[1200];
+        snprintf(why, sizeof why, "DescribeQuorum error %d (not the leader?)", rs->error_code);
+        return fail_server(d, why);
+    }
+    const km_describe_quorum_response_partition_data *p = &rs->topics.items[0].partitions.items[0];
+    if (p->error_code)
+        return fail_server(d, "DescribeQuorum partition error");
+    km_quorum_description *o = d->out;
+    memset(o, 0, sizeof *o);
+    o->leader_id = p->leader_id;
+    o->leader_epoch = p->leader_epoch;
+    o->high_watermark = p->high_watermark;
+    take_replicas(o->voters, &o->n_voters, 32, p->current_voters.items, p->current_voters.count);
+    take_replicas(o->observers, &o->n_observers, 64, p->observers.items, p->observers.count);
+    int64_t leo = -1;
+    for (int i = 0; i < o->n_voters; i++)
+        if (o->voters[i].id == o->leader_id)
+            leo = o->voters[i].log_end_offset;
+    for (int i = 0; i < o->n_voters; i++)
+        if (leo - o->voters[i].log_end_offset > o->max_follower_lag)
+            o->max_follower_lag = (int32_t)(leo - o->voters[i].log_end_offset);
+    snprintf(o->leader_host, sizeof o->leader_host, "%s", d->servers[d->idx].host);
+    o->leader_port = d->servers[d->idx].port;
+    d->done = true;
+    km_net_close(d->conn);
+    d->conn = NULL;
+    ev_break(d->loop, EVBREAK_ALL);
+}
+
+static int16_t dq_version(const km_api_versions_response *rs)
+{
+    for (int32_t i = 0; i < rs->api_keys.count; i++)
+        if (rs->api_keys.items[i].api_key == KM_API_DESCRIBE_QUORUM)
+            return rs->api_keys.items[i].max_version < 2 ? rs->api_keys.items[i].max_version : 2;
+    return -1;
+}
+
+static void on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *ud)
+{
+    (void)c;
+    dq_ctx *d = ud;
+    km_reader r;
+    km_reader_init(&r, payload, len);
+    km_arena a;
+    km_arena_init(&a, 16u << 20);
+    km_err err;
+    int32_t corr;
+    union { km_api_versions_response av; km_describe_quorum_response dq; } rs;
+    bool av = d->api == KM_API_API_VERSIONS;
+    const km_message_desc *md = av ? &km_api_versions_response_desc : &km_describe_quorum_response_desc;
+    if (km_parse_response_header(&r, d->api, av ? 0 : d->dq_v, &corr, &err) < 0 ||
+        km_decode(md, av ? 3 : d->dq_v, r.p + r.pos, km_reader_left(&r), &rs, &a, NULL, &err) < 0)
+        fail_server(d, err.msg);
+    else if (!av)
+        on_describe(d, &rs.dq);
+    else {
+        km_describe_quorum_request rq;
+        km_describe_quorum_request_topic_data t;
+        km_describe_quorum_request_partition_data p = { .partition_index = 0 };
+        km_describe_quorum_request_init(&rq);
+        km_init(q_sub(km_describe_quorum_request_desc.root, "Topics"), &t);
+        t.topic_name = km_cstr(Q_METADATA_TOPIC);
+        t.partitions.count = 1;
+        t.partitions.items = &p;
+        rq.topics.count = 1;
+        rq.topics.items = &t;
+        int16_t v = dq_version(&rs.av);
+        if (v < 0)
+            fail_server(d, "no DescribeQuorum in ApiVersions (not a KRaft controller?)");
+        else if (send_req(d, KM_API_DESCRIBE_QUORUM, v, &rq, &err) < 0)
+            fail_server(d, err.msg);
+    }
+    km_arena_free(&a);
+}
+
+static void on_close(km_net_conn *c, const km_err *why, void *ud)
+{
+    (void)c;
+    dq_ctx *d = ud;
+    d->conn = NULL;
+    fail_server(d, why ? why->msg : "closed by the peer");
+}
+
+static void try_next(dq_ctx *d)
+{
+    static const km_net_handlers h = { .on_ready = on_ready, .on_frame = on_frame, .on_close = on_close };
+    if (d->idx >= d->n) {
+        ev_break(d->loop, EVBREAK_ALL);
+        return;
+    }
+    km_net_opts o = { .tls = d->tls, .connect_timeout = 5.0 };
+    km_err err;
+    d->conn = km_net_connect(d->loop, d->servers[d->idx].host, d->servers[d->idx].port, &o, &h, d, &err);
+    if (!d->conn)
+        fail_server(d, err.msg);
+}
+
+static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)w;
+    (void)revents;
+    ev_break(loop, EVBREAK_ALL);
+}
+
+int km_quorum_describe(const char *bootstrap, km_tls_ctx *tls, double timeout_s, km_quorum_description *out,
+                       km_err *err)
+{
+    dq_ctx d = { .tls = tls, .out = out };
+    char *copy = strdup(bootstrap), *save = NULL;
+    if (!copy)
+        return km_fail(err, "out of memory");
+    for (char *tok = strtok_r(copy, ", ", &save); tok && d.n < Q_MAX_NODES; tok = strtok_r(NULL, ", ", &save)) {
+        d.servers[d.n].id = -1;
+        if (km_quorum_parse_hostport(tok, d.servers[d.n].host, sizeof d.servers[d.n].host, &d.servers[d.n].port,
+                                     err) < 0) {
+            free(copy);
+            return -1;
+        }
+        d.n++;
+    }
+    free(copy);
+    if (d.n == 0)
+        return km_fail(err, "no bootstrap server given");
+    d.loop = ev_loop_new(EVFLAG_AUTO);
+    ev_timer deadline;
+    ev_timer_init(&deadline, on_deadline, timeout_s, 0.);
+    ev_timer_start(d.loop, &deadline);
+    km_fail(&d.last, "no answer within %.1f s", timeout_s);
+    try_next(&d);
+    if (d.idx < d.n && !d.done)
+        ev_run(d.loop, 0);
+    if (d.conn)
+        km_net_close(d.conn);
+    ev_loop_destroy(d.loop);
+    if (!d.done)
+        return km_fail(err, "no quorum leader answered DescribeQuorum (last: %s)", d.last.msg);
+    return 0;
+}

@@ -1,0 +1,24 @@
+# tests/quorum.cmake: the KRaft observer (proxy/quorum) against the raft simulator (tests/raftsim).
+set(KM_QUORUM_TESTS ${CMAKE_CURRENT_LIST_DIR})
+add_subdirectory(${KM_QUORUM_TESTS}/raftsim ${CMAKE_BINARY_DIR}/tests/raftsim)
+km_add_test(test_quorum_fetch SOURCES ${KM_QUORUM_TESTS}/test_quorum_fetch.c ${KM_QUORUM_TESTS}/test_quorum_util.c
+            ${KM_QUORUM_TESTS}/test_tls_certs.c)
+target_link_libraries(test_quorum_fetch PRIVATE km_raftsim km_quorum)
+km_add_test(test_quorum_faults SOURCES ${KM_QUORUM_TESTS}/test_quorum_faults.c ${KM_QUORUM_TESTS}/test_quorum_util.c)
+target_link_libraries(test_quorum_faults PRIVATE km_raftsim km_quorum)
+km_add_test(test_quorum_cli SOURCES ${KM_QUORUM_TESTS}/test_quorum_cli.c ${KM_QUORUM_TESTS}/test_quorum_util.c
+            ${KM_QUORUM_TESTS}/test_tls_certs.c)
+target_link_libraries(test_quorum_cli PRIVATE km_raftsim km_quorum)
+km_add_test(test_quorum_daemon SOURCES ${KM_QUORUM_TESTS}/test_quorum_daemon.c ${KM_QUORUM_TESTS}/test_quorum_util.c
+            ${KM_QUORUM_TESTS}/test_tls_certs.c TIMEOUT 300)
+target_link_libraries(test_quorum_daemon PRIVATE km_raftsim km_quorum)
+add_dependencies(test_quorum_cli kmproxy-raftsim kmproxy-brokersim)
+set_tests_properties(test_quorum_cli PROPERTIES TIMEOUT 300)
+km_add_test(test_quorum_brokers SOURCES ${KM_QUORUM_TESTS}/test_quorum_brokers.c ${KM_QUORUM_TESTS}/test_quorum_util.c
+            ${KM_QUORUM_TESTS}/test_broker_rig.c ${KM_QUORUM_TESTS}/test_broker_check.c)
+target_link_libraries(test_quorum_brokers PRIVATE km_raftsim km_quorum km_brokersim)
+km_add_test(test_quorum_run SOURCES ${KM_QUORUM_TESTS}/test_quorum_run.c ${KM_QUORUM_TESTS}/test_quorum_util.c
+            TIMEOUT 300)
+target_link_libraries(test_quorum_run PRIVATE km_raftsim km_quorum)
+km_add_test(test_quorum_memlog SOURCES ${KM_QUORUM_TESTS}/test_quorum_memlog.c ${KM_QUORUM_TESTS}/test_quorum_util.c)
+target_link_libraries(test_quorum_memlog PRIVATE km_raftsim km_quorum)

@@ -1,0 +1,387 @@
+/* test_quorum_daemon.c - the daemon with metadata.source=quorum against a real ZooKeeper and
+ * raft simulators: ZooKeeper holds the committed image only, before and after a failover that
+ * truncates an uncommitted suffix (checked with `kmproxy zk diff`), and a contradiction of
+ * applied records stops the daemon naming offset and epoch. */
+#include "test_quorum_util.h"
+#include "km_daemon.h"
+#include "km_testsupport.h"
+#include "test_tls_certs.h"
+#include "zkserver.h"
+
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct drig {
+    km_zks *zks;
+    char hosts[128], *tmp;
+    struct ev_loop *loop;
+    km_rsim *sims[2];
+    km_daemon *d;
+    uint8_t *gen;               /* the generated log's bytes */
+    size_t gen_len;
+} drig;
+
+/* `dir`/00000000000000000000.log holding bytes a then b. */
+static void write_log(const char *dir, const uint8_t *a, size_t alen, const uint8_t *b, size_t blen)
+{
+    char path[600];
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/00000000000000000000.log", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    cr_assert_eq(fwrite(a, 1, alen, f), alen);
+    if (blen)
+        cr_assert_eq(fwrite(b, 1, blen, f), blen);
+    fclose(f);
+}
+
+static void drig_start_with(drig *r, const km_rsim_config *base)
+{
+    char err[512];
+    r->zks = km_zks_start(1, NULL, 0, err, sizeof err);
+    cr_assert(r->zks, "ZooKeeper: %s", err);
+    snprintf(r->hosts, sizeof r->hosts, "%s/kafka", km_zks_hosts(r->zks, -1));
+    r->tmp = km_test_tmpdir("qdaemon");
+    char gendir[600], seg[700];
+    snprintf(gendir, sizeof gendir, "%s/gen", r->tmp);
+    km_gen_opts g = {.brokers = 3, .topics = 4, .partitions = 3, .zk_migration = true, .seed = 11};
+    km_err e = {{0}};
+    cr_assert_geq(km_gen_write(gendir, &g, NULL, &e), 0, "%s", e.msg);
+    snprintf(seg, sizeof seg, "%s/00000000000000000000.log", gendir);
+    r->gen = tq_read_file(seg, &r->gen_len);
+    r->loop = ev_loop_new(0);
+    tq_make_sims(r->loop, 2, base, r->sims, NULL, 0);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(km_rsim_append(r->sims[i], r->gen, r->gen_len, &e), 0, "%s", e.msg);
+}
+
+static void drig_start(drig *r) { drig_start_with(r, NULL); }
+
+/* With voters the quorum is named by controller.quorum.voters (id@host:port), else by
+ * controller.quorum.bootstrap.servers. */
+static void drig_daemon_with(drig *r, bool voters, const char *const *extra)
+{
+    km_err e = {{0}};
+    char servers[128];
+    if (voters)
+        snprintf(servers, sizeof servers, "1@127.0.0.1:%u,2@127.0.0.1:%u", km_rsim_port(r->sims[0]),
+                 km_rsim_port(r->sims[1]));
+    else
+        snprintf(servers, sizeof servers, "127.0.0.1:%u,127.0.0.1:%u", km_rsim_port(r->sims[0]),
+                 km_rsim_port(r->sims[1]));
+    km_config cfg;
+    km_config_defaults(&cfg);
+    cr_assert_eq(km_config_set(&cfg, "metadata.source", "quorum", "test", &e), 0, "%s", e.msg);
+    const char *key = voters ? "controller.quorum.voters" : "controller.quorum.bootstrap.servers";
+    cr_assert_eq(km_config_set(&cfg, key, servers, "test", &e), 0, "%s", e.msg);
+    cr_assert_eq(km_config_set(&cfg, "zookeeper.connect", r->hosts, "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "brokers.enabled", "false", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "metrics.listen", "127.0.0.1:0", "test", &e), 0);
+    for (int i = 0; extra && extra[i]; i += 2)
+        cr_assert_eq(km_config_set(&cfg, extra[i], extra[i + 1], "test", &e), 0, "%s", e.msg);
+    r->d = km_daemon_new(r->loop, &cfg, &e);
+    km_config_free(&cfg);
+    cr_assert(r->d, "%s", e.msg);
+    km_daemon_start(r->d);
+}
+
+static void drig_daemon(drig *r, bool voters) { drig_daemon_with(r, voters, NULL); }
+
+static void drig_stop(drig *r)
+{
+    km_daemon_free(r->d);
+    for (int i = 0; i < 2; i++)
+        km_rsim_free(r->sims[i]);
+    ev_loop_destroy(r->loop);
+    km_zks_stop(r->zks);
+    km_test_rmtree(r->tmp);
+    free(r->tmp);
+    free(r->gen);
+}
+
+static int64_t g_offset;
+static bool mirrored_at(const km_daemon_status *st)
+{
+    return st->zk_idle && st->zk_confirmed_offset == st->image_offset && st->image_offset == g_offset;
+}
+static bool stopped(const km_daemon_status *st) { return st->fatal != NULL; }
+
+typedef struct dwait { km_daemon *d; bool (*pred)(const km_daemon_status *); } dwait;
+
+static void poll_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)revents;
+    dwait *w = t->data;
+    km_daemon_status st;
+    km_daemon_get_status(w->d, &st);
+    if (w->pred(&st) || st.fatal)
+        ev_break(loop, EVBREAK_ALL);
+}
+
+static void guard_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)t;
+    (void)revents;
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static bool run_until(drig *r, bool (*pred)(const km_daemon_status *))
+{
+    dwait w = { r->d, pred };
+    ev_timer poll, guard;
+    ev_timer_init(&poll, poll_cb, 0.02, 0.02);
+    poll.data = &w;
+    ev_timer_init(&guard, guard_cb, 60, 0);
+    ev_timer_start(r->loop, &poll);
+    ev_timer_start(r->loop, &guard);
+    ev_run(r->loop, 0);
+    ev_timer_stop(r->loop, &poll);
+    ev_timer_stop(r->loop, &guard);
+    km_daemon_status st;
+    km_daemon_get_status(r->d, &st);
+    return pred(&st);
+}
+
+/* `kmproxy zk diff` of ZooKeeper against the log in dir: no difference at all. */
+static void assert_zk_equals(drig *r, const char *dir)
+{
+    char *argv[] = { (char *)km_test_binary(), "zk", "diff", "--zookeeper", r->hosts, "--metadata", (char *)dir, NULL };
+    char *out = NULL, *err = NULL;
+    size_t n;
+    int rc = km_test_run(argv, NULL, 0, &out, &n, &err);
+    cr_assert(rc == 0 && strstr(out, "zk diff: 0 missing in ZooKeeper, 0 different, 0 only in ZooKeeper"),
+              "zk diff against %s (rc %d):\n%s\n%s", dir, rc, out, err);
+    cr_assert(!strstr(out, "uncommitted"), "%s", out);
+    free(out);
+    free(err);
+}
+
+/* GET /metrics from a thread while the test's loop serves it. */
+typedef struct scrape { uint16_t port; char body[65536]; atomic_bool done; } scrape;
+static scrape *g_scrape;
+
+static void *scrape_thread(void *arg)
+{
+    scrape *sc = arg;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(sc->port) };
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    size_t n = 0;
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+        const char *rq = "GET /metrics HTTP/1.0\r\n\r\n";
+        if (write(fd, rq, strlen(rq)) > 0)
+            for (ssize_t k; n < sizeof sc->body - 1 && (k = read(fd, sc->body + n, sizeof sc->body - 1 - n)) > 0;)
+                n += (size_t)k;
+    }
+    sc->body[n] = 0;
+    close(fd);
+    atomic_store(&sc->done, true);
+    return NULL;
+}
+
+static bool scraped(const km_daemon_status *st)
+{
+    (void)st;
+    return atomic_load(&g_scrape->done);
+}
+
+static void assert_metric(const char *body, const char *line)
+{
+    cr_assert(strstr(body, line), "no '%s' in:\n%s", line, body);
+}
+
+Test(quorum_daemon, zookeeper_holds_the_committed_image_only_across_a_failover, .timeout = 240)
+{
+    drig r = {0};
+    drig_start(&r);
+    int32_t e = km_rsim_last_epoch(r.sims[0]);
+    int64_t end = km_rsim_log_end(r.sims[0]);
+    km_buf a, b;
+    km_buf_init(&a);
+    km_buf_init(&b);
+    for (int i = 0; i < 4; i++)
+        tq_config_batch(&a, end + i * 5, e, 5, "uncommitted");
+    for (int i = 0; i < 6; i++)
+        tq_config_batch(&b, end + i * 5, e + 1, 5, "committed");
+    km_err err;
+    cr_assert_eq(km_rsim_append(r.sims[0], a.data, a.len, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_rsim_append(r.sims[1], b.data, b.len, &err), 0, "%s", err.msg);
+    km_rsim_set_high_watermark(r.sims[0], end); /* the suffix on node 1 never commits */
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r.sims[i], 1, e);
+    drig_daemon(&r, false);
+    g_offset = end - 1;
+    cr_assert(run_until(&r, mirrored_at), "never mirrored the committed prefix");
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/committed1", r.tmp);
+    write_log(dir, r.gen, r.gen_len, NULL, 0);
+    assert_zk_equals(&r, dir);
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r.sims[i], 2, e + 1);
+    g_offset = end + 29;
+    cr_assert(run_until(&r, mirrored_at), "never mirrored the new leader's log");
+    snprintf(dir, sizeof dir, "%s/committed2", r.tmp);
+    write_log(dir, r.gen, r.gen_len, b.data, b.len);
+    assert_zk_equals(&r, dir);
+    /* The quorum's progress on /metrics. */
+    static scrape sc;
+    memset(&sc, 0, sizeof sc);
+    sc.port = km_daemon_metrics_port(r.d);
+    g_scrape = &sc;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, scrape_thread, &sc), 0);
+    cr_assert(run_until(&r, scraped));
+    pthread_join(t, NULL);
+    char line[128];
+    assert_metric(sc.body, "\nkmproxy_quorum_leader_id 2\n");
+    snprintf(line, sizeof line, "\nkmproxy_quorum_leader_epoch %d\n", e + 1);
+    assert_metric(sc.body, line);
+    snprintf(line, sizeof line, "\nkmproxy_quorum_high_watermark %lld\n", (long long)end + 30);
+    assert_metric(sc.body, line);
+    snprintf(line, sizeof line, "\nkmproxy_fetched_offset %lld\n", (long long)end + 30);
+    assert_metric(sc.body, line);
+    snprintf(line, sizeof line, "\nkmproxy_applied_offset %lld\n", (long long)end + 29);
+    assert_metric(sc.body, line);
+    assert_metric(sc.body, "\nkmproxy_quorum_leader_changes_total 2\n");
+    assert_metric(sc.body, "\nkmproxy_quorum_fetch_latency_seconds_count ");
+    assert_metric(sc.body, "\nkmproxy_quorum_snapshot_loads_total 0\n");
+    km_buf_free(&a);
+    km_buf_free(&b);
+    drig_stop(&r);
+}
+
+Test(quorum_daemon, a_contradiction_of_applied_records_stops_the_daemon, .timeout = 240)
+{
+    drig r = {0};
+    drig_start(&r);
+    int32_t e = km_rsim_last_epoch(r.sims[0]);
+    int64_t end = km_rsim_log_end(r.sims[0]);
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r.sims[i], 1, e);
+    drig_daemon(&r, true);
+    g_offset = end - 1;
+    cr_assert(run_until(&r, mirrored_at));
+    /* A "leader" whose log lost committed records and wrote others at a newer epoch. */
+    km_rsim_truncate(r.sims[1], end - 10);
+    km_buf b;
+    km_buf_init(&b);
+    int64_t from = km_rsim_log_end(r.sims[1]);
+    tq_config_batch(&b, from, e + 1, 5, "rewritten");
+    km_err err;
+    cr_assert_eq(km_rsim_append(r.sims[1], b.data, b.len, &err), 0, "%s", err.msg);
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r.sims[i], 2, e + 1);
+    cr_assert(run_until(&r, stopped), "the daemon accepted a log contradicting applied records");
+    km_daemon_status st;
+    km_daemon_get_status(r.d, &st);
+    char want[64];
+    snprintf(want, sizeof want, "offset %lld", (long long)from);
+    cr_assert(strstr(st.fatal, "metadata quorum") && strstr(st.fatal, want) && strstr(st.fatal, "epoch"), "%s",
+              st.fatal);
+    km_buf_free(&b);
+    drig_stop(&r);
+}
+
+Test(quorum_daemon, quorum_config_errors_name_the_key)
+{
+    km_config cfg;
+    km_err e = {{0}};
+    km_config_defaults(&cfg);
+    cr_assert_eq(km_config_set(&cfg, "zookeeper.connect", "127.0.0.1:1", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "metadata.source", "disk", "test", &e), 0);
+    cr_assert_eq(km_config_validate(&cfg, &e), -1);
+    cr_assert(strstr(e.msg, "metadata.source must be quorum or dir, not 'disk'"), "%s", e.msg);
+    cr_assert_eq(km_config_set(&cfg, "metadata.source", "quorum", "test", &e), 0);
+    cr_assert_eq(km_config_validate(&cfg, &e), -1);
+    cr_assert(strstr(e.msg, "controller.quorum.bootstrap.servers"), "%s", e.msg);
+    cr_assert_eq(km_config_set(&cfg, "controller.quorum.voters", "1@127.0.0.1:9093", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "metadata.quorum.snapshot.dir", "/nonexistent/spool", "test", &e), 0);
+    struct ev_loop *l0 = ev_loop_new(0);
+    cr_assert_null(km_daemon_new(l0, &cfg, &e));
+    cr_assert(strstr(e.msg, "snapshot directory /nonexistent/spool"), "%s", e.msg);
+    ev_loop_destroy(l0);
+    km_config_free(&cfg);
+    km_config_defaults(&cfg);
+    cr_assert_eq(km_config_set(&cfg, "zookeeper.connect", "127.0.0.1:1", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "metadata.source", "quorum", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "controller.quorum.voters", "1@nohost", "test", &e), 0);
+    struct ev_loop *loop = ev_loop_new(0);
+    km_daemon *d = km_daemon_new(loop, &cfg, &e);
+    cr_assert_null(d);
+    cr_assert(strstr(e.msg, "nohost"), "%s", e.msg);
+    ev_loop_destroy(loop);
+    km_config_free(&cfg);
+    km_config_defaults(&cfg);
+    cr_assert_eq(km_config_set(&cfg, "controller.quorum.request.timeout.ms", "50", "test", &e), -1);
+    cr_assert(strstr(e.msg, "controller.quorum.request.timeout.ms"), "%s", e.msg);
+    km_config_free(&cfg);
+}
+
+/* An SSL controller listener named the Kafka way: controller.listener.names,
+ * listener.security.protocol.map and a PEM truststore. */
+Test(quorum_daemon, follows_an_ssl_controller_listener, .timeout = 240)
+{
+    km_test_pki pki;
+    cr_assert(!km_test_pki_make(&pki));
+    km_err err;
+    km_tls_config sc = { .cert_file = pki.server_cert, .key_file = pki.server_key };
+    km_tls_ctx *server = km_tls_server_ctx_new(&sc, &err);
+    cr_assert(server, "%s", err.msg);
+    km_rsim_config c;
+    km_rsim_config_init(&c);
+    c.tls = server;
+    drig r = {0};
+    drig_start_with(&r, &c);
+    int32_t e = km_rsim_last_epoch(r.sims[0]);
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r.sims[i], 1, e);
+    const char *const extra[] = { "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                  "CONTROLLER:SSL,PLAINTEXT:PLAINTEXT", "ssl.truststore.type", "PEM",
+                                  "ssl.truststore.location", pki.ca, NULL };
+    drig_daemon_with(&r, false, extra);
+    g_offset = km_rsim_log_end(r.sims[0]) - 1;
+    cr_assert(run_until(&r, mirrored_at), "never mirrored over SSL");
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/committed", r.tmp);
+    write_log(dir, r.gen, r.gen_len, NULL, 0);
+    assert_zk_equals(&r, dir);
+    drig_stop(&r);
+    km_tls_ctx_free(server);
+    km_test_pki_free(&pki);
+}
+
+static void assert_refused(const char *const *kv, const char *want)
+{
+    km_config cfg;
+    km_err e = {{0}};
+    km_config_defaults(&cfg);
+    cr_assert_eq(km_config_set(&cfg, "zookeeper.connect", "127.0.0.1:1", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "metadata.source", "quorum", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "controller.quorum.bootstrap.servers", "127.0.0.1:9093", "test", &e), 0);
+    for (int i = 0; kv[i]; i += 2)
+        cr_assert_eq(km_config_set(&cfg, kv[i], kv[i + 1], "test", &e), 0, "%s", e.msg);
+    cr_assert_eq(km_config_validate(&cfg, &e), -1, "accepted: %s", want);
+    cr_assert(strstr(e.msg, want), "%s", e.msg);
+    km_config_free(&cfg);
+}
+
+Test(quorum_daemon, controller_listener_security_errors_name_the_key)
+{
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SASL_SSL", NULL }, "uses SASL_SSL");
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SSL", "ssl.truststore.location", "/nonexistent/ca.pem", NULL },
+                   "ssl.truststore.location=/nonexistent/ca.pem: cannot read it");
+    assert_refused((const char *const[]){ "ssl.truststore.type", "JKS", NULL }, "ssl.truststore.type=JKS");
+    assert_refused((const char *const[]){ "ssl.truststore.location", "/etc/hostname", NULL }, "is PLAINTEXT");
+    assert_refused((const char *const[]){ "listener.security.protocol.map", "CONTROLLER", NULL },
+                   "is not NAME:PROTOCOL");
+}
