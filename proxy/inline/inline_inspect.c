@@ -104,42 +104,33 @@ static void name_of(km_str s, char *out, size_t cap)
     out[n] = '\0';
 }
 
+/* LeaderAndIsr and UpdateMetadata name their partition-state fields alike, ungrouped in old
+ * versions and grouped by topic later, but in types of their own: one walk, written once. */
+#define CHECK_ONE(p, api, topic, s)                                                                      \
+    check_state(p, api, topic, (s)->partition_index, (s)->controller_epoch, (s)->leader, (s)->leader_epoch, \
+                (s)->isr.items, (s)->isr.count)
+#define CHECK_STATES(p, api, m)                                                                          \
+    do {                                                                                                \
+        char topic_[256];                                                                               \
+        for (int32_t i_ = 0; i_ < (m)->ungrouped_partition_states.count; i_++) {                      \
+            name_of((m)->ungrouped_partition_states.items[i_].topic_name, topic_, sizeof topic_);      \
+            CHECK_ONE(p, api, topic_, &(m)->ungrouped_partition_states.items[i_]);                     \
+        }                                                                                               \
+        for (int32_t t_ = 0; t_ < (m)->topic_states.count; t_++) {                                    \
+            name_of((m)->topic_states.items[t_].topic_name, topic_, sizeof topic_);                    \
+            for (int32_t i_ = 0; i_ < (m)->topic_states.items[t_].partition_states.count; i_++)       \
+                CHECK_ONE(p, api, topic_, &(m)->topic_states.items[t_].partition_states.items[i_]);    \
+        }                                                                                               \
+    } while (0)
+
 static void check_leader_and_isr(km_inline *p, const km_leader_and_isr_request *m)
 {
-    char topic[256];
-    for (int32_t i = 0; i < m->ungrouped_partition_states.count; i++) { /* v0-1 */
-        const km_leader_and_isr_request_partition_state *s = &m->ungrouped_partition_states.items[i];
-        name_of(s->topic_name, topic, sizeof topic);
-        check_state(p, KM_API_LEADER_AND_ISR, topic, s->partition_index, s->controller_epoch, s->leader,
-                    s->leader_epoch, s->isr.items, s->isr.count);
-    }
-    for (int32_t t = 0; t < m->topic_states.count; t++) {
-        name_of(m->topic_states.items[t].topic_name, topic, sizeof topic);
-        for (int32_t i = 0; i < m->topic_states.items[t].partition_states.count; i++) {
-            const km_leader_and_isr_request_partition_state *s = &m->topic_states.items[t].partition_states.items[i];
-            check_state(p, KM_API_LEADER_AND_ISR, topic, s->partition_index, s->controller_epoch, s->leader,
-                        s->leader_epoch, s->isr.items, s->isr.count);
-        }
-    }
+    CHECK_STATES(p, KM_API_LEADER_AND_ISR, m);
 }
 
 static void check_update_metadata(km_inline *p, const km_update_metadata_request *m)
 {
-    char topic[256];
-    for (int32_t i = 0; i < m->ungrouped_partition_states.count; i++) { /* v0-4 */
-        const km_update_metadata_request_partition_state *s = &m->ungrouped_partition_states.items[i];
-        name_of(s->topic_name, topic, sizeof topic);
-        check_state(p, KM_API_UPDATE_METADATA, topic, s->partition_index, s->controller_epoch, s->leader,
-                    s->leader_epoch, s->isr.items, s->isr.count);
-    }
-    for (int32_t t = 0; t < m->topic_states.count; t++) {
-        name_of(m->topic_states.items[t].topic_name, topic, sizeof topic);
-        for (int32_t i = 0; i < m->topic_states.items[t].partition_states.count; i++) {
-            const km_update_metadata_request_partition_state *s = &m->topic_states.items[t].partition_states.items[i];
-            check_state(p, KM_API_UPDATE_METADATA, topic, s->partition_index, s->controller_epoch, s->leader,
-                        s->leader_epoch, s->isr.items, s->isr.count);
-        }
-    }
+    CHECK_STATES(p, KM_API_UPDATE_METADATA, m);
 }
 
 /* StopReplica carries leader epochs from v3 (-1, -2: no epoch to compare). */
