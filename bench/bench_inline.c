@@ -8,7 +8,9 @@
  * latency each proxy adds, the upstream's ceiling (window 128, straight), ratios against
  * "direct", and the proxies' resident memory with 1,000 open client connections.
  *
- * Usage: bench_inline [requests]   (default 3000 per throughput run) */
+ * Each target runs ROUNDS times, taking turns with the others; the medians are printed.
+ *
+ * Usage: bench_inline [requests]   (default 3000 per run) */
 #include "bench_util.h"
 #include "km_codec.h"
 #include "km_metalog.h" /* km_crc32c */
@@ -32,12 +34,14 @@
 
 #define RECORD_BYTES 1024
 #define CONNS_FOR_RSS 1000
+#define ROUNDS 3 /* targets take turns, ROUNDS times; medians reported: a shared machine's noise evens out */
 
 typedef struct target {
     const char *name;
     uint16_t port;
     pid_t pid;            /* 0: no process of its own (direct) */
-    double mbps, p50_us, p99_us;
+    double mbps, p50_us, p99_us;         /* medians over the rounds */
+    double round_mbps[ROUNDS], round_p50[ROUNDS], round_p99[ROUNDS];
     long rss_idle_kb, rss_conns_kb;
     bool ok;
 } target;
@@ -297,14 +301,35 @@ static void stop(target *t)
 
 /* ---- main --------------------------------------------------------------------------------- */
 
-static bool bench_target(target *t, int count)
+static bool bench_round(target *t, int count, int round)
 {
     double ignored;
-    t->ok = run_load(t->port, 16, 32, count, &t->mbps, &ignored, &ignored) &&
-            run_load(t->port, 1, 1, count, &ignored, &t->p50_us, &t->p99_us);
+    t->ok = run_load(t->port, 16, 32, count, &t->round_mbps[round], &ignored, &ignored) &&
+            run_load(t->port, 1, 1, count, &ignored, &t->round_p50[round], &t->round_p99[round]);
     if (!t->ok)
         fprintf(stderr, "bench_inline: %s: the Produce run failed\n", t->name);
     return t->ok;
+}
+
+static double median(double *v)
+{
+    qsort(v, ROUNDS, sizeof *v, cmp_double);
+    return v[ROUNDS / 2];
+}
+
+/* Every target once per round, in turn, so a burst of load elsewhere hits them alike. */
+static bool bench_targets(target *const *all, int n, int count)
+{
+    for (int round = 0; round < ROUNDS; round++)
+        for (int i = 0; i < n; i++)
+            if (!bench_round(all[i], count, round))
+                return false;
+    for (int i = 0; i < n; i++) {
+        all[i]->mbps = median(all[i]->round_mbps);
+        all[i]->p50_us = median(all[i]->round_p50);
+        all[i]->p99_us = median(all[i]->round_p99);
+    }
+    return true;
 }
 
 int main(int argc, char **argv)
@@ -334,7 +359,8 @@ int main(int argc, char **argv)
         ok = false, fprintf(stderr, "bench_inline: haproxy did not start\n");
     double ceiling = 0, ignored;
     ok = ok && run_load(direct.port, 16, 128, count, &ceiling, &ignored, &ignored);
-    ok = ok && bench_target(&direct, count) && bench_target(&km, count) && (!with_haproxy || bench_target(&ha, count));
+    target *all[] = {&direct, &km, &ha};
+    ok = ok && bench_targets(all, with_haproxy ? 3 : 2, count);
     ok = ok && measure_rss(&km) && (!with_haproxy || measure_rss(&ha));
     stop(&km), stop(&ha);
     unlink(cfg_path);
@@ -344,11 +370,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_inline: FAILED: no figures reported\n");
         return 1;
     }
-    printf("Produce, 1 KiB records, acks=1, one connection; upstream: librdkafka mock broker; %d requests\n", count);
+    printf("Produce, 1 KiB records, acks=1, one connection; upstream: librdkafka mock broker; %d requests a run,\n"
+           "medians of %d rounds in which the targets take turns\n", count, ROUNDS);
     printf("upstream ceiling (direct, 128 in flight): %.1f MB/s\n", ceiling);
     printf("%-8s %10s %10s %10s %14s %14s %12s %14s\n", "target", "MB/s", "p50 us", "p99 us", "added p50 us",
            "added p99 us", "RSS idle KB", "RSS 1000c KB");
-    target *all[] = {&direct, &km, &ha};
     for (int i = 0; i < (with_haproxy ? 3 : 2); i++) {
         target *t = all[i];
         printf("%-8s %10.1f %10.0f %10.0f %14.0f %14.0f", t->name, t->mbps, t->p50_us, t->p99_us,
