@@ -759,3 +759,41 @@ Test(inline_edge, api_versions_stop_before_responses_that_carry_endpoints)
     close(fd), close(up), close(lfd);
     irig_free(&r);
 }
+
+/* A streamed response's top-level error code is counted per broker and API (Heartbeat v1:
+ * throttle time, then the error code), with no need to hold the response. */
+Test(inline_edge, top_level_errors_are_counted_per_broker_and_api)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1)), up = irig_accept(lfd);
+    km_heartbeat_request hq;
+    km_heartbeat_request_init(&hq);
+    hq.group_id = km_cstr("g"), hq.member_id = km_cstr("m");
+    for (int32_t corr = 1; corr <= 2; corr++) {
+        send_request(fd, KM_API_HEARTBEAT, 1, corr, &hq);
+        expect_request(up, KM_API_HEARTBEAT, 1, corr);
+        km_heartbeat_response hr;
+        km_heartbeat_response_init(&hr);
+        hr.error_code = corr == 1 ? 27 : 0; /* REBALANCE_IN_PROGRESS, then NONE */
+        send_response(up, KM_API_HEARTBEAT, 1, corr, &hr);
+        km_arena a;
+        km_arena_init(&a, 1 << 20);
+        km_heartbeat_response got;
+        read_response(fd, KM_API_HEARTBEAT, 1, corr, &got, &a);
+        cr_expect_eq(got.error_code, hr.error_code);
+        km_arena_free(&a);
+    }
+    close(fd), close(up), close(lfd);
+    irig_stop(&r, NULL);
+    km_buf m;
+    km_buf_init(&m);
+    km_inline_render_metrics(r.proxy, &m);
+    km_buf_put(&m, "", 1);
+    cr_expect(strstr((char *)m.data, "kmproxy_inline_response_errors_total{broker=\"-1\",api=\"HEARTBEAT\"} 1\n"),
+              "%s", (char *)m.data);
+    km_buf_free(&m);
+    irig_free(&r);
+}

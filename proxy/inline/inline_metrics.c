@@ -61,6 +61,46 @@ void inl_count_response(km_inline *p, int32_t broker, int16_t api, size_t bytes,
     b->lat_sum[s] += upstream_seconds;
 }
 
+/* Where a response body's top-level error code sits (after the throttle time or first), for the
+ * APIs that have one (Kafka 3.9's schemas); -1: none (Produce, Metadata, ... answer per item). */
+static int error_offset(int16_t api, int16_t ver)
+{
+    switch (api) {
+    case KM_API_API_VERSIONS: case KM_API_SASL_HANDSHAKE: case KM_API_SASL_AUTHENTICATE:
+        return 0;
+    case KM_API_FIND_COORDINATOR:
+        return ver == 0 ? 0 : ver <= 3 ? 4 : -1;
+    case KM_API_JOIN_GROUP:
+        return ver <= 1 ? 0 : 4;
+    case KM_API_HEARTBEAT: case KM_API_LEAVE_GROUP: case KM_API_SYNC_GROUP: case KM_API_LIST_GROUPS:
+        return ver == 0 ? 0 : 4;
+    case KM_API_FETCH:
+        return ver >= 7 ? 4 : -1;
+    case KM_API_INIT_PRODUCER_ID: case KM_API_DESCRIBE_CLUSTER:
+        return 4;
+    default:
+        return -1;
+    }
+}
+
+void inl_count_response_error(km_inline *p, int32_t broker, int16_t api, int16_t ver, const uint8_t *body,
+                              size_t avail)
+{
+    size_t at = 0;
+    if (km_response_header_version(api, ver) >= 1) { /* header tagged fields: only an empty set is read */
+        if (!avail || body[0] != 0)
+            return;
+        at = 1;
+    }
+    int off = error_offset(api, ver);
+    if (off < 0 || avail < at + (size_t)off + 2)
+        return; /* not in this read: uncounted rather than held */
+    int16_t code = (int16_t)(body[at + (size_t)off] << 8 | body[at + (size_t)off + 1]);
+    inl_bstats *b = code ? bstats_of(p, broker) : NULL;
+    if (b)
+        b->errors[slot_of(api)]++;
+}
+
 void inl_count_cut(km_inline *p, int32_t broker)
 {
     inl_bstats *b = bstats_of(p, broker);
@@ -127,6 +167,10 @@ static void per_api(const km_inline *p, km_buf *out)
         {"kmproxy_inline_request_bytes_total", "request bytes passed", offsetof(inl_bstats, request_bytes)},
         {"kmproxy_inline_response_bytes_total", "response bytes passed (after rewriting sizes differ)",
          offsetof(inl_bstats, response_bytes)},
+        {"kmproxy_inline_response_errors_total",
+         "responses whose top-level error code is not NONE (APIs that have one: ApiVersions, Fetch v7+, "
+         "FindCoordinator v0-3, the group APIs, InitProducerId, DescribeCluster, SASL)",
+         offsetof(inl_bstats, errors)},
     };
     char labels[128], api[48];
     for (size_t c = 0; c < sizeof COUNTERS / sizeof COUNTERS[0]; c++) {

@@ -38,6 +38,7 @@ typedef struct inl_route {
 typedef struct inl_bstats {
     int32_t broker;
     uint64_t requests[INL_API_SLOTS], request_bytes[INL_API_SLOTS], response_bytes[INL_API_SLOTS];
+    uint64_t errors[INL_API_SLOTS];   /* responses with a top-level error code other than NONE */
     uint64_t lat_count[INL_API_SLOTS][INL_LAT_BUCKETS + 1]; /* non-cumulative; last: +Inf */
     double lat_sum[INL_API_SLOTS];
     uint64_t cut;
@@ -190,6 +191,9 @@ void inl_inspect_free(km_inline *p);
 /* inline_metrics.c */
 void inl_count_request(km_inline *p, int32_t broker, int16_t api, size_t bytes);
 void inl_count_response(km_inline *p, int32_t broker, int16_t api, size_t bytes, double upstream_seconds);
+/* body: the response after its correlation id, avail bytes of it at hand. */
+void inl_count_response_error(km_inline *p, int32_t broker, int16_t api, int16_t ver, const uint8_t *body,
+                              size_t avail);
 void inl_count_cut(km_inline *p, int32_t broker);
 void inl_count_proxy_time(km_inline *p, double seconds);
 void inl_metrics_free(km_inline *p);

@@ -533,6 +533,7 @@ static int whole_response_ready(inl_session *s)
     inl_resp_parser *rs = &s->rs;
     const uint8_t *payload = rs->whole.data + 4;
     size_t len = rs->whole.len - 4;
+    inl_count_response_error(s->p, s->route->broker_id, rs->req.api_key, rs->req.api_version, payload + 4, len - 4);
     if (rs->req.capture && rs->req.api_key == KM_API_SASL_HANDSHAKE)
         inl_capture_bytes(s, KM_CAPTURE_S2C, payload, len);
     if (rs->req.api_key == KM_API_SASL_HANDSHAKE) {
@@ -672,8 +673,14 @@ static long response_step(inl_session *s, const uint8_t *d, size_t n)
             response_done(s);
         return (long)k;
     }
-    if (rs->have == 0 && n >= 8 && !s->sasl_raw_rounds)
-        return response_head_ready(s, d, true) ? -1 : 8;
+    if (rs->have == 0 && n >= 8 && !s->sasl_raw_rounds) {
+        if (response_head_ready(s, d, true))
+            return -1;
+        if (!rs->collecting) /* held ones are counted whole */
+            inl_count_response_error(s->p, s->route->broker_id, rs->req.api_key, rs->req.api_version, d + 8,
+                                     min_size(n - 8, rs->left));
+        return 8;
+    }
     size_t goal = s->sasl_raw_rounds ? 4 : 8, k = min_size(n, goal - rs->have);
     memcpy(rs->prefix + rs->have, d, k);
     rs->have += k;
