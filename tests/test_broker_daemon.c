@@ -109,6 +109,7 @@ static void start(int brokers, double cut_ratio, bool via_proxy)
     km_config cfg;
     km_config_defaults(&cfg);
     km_err e = { { 0 } };
+    cr_assert(!km_config_set(&cfg, "metadata.source", "dir", "test", &e), "%s", e.msg);
     cr_assert(!km_config_set(&cfg, "metadata.dir", R.logdir, "test", &e), "%s", e.msg);
     cr_assert(!km_config_set(&cfg, "zookeeper.connect", via_proxy ? km_fp_hosts(fp) : km_zks_hosts(zs, 0), "test", &e),
               "%s", e.msg);

@@ -71,6 +71,7 @@ Test(inline_cli, the_daemon_config_delegates_proxy_keys)
     cr_assert_eq(km_config_set(&c, "proxy.broker.7.listen", "127.0.0.1:0", "t", &err), 0, "%s", err.msg);
     cr_assert_eq(km_config_set(&c, "proxy.nope", "1", "t:3", &err), -1);
     cr_expect(strstr(err.msg, "t:3: unknown key 'proxy.nope'"), "%s", err.msg);
+    cr_assert_eq(km_config_set(&c, "metadata.source", "dir", "t", &err), 0);
     cr_assert_eq(km_config_set(&c, "metadata.dir", "/tmp", "t", &err), 0);
     cr_assert_eq(km_config_set(&c, "zookeeper.connect", "127.0.0.1:2181", "t", &err), 0);
     cr_assert_eq(km_config_validate(&c, &err), -1);

@@ -62,6 +62,7 @@ Test(inline_daemon, registered_brokers_get_listeners_from_the_log, .timeout = 12
     snprintf(base, sizeof base, "%d", port_base);
     km_config cfg;
     km_config_defaults(&cfg);
+    set(&cfg, "metadata.source", "dir");
     set(&cfg, "metadata.dir", logdir);
     set(&cfg, "zookeeper.connect", hosts);
     set(&cfg, "brokers.enabled", "false");

@@ -3,6 +3,7 @@
 #ifndef KM_CLI_H
 #define KM_CLI_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -27,5 +28,8 @@ int km_cli_read_config(int argc, char **argv, const char *cmd, void (*usage)(FIL
 
 /* A whole decimal option value in [lo, hi]: no trailing text, no overflow. 0, or -1 (proxy/cli_args.c). */
 int km_cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* True when "--help" is among argv[1..] (before a "--"): every command and subcommand then prints
+ * its usage on stdout and exits 0, whatever else the line holds. */
+bool km_cli_wants_help(int argc, char **argv);
 
 #endif

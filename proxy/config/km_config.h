@@ -49,6 +49,10 @@ typedef struct km_config {
     char *metrics_listen;            /* metrics.listen: HOST:PORT for Prometheus text; NULL = off */
     char *capture_pcapng, *capture_jsonl;
     char *log_level;                 /* log.level: error, warn, info, debug */
+    char *log_file;                  /* log.file: append the log here (reopened on SIGHUP); NULL = stderr */
+    int32_t health_max_lag_records;  /* health.max.lag.records: /readyz fails above this write-behind lag */
+    bool ha_enabled;                 /* ha.enabled: elect one active instance among several */
+    char *election_path;             /* kmproxy.election.path: where they elect (inside the chroot) */
     /* Kafka's password.encoder.*: how password-type configs are written into ZooKeeper; the same
      * values as the KRaft controllers' (and the ZK-mode brokers') own. No secret: stored as is. */
     char *password_encoder_secret;
