@@ -10,6 +10,7 @@ PACKAGES=(
   libev-dev libssl-dev openssl libjansson-dev
   zlib1g-dev libsnappy-dev liblz4-dev libzstd-dev   # compressed record batches
   libcriterion-dev tshark curl   # curl: tests scrape /healthz, /readyz and /metrics as operators do
+  haproxy                        # bench_inline: the TCP-mode proxy baseline
   default-jdk-headless           # test_zk_password checks the PasswordEncoder against the JDK's crypto
 )
 

@@ -90,6 +90,7 @@ void km_config_defaults(km_config *c)
     c->quorum_request_timeout_ms = 2000;   /* Kafka's controller.quorum.request.timeout.ms */
     c->password_encoder_key_length = 128;  /* Kafka's password.encoder.* defaults */
     c->password_encoder_iterations = 4096;
+    km_inline_config_defaults(&c->proxy);
 }
 
 static int set_string(char **slot, const char *value, const char *where, const char *key, km_err *err)
@@ -148,6 +149,8 @@ int km_config_set(km_config *c, const char *key, const char *value, const char *
     if (!strcmp(key, "password.encoder.secret") && !*value)
         return km_fail(err, "%s: password.encoder.secret is empty: remove the line to store passwords as they are",
                        where);
+    if (!strncmp(key, "proxy.", 6))
+        return km_inline_config_set(&c->proxy, key, value, where, err);
     const key_def *k = find_key(key);
     return k ? parse_value(k, c, value, where, err) : km_fail(err, "%s: unknown key '%s'", where, key);
 }
@@ -249,6 +252,8 @@ int km_config_validate(const km_config *c, km_err *err)
                        c->election_path ? c->election_path : "");
     if (!c->zk_connect)  /* broker RPCs carry the ZooKeeper controller epoch our claim produces */
         return km_fail(err, "zookeeper.connect is required (HOST:PORT[,HOST:PORT][/chroot])");
+    if (km_inline_config_enabled(&c->proxy) && km_inline_config_validate(&c->proxy, err))
+        return -1;
     return validate_password_encoder(c, err);
 }
 
@@ -261,5 +266,6 @@ void km_config_free(km_config *c)
     for (size_t i = 0; i < N_KEYS; i++)
         if (KEYS[i].kind == K_STRING || KEYS[i].kind == K_LEVEL)
             free(*(char **)((char *)c + KEYS[i].offset));
+    km_inline_config_free(&c->proxy);
     memset(c, 0, sizeof *c);
 }

@@ -7,6 +7,7 @@
 #define KM_CONFIG_H
 
 #include "km_codec.h" /* km_err */
+#include "km_inline.h" /* the proxy.* keys */
 #include "km_sasl.h"  /* km_sasl_mech, KM_SASL_NAME_MAX */
 
 #include <stdbool.h>
@@ -59,6 +60,7 @@ typedef struct km_config {
     char *password_encoder_cipher_algorithm;     /* NULL: AES/CBC/PKCS5Padding */
     int32_t password_encoder_key_length;
     int32_t password_encoder_iterations;
+    km_inline_config proxy;          /* every proxy.* key, parsed strictly by km_inline */
 } km_config;
 
 void km_config_defaults(km_config *c);

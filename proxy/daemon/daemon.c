@@ -134,6 +134,26 @@ static void follow_poll_cb(struct ev_loop *loop, ev_timer *t, int revents)
     km_daemon_read_log(t->data);
 }
 
+/* SIGUSR1 switches the inline proxy's capture. */
+static void proxy_capture_cb(struct ev_loop *loop, ev_signal *s, int revents)
+{
+    (void)loop, (void)revents;
+    km_daemon *d = s->data;
+    if (!d->proxy)
+        km_daemon_log(d, KM_LOG_INFO, "SIGUSR1: no inline proxy configured, ignored");
+    else
+        km_inline_capture(d->proxy, !km_inline_capture_on(d->proxy));
+}
+
+/* On SIGHUP: the inline proxy's certificates are read again (live connections keep theirs). */
+static void reload_proxy_tls(km_daemon *d)
+{
+    km_err err = {{0}};
+    if (d->proxy && km_inline_reload_tls(d->proxy, &err))
+        km_daemon_log(d, KM_LOG_ERROR, "SIGHUP: TLS reload failed, the previous certificates stay in use: %s",
+                      err.msg);
+}
+
 /* ---- signals ------------------------------------------------------------------------------- */
 
 /* Multis are atomic and /migration moves only with the batch that completes it, so a write that
@@ -223,6 +243,7 @@ static void hangup_cb(struct ev_loop *loop, ev_signal *s, int revents)
     else
         km_daemon_log(d, KM_LOG_INFO, "SIGHUP: reopened log.file %s", d->cfg.log_file);
     km_daemon_reload_brokers(d);
+    reload_proxy_tls(d);
 }
 
 static int open_follower(km_daemon *d, km_err *err)
@@ -242,6 +263,23 @@ static int open_follower(km_daemon *d, km_err *err)
     ev_io_init(&d->follow_io, follow_io_cb, km_image_follow_fd(d->follow), EV_READ);
     d->follow_io.data = d;
     return 0;
+}
+
+static void proxy_log(void *ud, int level, const char *msg)
+{
+    km_daemon_log(ud, level + KM_LOG_ERROR, "proxy: %s", msg); /* km_inline counts from 0 = error */
+}
+
+static int start_proxy(km_daemon *d, km_err *err)
+{
+    if (!km_inline_config_enabled(&d->cfg.proxy))
+        return 0;
+    d->proxy = km_inline_new(d->loop, &d->cfg.proxy, proxy_log, d, err);
+    if (d->proxy && d->metrics) /* POST /capture/on|off */
+        km_metrics_on_post(d->metrics, km_inline_http_action, d->proxy);
+    if (d->proxy) /* controller RPCs passing inline are compared with the image */
+        km_inline_follow_image(d->proxy, d->img);
+    return d->proxy ? 0 : -1;
 }
 
 /* Every frame to and from the ZK-mode brokers, for Wireshark or jq. */
@@ -281,7 +319,7 @@ km_daemon *km_daemon_new(struct ev_loop *loop, km_config *cfg, km_err *err)
     d->started_wall = time(NULL);
     if ((d->cfg.log_file && open_log_file(d, err)) || !d->img || !d->delta || open_follower(d, err) ||
         open_capture(d, err) || km_daemon_start_consumers(d, err) || km_daemon_start_metrics(d, err) ||
-        km_daemon_start_ha(d, err)) {
+        km_daemon_start_ha(d, err) || start_proxy(d, err)) {
         km_daemon_free(d);
         return NULL;
     }
@@ -296,10 +334,12 @@ void km_daemon_start(km_daemon *d)
     ev_signal_init(&d->sigint, shutdown_cb, SIGINT);
     ev_signal_init(&d->sigterm, shutdown_cb, SIGTERM);
     ev_signal_init(&d->sighup, hangup_cb, SIGHUP);
-    d->sigint.data = d->sigterm.data = d->sighup.data = d;
+    ev_signal_init(&d->sigusr1, proxy_capture_cb, SIGUSR1);
+    d->sigint.data = d->sigterm.data = d->sighup.data = d->sigusr1.data = d;
     ev_signal_start(d->loop, &d->sigint);
     ev_signal_start(d->loop, &d->sigterm);
     ev_signal_start(d->loop, &d->sighup);
+    ev_signal_start(d->loop, &d->sigusr1);
     km_daemon_start_health(d);
     km_daemon_start_notify(d);
     if (d->follow_io.fd >= 0)
@@ -321,6 +361,7 @@ static void disarm(km_daemon *d)
     ev_signal_stop(d->loop, &d->sigint);
     ev_signal_stop(d->loop, &d->sigterm);
     ev_signal_stop(d->loop, &d->sighup);
+    ev_signal_stop(d->loop, &d->sigusr1);
     ev_timer_stop(d->loop, &d->drain);
     km_daemon_stop_health(d);
     km_daemon_stop_notify(d);
@@ -343,6 +384,7 @@ void km_daemon_free(km_daemon *d)
     if (!d)
         return;
     disarm(d);
+    km_inline_free(d->proxy);
     km_daemon_stop_metrics(d);
     km_daemon_stop_consumers(d);
     km_daemon_stop_ha(d);

@@ -92,6 +92,8 @@ static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
     }
     if (phase == KM_ZKB_DUAL_WRITE)
         km_daemon_sync_done(d, b);
+    if (phase == KM_ZKB_DUAL_WRITE && d->proxy) /* controller RPCs passing inline with an older one are stale */
+        km_inline_set_controller_epoch(d->proxy, km_zkw_zk_controller_epoch(km_zkb_writer(b)));
     if (!c->bprop)
         return;
     km_bprop_hold(c->bprop, phase != KM_ZKB_DUAL_WRITE);
@@ -343,8 +345,30 @@ bool km_daemon_consumers_ready(km_daemon *d)
     return false;
 }
 
+/* The endpoint the proxy forwards to: broker.listener's, else the first. */
+static void proxy_broker(km_daemon *d, const km_broker *b)
+{
+    for (int32_t i = 0; i < b->n_endpoints; i++) {
+        const km_endpoint *e = &b->endpoints[i];
+        if (!d->cfg.broker_listener || !strcmp(e->name, d->cfg.broker_listener)) {
+            km_inline_broker_registered(d->proxy, b->id, e->host, e->port);
+            return;
+        }
+    }
+}
+
+/* Brokers registered in the log get their proxy routes (listeners) before clients hear of them. */
+static void proxy_brokers(km_daemon *d, const km_delta *delta)
+{
+    km_broker_change bc;
+    for (size_t it = 0; d->proxy && km_delta_next_broker(delta, &it, &bc);)
+        if (bc.new && (bc.what & (KM_BC_REGISTERED | KM_BC_REREGISTERED | KM_BC_ENDPOINTS)))
+            proxy_broker(d, bc.new);
+}
+
 void km_daemon_publish_delta(km_daemon *d, const km_delta *delta)
 {
+    proxy_brokers(d, delta);
     km_daemon_consumers *c = d->consumers;
     km_err err = {{0}};
     if (c->zkb && km_zkb_delta(c->zkb, delta, &err)) {
@@ -357,6 +381,9 @@ void km_daemon_publish_delta(km_daemon *d, const km_delta *delta)
 
 void km_daemon_caught_up(km_daemon *d)
 {
+    size_t it = 0;
+    for (const km_broker *b; d->proxy && (b = km_image_next_broker(d->img, &it));) /* e.g. from a snapshot */
+        proxy_broker(d, b);
     if (d->cfg.zk_connect && km_image_offset(d->img) >= 0 && km_daemon_is_active(d))
         ensure_started(d);
 }

@@ -3,6 +3,7 @@
 #define KM_DAEMON_INTERNAL_H
 
 #include "km_daemon.h"
+#include "km_inline.h"
 #include "km_image.h"
 #include "km_metrics.h"
 #include "km_quorum.h"
@@ -26,6 +27,7 @@ struct km_daemon {
     bool started;                /* watchers armed (km_daemon_start) */
     int64_t batches_applied;
     ev_signal sigint, sigterm, sighup;
+    ev_signal sigusr1;           /* the inline proxy's capture switch (SIGHUP also reloads its TLS) */
     bool stopping;               /* SIGTERM/SIGINT: no more log reading, in-flight writes finishing */
     ev_timer drain;              /* while stopping: are the in-flight ZooKeeper writes done? */
     double stop_deadline;        /* ev_now past which they are abandoned */
@@ -49,6 +51,7 @@ struct km_daemon {
     km_metrics_server *metrics;
     struct km_capture *capture;  /* capture.pcapng / capture.jsonl: the broker channels' traffic; NULL: off */
     struct km_daemon_consumers *consumers;  /* daemon_consumers.c: ZooKeeper and brokers */
+    km_inline *proxy;            /* the inline proxy, when proxy.* keys ask for one */
     char fatal[512];
     int exit_code;               /* with fatal: 1 a runtime failure, 2 bad input (a corrupt log, a refused image) */
 };

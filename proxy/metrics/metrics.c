@@ -1,5 +1,6 @@
 /* A deliberately small HTTP/1.0 server: GET /metrics answers the exposition text, other paths
- * go to the owner's route (health checks), anything else 404; one request per connection. */
+ * go to the owner's route (health checks), POST to the owner's action (run-time switches),
+ * anything else 404; one request per connection. */
 #include "km_metrics.h"
 
 #include <arpa/inet.h>
@@ -26,6 +27,8 @@ struct km_metrics_server {
     km_metrics_render_fn render;
     km_metrics_route_fn route;
     void *ud;
+    km_metrics_action_fn action;   /* POST handler; NULL: POST is 404 */
+    void *action_ud;
     metrics_client *clients;
     int n_clients;
 };
@@ -55,6 +58,15 @@ static void client_free(metrics_client *c)
     close(c->io.fd);
     km_buf_free(&c->resp);
     free(c);
+}
+
+/* POST PATH: the action's answer, or false for 404. */
+static bool post(metrics_client *c, km_buf *body)
+{
+    char path[256];
+    if (!c->srv->action || strncmp(c->req, "POST ", 5) || sscanf(c->req + 5, "%255s", path) != 1)
+        return false;
+    return c->srv->action(path, body, c->srv->action_ud) == 0;
 }
 
 static const char *status_text(int status)
@@ -88,11 +100,14 @@ static void build_response(metrics_client *c)
     km_buf body;
     km_buf_init(&body);
     int status = 404;
+    bool posted = false;
     if (metrics) {
         c->srv->render(&body, c->srv->ud);
         status = 200;
     } else if (got && c->srv->route) {
         status = c->srv->route(path, &body, c->srv->ud);
+    } else if ((posted = post(c, &body))) {
+        status = 200;
     }
     if (!status || (status == 404 && !body.len)) {
         status = 404;
@@ -101,8 +116,8 @@ static void build_response(metrics_client *c)
     char head[200];
     int n = snprintf(head, sizeof head,
                      "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                     status_text(status), metrics ? "text/plain; version=0.0.4" : status == 404 ? "text/plain"
-                     : "application/json", body.len);
+                     status_text(status), metrics ? "text/plain; version=0.0.4" : status == 404 || posted
+                     ? "text/plain" : "application/json", body.len);
     km_buf_put(&c->resp, head, (size_t)n);
     km_buf_put(&c->resp, body.data, body.len);
     km_buf_free(&body);
@@ -228,6 +243,12 @@ km_metrics_server *km_metrics_listen(struct ev_loop *loop, const char *host_port
     s->accept_io.data = s;
     ev_io_start(loop, &s->accept_io);
     return s;
+}
+
+void km_metrics_on_post(km_metrics_server *s, km_metrics_action_fn fn, void *ud)
+{
+    s->action = fn;
+    s->action_ud = ud;
 }
 
 uint16_t km_metrics_port(const km_metrics_server *s) { return s->port; }
