@@ -9,7 +9,8 @@ PACKAGES=(
   libzookeeper-st-dev zookeeper  # single-threaded ZK client (driven from libev); real servers for tests
   libev-dev libssl-dev openssl libjansson-dev
   zlib1g-dev libsnappy-dev liblz4-dev libzstd-dev   # compressed record batches
-  libcriterion-dev tshark
+  libcriterion-dev tshark curl   # curl: tests scrape /healthz, /readyz and /metrics as operators do
+  haproxy                        # bench_inline: the TCP-mode proxy baseline
   default-jdk-headless           # test_zk_password checks the PasswordEncoder against the JDK's crypto
 )
 

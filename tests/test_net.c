@@ -136,7 +136,8 @@ static void server_close(km_net_conn *c, const km_err *why, void *ud)
 
 static void server_ready(km_net_conn *c, void *ud) { (void)c; ((world *)ud)->server.ready = true; }
 
-static const km_net_handlers server_handlers = {server_ready, server_frame, NULL, server_close};
+static const km_net_handlers server_handlers = {
+    .on_ready = server_ready, .on_frame = server_frame, .on_close = server_close};
 
 static void accepted(km_net_listener *l, int fd, const char *peer, void *ud)
 {
@@ -173,7 +174,8 @@ static void client_close(km_net_conn *c, const km_err *why, void *ud)
     ev_break(w->loop, EVBREAK_ALL);
 }
 
-static const km_net_handlers client_handlers = {client_ready, client_frame, client_drain, client_close};
+static const km_net_handlers client_handlers = {
+    .on_ready = client_ready, .on_frame = client_frame, .on_drain = client_drain, .on_close = client_close};
 
 static uint16_t start_server(world *w)
 {

@@ -200,14 +200,16 @@ static void run_free(run_out *r)
     free(r->err);
 }
 
-/* Lines of s, warnings (an overridden guard says so) aside. */
+/* Lines of s, warnings (an overridden guard says so) and progress lines ("kmproxy zk sync: connecting
+ * to ZooKeeper at ...", "kmproxy zk diff: reading ZooKeeper: ...") aside. */
 static int lines_but_warnings(const char *s)
 {
     int n = 0;
     for (const char *line = s; line && *line;) {
         const char *end = strchr(line, '\n');
         size_t len = end ? (size_t)(end - line) : strlen(line);
-        n += !memmem(line, len, " WARN: ", 7);
+        bool progress = !strncmp(line, "kmproxy zk sync: ", 17) || !strncmp(line, "kmproxy zk diff: ", 17);
+        n += !memmem(line, len, " WARN: ", 7) && !progress;
         line += len + (end != NULL);
     }
     return n;
@@ -388,7 +390,7 @@ static char *daemon_set(const char *key, const char *value)
 static run_out run_daemon(const char *log, const char *extra)
 {
     char *md = daemon_set("metadata.dir", log), *zk = daemon_set("zookeeper.connect", km_zks_hosts(zs, 0));
-    run_out r = run_kmproxy("run", "--set", md, "--set", zk, "--set", "brokers.enabled=false", "--set",
+    run_out r = run_kmproxy("run", "--set", "metadata.source=dir", "--set", md, "--set", zk, "--set", "brokers.enabled=false", "--set",
                             "log.level=warn", extra ? "--set" : NULL, extra, NULL);
     free(md);
     free(zk);

@@ -30,6 +30,7 @@ typedef struct km_tls_config {
     bool no_name_check;    /* clients only: verify the chain but not the server's name
                             * (Kafka's ssl.endpoint.identification.algorithm set empty). */
     bool require_client_cert; /* servers only: demand and verify a client certificate (needs ca_file). */
+    bool request_client_cert; /* servers only: ask for one and verify it if sent (needs ca_file). */
 } km_tls_config;
 
 typedef struct km_tls_ctx km_tls_ctx;
@@ -73,5 +74,7 @@ size_t km_tls_pending(const km_tls_stream *s);
  * out, or "" when the peer sent none.  Returns out. */
 const char *km_tls_peer_subject(const km_tls_stream *s, char *out, size_t cap);
 const char *km_tls_version(const km_tls_stream *s); /* "TLSv1.3", ... */
+/* Servers, after the handshake: the host name the client sent (SNI), or NULL. */
+const char *km_tls_server_name(const km_tls_stream *s);
 
 #endif

@@ -121,9 +121,11 @@ static int load_identity(SSL_CTX *ssl, const km_tls_config *cfg, km_err *err)
 
 static int load_trust(SSL_CTX *ssl, const km_tls_config *cfg, bool server, km_err *err)
 {
+    bool client_auth = server && (cfg->require_client_cert || cfg->request_client_cert);
     if (!cfg->ca_file) {
-        if (server && cfg->require_client_cert)
-            return km_fail(err, "TLS server: require_client_cert needs ca_file to verify clients against");
+        if (client_auth)
+            return km_fail(err, "TLS server: client certificate authentication needs ca_file to verify clients "
+                                "against");
         if (SSL_CTX_set_default_verify_paths(ssl) != 1)
             return km_tls_fail_openssl(err, "TLS: cannot load the system trust store");
         return 0;
@@ -132,7 +134,7 @@ static int load_trust(SSL_CTX *ssl, const km_tls_config *cfg, bool server, km_er
         return -1;
     if (SSL_CTX_load_verify_locations(ssl, cfg->ca_file, NULL) != 1)
         return km_tls_fail_openssl(err, "TLS CA file %s: cannot load PEM trust anchors", cfg->ca_file);
-    if (server && cfg->require_client_cert) {
+    if (client_auth) {
         STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(cfg->ca_file);
         if (!names)
             return km_tls_fail_openssl(err, "TLS CA file %s: no CA names for client auth", cfg->ca_file);
@@ -153,6 +155,8 @@ static void set_policy(SSL_CTX *ssl, const km_tls_config *cfg, bool server)
     SSL_CTX_set_default_passwd_cb(ssl, no_password);
     int mode = SSL_VERIFY_NONE;
     if (!server && !cfg->no_verify)
+        mode = SSL_VERIFY_PEER;
+    if (server && cfg->request_client_cert)
         mode = SSL_VERIFY_PEER;
     if (server && cfg->require_client_cert)
         mode = SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT;

@@ -176,3 +176,8 @@ const char *km_tls_peer_subject(const km_tls_stream *s, char *out, size_t cap)
 }
 
 const char *km_tls_version(const km_tls_stream *s) { return SSL_get_version(s->ssl); }
+
+const char *km_tls_server_name(const km_tls_stream *s)
+{
+    return s->server ? SSL_get_servername(s->ssl, TLSEXT_NAMETYPE_host_name) : NULL;
+}

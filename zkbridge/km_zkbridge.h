@@ -72,6 +72,8 @@ typedef struct km_zkw_config {
     int max_multi_ops;              /* 0: 1000 */
     int max_inflight;               /* multis outstanding at once; 0: 64 */
     size_t max_pending_ops;         /* write-behind bound in znode ops (records); 0: 100000 */
+    bool fence_on_expiry;           /* HA: an expired session may mean another instance took over: FENCED,
+                                     * never a re-claim of its own (the election decides who claims) */
     bool read_only;                 /* diff: a session only - no claim, no writes (CLAIMED once the guard has
                                      * seen what a claim would find; its verdict is ignored) */
     /* Before each claim: non-zero refuses it for good (state REFUSED, fence reason = why). NULL: none. */
@@ -249,6 +251,56 @@ bool km_zkb_idle(const km_zkb *b);
 bool km_zkb_planning(const km_zkb *b);
 void km_zkb_get_summary(const km_zkb *b, km_zkb_summary *s);
 km_zkw *km_zkb_writer(km_zkb *b);
+
+/* Where a full sync (or diff) stands, for progress lines and metrics. A pass plans while it writes,
+ * so its write total grows until `planning` turns false; topics_planned/topics_total says how far
+ * over the image the plan is, which lets a caller estimate the final total. */
+typedef struct km_zkb_progress {
+    km_zkb_phase phase;
+    bool walking;                        /* reading ZooKeeper's mirrored namespace */
+    size_t znodes_read;                  /* by the running (or last) read */
+    bool planning;                       /* the running pass still has image to plan */
+    size_t writes_planned;               /* znode writes the running pass has planned so far (diff: differences) */
+    size_t writes_done;                  /* of them, acknowledged by ZooKeeper (diff: 0) */
+    size_t topics_planned, topics_total; /* the plan's position over the image's topics */
+} km_zkb_progress;
+void km_zkb_get_progress(const km_zkb *b, km_zkb_progress *p);
+/* The figures of a progress line: done and total (estimated from the plan's position while it
+ * still plans), the rate since `prev` sampled `secs` earlier (NULL: 0) and the ETA (-1: unknown). */
+typedef struct km_zkb_eta {
+    const char *stage;   /* "connecting", "reading ZooKeeper", "writing", "comparing", "in sync", "stopped" */
+    const char *unit;    /* "znodes" (reading, writing), "topics" (comparing); NULL outside a sync */
+    size_t done, total;  /* total 0: unknown (reading) */
+    bool estimated;      /* total is extrapolated: the plan has not seen the whole image yet */
+    double rate;         /* znodes per second */
+    double eta_seconds;
+} km_zkb_eta;
+void km_zkb_progress_eta(const km_zkb_progress *p, const km_zkb_progress *prev, double secs, bool diff,
+                         km_zkb_eta *out);
+/* "writing: 1200/~50000 znodes, 3000/s, ETA 16s" into out. */
+void km_zkb_eta_format(const km_zkb_eta *e, char *out, size_t cap);
+
+/* ---- leader election among kmproxy instances: each holds an ephemeral-sequential znode under
+ * `path`; the lowest sequence leads, every other one watches its predecessor (no herd). An expired
+ * session loses the lead at once and joins again at the back with a new node. ---- */
+typedef struct km_zkel km_zkel;
+typedef struct km_zkel_config {
+    const char *hosts;              /* as for the writer, chroot included */
+    int session_timeout_ms;         /* 0: 10000 */
+    const char *path;               /* e.g. "/kmproxy/election" (created when missing) */
+    const char *data;               /* what our node tells the others (instance name) */
+    void (*on_change)(km_zkel *e, bool leader, void *ctx);
+    void (*log)(km_log_level level, const char *msg, void *ctx);
+    void *ctx;
+} km_zkel_config;
+km_zkel *km_zkel_new(struct ev_loop *loop, const km_zkel_config *cfg, km_err *err);
+/* Closes the session: the node goes at once, so a standby takes over without waiting for expiry. */
+void km_zkel_free(km_zkel *e);
+bool km_zkel_leader(const km_zkel *e);
+bool km_zkel_connected(const km_zkel *e);
+const char *km_zkel_node(const km_zkel *e); /* our node's name; "" while we have none */
+/* Leaves the lead (if held) and joins again at the back: how a fenced leader steps down. */
+void km_zkel_rejoin(km_zkel *e);
 
 /* The ops a full sync of img onto an empty ZooKeeper writes, in order (benchmarks compare the
  * writer with the raw client on exactly these). Paths and data are owned by the array. */

@@ -40,6 +40,9 @@ struct km_zkb {
     void *user_ctx;
     zstr diff;
     km_zkb_summary sum;
+    size_t pass_planned0;  /* sum's writes when the running pass began (progress counts from there) */
+    uint64_t pass_acked0;  /* the writer's acknowledged znode writes then */
+    size_t last_read;      /* znodes the last completed read of ZooKeeper found */
     bool refused;          /* stopped by a guard: bad input, not a runtime failure */
     int64_t delete_limit;  /* the most znodes a pass may delete now; -1: no limit */
     char *refused_deletes; /* "- path" lines of the pass that was refused */
@@ -149,6 +152,10 @@ static void begin_pass(km_zkb *b, bool full, zk_tree *cands)
     km_zkw_note_log_offset(b->w, b->pass_offset); /* the lag shows the sync's distance from its start */
     b->full = full;
     b->dirty = false;
+    km_zkw_metrics m;
+    km_zkw_get_metrics(b->w, &m);
+    b->pass_planned0 = b->sum.created + b->sum.updated + b->sum.deleted;
+    b->pass_acked0 = m.znodes_created + m.znodes_updated + m.znodes_deleted;
     if (full)
         warn_plain_passwords(b);
     ev_idle_start(b->loop, &b->plan_idle);
@@ -322,6 +329,7 @@ static void on_walked(zk_walk *wk, int rc, void *ctx)
         ev_timer_start(b->loop, &b->retry);
         return;
     }
+    b->last_read = b->actual.n; /* the plan takes the tree over */
     zkw_log(b->w, KM_LOG_INFO, "zk sync: read %zu znodes in %lld ms", b->actual.n,
             (long long)(zk_now_ms() - b->sync_started_ms));
     if (reset_model(b))
@@ -462,6 +470,25 @@ void km_zkb_get_summary(const km_zkb *b, km_zkb_summary *s)
 {
     *s = b->sum;
     s->diff = b->diff.p ? b->diff.p : "";
+}
+
+void km_zkb_get_progress(const km_zkb *b, km_zkb_progress *p)
+{
+    km_zkw_metrics m;
+    km_zkw_get_metrics(b->w, &m);
+    const zk_ops *o = &b->pass_ops;
+    size_t planned = b->sum.created + b->sum.updated + b->sum.deleted + o->created + o->updated + o->deleted;
+    uint64_t acked = m.znodes_created + m.znodes_updated + m.znodes_deleted;
+    *p = (km_zkb_progress){
+        .phase = b->phase, .walking = b->walking, .znodes_read = b->walking ? b->actual.n : b->last_read, .planning = km_zkb_planning(b),
+        .writes_planned = planned - b->pass_planned0,
+        /* the writer also acknowledges ops the plan does not count (/migration, change notifications) */
+        .writes_done = b->cfg.diff_only ? 0 : (size_t)(acked - b->pass_acked0),
+        .topics_total = km_image_topic_count(b->img)};
+    if (p->writes_done > p->writes_planned)
+        p->writes_done = p->writes_planned;
+    p->topics_planned = b->plan.stage < PLAN_TOPICS ? 0
+                        : b->plan.stage == PLAN_TOPICS ? b->plan.it : p->topics_total;
 }
 
 int km_zkb_delta(km_zkb *b, const km_delta *d, km_err *err)

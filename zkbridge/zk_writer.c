@@ -103,6 +103,14 @@ static void on_session(zk_session *s, int state)
     km_zkw *w = s->owner;
     if (w->state == KM_ZKW_FENCED || w->state == KM_ZKW_REFUSED || w->state == KM_ZKW_CLOSED)
         return;
+    if (state == ZOO_EXPIRED_SESSION_STATE && w->cfg.fence_on_expiry) {
+        w->state = KM_ZKW_FENCED;
+        snprintf(w->fence_reason, sizeof w->fence_reason,
+                 "zk session expired: another instance may have been elected meanwhile; stepping down");
+        zkw_log(w, KM_LOG_WARN, "%s", w->fence_reason);
+        zkw_emit(w, KM_ZKW_EV_FENCED);
+        return;
+    }
     if (state == ZOO_EXPIRED_SESSION_STATE) {
         zkw_log(w, KM_LOG_WARN, "zk session expired: new session, re-claim, full re-sync");
         w->state = KM_ZKW_CONNECTING;

@@ -260,6 +260,12 @@ int km_capture_close(km_capture *cap, km_err *err)
 
 km_capture_conn *km_capture_conn_open(km_capture *cap, km_capture_endpoint client, km_capture_endpoint server)
 {
+    return km_capture_conn_open_broker(cap, client, server, -2);
+}
+
+km_capture_conn *km_capture_conn_open_broker(km_capture *cap, km_capture_endpoint client, km_capture_endpoint server,
+                                             int32_t broker)
+{
     if (!cap)
         return NULL;
     km_capture_conn *c = calloc(1, sizeof *c);
@@ -275,6 +281,8 @@ km_capture_conn *km_capture_conn_open(km_capture *cap, km_capture_endpoint clien
     }
     c->client = client;
     c->server = server;
+    c->broker = broker;
+    c->has_broker = broker != -2;
     pthread_mutex_lock(&cap->mu);
     c->id = ++cap->next_conn_id;
     c->next = cap->live;

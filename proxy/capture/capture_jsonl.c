@@ -55,23 +55,26 @@ static json_t *line_base(const cap_rec *r, const char *event)
     }
     if (r->after_gap)
         json_object_set_new(o, "after_dropped_frames", json_true());
+    if (r->conn->has_broker)
+        json_object_set_new(o, "broker", json_integer(r->conn->broker));
     return o;
 }
 
-static void pending_put(km_capture_conn *c, int32_t corr, int16_t key, int16_t ver)
+static void pending_put(km_capture_conn *c, int32_t corr, int16_t key, int16_t ver, uint64_t ts_ns)
 {
     /* a ring: requests never answered (Produce acks=0) age out instead of leaking */
-    c->pending[c->pending_next] = (cap_pending){corr, key, ver, true};
+    c->pending[c->pending_next] = (cap_pending){corr, key, ver, true, ts_ns};
     c->pending_next = (c->pending_next + 1) % CAP_PENDING;
 }
 
-static bool pending_take(km_capture_conn *c, int32_t corr, int16_t *key, int16_t *ver)
+static bool pending_take(km_capture_conn *c, int32_t corr, int16_t *key, int16_t *ver, uint64_t *ts_ns)
 {
     for (unsigned i = 1; i <= CAP_PENDING; i++) { /* newest first, should an id be reused */
         cap_pending *p = &c->pending[(c->pending_next + CAP_PENDING - i) % CAP_PENDING];
         if (p->used && p->correlation_id == corr) {
             *key = p->api_key;
             *ver = p->api_version;
+            *ts_ns = p->ts_ns;
             p->used = false;
             return true;
         }
@@ -131,7 +134,7 @@ static void describe_request(cap_jsonl *j, json_t *o, const cap_rec *r, km_arena
         return;
     }
     set_api(o, key, ver, corr);
-    pending_put(r->conn, corr, key, ver);
+    pending_put(r->conn, corr, key, ver, r->ts_ns);
     km_request_header_view hdr;
     if (km_parse_request_header(&rd, &hdr, arena, &e)) {
         json_object_set_new(o, "error", json_string(e.msg));
@@ -154,12 +157,14 @@ static void describe_response(cap_jsonl *j, json_t *o, const cap_rec *r, km_aren
         return;
     }
     int16_t key, ver;
-    if (!pending_take(r->conn, corr, &key, &ver)) {
+    uint64_t sent_ns;
+    if (!pending_take(r->conn, corr, &key, &ver, &sent_ns)) {
         json_object_set_new(o, "correlation_id", json_integer(corr));
         json_object_set_new(o, "error", json_string("no request with this correlation id was captured"));
         return;
     }
     set_api(o, key, ver, corr);
+    json_object_set_new(o, "latency_ms", json_real(r->ts_ns >= sent_ns ? (double)(r->ts_ns - sent_ns) / 1e6 : 0));
     if (km_parse_response_header(&rd, key, ver, &corr, &e)) {
         json_object_set_new(o, "error", json_string(e.msg));
         return;

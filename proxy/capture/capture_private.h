@@ -13,11 +13,14 @@ typedef struct cap_pending {
     int32_t correlation_id;
     int16_t api_key, api_version;
     bool used;
+    uint64_t ts_ns;            /* when the request was captured: the response line's latency */
 } cap_pending;
 
 struct km_capture_conn {
     uint64_t id;
     km_capture_endpoint client, server;
+    int32_t broker;            /* set at open: every JSON line names it */
+    bool has_broker;
     /* under the capture mutex */
     bool gap;                  /* a frame was dropped since the last one queued */
     bool closing;              /* the close record is queued */

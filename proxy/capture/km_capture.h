@@ -5,8 +5,9 @@
  * checksums, FIN at the end), so Wireshark/tshark reassemble it and the Kafka
  * dissector decodes it: `tshark -r FILE -d tcp.port==PORT,kafka`.
  * JSON lines: one object per frame with time, connection, direction, api key
- * and name, version, correlation id and the body as km_to_json renders it;
- * responses are decoded by pairing them with their request's correlation id.
+ * and name, version, correlation id, size and the body as km_to_json renders it
+ * (broker too, for connections opened with one); responses are decoded by
+ * pairing them with their request's correlation id, and carry latency_ms.
  * Connections get "open"/"close" event lines, and the file ends with a
  * "capture_end" line carrying the counters (drops included).
  *
@@ -78,6 +79,9 @@ int km_capture_close(km_capture *cap, km_err *err);
 /* A captured connection between two endpoints.  NULL only when out of memory
  * (frames for a NULL conn are ignored, so callers need no special case). */
 km_capture_conn *km_capture_conn_open(km_capture *cap, km_capture_endpoint client, km_capture_endpoint server);
+/* Same, for a connection to broker `broker` (-1: a bootstrap address): every JSON line carries it. */
+km_capture_conn *km_capture_conn_open_broker(km_capture *cap, km_capture_endpoint client, km_capture_endpoint server,
+                                             int32_t broker);
 /* One frame's payload (after the 4-byte size, as km_net delivers it). */
 void km_capture_frame(km_capture *cap, km_capture_conn *conn, km_capture_dir dir, const uint8_t *payload,
                       size_t len);

@@ -136,9 +136,9 @@ static int start_daemon(demo *d, km_err *err)
     snprintf(zk, sizeof zk, "%s/kafka", d->zk.hosts);  /* a chroot, as clusters use; created if missing */
     char servers[64];
     snprintf(servers, sizeof servers, "127.0.0.1:%u", d->quorum.port);
-    if ((d->o.quorum && (km_config_set(&cfg, "metadata.source", "quorum", "demo", err) ||
-                         km_config_set(&cfg, "controller.quorum.bootstrap.servers", servers, "demo", err))) ||
-        km_config_set(&cfg, "metadata.dir", d->logdir, "demo", err) ||
+    if ((d->o.quorum ? km_config_set(&cfg, "controller.quorum.bootstrap.servers", servers, "demo", err)
+                     : (km_config_set(&cfg, "metadata.source", "dir", "demo", err) ||
+                        km_config_set(&cfg, "metadata.dir", d->logdir, "demo", err))) ||
         km_config_set(&cfg, "zookeeper.connect", zk, "demo", err) ||
         km_config_set(&cfg, "metrics.listen", "127.0.0.1:0", "demo", err) ||
         km_config_set(&cfg, "log.level", "warn", "demo", err)) {
@@ -187,17 +187,23 @@ static int parse_demo_opts(int argc, char **argv, demo_opts *o)
         {"keep", no_argument, 0, 'k'}, {"quorum", no_argument, 0, 'q'}, {0, 0, 0, 0}};
     *o = (demo_opts){.brokers = 5, .topics = 20, .partitions = 8, .leader_changes = 25};
     optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
+    int64_t v = 0;
+    int at = 0;
+    for (int c; (c = getopt_long(argc, argv, "", longopts, &at)) != -1;) {
+        if (c != 'k' && optarg && km_cli_parse_int(optarg, 0, 1000000, &v))
+            return fprintf(stderr, "kmproxy demo: --%s %s: not a whole number\n", longopts[at].name, optarg), -1;
         switch (c) {
-        case 'b': o->brokers = atoi(optarg); break;
-        case 't': o->topics = atoi(optarg); break;
-        case 'p': o->partitions = atoi(optarg); break;
-        case 'l': o->leader_changes = atoi(optarg); break;
+        case 'b': o->brokers = (int)v; break;
+        case 't': o->topics = (int)v; break;
+        case 'p': o->partitions = (int)v; break;
+        case 'l': o->leader_changes = (int)v; break;
         case 'k': o->keep = true; break;
         case 'q': o->quorum = true; break;
         default: return -1;
         }
     }
+    if (optind != argc)
+        return -1;
     return (o->brokers >= 3 && o->brokers < DEMO_MAX_BROKERS && o->topics >= 2 && o->partitions >= 1 &&
             o->leader_changes >= 1) ? 0 : -1;
 }
@@ -222,10 +228,12 @@ int km_cli_demo(int argc, char **argv)
 {
     demo d = {.loop = ev_default_loop(EVFLAG_AUTO)};
     setvbuf(stdout, NULL, _IOLBF, 0);  /* children are forked: nothing may sit unflushed */
-    if (parse_demo_opts(argc, argv, &d.o)) {
-        fprintf(stderr, "usage: kmproxy demo [--brokers 3-%d] [--topics T>=2] [--partitions P] [--leader-changes K]"
-                        " [--keep] [--quorum]\n", DEMO_MAX_BROKERS - 1);
-        return 2;
+    bool help = km_cli_wants_help(argc, argv);
+    if (help || parse_demo_opts(argc, argv, &d.o)) {
+        fprintf(help ? stdout : stderr,
+                "usage: kmproxy demo [--brokers 3-%d] [--topics T>=2] [--partitions P] [--leader-changes K]"
+                " [--keep] [--quorum]\n", DEMO_MAX_BROKERS - 1);
+        return help ? 0 : 2;
     }
     snprintf(d.workdir, sizeof d.workdir, "%s/kmproxy-demo-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     km_err err = {{0}};

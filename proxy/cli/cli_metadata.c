@@ -222,7 +222,7 @@ static int cmd_gen(int argc, char **argv)
 
 int km_cli_metadata(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || km_cli_wants_help(argc, argv)) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }

@@ -123,7 +123,7 @@ static int wire_encode(const km_message_desc *md, int16_t version, const uint8_t
 int km_cli_wire(int argc, char **argv)
 {
     wire_opts o;
-    if (argc >= 2 && !strcmp(argv[1], "--help")) {
+    if (km_cli_wants_help(argc, argv)) {
         wire_usage(stdout);
         return 0;
     }

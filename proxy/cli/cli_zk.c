@@ -20,6 +20,7 @@ typedef struct zk_cli {
     bool follow, diff, verbose;
     int32_t controller_id, controller_epoch;
     long max_pending;
+    int32_t connect_timeout_ms;   /* no session by then: exit 1 naming the address (0: the session timeout) */
     km_zk_guard guard;        /* --force, --max-deletes */
     const char *cluster_id;   /* --cluster-id; NULL: meta.properties beside the log */
     const char *secret;       /* from --password-encoder-secret-file; NULL: passwords stored as they are */
@@ -30,19 +31,27 @@ typedef struct zk_cli {
     km_image_follow *fol;
     km_delta *delta;
     km_zkb *b;
-    ev_timer tick;
+    ev_timer tick, progress, deadline;
+    double last_at;               /* when `last` was sampled */
     ev_signal sigint, sigterm;
+    km_zkb_progress last;         /* the previous progress sample, for the rate */
+    bool synced;                  /* reached dual write once (--follow: a signal then ends it normally) */
     int exit_code;
     bool done;
 } zk_cli;
+
+#define ZK_SESSION_TIMEOUT_MS 10000  /* what the CLI asks ZooKeeper for */
+#define PROGRESS_SECONDS 2.0
 
 static int usage(FILE *to, int code)
 {
     fprintf(to, "usage: kmproxy zk sync --zookeeper HOST:PORT[/chroot] --metadata PATH [--follow]\n"
                 "                       [--controller-id N] [--controller-epoch N] [--max-pending N] [-v]\n"
+                "                       [--zookeeper-connect-timeout-ms MS]\n"
                 "                       [--password-encoder-secret-file FILE [ENCODER OPTIONS]]\n"
                 "                       [--cluster-id ID] [--max-deletes N] [--force]\n"
                 "       kmproxy zk diff --zookeeper HOST:PORT[/chroot] --metadata PATH\n"
+                "                       [--zookeeper-connect-timeout-ms MS]\n"
                 "                       [--password-encoder-secret-file FILE [ENCODER OPTIONS]]\n"
                 "PATH is a log segment, a .checkpoint file or a __cluster_metadata-0 directory; its cluster\n"
                 "id comes from meta.properties beside it, or --cluster-id.\n"
@@ -55,6 +64,9 @@ static int usage(FILE *to, int code)
                 "sync of a cluster ZK-mode brokers wrote (/migration absent or never written), no limit after.\n"
                 "diff exits 0 when ZooKeeper equals the image, 1 when they differ, 2 on bad input.\n"
                 "The controller id/epoch default to the raft leader and epoch seen in the log.\n"
+                "Without a ZooKeeper session after MS (default: the 10000 ms session timeout) the\n"
+                "command exits 1; progress goes to stderr every few seconds. Interrupted (SIGINT,\n"
+                "SIGTERM) it exits 130/143 without a result (sync --follow once in sync: 0).\n"
                 "FILE's first line is Kafka's password.encoder.secret: password-type configs are\n"
                 "written encrypted with it; without it, as they are. ENCODER OPTIONS are the brokers'\n"
                 "other password.encoder.* settings (brokers decode only their own cipher's format):\n"
@@ -83,13 +95,31 @@ static int read_secret(zk_cli *c, const char *path)
     return 0;
 }
 
+/* A whole number in [lo, hi] into *out (no trailing text: "3x" is refused), or -1 naming the option. */
+static int parse_num(const char *opt, const char *arg, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (km_cli_parse_int(arg, lo, hi, out))
+        return fprintf(stderr, "kmproxy zk: --%s %s: not a whole number in [%lld, %lld]\n", opt, arg, (long long)lo,
+                       (long long)hi), -1;
+    return 0;
+}
+
 /* A whole positive number (at most 10^8) into *out, or -1 naming the option. */
 static int parse_count(const char *opt, const char *arg, int *out)
 {
     int64_t v;
-    if (km_cli_parse_int(arg, 1, 100000000, &v))
-        return fprintf(stderr, "kmproxy zk: --%s %s: not a positive whole number\n", opt, arg), -1;
+    if (parse_num(opt, arg, 1, 100000000, &v))
+        return -1;
     *out = (int)v;
+    return 0;
+}
+
+static int parse_i32(const char *opt, const char *arg, int32_t *out)
+{
+    int64_t v;
+    if (parse_num(opt, arg, 0, INT32_MAX, &v))
+        return -1;
+    *out = (int32_t)v;
     return 0;
 }
 
@@ -128,18 +158,22 @@ static int parse(zk_cli *c, int argc, char **argv)
         {"password-encoder-keyfactory-algorithm", required_argument, NULL, 'K'},
         {"password-encoder-key-length", required_argument, NULL, 'L'},
         {"password-encoder-iterations", required_argument, NULL, 'I'}, {"force", no_argument, NULL, 'F'},
-        {"max-deletes", required_argument, NULL, 'D'}, {"cluster-id", required_argument, NULL, 'c'}, {0}};
+        {"max-deletes", required_argument, NULL, 'D'}, {"cluster-id", required_argument, NULL, 'c'},
+        {"zookeeper-connect-timeout-ms", required_argument, NULL, 'T'}, {0}};
     int ch;
+    int64_t num;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "z:m:fi:e:p:vh", opts, NULL)) != -1) {
         switch (ch) {
         case 'z': c->zookeeper = optarg; break;
         case 'm': c->metadata = optarg; break;
         case 'f': c->follow = true; break;
-        case 'i': c->controller_id = (int32_t)strtol(optarg, NULL, 10); break;
-        case 'e': c->controller_epoch = (int32_t)strtol(optarg, NULL, 10); break;
-        case 'p': c->max_pending = strtol(optarg, NULL, 10); break;
+        case 'i': if (parse_i32("controller-id", optarg, &c->controller_id)) return -1; break;
+        case 'e': if (parse_i32("controller-epoch", optarg, &c->controller_epoch)) return -1; break;
+        case 'p': if (parse_num("max-pending", optarg, 0, 1000000000, &num)) return -1; c->max_pending = num; break;
         case 'v': c->verbose = true; break;
+        case 'T': if (parse_num("zookeeper-connect-timeout-ms", optarg, 1, INT32_MAX, &num)) return -1;
+                  c->connect_timeout_ms = (int32_t)num; break;
         case 's': if (read_secret(c, optarg)) return -1; break;
         case 'C': c->pw.cipher_algorithm = optarg; break;
         case 'K': c->pw.keyfactory_algorithm = optarg; break;
@@ -194,6 +228,52 @@ static void finish(zk_cli *c, int code)
     ev_break(c->loop, EVBREAK_ALL);
 }
 
+static const char *cmd_name(const zk_cli *c) { return c->diff ? "zk diff" : "zk sync"; }
+
+static bool has_session(zk_cli *c)
+{
+    km_zkw_metrics m;
+    km_zkw_get_metrics(km_zkb_writer(c->b), &m);
+    return m.sessions > 0;
+}
+
+/* No session by the deadline: ZooKeeper is unreachable (or the address is wrong); waiting longer
+ * silently is what made `timeout 60 kmproxy zk diff` look like success. */
+static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop; (void)revents;
+    zk_cli *c = t->data;
+    if (has_session(c))
+        return;
+    fprintf(stderr, "kmproxy %s: no ZooKeeper session with %s within %d ms (--zookeeper-connect-timeout-ms): "
+                    "nothing was compared or written\n", cmd_name(c), c->zookeeper, c->connect_timeout_ms);
+    finish(c, 1);
+}
+
+/* A line on stderr every few seconds while connecting and while syncing: never silent. */
+static void on_progress(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)revents;
+    zk_cli *c = t->data;
+    if (!has_session(c)) {
+        fprintf(stderr, "kmproxy %s: connecting to ZooKeeper at %s: no session yet\n", cmd_name(c), c->zookeeper);
+        return;
+    }
+    km_zkb_progress p;
+    km_zkb_eta e;
+    km_zkb_get_progress(c->b, &p);
+    km_zkb_progress_eta(&p, &c->last, ev_now(loop) - c->last_at, c->diff, &e);
+    c->last = p;
+    c->last_at = ev_now(loop);
+    char line[256];
+    km_zkb_eta_format(&e, line, sizeof line);
+    if (p.phase == KM_ZKB_WAITING)
+        fprintf(stderr, "kmproxy %s: connected to %s; %s\n", cmd_name(c), c->zookeeper,
+                c->diff ? "starting to read" : "claiming leadership");
+    else if (p.phase == KM_ZKB_SYNC)
+        fprintf(stderr, "kmproxy %s: %s\n", cmd_name(c), line);
+}
+
 static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
 {
     (void)loop; (void)revents;
@@ -204,6 +284,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
         fprintf(stderr, "kmproxy zk: refused: %s\n", km_zkb_error(c->b));
         return finish(c, 2);
     }
+    c->synced |= ph == KM_ZKB_DUAL_WRITE;
     if (ph == KM_ZKB_STOPPED) {
         fprintf(stderr, "kmproxy zk: stopped: %s\n", km_zkb_error(c->b));
         return finish(c, 1);
@@ -214,10 +295,21 @@ static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
         finish(c, 0);
 }
 
+/* --follow ends with a signal once in sync (what it did is the summary); anything else a signal
+ * ends has no result to show: 128 + the signal, like a shell reports it. */
 static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 {
     (void)loop; (void)revents;
-    finish(s->data, 0);
+    zk_cli *c = s->data;
+    if (c->follow && c->synced)
+        return finish(c, 0);
+    km_zkb_progress p;
+    km_zkb_eta e;
+    km_zkb_get_progress(c->b, &p);
+    km_zkb_progress_eta(&p, NULL, 0, c->diff, &e);
+    fprintf(stderr, "kmproxy %s: interrupted by %s while %s: no result\n", cmd_name(c),
+            s->signum == SIGINT ? "SIGINT" : "SIGTERM", has_session(c) ? e.stage : "connecting to ZooKeeper");
+    finish(c, 128 + s->signum);
 }
 
 /* The guard checks it against /cluster/id: Kafka keeps it in meta.properties, not in the log. */
@@ -278,6 +370,7 @@ static int run(zk_cli *c)
     km_err err = {{0}};
     km_zkb_config cfg = {0};
     cfg.zk.hosts = c->zookeeper;
+    cfg.zk.session_timeout_ms = ZK_SESSION_TIMEOUT_MS;
     cfg.zk.controller_id = c->controller_id;
     cfg.zk.controller_epoch = c->controller_epoch;
     cfg.zk.max_pending_ops = (size_t)c->max_pending;
@@ -293,8 +386,17 @@ static int run(zk_cli *c)
         return 1;
     }
     ev_timer_init(&c->tick, on_tick, 0.02, 0.02);
-    c->tick.data = c;
+    ev_timer_init(&c->progress, on_progress, PROGRESS_SECONDS, PROGRESS_SECONDS);
+    if (!c->connect_timeout_ms)
+        c->connect_timeout_ms = ZK_SESSION_TIMEOUT_MS;
+    ev_timer_init(&c->deadline, on_deadline, c->connect_timeout_ms / 1000.0, 0);
+    c->tick.data = c->progress.data = c->deadline.data = c;
     ev_timer_start(c->loop, &c->tick);
+    ev_timer_start(c->loop, &c->progress);
+    ev_timer_start(c->loop, &c->deadline);
+    c->last_at = ev_now(c->loop);
+    fprintf(stderr, "kmproxy %s: connecting to ZooKeeper at %s (giving up after %d ms)\n", cmd_name(c),
+            c->zookeeper, c->connect_timeout_ms);
     ev_signal_init(&c->sigint, on_signal, SIGINT);
     ev_signal_init(&c->sigterm, on_signal, SIGTERM);
     c->sigint.data = c->sigterm.data = c;
@@ -304,6 +406,8 @@ static int run(zk_cli *c)
     if (c->exit_code == 0)
         print_summary(c); /* diff: sets 1 when ZooKeeper differs from the image */
     ev_timer_stop(c->loop, &c->tick);
+    ev_timer_stop(c->loop, &c->progress);
+    ev_timer_stop(c->loop, &c->deadline);
     ev_signal_stop(c->loop, &c->sigint);
     ev_signal_stop(c->loop, &c->sigterm);
     km_zkb_free(c->b);

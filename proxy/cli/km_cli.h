@@ -3,7 +3,9 @@
 #ifndef KM_CLI_H
 #define KM_CLI_H
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Weak, so a command whose module has not landed yet reads "not available" instead of breaking the link. */
 #define KM_CLI_ENTRY __attribute__((weak))
@@ -12,8 +14,22 @@ KM_CLI_ENTRY int km_cli_metadata(int argc, char **argv);  /* proxy/cli_metadata.
 KM_CLI_ENTRY int km_cli_zk(int argc, char **argv);        /* proxy/cli_zk.c */
 KM_CLI_ENTRY int km_cli_demo(int argc, char **argv);      /* proxy/cli_demo.c */
 KM_CLI_ENTRY int km_cli_run(int argc, char **argv);       /* proxy/cli_run.c: the daemon */
+KM_CLI_ENTRY int km_cli_proxy(int argc, char **argv);     /* proxy/cli/cli_proxy.c: the inline proxy alone */
+KM_CLI_ENTRY int km_cli_capture(int argc, char **argv);   /* proxy/cli/cli_capture.c: capture read */
+
+struct km_config;
+struct km_err;
+/* One --set key=value onto a configuration (proxy/cli/cli_config.c). 0, or -1 + err. */
+int km_cli_apply_set(struct km_config *cfg, char *kv, struct km_err *err);
+/* Defaults, then --config FILE and --set key=value in order, or --help.  0: go on; 1: usage
+ * printed on stdout (exit 0); 2: bad usage or configuration, said on stderr.  The caller frees
+ * cfg in every case. */
+int km_cli_read_config(int argc, char **argv, const char *cmd, void (*usage)(FILE *), struct km_config *cfg);
 
 /* A whole decimal option value in [lo, hi]: no trailing text, no overflow. 0, or -1 (proxy/cli_args.c). */
 int km_cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* True when "--help" is among argv[1..] (before a "--"): every command and subcommand then prints
+ * its usage on stdout and exits 0, whatever else the line holds. */
+bool km_cli_wants_help(int argc, char **argv);
 
 #endif

@@ -19,6 +19,8 @@ static const km_subcommand SUBCOMMANDS[] = {
     {"metadata", km_cli_metadata, "dump, inspect or generate a KRaft __cluster_metadata log"},
     {"zk", km_cli_zk, "mirror a KRaft metadata image into ZooKeeper (sync, diff)"},
     {"run", km_cli_run, "the daemon: follow the metadata log, keep ZooKeeper and ZK-mode brokers in step"},
+    {"proxy", km_cli_proxy, "the inline Kafka proxy alone: listeners per broker, address rewriting"},
+    {"capture", km_cli_capture, "print a JSON-lines capture as a person reads it (read FILE [--api] [--broker])"},
     {"demo", km_cli_demo, "run the end-to-end demo on an embedded default"},
 };
 #define N_SUBCOMMANDS (sizeof SUBCOMMANDS / sizeof SUBCOMMANDS[0])

@@ -61,6 +61,10 @@ static const key_def KEYS[] = {
     STR("capture.pcapng", capture_pcapng),
     STR("capture.jsonl", capture_jsonl),
     {"log.level", K_LEVEL, offsetof(km_config, log_level), 0, 0},
+    STR("log.file", log_file),
+    INT("health.max.lag.records", health_max_lag_records, 0, INT32_MAX),
+    BOOL("ha.enabled", ha_enabled),
+    STR("kmproxy.election.path", election_path),
     STR("password.encoder.secret", password_encoder_secret),
     STR("password.encoder.keyfactory.algorithm", password_encoder_keyfactory_algorithm),
     STR("password.encoder.cipher.algorithm", password_encoder_cipher_algorithm),
@@ -80,10 +84,13 @@ void km_config_defaults(km_config *c)
     c->broker_request_timeout_ms = 30000;  /* Kafka's controller.socket.timeout.ms */
     c->broker_max_queued = 1000;
     c->log_level = strdup("info");
-    c->metadata_source = strdup("dir");
+    c->health_max_lag_records = 1000;
+    c->election_path = strdup("/kmproxy/election");
+    c->metadata_source = strdup("quorum"); /* only committed records (issue 11); dir is for offline use */
     c->quorum_request_timeout_ms = 2000;   /* Kafka's controller.quorum.request.timeout.ms */
     c->password_encoder_key_length = 128;  /* Kafka's password.encoder.* defaults */
     c->password_encoder_iterations = 4096;
+    km_inline_config_defaults(&c->proxy);
 }
 
 static int set_string(char **slot, const char *value, const char *where, const char *key, km_err *err)
@@ -142,6 +149,8 @@ int km_config_set(km_config *c, const char *key, const char *value, const char *
     if (!strcmp(key, "password.encoder.secret") && !*value)
         return km_fail(err, "%s: password.encoder.secret is empty: remove the line to store passwords as they are",
                        where);
+    if (!strncmp(key, "proxy.", 6))
+        return km_inline_config_set(&c->proxy, key, value, where, err);
     const key_def *k = find_key(key);
     return k ? parse_value(k, c, value, where, err) : km_fail(err, "%s: unknown key '%s'", where, key);
 }
@@ -223,6 +232,12 @@ int km_config_validate(const km_config *c, km_err *err)
         return km_fail(err, "metadata.source=quorum needs controller.quorum.bootstrap.servers or controller.quorum.voters");
     if (!quorum && !c->metadata_dir)
         return km_fail(err, "metadata.dir is required with metadata.source=dir (the __cluster_metadata-0 directory)");
+    /* A key the chosen source would not read is refused, never silently ignored. */
+    if (quorum && c->metadata_dir)
+        return km_fail(err, "metadata.dir is read only with metadata.source=dir; the source is quorum (the default): "
+                            "set metadata.source=dir to follow the directory");
+    if (!quorum && (c->quorum_bootstrap_servers || c->quorum_voters))
+        return km_fail(err, "controller.quorum.* is read only with metadata.source=quorum, and metadata.source is dir");
     km_config_quorum_security qs;
     if (quorum && km_config_resolve_quorum_security(c, &qs, err) < 0)
         return -1;
@@ -231,8 +246,14 @@ int km_config_validate(const km_config *c, km_err *err)
     km_config_broker_security_clear(&sec);
     if (rc)
         return -1;
+    if (c->ha_enabled && (!c->election_path || c->election_path[0] != '/' ||
+                          c->election_path[strlen(c->election_path) - 1] == '/'))
+        return km_fail(err, "kmproxy.election.path must be an absolute ZooKeeper path, not '%s'",
+                       c->election_path ? c->election_path : "");
     if (!c->zk_connect)  /* broker RPCs carry the ZooKeeper controller epoch our claim produces */
         return km_fail(err, "zookeeper.connect is required (HOST:PORT[,HOST:PORT][/chroot])");
+    if (km_inline_config_enabled(&c->proxy) && km_inline_config_validate(&c->proxy, err))
+        return -1;
     return validate_password_encoder(c, err);
 }
 
@@ -245,5 +266,6 @@ void km_config_free(km_config *c)
     for (size_t i = 0; i < N_KEYS; i++)
         if (KEYS[i].kind == K_STRING || KEYS[i].kind == K_LEVEL)
             free(*(char **)((char *)c + KEYS[i].offset));
+    km_inline_config_free(&c->proxy);
     memset(c, 0, sizeof *c);
 }

@@ -7,6 +7,7 @@
 #define KM_CONFIG_H
 
 #include "km_codec.h" /* km_err */
+#include "km_inline.h" /* the proxy.* keys */
 #include "km_sasl.h"  /* km_sasl_mech, KM_SASL_NAME_MAX */
 
 #include <stdbool.h>
@@ -48,6 +49,10 @@ typedef struct km_config {
     char *metrics_listen;            /* metrics.listen: HOST:PORT for Prometheus text; NULL = off */
     char *capture_pcapng, *capture_jsonl;
     char *log_level;                 /* log.level: error, warn, info, debug */
+    char *log_file;                  /* log.file: append the log here (reopened on SIGHUP); NULL = stderr */
+    int32_t health_max_lag_records;  /* health.max.lag.records: /readyz fails above this write-behind lag */
+    bool ha_enabled;                 /* ha.enabled: elect one active instance among several */
+    char *election_path;             /* kmproxy.election.path: where they elect (inside the chroot) */
     /* Kafka's password.encoder.*: how password-type configs are written into ZooKeeper; the same
      * values as the KRaft controllers' (and the ZK-mode brokers') own. No secret: stored as is. */
     char *password_encoder_secret;
@@ -55,6 +60,7 @@ typedef struct km_config {
     char *password_encoder_cipher_algorithm;     /* NULL: AES/CBC/PKCS5Padding */
     int32_t password_encoder_key_length;
     int32_t password_encoder_iterations;
+    km_inline_config proxy;          /* every proxy.* key, parsed strictly by km_inline */
 } km_config;
 
 void km_config_defaults(km_config *c);

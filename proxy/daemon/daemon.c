@@ -2,6 +2,7 @@
 #include "daemon_internal.h"
 #include "km_capture.h"
 
+#include <errno.h>
 #include <ev.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,6 +11,8 @@
 #include <time.h>
 
 #define FOLLOW_POLL_SECONDS 0.2   /* when inotify is unavailable, and as a safety net beside it */
+#define DRAIN_CHECK_SECONDS 0.05
+#define DRAIN_MAX_SECONDS 10.0    /* SIGTERM: how long in-flight ZooKeeper writes may take to finish */
 
 static int level_of(const char *name)
 {
@@ -35,7 +38,7 @@ void km_daemon_log(km_daemon *d, int level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s.%03ldZ %-5s %s\n", stamp, ts.tv_nsec / 1000000, names[level], msg);
+    fprintf(d->log_fp ? d->log_fp : stderr, "%s.%03ldZ %-5s %s\n", stamp, ts.tv_nsec / 1000000, names[level], msg);
 }
 
 static void fatal_v(km_daemon *d, int exit_code, const char *fmt, va_list ap)
@@ -86,6 +89,8 @@ static void set_reading(km_daemon *d, bool on)
  * consumer cannot take more (write-behind bound), to resume from km_daemon_kick. */
 void km_daemon_read_log(km_daemon *d)
 {
+    if (d->stopping)
+        return; /* shutting down: no new work */
     if (d->quorum) {
         km_daemon_quorum_step(d);
         return;
@@ -129,12 +134,116 @@ static void follow_poll_cb(struct ev_loop *loop, ev_timer *t, int revents)
     km_daemon_read_log(t->data);
 }
 
-static void signal_cb(struct ev_loop *loop, ev_signal *s, int revents)
+/* SIGUSR1 switches the inline proxy's capture. */
+static void proxy_capture_cb(struct ev_loop *loop, ev_signal *s, int revents)
+{
+    (void)loop, (void)revents;
+    km_daemon *d = s->data;
+    if (!d->proxy)
+        km_daemon_log(d, KM_LOG_INFO, "SIGUSR1: no inline proxy configured, ignored");
+    else
+        km_inline_capture(d->proxy, !km_inline_capture_on(d->proxy));
+}
+
+/* On SIGHUP: the inline proxy's certificates are read again (live connections keep theirs). */
+static void reload_proxy_tls(km_daemon *d)
+{
+    km_err err = {{0}};
+    if (d->proxy && km_inline_reload_tls(d->proxy, &err))
+        km_daemon_log(d, KM_LOG_ERROR, "SIGHUP: TLS reload failed, the previous certificates stay in use: %s",
+                      err.msg);
+}
+
+/* ---- signals ------------------------------------------------------------------------------- */
+
+/* Multis are atomic and /migration moves only with the batch that completes it, so a write that
+ * never lands leaves ZooKeeper consistent at an earlier offset (the log still has the rest): a
+ * stop may abandon writes. It waits a little for them anyway, so a clean stop leaves no lag. */
+static bool writes_settled(km_daemon *d, size_t *pending)
+{
+    km_zkb *zkb = km_daemon_zkb(d);
+    *pending = 0;
+    if (!zkb)
+        return true;
+    km_zkw *w = km_zkb_writer(zkb);
+    km_zkw_state st = km_zkw_get_state(w);
+    *pending = km_zkw_pending_ops(w);
+    return *pending == 0 || (st != KM_ZKW_READY && st != KM_ZKW_RECOVERING); /* nothing can land now */
+}
+
+static void drain_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)revents;
+    km_daemon *d = t->data;
+    size_t pending;
+    bool settled = writes_settled(d, &pending);
+    if (!settled && ev_now(loop) < d->stop_deadline)
+        return;
+    if (settled)
+        km_daemon_log(d, KM_LOG_INFO, "stopped: no ZooKeeper write in flight");
+    else
+        km_daemon_log(d, KM_LOG_WARN, "stopped: abandoned %zu queued ZooKeeper ops after %.0f s (ZooKeeper stays "
+                      "consistent at its last confirmed offset; the next start re-syncs)", pending, DRAIN_MAX_SECONDS);
+    ev_timer_stop(loop, t);
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static void stop_reading(km_daemon *d)
+{
+    ev_io_stop(d->loop, &d->follow_io);
+    ev_timer_stop(d->loop, &d->follow_poll);
+    if (d->quorum)
+        km_quorum_set_paused(d->quorum, true); /* the observer fetches nothing more */
+}
+
+static void shutdown_cb(struct ev_loop *loop, ev_signal *s, int revents)
 {
     (void)revents;
     km_daemon *d = s->data;
-    km_daemon_log(d, KM_LOG_INFO, "signal %d: shutting down", s->signum);
-    ev_break(loop, EVBREAK_ALL);
+    if (d->stopping) {
+        km_daemon_log(d, KM_LOG_WARN, "signal %d again: stopping now", s->signum);
+        return ev_break(loop, EVBREAK_ALL);
+    }
+    d->stopping = true;
+    km_daemon_notify(d, "STOPPING=1\nSTATUS=shutting down: finishing in-flight ZooKeeper writes");
+    stop_reading(d);
+    size_t pending;
+    bool settled = writes_settled(d, &pending);
+    km_daemon_log(d, KM_LOG_INFO, "signal %d: shutting down: no more log reading; %zu ZooKeeper ops in flight",
+                  s->signum, pending);
+    d->stop_deadline = ev_now(loop) + DRAIN_MAX_SECONDS;
+    ev_timer_init(&d->drain, drain_cb, settled ? 0 : DRAIN_CHECK_SECONDS, DRAIN_CHECK_SECONDS);
+    d->drain.data = d;
+    ev_timer_start(loop, &d->drain);
+}
+
+static int open_log_file(km_daemon *d, km_err *err)
+{
+    FILE *f = fopen(d->cfg.log_file, "a");
+    if (!f)
+        return km_fail(err, "log.file %s: %s", d->cfg.log_file, strerror(errno));
+    setvbuf(f, NULL, _IOLBF, 0);
+    if (d->log_fp)
+        fclose(d->log_fp);
+    d->log_fp = f;
+    return 0;
+}
+
+/* SIGHUP: after logrotate moved the file away, write to a fresh one at the configured path; and
+ * rotated broker certificates take effect. */
+static void hangup_cb(struct ev_loop *loop, ev_signal *s, int revents)
+{
+    (void)loop; (void)revents;
+    km_daemon *d = s->data;
+    km_err err = {{0}};
+    if (!d->cfg.log_file)
+        km_daemon_log(d, KM_LOG_INFO, "SIGHUP: logging to stderr (no log.file): nothing to reopen");
+    else if (open_log_file(d, &err))
+        km_daemon_log(d, KM_LOG_ERROR, "SIGHUP: %s; still writing to the file open before", err.msg);
+    else
+        km_daemon_log(d, KM_LOG_INFO, "SIGHUP: reopened log.file %s", d->cfg.log_file);
+    km_daemon_reload_brokers(d);
+    reload_proxy_tls(d);
 }
 
 static int open_follower(km_daemon *d, km_err *err)
@@ -154,6 +263,23 @@ static int open_follower(km_daemon *d, km_err *err)
     ev_io_init(&d->follow_io, follow_io_cb, km_image_follow_fd(d->follow), EV_READ);
     d->follow_io.data = d;
     return 0;
+}
+
+static void proxy_log(void *ud, int level, const char *msg)
+{
+    km_daemon_log(ud, level + KM_LOG_ERROR, "proxy: %s", msg); /* km_inline counts from 0 = error */
+}
+
+static int start_proxy(km_daemon *d, km_err *err)
+{
+    if (!km_inline_config_enabled(&d->cfg.proxy))
+        return 0;
+    d->proxy = km_inline_new(d->loop, &d->cfg.proxy, proxy_log, d, err);
+    if (d->proxy && d->metrics) /* POST /capture/on|off */
+        km_metrics_on_post(d->metrics, km_inline_http_action, d->proxy);
+    if (d->proxy) /* controller RPCs passing inline are compared with the image */
+        km_inline_follow_image(d->proxy, d->img);
+    return d->proxy ? 0 : -1;
 }
 
 /* Every frame to and from the ZK-mode brokers, for Wireshark or jq. */
@@ -190,8 +316,10 @@ km_daemon *km_daemon_new(struct ev_loop *loop, km_config *cfg, km_err *err)
     d->follow_io.fd = -1;
     d->img = km_image_new();
     d->delta = km_delta_new();
-    if (!d->img || !d->delta || open_follower(d, err) || open_capture(d, err) || km_daemon_start_consumers(d, err) ||
-        km_daemon_start_metrics(d, err)) {
+    d->started_wall = time(NULL);
+    if ((d->cfg.log_file && open_log_file(d, err)) || !d->img || !d->delta || open_follower(d, err) ||
+        open_capture(d, err) || km_daemon_start_consumers(d, err) || km_daemon_start_metrics(d, err) ||
+        km_daemon_start_ha(d, err) || start_proxy(d, err)) {
         km_daemon_free(d);
         return NULL;
     }
@@ -203,11 +331,17 @@ void km_daemon_start(km_daemon *d)
     if (d->started)
         return;
     d->started = true;
-    ev_signal_init(&d->sigint, signal_cb, SIGINT);
-    ev_signal_init(&d->sigterm, signal_cb, SIGTERM);
-    d->sigint.data = d->sigterm.data = d;
+    ev_signal_init(&d->sigint, shutdown_cb, SIGINT);
+    ev_signal_init(&d->sigterm, shutdown_cb, SIGTERM);
+    ev_signal_init(&d->sighup, hangup_cb, SIGHUP);
+    ev_signal_init(&d->sigusr1, proxy_capture_cb, SIGUSR1);
+    d->sigint.data = d->sigterm.data = d->sighup.data = d->sigusr1.data = d;
     ev_signal_start(d->loop, &d->sigint);
     ev_signal_start(d->loop, &d->sigterm);
+    ev_signal_start(d->loop, &d->sighup);
+    ev_signal_start(d->loop, &d->sigusr1);
+    km_daemon_start_health(d);
+    km_daemon_start_notify(d);
     if (d->follow_io.fd >= 0)
         ev_io_start(d->loop, &d->follow_io);
     ev_timer_again(d->loop, &d->follow_poll);
@@ -226,8 +360,12 @@ static void disarm(km_daemon *d)
     d->started = false;
     ev_signal_stop(d->loop, &d->sigint);
     ev_signal_stop(d->loop, &d->sigterm);
-    ev_io_stop(d->loop, &d->follow_io);
-    ev_timer_stop(d->loop, &d->follow_poll);
+    ev_signal_stop(d->loop, &d->sighup);
+    ev_signal_stop(d->loop, &d->sigusr1);
+    ev_timer_stop(d->loop, &d->drain);
+    km_daemon_stop_health(d);
+    km_daemon_stop_notify(d);
+    stop_reading(d);
 }
 
 int km_daemon_run(km_daemon *d)
@@ -246,8 +384,10 @@ void km_daemon_free(km_daemon *d)
     if (!d)
         return;
     disarm(d);
+    km_inline_free(d->proxy);
     km_daemon_stop_metrics(d);
     km_daemon_stop_consumers(d);
+    km_daemon_stop_ha(d);
     close_capture(d); /* after the channels that write into it */
     if (d->follow)
         km_image_follow_close(d->follow);
@@ -256,6 +396,8 @@ void km_daemon_free(km_daemon *d)
     km_delta_free(d->delta);
     km_image_free(d->img);
     km_config_free(&d->cfg);
+    if (d->log_fp)
+        fclose(d->log_fp);
     free(d);
 }
 

@@ -15,6 +15,8 @@
 #include <string.h>
 
 #define RESUME_CHECK_SECONDS 0.01
+#define ZK_WATCH_FIRST_SECONDS 1.0   /* the first report of a missing session, doubling up to ... */
+#define ZK_WATCH_MAX_SECONDS 60.0
 
 typedef struct km_daemon_consumers {
     km_zkb *zkb;
@@ -23,6 +25,9 @@ typedef struct km_daemon_consumers {
     km_config_broker_security sec;            /* listener and SASL credentials bprop points to */
     int32_t controller_id, controller_epoch;  /* what the bridge claimed with */
     ev_timer resume;                          /* while reading is paused: is there room again? */
+    ev_timer zk_watch;                        /* reports a missing ZooKeeper session, with backoff */
+    double zk_lost_since;                     /* ev_now when the session went missing; 0: have one */
+    int zk_attempts;                          /* reports since then */
 } km_daemon_consumers;
 
 static void bridge_log(km_log_level level, const char *msg, void *ctx)
@@ -38,8 +43,11 @@ static void broker_log(int level, const char *msg, void *ud)
 static void brokers_fenced(km_bprop *p, int32_t broker_id, void *ud)
 {
     (void)p;
-    km_daemon_fatal(ud, "broker %d answered STALE_CONTROLLER_EPOCH: another controller owns the brokers",
-                    broker_id);
+    char why[160];
+    snprintf(why, sizeof why, "broker %d answered STALE_CONTROLLER_EPOCH: another controller owns the brokers",
+             broker_id);
+    if (!km_daemon_step_down(ud, why))
+        km_daemon_fatal(ud, "%s", why);
 }
 
 /* What a refused pass would have deleted, one log line each (an operator decides from them). */
@@ -54,24 +62,8 @@ static void log_refused_deletes(km_daemon *d, const char *lines)
 
 /* Brokers only hear from us once ZooKeeper holds our claim and the full sync is done; while the
  * bridge re-syncs (after a session loss) they are held, then released up to what ZooKeeper holds. */
-static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
+static void release_brokers(km_daemon *d, km_daemon_consumers *c, km_zkb *b)
 {
-    km_daemon *d = ctx;
-    km_daemon_consumers *c = d->consumers;
-    if (phase == KM_ZKB_STOPPED && km_zkb_refused(b)) {
-        log_refused_deletes(d, km_zkb_refused_deletes(b));
-        km_daemon_fatal_input(d, "ZooKeeper mirror refused: %s", km_zkb_error(b));
-        return;
-    }
-    if (phase == KM_ZKB_STOPPED) {
-        km_daemon_fatal(d, "ZooKeeper mirror stopped: %s", km_zkb_error(b));
-        return;
-    }
-    if (!c->bprop)
-        return;
-    km_bprop_hold(c->bprop, phase != KM_ZKB_DUAL_WRITE);
-    if (phase != KM_ZKB_DUAL_WRITE)
-        return;
     km_bprop_zk_holds(c->bprop, km_zkw_confirmed_offset(km_zkb_writer(b)));
     if (km_bprop_active(c->bprop))
         return;
@@ -80,6 +72,33 @@ static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
     km_daemon_log(d, KM_LOG_INFO, "zk: in sync; sending to ZK-mode brokers with controller epoch %d", zk_epoch);
     if (km_bprop_activate(c->bprop, d->img, zk_epoch, &err))
         km_daemon_fatal(d, "brokers: %s", err.msg);
+}
+
+static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
+{
+    km_daemon *d = ctx;
+    km_daemon_consumers *c = d->consumers;
+    if (phase == KM_ZKB_STOPPED && km_zkb_refused(b)) { /* bad input: no other instance would do better */
+        log_refused_deletes(d, km_zkb_refused_deletes(b));
+        km_daemon_fatal_input(d, "ZooKeeper mirror refused: %s", km_zkb_error(b));
+        return;
+    }
+    if (phase == KM_ZKB_STOPPED) {
+        char why[700];
+        snprintf(why, sizeof why, "ZooKeeper mirror stopped: %s", km_zkb_error(b));
+        if (!km_daemon_step_down(d, why))
+            km_daemon_fatal(d, "%s", why);
+        return;
+    }
+    if (phase == KM_ZKB_DUAL_WRITE)
+        km_daemon_sync_done(d, b);
+    if (phase == KM_ZKB_DUAL_WRITE && d->proxy) /* controller RPCs passing inline with an older one are stale */
+        km_inline_set_controller_epoch(d->proxy, km_zkw_zk_controller_epoch(km_zkb_writer(b)));
+    if (!c->bprop)
+        return;
+    km_bprop_hold(c->bprop, phase != KM_ZKB_DUAL_WRITE);
+    if (phase == KM_ZKB_DUAL_WRITE)
+        release_brokers(d, c, b);
 }
 
 /* KRaftMigrationDriver sends a delta's RPCs after its ZooKeeper writes: requests built for an
@@ -151,6 +170,41 @@ static int controller_identity(km_daemon *d, int32_t *id, int32_t *epoch, km_err
     return 0;
 }
 
+/* The ZooKeeper client reconnects on its own, silently: this says so, at growing intervals, for as
+ * long as there is no session, and once more when one is back. */
+static void zk_watch_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)revents;
+    km_daemon *d = t->data;
+    km_daemon_consumers *c = d->consumers;
+    if (!c->zkb)
+        return ev_timer_stop(loop, t); /* stepped down: nothing of ours is connecting */
+    bool connected = km_zkw_get_state(km_zkb_writer(c->zkb)) != KM_ZKW_CONNECTING;
+    if (connected) {
+        if (c->zk_attempts)
+            km_daemon_log(d, KM_LOG_INFO, "zk: session with %s established after %.0f s", d->cfg.zk_connect,
+                          ev_now(loop) - c->zk_lost_since);
+        c->zk_lost_since = 0;
+        c->zk_attempts = 0;
+        t->repeat = ZK_WATCH_FIRST_SECONDS;
+    } else {
+        if (!c->zk_lost_since)
+            c->zk_lost_since = ev_now(loop) - t->repeat;
+        c->zk_attempts++;
+        double next = t->repeat * 2 < ZK_WATCH_MAX_SECONDS ? t->repeat * 2 : ZK_WATCH_MAX_SECONDS;
+        km_daemon_log(d, KM_LOG_WARN, "zk: no session with %s for %.0f s (check %d); the client keeps retrying, "
+                      "next check in %.0f s", d->cfg.zk_connect, ev_now(loop) - c->zk_lost_since, c->zk_attempts, next);
+        t->repeat = next;
+    }
+    ev_timer_again(loop, t);
+}
+
+bool km_daemon_zk_connected(const km_daemon *d)
+{
+    const km_daemon_consumers *c = d->consumers;
+    return c && c->zkb && km_zkw_get_state(km_zkb_writer(c->zkb)) != KM_ZKW_CONNECTING;
+}
+
 static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
 {
     if (controller_identity(d, &c->controller_id, &c->controller_epoch, err))
@@ -158,7 +212,8 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
     km_zkb_config zc = {
         .zk = {.hosts = d->cfg.zk_connect, .session_timeout_ms = d->cfg.zk_session_timeout_ms,
                .controller_id = c->controller_id, .controller_epoch = c->controller_epoch,
-               .max_pending_ops = (size_t)d->cfg.zk_max_pending_records, .log = bridge_log, .ctx = d},
+               .max_pending_ops = (size_t)d->cfg.zk_max_pending_records, .log = bridge_log, .ctx = d,
+               .fence_on_expiry = d->election != NULL},
         .passwords = {.secret = d->cfg.password_encoder_secret,
                       .keyfactory_algorithm = d->cfg.password_encoder_keyfactory_algorithm,
                       .cipher_algorithm = d->cfg.password_encoder_cipher_algorithm,
@@ -170,6 +225,10 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
     km_daemon_log(d, KM_LOG_INFO, "zk: claiming %s as KRaft controller %d, epoch %d", d->cfg.zk_connect,
                   c->controller_id, c->controller_epoch);
     c->zkb = km_zkb_new(d->loop, d->img, &zc, err);
+    if (c->zkb && !ev_is_active(&c->zk_watch)) {
+        c->zk_watch.repeat = ZK_WATCH_FIRST_SECONDS;
+        ev_timer_again(d->loop, &c->zk_watch);
+    }
     return c->zkb ? 0 : -1;
 }
 
@@ -259,6 +318,8 @@ int km_daemon_start_consumers(km_daemon *d, km_err *err)
         return km_fail(err, "out of memory");
     ev_timer_init(&c->resume, resume_cb, RESUME_CHECK_SECONDS, RESUME_CHECK_SECONDS);
     c->resume.data = d;
+    ev_init(&c->zk_watch, zk_watch_cb);
+    c->zk_watch.data = d;
     d->consumers = c;
     return 0;
 }
@@ -268,6 +329,7 @@ void km_daemon_stop_consumers(km_daemon *d)
     if (!d->consumers)
         return;
     ev_timer_stop(d->loop, &d->consumers->resume);
+    ev_timer_stop(d->loop, &d->consumers->zk_watch);
     stop_all(d->consumers);
     free(d->consumers);
     d->consumers = NULL;
@@ -283,8 +345,30 @@ bool km_daemon_consumers_ready(km_daemon *d)
     return false;
 }
 
+/* The endpoint the proxy forwards to: broker.listener's, else the first. */
+static void proxy_broker(km_daemon *d, const km_broker *b)
+{
+    for (int32_t i = 0; i < b->n_endpoints; i++) {
+        const km_endpoint *e = &b->endpoints[i];
+        if (!d->cfg.broker_listener || !strcmp(e->name, d->cfg.broker_listener)) {
+            km_inline_broker_registered(d->proxy, b->id, e->host, e->port);
+            return;
+        }
+    }
+}
+
+/* Brokers registered in the log get their proxy routes (listeners) before clients hear of them. */
+static void proxy_brokers(km_daemon *d, const km_delta *delta)
+{
+    km_broker_change bc;
+    for (size_t it = 0; d->proxy && km_delta_next_broker(delta, &it, &bc);)
+        if (bc.new && (bc.what & (KM_BC_REGISTERED | KM_BC_REREGISTERED | KM_BC_ENDPOINTS)))
+            proxy_broker(d, bc.new);
+}
+
 void km_daemon_publish_delta(km_daemon *d, const km_delta *delta)
 {
+    proxy_brokers(d, delta);
     km_daemon_consumers *c = d->consumers;
     km_err err = {{0}};
     if (c->zkb && km_zkb_delta(c->zkb, delta, &err)) {
@@ -297,7 +381,10 @@ void km_daemon_publish_delta(km_daemon *d, const km_delta *delta)
 
 void km_daemon_caught_up(km_daemon *d)
 {
-    if (d->cfg.zk_connect && km_image_offset(d->img) >= 0)
+    size_t it = 0;
+    for (const km_broker *b; d->proxy && (b = km_image_next_broker(d->img, &it));) /* e.g. from a snapshot */
+        proxy_broker(d, b);
+    if (d->cfg.zk_connect && km_image_offset(d->img) >= 0 && km_daemon_is_active(d))
         ensure_started(d);
 }
 
@@ -354,4 +441,66 @@ void km_daemon_consumers_metrics(const km_daemon *d, km_buf *out)
         zk_metrics(d, c->zkb, out);
     if (c && c->bprop)
         km_bprop_render_metrics(c->bprop, out);
+}
+
+km_zkb *km_daemon_zkb(const km_daemon *d) { return d->consumers ? d->consumers->zkb : NULL; }
+
+void km_daemon_stop_active(km_daemon *d)
+{
+    km_daemon_consumers *c = d->consumers;
+    ev_timer_stop(d->loop, &c->zk_watch);
+    ev_timer_stop(d->loop, &c->resume);
+    stop_all(c);
+    c->zk_lost_since = 0;
+    c->zk_attempts = 0;
+    km_daemon_kick(d); /* reading may have been held back by the bridge we just dropped */
+}
+
+/* The broker channels' security material (CA, certificate, key, SASL password file), read again and
+ * checked before anything changes: a bad file leaves the channels as they are. */
+static int check_broker_material(km_daemon *d, km_err *err)
+{
+    km_config_broker_security sec;
+    memset(&sec, 0, sizeof sec);
+    km_tls_ctx *fresh = NULL;
+    int rc = km_config_resolve_broker_security(&d->cfg, &sec, err);
+    if (!rc && sec.tls) {
+        km_tls_config tc = {.ca_file = d->cfg.broker_tls_ca, .cert_file = d->cfg.broker_tls_cert,
+                            .key_file = d->cfg.broker_tls_key, .no_name_check = !sec.verify_name};
+        rc = (fresh = km_tls_client_ctx_new(&tc, err)) ? 0 : -1;
+    }
+    km_tls_ctx_free(fresh);
+    km_config_broker_security_clear(&sec);
+    return rc;
+}
+
+/* SIGHUP: rotated certificates or keys take effect. The channels are rebuilt with the material read
+ * again: each reconnects with it and gets a full sync at the controller epoch we hold. */
+void km_daemon_reload_brokers(km_daemon *d)
+{
+    km_daemon_consumers *c = d->consumers;
+    km_err err = {{0}};
+    if (!c->bprop) {
+        km_daemon_log(d, KM_LOG_INFO, "SIGHUP: no broker channels now (%s): their TLS material is read when they "
+                      "start", !d->cfg.brokers_enabled ? "brokers.enabled=false" : "not active");
+        return;
+    }
+    if (check_broker_material(d, &err)) {
+        km_daemon_log(d, KM_LOG_ERROR, "SIGHUP: broker TLS material: %s; the channels keep the material they had",
+                      err.msg);
+        return;
+    }
+    bool was_active = km_bprop_active(c->bprop);
+    km_bprop_free(c->bprop);
+    km_tls_ctx_free(c->broker_tls);
+    km_config_broker_security_clear(&c->sec);
+    c->bprop = NULL;
+    c->broker_tls = NULL;
+    if (start_brokers(d, c, &err)) {
+        km_daemon_fatal(d, "SIGHUP: brokers: %s", err.msg);
+        return;
+    }
+    km_daemon_log(d, KM_LOG_INFO, "SIGHUP: broker channels rebuilt with their TLS material read again");
+    if (was_active && c->zkb && km_zkb_get_phase(c->zkb) == KM_ZKB_DUAL_WRITE)
+        release_brokers(d, c, c->zkb);
 }

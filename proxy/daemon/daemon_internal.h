@@ -3,12 +3,14 @@
 #define KM_DAEMON_INTERNAL_H
 
 #include "km_daemon.h"
+#include "km_inline.h"
 #include "km_image.h"
 #include "km_metrics.h"
 #include "km_quorum.h"
 #include "km_zkbridge.h"
 
 #include <ev.h>
+#include <stdio.h>
 
 struct km_daemon {
     struct ev_loop *loop;
@@ -24,10 +26,32 @@ struct km_daemon {
     bool reading_paused;
     bool started;                /* watchers armed (km_daemon_start) */
     int64_t batches_applied;
-    ev_signal sigint, sigterm;
+    ev_signal sigint, sigterm, sighup;
+    ev_signal sigusr1;           /* the inline proxy's capture switch (SIGHUP also reloads its TLS) */
+    bool stopping;               /* SIGTERM/SIGINT: no more log reading, in-flight writes finishing */
+    ev_timer drain;              /* while stopping: are the in-flight ZooKeeper writes done? */
+    double stop_deadline;        /* ev_now past which they are abandoned */
+    FILE *log_fp;                /* log.file (reopened on SIGHUP); NULL: stderr */
+    double started_at;
+    ev_timer progress;           /* a full sync's progress line every few seconds */
+    km_zkb_progress sync_last;   /* the previous sample, for the rate */
+    double sync_last_at;
+    bool sync_have_last;
+    km_zkb_eta sync_eta;         /* the figures the progress line and the metrics show */
+    ev_timer ready_check;        /* until the first READY=1 */
+    km_zkel *election;           /* ha.enabled: our place in the election; NULL: one instance, always active */
+    bool active;                 /* the election's leader: claims, writes ZooKeeper, sends RPCs */
+    int64_t active_since;        /* unix time of that; 0 while standby */
+    int64_t takeovers;           /* times this instance became active */
+    int64_t started_wall;        /* unix time the daemon started */
+    char instance[200];          /* host:pid and metrics address, the election node's data */
+    ev_timer step_down;          /* deferred: the callers are the parts it frees */
+    bool rejoin_after_step_down;
+    bool notify_failed;          /* NOTIFY_SOCKET unusable: said once */
     km_metrics_server *metrics;
     struct km_capture *capture;  /* capture.pcapng / capture.jsonl: the broker channels' traffic; NULL: off */
     struct km_daemon_consumers *consumers;  /* daemon_consumers.c: ZooKeeper and brokers */
+    km_inline *proxy;            /* the inline proxy, when proxy.* keys ask for one */
     char fatal[512];
     int exit_code;               /* with fatal: 1 a runtime failure, 2 bad input (a corrupt log, a refused image) */
 };
@@ -50,7 +74,38 @@ void km_daemon_publish_delta(km_daemon *d, const km_delta *delta);
 /* The log has been read to its current end: start (or restart, on a new KRaft epoch) the bridge. */
 void km_daemon_caught_up(km_daemon *d);
 void km_daemon_consumers_status(const km_daemon *d, km_daemon_status *st);
+/* The ZooKeeper bridge has a session (false before it starts). */
+bool km_daemon_zk_connected(const km_daemon *d);
 void km_daemon_consumers_metrics(const km_daemon *d, km_buf *out);
+
+/* The bridge (NULL before the log names a KRaft leader). */
+km_zkb *km_daemon_zkb(const km_daemon *d);
+
+/* daemon_health.c: /healthz, /readyz (on the metrics listener) and the full sync's progress */
+void km_daemon_start_health(km_daemon *d);
+void km_daemon_stop_health(km_daemon *d);
+const char *km_daemon_role(const km_daemon *d);
+bool km_daemon_ready(const km_daemon *d);
+/* A full sync has just finished: its final figures. */
+void km_daemon_sync_done(km_daemon *d, km_zkb *zkb);
+void km_daemon_health_metrics(const km_daemon *d, km_buf *out);
+
+/* daemon_notify.c: systemd's notify protocol ($NOTIFY_SOCKET; nothing without it) */
+void km_daemon_notify(km_daemon *d, const char *state);
+void km_daemon_start_notify(km_daemon *d);
+void km_daemon_stop_notify(km_daemon *d);
+
+/* daemon_ha.c: the election among instances (ha.enabled) */
+int km_daemon_start_ha(km_daemon *d, km_err *err);
+void km_daemon_stop_ha(km_daemon *d);
+bool km_daemon_is_active(const km_daemon *d);
+/* Lost the right to write (fenced, election lost): back to standby. False without HA (then fatal). */
+bool km_daemon_step_down(km_daemon *d, const char *why);
+void km_daemon_ha_metrics(const km_daemon *d, km_buf *out);
+/* daemon_consumers.c: drop the bridge and the broker channels (stepping down). */
+void km_daemon_stop_active(km_daemon *d);
+/* SIGHUP: rebuild the broker channels with their TLS material (and SASL password file) read again. */
+void km_daemon_reload_brokers(km_daemon *d);
 
 /* daemon_quorum.c: metadata.source=quorum */
 bool km_daemon_quorum_mode(const km_daemon *d);

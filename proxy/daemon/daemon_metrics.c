@@ -20,6 +20,10 @@ static void render(km_buf *out, void *ud)
     if (d->quorum)
         km_daemon_quorum_metrics(d, out);
     km_daemon_consumers_metrics(d, out);
+    km_daemon_health_metrics(d, out);
+    km_daemon_ha_metrics(d, out);
+    if (d->proxy)
+        km_inline_render_metrics(d->proxy, out);
 }
 
 int km_daemon_start_metrics(km_daemon *d, km_err *err)

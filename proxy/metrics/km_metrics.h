@@ -20,6 +20,14 @@ typedef void (*km_metrics_render_fn)(km_buf *out, void *ud);
 km_metrics_server *km_metrics_listen(struct ev_loop *loop, const char *host_port, km_metrics_render_fn render,
                                      void *ud, km_err *err);
 uint16_t km_metrics_port(const km_metrics_server *s);
+/* Answers GET paths other than /metrics (the daemon's /healthz and /readyz): fills body (sent as
+ * application/json) and returns the HTTP status, or 0 when the path is unknown (404). */
+typedef int (*km_metrics_route_fn)(const char *path, km_buf *body, void *ud);
+void km_metrics_set_route(km_metrics_server *s, km_metrics_route_fn route);
+/* POST PATH runs fn (body ignored): 0 answers 200 with what fn appended to out, -1 answers 404.
+ * For run-time switches (the inline proxy's capture: POST /capture/on, /capture/off). */
+typedef int (*km_metrics_action_fn)(const char *path, km_buf *out, void *ud);
+void km_metrics_on_post(km_metrics_server *s, km_metrics_action_fn fn, void *ud);
 void km_metrics_free(km_metrics_server *s);
 
 /* One sample with its HELP and TYPE lines; type is "gauge" or "counter".  labels may be NULL or

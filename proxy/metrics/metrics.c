@@ -1,5 +1,6 @@
-/* A deliberately small HTTP/1.0 server: GET /metrics answers the exposition text, anything
- * else 404; one request per connection, then close. */
+/* A deliberately small HTTP/1.0 server: GET /metrics answers the exposition text, other paths
+ * go to the owner's route (health checks), POST to the owner's action (run-time switches),
+ * anything else 404; one request per connection. */
 #include "km_metrics.h"
 
 #include <arpa/inet.h>
@@ -24,7 +25,10 @@ struct km_metrics_server {
     int fd;
     uint16_t port;
     km_metrics_render_fn render;
+    km_metrics_route_fn route;
     void *ud;
+    km_metrics_action_fn action;   /* POST handler; NULL: POST is 404 */
+    void *action_ud;
     metrics_client *clients;
     int n_clients;
 };
@@ -56,19 +60,64 @@ static void client_free(metrics_client *c)
     free(c);
 }
 
+/* POST PATH: the action's answer, or false for 404. */
+static bool post(metrics_client *c, km_buf *body)
+{
+    char path[256];
+    if (!c->srv->action || strncmp(c->req, "POST ", 5) || sscanf(c->req + 5, "%255s", path) != 1)
+        return false;
+    return c->srv->action(path, body, c->srv->action_ud) == 0;
+}
+
+static const char *status_text(int status)
+{
+    switch (status) {
+    case 200: return "200 OK";
+    case 503: return "503 Service Unavailable";
+    case 500: return "500 Internal Server Error";
+    default: return "404 Not Found";
+    }
+}
+
+/* "GET /path HTTP/1.x": the path (query string dropped) into out; false for anything else. */
+static bool request_path(const char *req, char *out, size_t cap)
+{
+    if (strncmp(req, "GET /", 5))
+        return false;
+    size_t n = strcspn(req + 4, " ?\r\n");
+    if (n >= cap)
+        return false;
+    memcpy(out, req + 4, n);
+    out[n] = '\0';
+    return true;
+}
+
 static void build_response(metrics_client *c)
 {
-    bool ok = !strncmp(c->req, "GET /metrics ", 13) || !strncmp(c->req, "GET / ", 6);
+    char path[128];
+    bool got = request_path(c->req, path, sizeof path);
+    bool metrics = got && (!strcmp(path, "/metrics") || !strcmp(path, "/"));
     km_buf body;
     km_buf_init(&body);
-    if (ok)
+    int status = 404;
+    bool posted = false;
+    if (metrics) {
         c->srv->render(&body, c->srv->ud);
-    else
+        status = 200;
+    } else if (got && c->srv->route) {
+        status = c->srv->route(path, &body, c->srv->ud);
+    } else if ((posted = post(c, &body))) {
+        status = 200;
+    }
+    if (!status || (status == 404 && !body.len)) {
+        status = 404;
         km_buf_put(&body, "not found\n", 10);
-    char head[160];
+    }
+    char head[200];
     int n = snprintf(head, sizeof head,
-                     "HTTP/1.0 %s\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %zu\r\n"
-                     "Connection: close\r\n\r\n", ok ? "200 OK" : "404 Not Found", body.len);
+                     "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                     status_text(status), metrics ? "text/plain; version=0.0.4" : status == 404 || posted
+                     ? "text/plain" : "application/json", body.len);
     km_buf_put(&c->resp, head, (size_t)n);
     km_buf_put(&c->resp, body.data, body.len);
     km_buf_free(&body);
@@ -196,7 +245,15 @@ km_metrics_server *km_metrics_listen(struct ev_loop *loop, const char *host_port
     return s;
 }
 
+void km_metrics_on_post(km_metrics_server *s, km_metrics_action_fn fn, void *ud)
+{
+    s->action = fn;
+    s->action_ud = ud;
+}
+
 uint16_t km_metrics_port(const km_metrics_server *s) { return s->port; }
+
+void km_metrics_set_route(km_metrics_server *s, km_metrics_route_fn route) { s->route = route; }
 
 void km_metrics_free(km_metrics_server *s)
 {

@@ -55,6 +55,12 @@ typedef struct km_net_handlers {
      * km_net_shutdown completed), else the reason (refused, timed out,
      * oversized frame, EOF mid-frame, TLS failure...). */
     void (*on_close)(km_net_conn *c, const km_err *why, void *ud);
+    /* Stream mode (set instead of on_frame): every byte is offered as it is read,
+     * with no framing and no frame limit, so a proxy can pass huge frames on
+     * without holding them.  Returns the bytes taken; the rest is offered again
+     * with the next read.  It must take everything unless it paused c (the read
+     * buffer does not grow in stream mode). */
+    size_t (*on_bytes)(km_net_conn *c, const uint8_t *data, size_t len, void *ud);
 } km_net_handlers;
 
 /* Starts a non-blocking connect to host:port, trying each resolved address in
@@ -100,6 +106,8 @@ typedef struct km_net_stats {
 void km_net_get_stats(const km_net_conn *c, km_net_stats *out);
 
 bool km_net_is_ready(const km_net_conn *c);
+/* An accepted TLS connection, once ready: the SNI host name the client asked for, or NULL. */
+const char *km_net_tls_server_name(const km_net_conn *c);
 const char *km_net_peer(const km_net_conn *c); /* "host:port" */
 int km_net_fd(const km_net_conn *c);
 void km_net_set_userdata(km_net_conn *c, void *ud);

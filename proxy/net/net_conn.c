@@ -382,6 +382,7 @@ size_t km_net_queued(const km_net_conn *c) { return c->queued; }
 void km_net_get_stats(const km_net_conn *c, km_net_stats *out) { *out = c->stats; }
 size_t km_net_room(const km_net_conn *c) { return c->opts.write_limit - c->queued; }
 bool km_net_is_ready(const km_net_conn *c) { return c->state == NET_READY; }
+const char *km_net_tls_server_name(const km_net_conn *c) { return c->tls ? km_tls_server_name(c->tls) : NULL; }
 const char *km_net_peer(const km_net_conn *c) { return c->peer; }
 int km_net_fd(const km_net_conn *c) { return c->fd; }
 void km_net_set_userdata(km_net_conn *c, void *ud) { c->ud = ud; }

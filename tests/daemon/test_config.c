@@ -22,6 +22,8 @@ static int load(const char *text, km_config *c, km_err *err)
 {
     char *path = write_file(text);
     km_config_defaults(c);
+    /* These cases are about the file format and dir mode; the default source is tested on its own. */
+    km_config_set(c, "metadata.source", "dir", "test", err);
     int rc = km_config_load(c, path, err);
     free(path);
     return rc;
@@ -87,6 +89,26 @@ Test(config, validation_of_the_whole)
     cr_assert_eq(load("metadata.dir=/x\nbroker.tls.cert.file=/c.pem\n", &c, &err), 0);
     cr_assert_eq(km_config_validate(&c, &err), -1);
     cr_assert(strstr(err.msg, "go together"), "%s", err.msg);
+    km_config_free(&c);
+}
+
+Test(config, the_default_source_is_the_quorum_and_unread_keys_are_refused)
+{
+    km_config c;
+    km_err err = {{0}};
+    km_config_defaults(&c);
+    cr_assert_str_eq(c.metadata_source, "quorum");
+    cr_assert_eq(km_config_set(&c, "zookeeper.connect", "h:1", "test", &err), 0);
+    cr_assert_eq(km_config_validate(&c, &err), -1);
+    cr_assert(strstr(err.msg, "controller.quorum.bootstrap.servers"), "%s", err.msg);
+    cr_assert_eq(km_config_set(&c, "controller.quorum.bootstrap.servers", "h:9093", "test", &err), 0);
+    cr_assert_eq(km_config_validate(&c, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_config_set(&c, "metadata.dir", "/x", "test", &err), 0);
+    cr_assert_eq(km_config_validate(&c, &err), -1, "metadata.dir would be ignored in quorum mode");
+    cr_assert(strstr(err.msg, "set metadata.source=dir"), "%s", err.msg);
+    cr_assert_eq(km_config_set(&c, "metadata.source", "dir", "test", &err), 0);
+    cr_assert_eq(km_config_validate(&c, &err), -1, "controller.quorum.* would be ignored in dir mode");
+    cr_assert(strstr(err.msg, "controller.quorum.* is read only with metadata.source=quorum"), "%s", err.msg);
     km_config_free(&c);
 }
 

@@ -32,6 +32,7 @@ static void rig_start(rig *r)
     cr_assert_geq(km_gen_write(r->logdir, &g, NULL, &e), 0, "%s", e.msg);
     km_config cfg;
     km_config_defaults(&cfg);
+    cr_assert_eq(km_config_set(&cfg, "metadata.source", "dir", "test", &e), 0);
     cr_assert_eq(km_config_set(&cfg, "metadata.dir", r->logdir, "test", &e), 0);
     cr_assert_eq(km_config_set(&cfg, "zookeeper.connect", r->hosts, "test", &e), 0);
     cr_assert_eq(km_config_set(&cfg, "brokers.enabled", "false", "test", &e), 0);
@@ -147,7 +148,7 @@ Test(daemon, start_up_errors_exit_2_naming_the_problem)
 {
     char *out, *err;
     size_t n;
-    char *missing[] = {(char *)km_test_binary(), "run", "--set", "metadata.dir=/nonexistent/__cluster_metadata-0",
+    char *missing[] = {(char *)km_test_binary(), "run", "--set", "metadata.source=dir", "--set", "metadata.dir=/nonexistent/__cluster_metadata-0",
                        "--set", "zookeeper.connect=127.0.0.1:1", NULL};
     cr_assert_eq(km_test_run(missing, NULL, 0, &out, &n, &err), 2);
     cr_assert(strstr(err, "/nonexistent/__cluster_metadata-0"), "%s", err);
@@ -396,7 +397,7 @@ Test(daemon, capture_keys_record_the_broker_traffic)
     snprintf(jsonl, sizeof jsonl, "%s/brokers.jsonl", r.tmp);
     km_config cfg;
     km_config_defaults(&cfg);
-    const char *kv[][2] = {{"metadata.dir", r.logdir}, {"zookeeper.connect", r.hosts}, {"capture.pcapng", pcap},
+    const char *kv[][2] = {{"metadata.source", "dir"}, {"metadata.dir", r.logdir}, {"zookeeper.connect", r.hosts}, {"capture.pcapng", pcap},
                            {"capture.jsonl", jsonl}, {"log.level", "warn"}};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
         cr_assert_eq(km_config_set(&cfg, kv[i][0], kv[i][1], "test", &e), 0, "%s", e.msg);

@@ -125,6 +125,7 @@ static void start(const sim_opts *o, const char *const *settings)
     start_sims(o);
     km_config cfg;
     km_config_defaults(&cfg);
+    cr_assert_eq(km_config_set(&cfg, "metadata.source", "dir", "test", &e), 0);
     cr_assert_eq(km_config_set(&cfg, "metadata.dir", R.logdir, "test", &e), 0);
     cr_assert_eq(km_config_set(&cfg, "zookeeper.connect", R.hosts, "test", &e), 0);
     for (const char *const *s = settings; *s; s++) {

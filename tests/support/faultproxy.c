@@ -43,7 +43,7 @@ struct km_fp {
     pthread_t thread;
     pthread_mutex_t mu;
     bool stop, refuse, cut_requested;
-    bool armed;
+    bool armed, swallowing;
     km_fp_match match;
     km_fp_action action;
     char path[512];
@@ -213,7 +213,8 @@ int km_fp_log(km_fp *fp, km_fp_req *out, int max)
     return n;
 }
 
-/* Decides one complete client frame: 0 forward, 1 cut the connection without forwarding. */
+/* Decides one complete client frame: 0 forward, 1 cut the connection without forwarding, 2 drop
+ * the frame and carry on (KM_FP_SWALLOW). */
 static int on_client_frame(km_fp *fp, fp_conn *c, const unsigned char *frame, size_t len)
 {
     if (!c->c_hello_done) {
@@ -229,9 +230,13 @@ static int on_client_frame(km_fp *fp, fp_conn *c, const unsigned char *frame, si
         log_request(fp, type, frame + 8, len - 8);
     if (type == OP_MULTI)
         fp->multis++;
-    if (fp->armed && request_matches(fp, type, frame + 8, len - 8) && fp->skip-- == 0) {
-        fp->armed = false;
-        if (fp->action == KM_FP_DROP_REQUEST) {
+    if (fp->armed && request_matches(fp, type, frame + 8, len - 8) && (fp->swallowing || fp->skip-- == 0)) {
+        fp->armed = fp->action == KM_FP_SWALLOW; /* the others fire once */
+        if (fp->action == KM_FP_SWALLOW) {
+            fp->swallowing = true;
+            fp->fired++;
+            verdict = 2;
+        } else if (fp->action == KM_FP_DROP_REQUEST) {
             fp->fired++;
             verdict = 1;
         } else {
@@ -282,8 +287,8 @@ static int pump(km_fp *fp, fp_conn *c, bool from_client)
         if (b->len - at < 4 + (size_t)flen)
             break;
         const unsigned char *f = b->p + at + 4;
-        int cut = from_client ? on_client_frame(fp, c, f, flen) : on_server_frame(fp, c, f, flen);
-        if (cut || send_all(out, b->p + at, 4 + (size_t)flen))
+        int verdict = from_client ? on_client_frame(fp, c, f, flen) : on_server_frame(fp, c, f, flen);
+        if (verdict == 1 || (verdict == 0 && send_all(out, b->p + at, 4 + (size_t)flen)))
             return -1;
         at += 4 + (size_t)flen;
     }
@@ -433,6 +438,7 @@ void km_fp_arm(km_fp *fp, km_fp_match match, km_fp_action action, const char *pa
 {
     pthread_mutex_lock(&fp->mu);
     fp->armed = true;
+    fp->swallowing = false;
     fp->match = match;
     fp->action = action;
     fp->skip = skip;
@@ -443,7 +449,7 @@ void km_fp_arm(km_fp *fp, km_fp_match match, km_fp_action action, const char *pa
 void km_fp_disarm(km_fp *fp)
 {
     pthread_mutex_lock(&fp->mu);
-    fp->armed = false;
+    fp->armed = fp->swallowing = false;
     pthread_mutex_unlock(&fp->mu);
 }
 

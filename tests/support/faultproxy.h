@@ -20,6 +20,9 @@ typedef enum km_fp_match {
 typedef enum km_fp_action {
     KM_FP_DROP_REPLY,   /* forward the request, let the server commit, drop its reply, cut */
     KM_FP_DROP_REQUEST, /* cut before the request reaches the server */
+    KM_FP_SWALLOW,      /* from the (skip+1)-th on, every matching request is neither forwarded nor
+                         * answered while the connection (and its pings) stays up: a server that
+                         * stopped applying writes. km_fp_disarm ends it (cut then, to recover). */
 } km_fp_action;
 
 /* Listens on 127.0.0.1 (free port) and forwards every connection to 127.0.0.1:upstream_port. */

@@ -1,0 +1,197 @@
+/* /healthz, /readyz and the initial sync's progress.
+ *
+ * Alive: the loop answers. Ready: this instance does its job now - as the active one, ZooKeeper
+ * holds our claim, the full sync is done, the write-behind lag is within health.max.lag.records
+ * and every broker channel is up; as a standby (ha.enabled), it follows the log and is in the
+ * election, ready to take over.
+ * The JSON body lists every reason it is not, so an operator reads the cause, not just a 503. */
+#include "daemon_internal.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define PROGRESS_LOG_SECONDS 5.0
+
+static void add_reason(json_t *reasons, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_reason(json_t *reasons, const char *fmt, ...)
+{
+    char msg[700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_array_append_new(reasons, json_string(msg));
+}
+
+static void zk_reasons(km_daemon *d, km_zkb *zkb, json_t *reasons, json_t *body)
+{
+    if (!zkb) {
+        add_reason(reasons, "not started: the metadata log has not been read to a KRaft leader yet");
+        return;
+    }
+    km_zkw *w = km_zkb_writer(zkb);
+    km_zkw_metrics m;
+    km_zkw_get_metrics(w, &m);
+    km_zkb_phase phase = km_zkb_get_phase(zkb);
+    if (m.state == KM_ZKW_FENCED || m.state == KM_ZKW_REFUSED)
+        add_reason(reasons, "fenced: %s", km_zkw_fence_reason(w));
+    else if (phase == KM_ZKB_STOPPED)
+        add_reason(reasons, "zookeeper mirror stopped: %s", km_zkb_error(zkb));
+    else if (m.state == KM_ZKW_CONNECTING)
+        add_reason(reasons, "zookeeper disconnected: no session with %s", d->cfg.zk_connect);
+    else if (phase != KM_ZKB_DUAL_WRITE)
+        add_reason(reasons, "not caught up: the full sync into ZooKeeper is still running");
+    if (m.write_behind_lag > d->cfg.health_max_lag_records)
+        add_reason(reasons, "lag: %lld records behind the log, over health.max.lag.records=%d",
+                   (long long)m.write_behind_lag, d->cfg.health_max_lag_records);
+    json_object_set_new(body, "zookeeper", json_pack("{s:s,s:s,s:I,s:i}", "address", d->cfg.zk_connect,
+                                                     "state", km_zkw_state_name(m.state), "lag_records",
+                                                     (json_int_t)m.write_behind_lag, "max_lag_records",
+                                                     d->cfg.health_max_lag_records));
+}
+
+static void broker_reasons(km_daemon *d, json_t *reasons, json_t *body)
+{
+    km_daemon_status st;
+    km_daemon_get_status(d, &st);
+    if (d->cfg.brokers_enabled && st.brokers_total > 0 && st.brokers_in_sync < st.brokers_total)
+        add_reason(reasons, "brokers unreachable: %d of %d ZK-mode brokers up to date", st.brokers_total -
+                   st.brokers_in_sync, st.brokers_total);
+    json_object_set_new(body, "brokers", json_pack("{s:b,s:i,s:i}", "enabled", d->cfg.brokers_enabled, "total",
+                                                   st.brokers_total, "in_sync", st.brokers_in_sync));
+}
+
+static int readyz(km_daemon *d, km_buf *out)
+{
+    json_t *body = json_object(), *reasons = json_array();
+    json_object_set_new(body, "ready", json_false()); /* first in the body: set for real below */
+    json_object_set_new(body, "role", json_string(km_daemon_role(d)));
+    json_object_set(body, "reasons", reasons);
+    if (d->fatal[0])
+        add_reason(reasons, "stopping: %s", d->fatal);
+    if (d->stopping)
+        add_reason(reasons, "shutting down");
+    if (km_daemon_is_active(d)) {
+        zk_reasons(d, km_daemon_zkb(d), reasons, body);
+        broker_reasons(d, reasons, body);
+    } else if (!km_zkel_connected(d->election)) { /* a standby is ready while it follows and can take over */
+        add_reason(reasons, "zookeeper disconnected: no election session with %s", d->cfg.zk_connect);
+    }
+    bool ready = json_array_size(reasons) == 0;
+    json_object_set_new(body, "ready", json_boolean(ready));
+    json_object_set_new(body, "image_offset", json_integer(km_image_offset(d->img)));
+    if (d->election)
+        json_object_set_new(body, "ha", json_pack("{s:s,s:s,s:I,s:I}", "instance", d->instance, "node",
+                                                  km_zkel_node(d->election), "active_since",
+                                                  (json_int_t)d->active_since, "takeovers",
+                                                  (json_int_t)d->takeovers));
+    json_decref(reasons);
+    char *s = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(body);
+    if (!s)
+        return 500;
+    km_buf_put(out, s, strlen(s));
+    km_buf_put(out, "\n", 1);
+    free(s);
+    return ready ? 200 : 503;
+}
+
+static int route(const char *path, km_buf *out, void *ud)
+{
+    km_daemon *d = ud;
+    if (!strcmp(path, "/healthz")) {
+        char s[160];
+        int n = snprintf(s, sizeof s, "{\"alive\":true,\"role\":\"%s\",\"uptime_seconds\":%.0f}\n", km_daemon_role(d),
+                         ev_now(d->loop) - d->started_at);
+        km_buf_put(out, s, (size_t)n);
+        return 200;
+    }
+    if (!strcmp(path, "/readyz"))
+        return readyz(d, out);
+    return 0;
+}
+
+/* ---- progress of a full sync: a log line every few seconds, the same figures as metrics ---- */
+
+static void sample_progress(km_daemon *d, km_zkb *zkb, bool log_it)
+{
+    km_zkb_progress p;
+    km_zkb_get_progress(zkb, &p);
+    double now = ev_now(d->loop);
+    km_zkb_progress_eta(&p, d->sync_have_last ? &d->sync_last : NULL, now - d->sync_last_at, false, &d->sync_eta);
+    d->sync_last = p;
+    d->sync_last_at = now;
+    d->sync_have_last = true;
+    if (!log_it)
+        return;
+    char line[256], status[300];
+    km_zkb_eta_format(&d->sync_eta, line, sizeof line);
+    km_daemon_log(d, KM_LOG_INFO, "zk sync: %s", line);
+    snprintf(status, sizeof status, "STATUS=zk sync: %s", line);
+    km_daemon_notify(d, status);
+}
+
+static void progress_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop; (void)revents;
+    km_daemon *d = t->data;
+    km_zkb *zkb = km_daemon_zkb(d);
+    if (zkb && km_zkb_get_phase(zkb) == KM_ZKB_SYNC)
+        sample_progress(d, zkb, true);
+    else
+        d->sync_have_last = false; /* the next sync's rate starts from its own beginning */
+}
+
+void km_daemon_sync_done(km_daemon *d, km_zkb *zkb)
+{
+    km_zkb_progress p;
+    km_zkb_get_progress(zkb, &p);
+    /* the pass ends only once ZooKeeper acknowledged all of it: done is the whole total */
+    d->sync_eta = (km_zkb_eta){.stage = "in sync", .unit = "znodes", .done = p.writes_planned,
+                               .total = p.writes_planned, .eta_seconds = 0};
+    km_daemon_log(d, KM_LOG_INFO, "zk sync: done: %zu znodes written after reading %zu", p.writes_planned,
+                  p.znodes_read);
+}
+
+void km_daemon_health_metrics(const km_daemon *d, km_buf *out)
+{
+    km_zkb *zkb = km_daemon_zkb(d);
+    bool syncing = zkb && km_zkb_get_phase(zkb) == KM_ZKB_SYNC;
+    km_metrics_sample(out, "kmproxy_zk_sync_in_progress", "gauge", "1 while a full sync into ZooKeeper runs.", NULL,
+                      true, syncing);
+    km_metrics_sample(out, "kmproxy_zk_sync_znodes_done", "gauge",
+                      "Znode writes of the running (or last) full sync acknowledged by ZooKeeper.", NULL, true,
+                      (double)d->sync_eta.done);
+    km_metrics_sample(out, "kmproxy_zk_sync_znodes_total", "gauge",
+                      "Znode writes the running (or last) full sync needs (estimated while it still plans).", NULL,
+                      true, (double)d->sync_eta.total);
+    km_metrics_sample(out, "kmproxy_zk_sync_rate", "gauge", "Znodes per second over the last progress interval.",
+                      NULL, true, d->sync_eta.rate);
+    km_metrics_sample(out, "kmproxy_zk_sync_eta_seconds", "gauge", "Seconds the running sync still needs (-1: unknown).",
+                      NULL, true, d->sync_eta.eta_seconds);
+    km_metrics_sample(out, "kmproxy_ready", "gauge", "1 while /readyz answers 200.", NULL, true, km_daemon_ready(d));
+}
+
+bool km_daemon_ready(const km_daemon *d)
+{
+    km_buf b;
+    km_buf_init(&b);
+    bool ok = readyz((km_daemon *)d, &b) == 200;
+    km_buf_free(&b);
+    return ok;
+}
+
+void km_daemon_start_health(km_daemon *d)
+{
+    d->started_at = ev_now(d->loop);
+    d->sync_eta = (km_zkb_eta){.stage = "connecting", .eta_seconds = -1};
+    if (d->metrics)
+        km_metrics_set_route(d->metrics, route);
+    ev_timer_init(&d->progress, progress_cb, PROGRESS_LOG_SECONDS, PROGRESS_LOG_SECONDS);
+    d->progress.data = d;
+    ev_timer_start(d->loop, &d->progress);
+}
+
+void km_daemon_stop_health(km_daemon *d) { ev_timer_stop(d->loop, &d->progress); }

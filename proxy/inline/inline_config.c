@@ -1,0 +1,297 @@
+/* The proxy.* configuration keys: one strict table plus the proxy.broker.<id>.* family. */
+#include "km_inline.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef struct int_key {
+    const char *key;
+    size_t offset;
+    int64_t lo, hi;
+} int_key;
+
+static const int_key INT_KEYS[] = {
+    {"proxy.port.base", offsetof(km_inline_config, port_base), 1, 65535},
+    {"proxy.max.frame.bytes", offsetof(km_inline_config, max_frame_bytes), 1024, INT32_MAX},
+    {"proxy.max.connections", offsetof(km_inline_config, max_connections), 1, 1000000},
+    {"proxy.max.connections.per.ip", offsetof(km_inline_config, max_connections_per_ip), 1, 1000000},
+    {"proxy.idle.timeout.ms", offsetof(km_inline_config, idle_timeout_ms), 10, INT32_MAX},
+    {"proxy.request.timeout.ms", offsetof(km_inline_config, request_timeout_ms), 10, INT32_MAX},
+    {"proxy.connection.buffer.bytes", offsetof(km_inline_config, buffer_bytes), 4096, 1 << 30},
+};
+
+typedef struct str_key {
+    const char *key;
+    size_t offset;
+    bool address; /* HOST:PORT */
+} str_key;
+
+static const str_key STR_KEYS[] = {
+    {"proxy.bootstrap.listen", offsetof(km_inline_config, bootstrap_listen), true},
+    {"proxy.bootstrap.upstream", offsetof(km_inline_config, bootstrap_upstream), true},
+    {"proxy.listen.host", offsetof(km_inline_config, listen_host), false},
+    {"proxy.advertised.host", offsetof(km_inline_config, advertised_host), false},
+    {"proxy.client.ssl.certificate.location", offsetof(km_inline_config, client_ssl_cert), false},
+    {"proxy.client.ssl.key.location", offsetof(km_inline_config, client_ssl_key), false},
+    {"proxy.client.ssl.ca.location", offsetof(km_inline_config, client_ssl_ca), false},
+    {"proxy.upstream.ssl.certificate.location", offsetof(km_inline_config, upstream_ssl_cert), false},
+    {"proxy.upstream.ssl.key.location", offsetof(km_inline_config, upstream_ssl_key), false},
+    {"proxy.upstream.ssl.ca.location", offsetof(km_inline_config, upstream_ssl_ca), false},
+    {"proxy.sni.listen", offsetof(km_inline_config, sni_listen), true},
+    {"proxy.sni.host.prefix", offsetof(km_inline_config, sni_prefix), false},
+    {"proxy.sni.host.suffix", offsetof(km_inline_config, sni_suffix), false},
+    {"proxy.capture.pcapng", offsetof(km_inline_config, capture_pcapng), false},
+    {"proxy.capture.jsonl", offsetof(km_inline_config, capture_jsonl), false},
+};
+
+static int parse_int(const char *value, int64_t lo, int64_t hi, int64_t *out);
+
+/* proxy.capture.apis: names as Kafka prints them (PRODUCE, METADATA) or numeric keys. */
+static int set_capture_apis(km_inline_config *c, const char *value, const char *where, km_err *err)
+{
+    uint64_t mask[2] = {0, 0};
+    char *copy = strdup(value), *save = NULL;
+    int rc = copy ? 0 : km_fail(err, "%s: proxy.capture.apis: out of memory", where);
+    for (char *tok = copy ? strtok_r(copy, ", ", &save) : NULL; !rc && tok; tok = strtok_r(NULL, ", ", &save)) {
+        int64_t key = -1;
+        for (int16_t k = 0; k < 128 && key < 0; k++)
+            if (km_api_name(k) && !strcasecmp(km_api_name(k), tok))
+                key = k;
+        if (key < 0 && (parse_int(tok, 0, 127, &key) || !km_api_name((int16_t)key)))
+            rc = km_fail(err, "%s: proxy.capture.apis: '%s' is no API name (PRODUCE, FETCH, ...) nor key", where, tok);
+        else
+            mask[key / 64] |= 1ull << (key % 64);
+    }
+    free(copy);
+    if (!rc)
+        memcpy(c->capture_apis, mask, sizeof mask);
+    return rc;
+}
+
+static int set_capture_brokers(km_inline_config *c, const char *value, const char *where, km_err *err)
+{
+    char *copy = strdup(value), *save = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = copy ? 0 : km_fail(err, "%s: proxy.capture.brokers: out of memory", where);
+    for (char *tok = copy ? strtok_r(copy, ", ", &save) : NULL; !rc && tok; tok = strtok_r(NULL, ", ", &save)) {
+        int64_t id;
+        int32_t *grown = parse_int(tok, -1, INT32_MAX, &id) ? NULL : realloc(ids, (n + 1) * sizeof *ids);
+        if (!grown)
+            rc = km_fail(err, "%s: proxy.capture.brokers: '%s' is no broker id (-1: bootstrap)", where, tok);
+        else
+            ids = grown, ids[n++] = (int32_t)id;
+    }
+    free(copy);
+    if (rc) {
+        free(ids);
+        return rc;
+    }
+    free(c->capture_brokers);
+    c->capture_brokers = ids;
+    c->n_capture_brokers = n;
+    return 0;
+}
+
+/* Keys with a fixed set of values. */
+static int set_choice(km_inline_config *c, const char *key, const char *value, const char *where, km_err *err)
+{
+    if (!strcmp(key, "proxy.client.ssl.client.auth")) {
+        static const char *const NAMES[] = {"none", "requested", "required"};
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(value, NAMES[i]))
+                return c->client_ssl_auth = i, 0;
+        return km_fail(err, "%s: %s must be required, requested or none, not '%s'", where, key, value);
+    }
+    if (!strcmp(key, "proxy.upstream.security.protocol")) {
+        if (strcasecmp(value, "plaintext") && strcasecmp(value, "ssl"))
+            return km_fail(err, "%s: %s must be plaintext or ssl, not '%s' (SASL is passed through, not spoken)",
+                           where, key, value);
+        c->upstream_ssl = !strcasecmp(value, "ssl");
+        return 0;
+    }
+    if (!strcmp(key, "proxy.capture.apis"))
+        return set_capture_apis(c, value, where, err);
+    if (!strcmp(key, "proxy.capture.brokers"))
+        return set_capture_brokers(c, value, where, err);
+    if (!strcmp(key, "proxy.capture.enabled")) {
+        if (strcmp(value, "true") && strcmp(value, "false"))
+            return km_fail(err, "%s: %s must be true or false, not '%s'", where, key, value);
+        c->capture_enabled = !strcmp(value, "true");
+        return 0;
+    }
+    if (!strcmp(key, "proxy.upstream.ssl.endpoint.identification.algorithm")) {
+        if (strcmp(value, "https") && strcmp(value, "none") && *value)
+            return km_fail(err, "%s: %s must be https, none or empty, not '%s'", where, key, value);
+        c->upstream_ssl_check_hostname = !strcmp(value, "https");
+        return 0;
+    }
+    return 1;
+}
+
+void km_inline_config_defaults(km_inline_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->port_base = -1;
+    c->max_frame_bytes = 100 * 1024 * 1024;     /* Kafka's socket.request.max.bytes is 100 MiB */
+    c->max_connections = 10000;
+    c->max_connections_per_ip = 10000;
+    c->idle_timeout_ms = 600000;                /* Kafka's connections.max.idle.ms */
+    c->request_timeout_ms = 60000;              /* past every client's request.timeout.ms default */
+    c->buffer_bytes = 256 * 1024;
+    c->upstream_ssl_check_hostname = true;      /* as librdkafka >= 2.0 and Kafka >= 2.0 */
+}
+
+static int parse_int(const char *value, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (!*value || *end || errno || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* "HOST:PORT" with a non-empty host (or [v6]) and a port in 1..65535 (0 allowed for listeners). */
+static bool valid_address(const char *s)
+{
+    const char *colon = strrchr(s, ':');
+    int64_t port;
+    return colon && colon != s && !parse_int(colon + 1, 0, 65535, &port);
+}
+
+static int set_str(char **slot, const char *value, const char *where, const char *key, bool address, km_err *err)
+{
+    if (address && !valid_address(value))
+        return km_fail(err, "%s: %s must be HOST:PORT, not '%s'", where, key, value);
+    if (!*value)
+        return km_fail(err, "%s: %s is empty", where, key);
+    char *copy = strdup(value);
+    if (!copy)
+        return km_fail(err, "%s: %s: out of memory", where, key);
+    free(*slot);
+    *slot = copy;
+    return 0;
+}
+
+static km_inline_broker_cfg *broker_slot(km_inline_config *c, int32_t id)
+{
+    for (size_t i = 0; i < c->n_brokers; i++)
+        if (c->brokers[i].id == id)
+            return &c->brokers[i];
+    km_inline_broker_cfg *grown = realloc(c->brokers, (c->n_brokers + 1) * sizeof *grown);
+    if (!grown)
+        return NULL;
+    c->brokers = grown;
+    grown[c->n_brokers] = (km_inline_broker_cfg){.id = id};
+    return &grown[c->n_brokers++];
+}
+
+/* proxy.broker.<id>.listen | .upstream */
+static int set_broker_key(km_inline_config *c, const char *key, const char *value, const char *where, km_err *err)
+{
+    const char *id_start = key + strlen("proxy.broker."), *dot = strchr(id_start, '.');
+    char id_text[16];
+    int64_t id;
+    size_t id_len = dot ? (size_t)(dot - id_start) : 0;
+    if (!dot || id_len == 0 || id_len >= sizeof id_text)
+        return km_fail(err, "%s: unknown key '%s' (expected proxy.broker.<id>.listen or .upstream)", where, key);
+    memcpy(id_text, id_start, id_len);
+    id_text[id_len] = '\0';
+    if (parse_int(id_text, 0, INT32_MAX, &id))
+        return km_fail(err, "%s: %s: broker id '%s' is not an integer in [0, %d]", where, key, id_text, INT32_MAX);
+    bool listen = !strcmp(dot + 1, "listen");
+    if (!listen && strcmp(dot + 1, "upstream"))
+        return km_fail(err, "%s: unknown key '%s' (expected proxy.broker.<id>.listen or .upstream)", where, key);
+    km_inline_broker_cfg *b = broker_slot(c, (int32_t)id);
+    if (!b)
+        return km_fail(err, "%s: %s: out of memory", where, key);
+    return set_str(listen ? &b->listen : &b->upstream, value, where, key, true, err);
+}
+
+int km_inline_config_set(km_inline_config *c, const char *key, const char *value, const char *where, km_err *err)
+{
+    if (!strncmp(key, "proxy.broker.", strlen("proxy.broker.")))
+        return set_broker_key(c, key, value, where, err);
+    int rc = set_choice(c, key, value, where, err);
+    if (rc <= 0)
+        return rc;
+    for (size_t i = 0; i < sizeof STR_KEYS / sizeof STR_KEYS[0]; i++)
+        if (!strcmp(key, STR_KEYS[i].key))
+            return set_str((char **)((char *)c + STR_KEYS[i].offset), value, where, key, STR_KEYS[i].address, err);
+    for (size_t i = 0; i < sizeof INT_KEYS / sizeof INT_KEYS[0]; i++) {
+        const int_key *k = &INT_KEYS[i];
+        if (strcmp(key, k->key))
+            continue;
+        int64_t v;
+        if (parse_int(value, k->lo, k->hi, &v))
+            return km_fail(err, "%s: %s must be an integer in [%lld, %lld], not '%s'", where, key, (long long)k->lo,
+                           (long long)k->hi, value);
+        *(int32_t *)((char *)c + k->offset) = (int32_t)v;
+        return 0;
+    }
+    return km_fail(err, "%s: unknown key '%s'", where, key);
+}
+
+bool km_inline_config_enabled(const km_inline_config *c)
+{
+    return c->n_brokers || c->bootstrap_listen || c->bootstrap_upstream || c->port_base >= 0 || c->listen_host ||
+           c->advertised_host || c->client_ssl_cert || c->client_ssl_key || c->client_ssl_ca || c->upstream_ssl ||
+           c->upstream_ssl_cert || c->upstream_ssl_key || c->upstream_ssl_ca || c->sni_listen || c->sni_prefix ||
+           c->sni_suffix || c->capture_pcapng || c->capture_jsonl;
+}
+
+int km_inline_config_validate(const km_inline_config *c, km_err *err)
+{
+    for (size_t i = 0; i < c->n_brokers; i++)
+        if (!c->brokers[i].upstream || (!c->brokers[i].listen && !c->sni_listen))
+            return km_fail(err, "proxy.broker.%d: needs both .listen and .upstream (or .upstream and proxy.sni.listen)",
+                           c->brokers[i].id);
+    if ((c->bootstrap_listen && !c->bootstrap_upstream) || (!c->bootstrap_listen && c->bootstrap_upstream && !c->sni_listen))
+        return km_fail(err, "proxy.bootstrap.listen and proxy.bootstrap.upstream go together (the upstream alone "
+                            "only with proxy.sni.listen)");
+    if ((c->listen_host || c->advertised_host) && c->port_base < 0)
+        return km_fail(err, "proxy.listen.host and proxy.advertised.host need proxy.port.base");
+    if (c->port_base >= 0 && !c->advertised_host)
+        return km_fail(err, "proxy.port.base needs proxy.advertised.host (the host clients are told)");
+    if (!c->client_ssl_cert && (c->client_ssl_key || c->client_ssl_ca || c->client_ssl_auth))
+        return km_fail(err, "proxy.client.ssl.* needs proxy.client.ssl.certificate.location (TLS towards clients)");
+    if (c->client_ssl_auth && !c->client_ssl_ca)
+        return km_fail(err, "proxy.client.ssl.client.auth=%s needs proxy.client.ssl.ca.location to verify clients",
+                       c->client_ssl_auth == KM_INLINE_AUTH_REQUIRED ? "required" : "requested");
+    if (!c->upstream_ssl && (c->upstream_ssl_cert || c->upstream_ssl_key || c->upstream_ssl_ca))
+        return km_fail(err, "proxy.upstream.ssl.* needs proxy.upstream.security.protocol=ssl");
+    if (c->sni_listen && !c->client_ssl_cert)
+        return km_fail(err, "proxy.sni.listen needs proxy.client.ssl.certificate.location (SNI is part of TLS)");
+    if (c->sni_listen && !c->sni_prefix && !c->sni_suffix)
+        return km_fail(err, "proxy.sni.listen needs proxy.sni.host.prefix or proxy.sni.host.suffix "
+                            "(names are <prefix><id><suffix>)");
+    if ((c->sni_prefix || c->sni_suffix) && !c->sni_listen)
+        return km_fail(err, "proxy.sni.host.prefix and .suffix need proxy.sni.listen");
+    if (c->port_base >= 0 && c->sni_listen)
+        return km_fail(err, "proxy.port.base and proxy.sni.listen exclude each other: brokers are told one kind of address");
+    bool capture_keys = c->capture_enabled || c->capture_apis[0] || c->capture_apis[1] || c->n_capture_brokers;
+    if (capture_keys && !c->capture_pcapng && !c->capture_jsonl)
+        return km_fail(err, "proxy.capture.enabled/.apis/.brokers need proxy.capture.pcapng or proxy.capture.jsonl");
+    if (!c->bootstrap_listen && !c->n_brokers && !c->sni_listen)
+        return km_fail(err, "the proxy has no listener: set proxy.bootstrap.listen/.upstream or "
+                            "proxy.broker.<id>.listen/.upstream");
+    return 0;
+}
+
+void km_inline_config_free(km_inline_config *c)
+{
+    for (size_t i = 0; i < c->n_brokers; i++) {
+        free(c->brokers[i].listen);
+        free(c->brokers[i].upstream);
+    }
+    free(c->brokers);
+    for (size_t i = 0; i < sizeof STR_KEYS / sizeof STR_KEYS[0]; i++)
+        free(*(char **)((char *)c + STR_KEYS[i].offset));
+    free(c->capture_brokers);
+    memset(c, 0, sizeof *c);
+}

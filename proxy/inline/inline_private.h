@@ -1,0 +1,208 @@
+/* inline_private.h - shared by the proxy/inline sources only; not part of km_inline's API. */
+#ifndef KM_INLINE_PRIVATE_H
+#define KM_INLINE_PRIVATE_H
+
+#include <ev.h>
+
+#include "km_inline.h"
+#include "km_net.h"
+
+#define INL_HOST_MAX 256
+/* Request bytes held before forwarding: enough for any header plus the start
+ * of the body (Produce's acks, SaslHandshake's mechanism). */
+#define INL_REQ_PREFIX_MAX (64u * 1024u)
+#define INL_REQ_PREFIX_FIRST 1024u /* most headers fit: a longer one grows the prefix */
+#define INL_INFLIGHT_MAX 65536u /* requests awaiting answers; past it the client waits */
+#define INL_ACKS0_REMEMBERED 256u /* recent acks=0 Produce correlation ids (see response_head_ready) */
+
+typedef struct inl_route {
+    km_inline *p;
+    int32_t broker_id;                       /* -1: bootstrap, INL_SNI_ROUTE: the SNI listener */
+    bool is_static;                          /* configured: upstream never learned */
+    char listen_host[INL_HOST_MAX];          /* "" binds every address */
+    uint16_t listen_port;
+    char adv_host[INL_HOST_MAX];
+    uint16_t adv_port;
+    char up_host[INL_HOST_MAX];              /* where new connections go */
+    uint16_t up_port;
+    km_net_listener *listener;
+} inl_route;
+
+#define INL_SNI_ROUTE KM_INLINE_SNI /* the SNI listener's route: the handshake picks the real one */
+
+#define INL_CAPTURE_FRAME_MAX (1u << 20) /* larger frames are left out of captures (never held for them) */
+#define INL_API_SLOTS 96     /* per-API metrics; keys past it share the last slot ("other") */
+#define INL_LAT_BUCKETS 12
+
+/* Per broker (-1: bootstrap) and API: what passed and how long the upstream took. */
+typedef struct inl_bstats {
+    int32_t broker;
+    uint64_t requests[INL_API_SLOTS], request_bytes[INL_API_SLOTS], response_bytes[INL_API_SLOTS];
+    uint64_t errors[INL_API_SLOTS];   /* responses with a top-level error code other than NONE */
+    uint64_t lat_count[INL_API_SLOTS][INL_LAT_BUCKETS + 1]; /* non-cumulative; last: +Inf */
+    double lat_sum[INL_API_SLOTS];
+    uint64_t cut;
+} inl_bstats;
+
+typedef struct inl_ip_count {
+    char ip[64];
+    uint32_t n;
+} inl_ip_count;
+
+typedef struct inl_session inl_session;
+
+/* A TLS context shared by the connections made with it: a reload makes a new current one while
+ * live connections keep theirs (km_tls contexts must outlive their streams). */
+typedef struct inl_tls {
+    km_tls_ctx *ctx;
+    unsigned refs;        /* sessions using it, plus one while it is the current one */
+} inl_tls;
+
+typedef struct inl_span { /* bytes of the current read that pass unchanged, sent together */
+    const uint8_t *ptr;
+    size_t len;
+} inl_span;
+
+struct km_inline {
+    struct ev_loop *loop;
+    /* settings copied from km_inline_config */
+    char *listen_host, *advertised_host;
+    int32_t port_base;
+    size_t max_frame, buffer_bytes;
+    uint32_t max_conns, max_conns_per_ip;
+    double idle_timeout, request_timeout;    /* seconds */
+    inl_route **routes;
+    size_t n_routes;
+    inl_session *sessions;                   /* doubly linked, every open client */
+    inl_ip_count *ips;
+    size_t n_ips;
+    int32_t *unserved;                       /* broker ids already reported as having no listener */
+    size_t n_unserved;
+    km_inline_stats stats;
+    inl_bstats **bstats;
+    size_t n_bstats;
+    uint64_t proxy_time_count[INL_LAT_BUCKETS + 1]; /* time spent on one read, per read */
+    double proxy_time_sum;
+    km_inline_config tls_cfg;                /* the TLS keys, kept for reloads */
+    const struct km_image *img;              /* followed by the daemon: controller RPCs are checked against it */
+    int32_t controller_epoch;                /* ZooKeeper's controller epoch; -1: unknown */
+    uint64_t divergent[3];                   /* LeaderAndIsr, UpdateMetadata, StopReplica */
+    char **logged;                           /* partitions already logged as divergent */
+    size_t n_logged;
+    km_capture *cap;                         /* NULL: no capture files */
+    bool cap_on;
+    uint64_t cap_apis[2];                    /* all zero: every API */
+    int32_t *cap_brokers;
+    size_t n_cap_brokers;
+    char *sni_prefix, *sni_suffix;           /* SNI routing when sni_route is set */
+    inl_route *sni_route;
+    inl_tls *client_tls, *up_tls;            /* current; NULL: plaintext */
+    km_inline_log_fn log;
+    void *log_ud;
+};
+
+typedef struct inl_inflight {
+    int32_t correlation_id;
+    int16_t api_key, api_version;
+    ev_tstamp sent;
+    bool capture;         /* its response goes into the capture too */
+} inl_inflight;
+
+/* The request direction's parser: size, then a header prefix, then the rest streamed. */
+typedef struct inl_req_parser {
+    uint8_t *prefix;      /* 4 + INL_REQ_PREFIX_FIRST bytes, grown on demand */
+    size_t have, want;
+    uint64_t left;        /* payload bytes of the current frame still to stream */
+} inl_req_parser;
+
+/* The response direction's: size + correlation id, then streamed or collected whole. */
+typedef struct inl_resp_parser {
+    uint8_t prefix[8];
+    size_t have;
+    uint64_t left;
+    bool collecting;      /* a response to rewrite or inspect: held whole */
+    km_buf whole;
+    size_t whole_want;
+    inl_inflight req;     /* the request this response answers */
+} inl_resp_parser;
+
+struct inl_session {
+    km_inline *p;
+    inl_route *route;
+    inl_session *prev, *next;
+    km_net_conn *client, *up;
+    inl_tls *client_tls, *up_tls; /* the contexts its connections were made with */
+    bool client_ready;
+    char peer[80], ip[64];
+    ev_timer timer;
+    ev_tstamp last_activity;
+    inl_req_parser rq;
+    inl_resp_parser rs;
+    inl_span span[2];     /* [0] towards the client, [1] towards the broker; empty between reads */
+    inl_inflight *ring;   /* in-flight requests, oldest first (brokers answer in order) */
+    size_t ring_cap, ring_head, ring_count;
+    int32_t acks0[INL_ACKS0_REMEMBERED]; /* recent acks=0 Produce requests, which Kafka never answers */
+    int16_t acks0_version[INL_ACKS0_REMEMBERED];
+    size_t acks0_next;
+    int sasl_raw_rounds;  /* >0: SaslHandshake v0 switched to raw tokens; server tokens still due */
+    bool sasl_raw_pending;/* a SaslHandshake v0 is in flight with this mechanism's rounds: */
+    int sasl_rounds_on_ok;
+    bool opaque;          /* raw SASL of a mechanism we cannot follow: bytes pass unparsed */
+    bool client_bp, client_full, up_bp; /* paused: back-pressure, in-flight table full */
+    km_capture_conn *cap_conn;  /* opened at the first captured frame */
+    km_buf cap_req, cap_resp;   /* the frame being captured (or inspected), each way */
+    bool cap_req_on, cap_resp_on;
+    bool req_capture, req_inspect; /* what the gathered request is for */
+    int16_t req_api, req_version;
+};
+
+/* inline_proxy.c */
+void inl_log(km_inline *p, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The route serving broker id (creating a dynamic one, listener included, when
+ * port.base allows), its upstream learned from host:port; NULL when the broker
+ * cannot be served. */
+inl_route *inl_route_for_broker(km_inline *p, int32_t id, const char *host, int32_t port);
+void inl_ip_release(km_inline *p, const char *ip);
+/* The route an SNI name picks: <prefix><id><suffix>, else the bootstrap route; NULL: none. */
+inl_route *inl_route_for_sni(km_inline *p, const char *name);
+/* "broker 3 listener", "bootstrap listener", "SNI listener" into buf (48 bytes); returns buf. */
+const char *inl_route_name(const inl_route *r, char *buf);
+inl_tls *inl_tls_ref(inl_tls *t);
+void inl_tls_unref(inl_tls *t);
+
+/* inline_session.c */
+void inl_session_start(inl_route *r, int fd, const char *peer, const char *ip);
+void inl_session_free(inl_session *s);
+
+/* inline_capture.c */
+bool inl_capture_wanted(const km_inline *p, int32_t broker, int16_t api, size_t size);
+/* Hands the gathered frame (payload after the size) to km_capture and resets the buffer. */
+void inl_capture_frame(inl_session *s, km_capture_dir dir, km_buf *frame);
+void inl_capture_bytes(inl_session *s, km_capture_dir dir, const uint8_t *payload, size_t len);
+void inl_capture_close(inl_session *s);
+int inl_capture_open(km_inline *p, const km_inline_config *cfg, km_err *err);
+void inl_capture_free(km_inline *p);
+
+/* inline_inspect.c */
+bool inl_inspect_wanted(const km_inline *p, int16_t api);
+void inl_inspect(km_inline *p, int16_t api, int16_t ver, const uint8_t *payload, size_t len);
+void inl_inspect_free(km_inline *p);
+
+/* inline_metrics.c */
+void inl_count_request(km_inline *p, int32_t broker, int16_t api, size_t bytes);
+void inl_count_response(km_inline *p, int32_t broker, int16_t api, size_t bytes, double upstream_seconds);
+/* body: the response after its correlation id, avail bytes of it at hand. */
+void inl_count_response_error(km_inline *p, int32_t broker, int16_t api, int16_t ver, const uint8_t *body,
+                              size_t avail);
+void inl_count_cut(km_inline *p, int32_t broker);
+void inl_count_proxy_time(km_inline *p, double seconds);
+void inl_metrics_free(km_inline *p);
+
+/* inline_rewrite.c: replaces the broker addresses of a whole response frame
+ * (payload after the size) into out, framed.  1: rewritten, 0: not an API
+ * that carries addresses (out untouched), -1 + err: undecodable. */
+int inl_rewrite_response(km_inline *p, int16_t api_key, int16_t version, const uint8_t *payload, size_t len,
+                         km_buf *out, km_err *err);
+bool inl_api_needs_rewrite(int16_t api_key);
+
+#endif

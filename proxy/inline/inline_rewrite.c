@@ -1,0 +1,146 @@
+/* Address rewriting: the three responses that tell a client where brokers
+ * are.  Each broker named gets (or already has) a proxy route, and the client
+ * is told the route's advertised address; a broker the proxy cannot serve is
+ * left out, so no upstream address ever reaches a client. */
+#include "inline_private.h"
+
+#include <string.h>
+
+#define ERR_COORDINATOR_NOT_AVAILABLE 15
+
+bool inl_api_needs_rewrite(int16_t api_key)
+{
+    return api_key == KM_API_METADATA || api_key == KM_API_FIND_COORDINATOR || api_key == KM_API_DESCRIBE_CLUSTER ||
+           api_key == KM_API_API_VERSIONS;
+}
+
+/* KIP-951 put leader endpoints (host, port) into Fetch v16+ and Produce v10+ responses, and
+ * KIP-932's share fetches carry them too.  Rewriting those would mean holding every Fetch whole,
+ * so ApiVersions offers the versions before them instead: no upstream address reaches a client.
+ * 1 when the answer changed. */
+static int cap_versions(km_api_versions_response *m)
+{
+    int changed = 0;
+    int32_t kept = 0;
+    for (int32_t i = 0; i < m->api_keys.count; i++) {
+        km_api_versions_response_api_version *v = &m->api_keys.items[i];
+        int16_t cap = v->api_key == KM_API_FETCH ? 15 : v->api_key == KM_API_PRODUCE ? 9 : KM_VER_MAX;
+        if (v->api_key == KM_API_SHARE_FETCH || v->api_key == KM_API_SHARE_ACKNOWLEDGE) {
+            changed = 1;
+            continue;
+        }
+        if (v->max_version > cap)
+            v->max_version = cap, changed = 1;
+        m->api_keys.items[kept++] = *v;
+    }
+    if (m->api_keys.count > 0)
+        m->api_keys.count = kept;
+    return changed;
+}
+
+/* Points host/port at broker id's proxy listener; false when it has none. */
+static bool rewrite_address(km_inline *p, int32_t id, km_str *host, int32_t *port)
+{
+    char upstream_host[INL_HOST_MAX] = "";
+    if (host->len > 0 && (size_t)host->len < sizeof upstream_host)
+        memcpy(upstream_host, host->ptr, (size_t)host->len);
+    inl_route *r = inl_route_for_broker(p, id, upstream_host, *port);
+    if (!r)
+        return false;
+    *host = km_cstr(r->adv_host); /* the route outlives the encode that follows */
+    *port = r->adv_port;
+    return true;
+}
+
+static void rewrite_metadata(km_inline *p, km_metadata_response *m)
+{
+    int32_t kept = 0;
+    for (int32_t i = 0; i < m->brokers.count; i++) {
+        km_metadata_response_response_broker *b = &m->brokers.items[i];
+        if (rewrite_address(p, b->node_id, &b->host, &b->port))
+            m->brokers.items[kept++] = *b;
+    }
+    if (m->brokers.count > 0)
+        m->brokers.count = kept;
+}
+
+static void rewrite_describe_cluster(km_inline *p, km_describe_cluster_response *m)
+{
+    int32_t kept = 0;
+    for (int32_t i = 0; i < m->brokers.count; i++) {
+        km_describe_cluster_response_broker *b = &m->brokers.items[i];
+        if (rewrite_address(p, b->broker_id, &b->host, &b->port))
+            m->brokers.items[kept++] = *b;
+    }
+    if (m->brokers.count > 0)
+        m->brokers.count = kept;
+}
+
+/* One coordinator (v0-3 keep it at the top level, v4+ in an array). */
+static void rewrite_coordinator(km_inline *p, int16_t *error_code, int32_t *node_id, km_str *host, int32_t *port)
+{
+    if (*error_code != 0 || *node_id < 0)
+        return;
+    if (rewrite_address(p, *node_id, host, port))
+        return;
+    /* Unreachable through us: the client retries FindCoordinator, as for a moving coordinator. */
+    *error_code = ERR_COORDINATOR_NOT_AVAILABLE;
+    *node_id = -1;
+    *host = km_cstr("");
+    *port = -1;
+}
+
+static void rewrite_find_coordinator(km_inline *p, int16_t version, km_find_coordinator_response *m)
+{
+    if (version <= 3) /* v4+ answer in the array only; the top-level fields are absent */
+        rewrite_coordinator(p, &m->error_code, &m->node_id, &m->host, &m->port);
+    for (int32_t i = 0; i < m->coordinators.count; i++) {
+        km_find_coordinator_response_coordinator *c = &m->coordinators.items[i];
+        rewrite_coordinator(p, &c->error_code, &c->node_id, &c->host, &c->port);
+    }
+}
+
+int inl_rewrite_response(km_inline *p, int16_t api_key, int16_t version, const uint8_t *payload, size_t len,
+                         km_buf *out, km_err *err)
+{
+    const km_message_desc *md = km_find_message(KM_K_RESPONSE, api_key);
+    if (!inl_api_needs_rewrite(api_key) || !md || !km_version_in(md->valid, version))
+        return 0;
+    km_arena arena;
+    km_arena_init(&arena, len * 8 + (1u << 20));
+    km_reader r;
+    km_reader_init(&r, payload, len);
+    int32_t correlation_id;
+    void *body = km_arena_alloc(&arena, md->root->size);
+    int rc = -1;
+    if (!body)
+        km_fail(err, "out of memory decoding a %s", md->name);
+    else if (!km_parse_response_header(&r, api_key, version, &correlation_id, err) &&
+             !km_decode_from(md, version, &r, body, &arena, err)) {
+        if (km_reader_left(&r))
+            km_fail(err, "%s v%d: %zu bytes after the body", md->name, version, km_reader_left(&r));
+        else
+            rc = 0;
+    }
+    if (api_key == KM_API_API_VERSIONS) {
+        /* An answer to a version the broker refuses is v0-shaped whatever was asked (and some
+         * brokers add bytes): it carries no versions to cap, so it passes as it came. */
+        if (rc == 0 && ((km_api_versions_response *)body)->error_code == 0 && cap_versions(body))
+            rc = km_frame_response(api_key, version, correlation_id, body, out, err) ? -1 : 1;
+        else
+            rc = 0;
+        km_arena_free(&arena);
+        return rc;
+    }
+    if (rc == 0) {
+        if (api_key == KM_API_METADATA)
+            rewrite_metadata(p, body);
+        else if (api_key == KM_API_FIND_COORDINATOR)
+            rewrite_find_coordinator(p, version, body);
+        else
+            rewrite_describe_cluster(p, body);
+        rc = km_frame_response(api_key, version, correlation_id, body, out, err) ? -1 : 1;
+    }
+    km_arena_free(&arena);
+    return rc;
+}

@@ -1,0 +1,862 @@
+/* One proxied client: its connection, its upstream connection, and the two
+ * parsers that follow frame boundaries while bytes stream through.
+ *
+ * Requests: the size and a header prefix are held (at most 64 KiB), then the
+ * rest streams.  Responses: size + correlation id are held; the response is
+ * paired with the oldest request in flight (a broker answers in order), then
+ * streams, unless it carries broker addresses and is held whole to rewrite. */
+#include "inline_private.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define WHOLE_KEEP (1u << 20) /* a rewrite buffer larger than this is given back after use */
+
+static uint32_t be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static size_t min_size(size_t a, uint64_t b)
+{
+    return b < a ? (size_t)b : a;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------ */
+
+void inl_session_free(inl_session *s)
+{
+    km_inline *p = s->p;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        p->sessions = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    p->stats.open--;
+    inl_ip_release(p, s->ip);
+    ev_timer_stop(p->loop, &s->timer);
+    km_net_close(s->client);
+    km_net_close(s->up);
+    inl_capture_close(s);
+    inl_tls_unref(s->client_tls);
+    inl_tls_unref(s->up_tls);
+    km_buf_free(&s->rs.whole);
+    free(s->rq.prefix);
+    free(s->ring);
+    free(s);
+}
+
+/* Ends the session for a fault: one log line naming the client and why. */
+static void cut(inl_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void cut(inl_session *s, const char *fmt, ...)
+{
+    char why[700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    char rname[48];
+    s->p->stats.cut++;
+    inl_count_cut(s->p, s->route->broker_id);
+    inl_log(s->p, 1, "cut client %s (%s): %s", s->peer, inl_route_name(s->route, rname), why);
+    inl_session_free(s);
+}
+
+/* ---- back-pressure ----------------------------------------------------------------- */
+
+static void pause_client(inl_session *s)
+{
+    if (s->client)
+        km_net_pause(s->client, s->client_bp || s->client_full);
+}
+
+static void note_high_water(inl_session *s)
+{
+    uint64_t held = s->rs.whole.len + s->rq.have;
+    if (s->client)
+        held += km_net_queued(s->client);
+    if (s->up)
+        held += km_net_queued(s->up);
+    if (held > s->p->stats.buffered_high_water)
+        s->p->stats.buffered_high_water = held;
+}
+
+/* Queues bytes towards one side; pauses the other side once that side holds more than the
+ * per-connection bound.  -1 after cutting the session. */
+static int send_now(inl_session *s, bool upward, const uint8_t *d, size_t n)
+{
+    km_net_conn *to = upward ? s->up : s->client;
+    km_err e = {{0}};
+    if (!to)
+        return 0; /* that side is gone and the session is ending: drop */
+    if (km_net_send(to, d, n, &e)) {
+        cut(s, "%s", e.msg);
+        return -1;
+    }
+    note_high_water(s);
+    if (upward) {
+        s->p->stats.bytes_up += n;
+        if (!s->client_bp && km_net_queued(to) > s->p->buffer_bytes) {
+            s->client_bp = true;
+            pause_client(s);
+        }
+    } else {
+        s->p->stats.bytes_down += n;
+        if (!s->up_bp && km_net_queued(to) > s->p->buffer_bytes && s->up) {
+            s->up_bp = true;
+            km_net_pause(s->up, true);
+        }
+    }
+    return 0;
+}
+
+/* Sends the bytes gathered from the current read (see emit). */
+static int flush(inl_session *s, bool upward)
+{
+    inl_span *sp = &s->span[upward];
+    size_t n = sp->len;
+    sp->len = 0;
+    return n ? send_now(s, upward, sp->ptr, n) : 0;
+}
+
+/* Bytes that pass unchanged straight out of the read buffer: consecutive ones go out in one
+ * send when the read is done, rather than one per frame piece. */
+static int emit(inl_session *s, bool upward, const uint8_t *d, size_t n)
+{
+    inl_span *sp = &s->span[upward];
+    if (sp->len && sp->ptr + sp->len == d) {
+        sp->len += n;
+        return 0;
+    }
+    if (flush(s, upward))
+        return -1;
+    sp->ptr = d;
+    sp->len = n;
+    return 0;
+}
+
+/* Bytes from our own buffers: what was gathered before goes first. */
+static int forward(inl_session *s, bool upward, const uint8_t *d, size_t n)
+{
+    return flush(s, upward) ? -1 : send_now(s, upward, d, n);
+}
+
+/* ---- timers ------------------------------------------------------------------------ */
+
+static void arm_timer(inl_session *s)
+{
+    km_inline *p = s->p;
+    ev_tstamp due = s->ring_count ? s->ring[s->ring_head].sent + p->request_timeout
+                                  : s->last_activity + p->idle_timeout;
+    ev_tstamp in = due - ev_now(p->loop);
+    ev_timer_stop(p->loop, &s->timer);
+    ev_timer_set(&s->timer, in > 0.001 ? in : 0.001, 0.);
+    ev_timer_start(p->loop, &s->timer);
+}
+
+static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)revents;
+    inl_session *s = w->data;
+    km_inline *p = s->p;
+    ev_tstamp now = ev_now(loop);
+    if (s->ring_count && now - s->ring[s->ring_head].sent >= p->request_timeout) {
+        const inl_inflight *q = &s->ring[s->ring_head];
+        const char *api = km_api_name(q->api_key);
+        cut(s, "upstream %s:%u did not answer %s v%d (correlation id %d) within proxy.request.timeout.ms=%.0f",
+            s->route->up_host, s->route->up_port, api ? api : "an unknown API", q->api_version, q->correlation_id,
+            p->request_timeout * 1000);
+    } else if (!s->ring_count && now - s->last_activity >= p->idle_timeout) {
+        char rname[48];
+        inl_log(p, 2, "closed client %s (%s): idle for proxy.idle.timeout.ms=%.0f", s->peer,
+                inl_route_name(s->route, rname), p->idle_timeout * 1000);
+        inl_session_free(s);
+    } else {
+        arm_timer(s);
+    }
+}
+
+/* ---- requests in flight ---------------------------------------------------------------- */
+
+static int push_inflight(inl_session *s, const inl_inflight *q)
+{
+    if (s->ring_count == s->ring_cap) {
+        size_t cap = s->ring_cap ? s->ring_cap * 2 : 16;
+        inl_inflight *grown = malloc(cap * sizeof *grown);
+        if (!grown)
+            return -1;
+        for (size_t i = 0; i < s->ring_count; i++)
+            grown[i] = s->ring[(s->ring_head + i) % s->ring_cap];
+        free(s->ring);
+        s->ring = grown;
+        s->ring_cap = cap;
+        s->ring_head = 0;
+    }
+    s->ring[(s->ring_head + s->ring_count++) % s->ring_cap] = *q;
+    if (s->ring_count == 1)
+        arm_timer(s); /* the request deadline may come before the idle one */
+    if (s->ring_count >= INL_INFLIGHT_MAX) {
+        s->client_full = true;
+        pause_client(s);
+    }
+    return 0;
+}
+
+static bool pop_inflight(inl_session *s, inl_inflight *out)
+{
+    if (!s->ring_count)
+        return false;
+    *out = s->ring[s->ring_head];
+    s->ring_head = (s->ring_head + 1) % s->ring_cap;
+    s->ring_count--;
+    if (s->client_full && s->ring_count < INL_INFLIGHT_MAX) {
+        s->client_full = false;
+        pause_client(s);
+    }
+    return true;
+}
+
+/* ---- request header ------------------------------------------------------------------ */
+
+static int skip_string(km_reader *r, bool compact, const char *what, km_err *err)
+{
+    int64_t len;
+    if (compact) {
+        uint32_t n;
+        if (km_read_uvarint(r, &n, what, err))
+            return -1;
+        len = (int64_t)n - 1;
+    } else {
+        int16_t n;
+        if (km_read_i16(r, &n, what, err))
+            return -1;
+        len = n;
+    }
+    const uint8_t *ignored;
+    return len <= 0 ? 0 : km_read_raw(r, (size_t)len, &ignored, what, err);
+}
+
+/* Positions r after the request header (api key, version and correlation id already read). */
+static int skip_header_rest(km_reader *r, int16_t key, int16_t ver, km_err *err)
+{
+    int16_t hv = km_request_header_version(key, ver);
+    if (hv >= 1 && skip_string(r, false, "client id", err))
+        return -1;
+    if (hv < 2)
+        return 0;
+    uint32_t ntags;
+    if (km_read_uvarint(r, &ntags, "header tagged field count", err))
+        return -1;
+    for (uint32_t i = 0; i < ntags; i++) {
+        uint32_t tag, size;
+        const uint8_t *ignored;
+        if (km_read_uvarint(r, &tag, "header tag", err) || km_read_uvarint(r, &size, "header tag size", err) ||
+            km_read_raw(r, size, &ignored, "header tag data", err))
+            return -1;
+    }
+    return 0;
+}
+
+/* Produce's acks: after the transactional id from v3 (compact from v9). */
+static int produce_acks(km_reader *r, int16_t ver, int16_t *acks, km_err *err)
+{
+    if (ver >= 3 && skip_string(r, ver >= 9, "transactional id", err))
+        return -1;
+    return km_read_i16(r, acks, "acks", err);
+}
+
+/* Token round trips after a SaslHandshake v0 for mechanisms whose exchange
+ * has a known length; 0: follow the rest of the connection unparsed.
+ * Kafka's SaslServerAuthenticator answers every client token with one
+ * size-prefixed token (empty for PLAIN). */
+static int sasl_rounds(km_str mechanism)
+{
+    if (km_str_eq(mechanism, "PLAIN") || km_str_eq(mechanism, "OAUTHBEARER"))
+        return 1;
+    if (km_str_eq(mechanism, "SCRAM-SHA-256") || km_str_eq(mechanism, "SCRAM-SHA-512"))
+        return 2;
+    return 0;
+}
+
+static void note_sasl_handshake(inl_session *s, km_reader *r)
+{
+    km_arena arena;
+    km_arena_init(&arena, 1u << 20);
+    km_sasl_handshake_request req;
+    km_err ignored;
+    s->sasl_raw_pending = true;
+    s->sasl_rounds_on_ok = 0;
+    if (!km_decode_from(&km_sasl_handshake_request_desc, 0, r, &req, &arena, &ignored))
+        s->sasl_rounds_on_ok = sasl_rounds(req.mechanism);
+    km_arena_free(&arena);
+}
+
+/* Grows the prefix to hold more of the request (up to INL_REQ_PREFIX_MAX); false when it cannot. */
+static bool grow_prefix(inl_session *s, uint32_t size)
+{
+    inl_req_parser *q = &s->rq;
+    size_t plen = q->want - 4, limit = size < INL_REQ_PREFIX_MAX ? size : INL_REQ_PREFIX_MAX;
+    if (plen >= limit)
+        return false;
+    size_t want = plen * 8 < limit ? plen * 8 : limit;
+    uint8_t *grown = realloc(q->prefix, 4 + want);
+    if (!grown)
+        return false;
+    q->prefix = grown;
+    q->want = 4 + want;
+    return true;
+}
+
+/* A request gathered whole for the capture and/or the inspection of controller RPCs. */
+static void request_gathered(inl_session *s)
+{
+    if (s->req_inspect && !s->cap_req.oom)
+        inl_inspect(s->p, s->req_api, s->req_version, s->cap_req.data, s->cap_req.len);
+    if (s->req_capture) {
+        inl_capture_frame(s, KM_CAPTURE_C2S, &s->cap_req); /* resets it */
+    } else {
+        if (s->cap_req.cap > INL_CAPTURE_FRAME_MAX / 4)
+            km_buf_free(&s->cap_req);
+        km_buf_reset(&s->cap_req);
+    }
+    s->cap_req_on = false;
+}
+
+/* Notes one request from its first 4 + plen bytes (size included): pairs it for its response,
+ * sets up the streaming of the rest.  0, -1 after cutting the session, or 1 when the header (or
+ * Produce's acks) runs past the bytes given and the copied prefix has grown to gather more. */
+static int note_request(inl_session *s, const uint8_t *frame, size_t plen, bool can_grow)
+{
+    uint32_t size = be32(frame);
+    km_reader r;
+    km_reader_init(&r, frame + 4, plen);
+    int16_t key, ver, acks = -1;
+    int32_t corr;
+    km_err e = {{0}};
+    km_read_i16(&r, &key, "api key", &e), km_read_i16(&r, &ver, "api version", &e), km_read_i32(&r, &corr, "", &e);
+    const km_message_desc *md = km_find_message(KM_K_REQUEST, key);
+    bool known = md && km_version_in(md->valid, ver);
+    if (ver < 0) {
+        cut(s, "request with api key %d, correlation id %d: api version %d is negative", key, corr, ver);
+        return -1;
+    }
+    bool bad = known && (skip_header_rest(&r, key, ver, &e) || (key == KM_API_PRODUCE && produce_acks(&r, ver, &acks, &e)));
+    if (bad && can_grow && grow_prefix(s, size))
+        return 1;
+    if (bad) {
+        cut(s, "bad %s v%d request (correlation id %d)%s: %s", km_api_name(key), ver, corr,
+            plen < size ? " within its first 64 KiB" : "", e.msg);
+        return -1;
+    }
+    if (!known)
+        s->p->stats.unknown_api++; /* forwarded untouched: the broker decides */
+    else if (key == KM_API_SASL_HANDSHAKE && ver == 0)
+        note_sasl_handshake(s, &r);
+    inl_inflight in = {corr, key, ver, ev_now(s->p->loop),
+                       !s->opaque && inl_capture_wanted(s->p, s->route->broker_id, key, size)};
+    s->req_capture = in.capture;
+    s->req_inspect = known && inl_inspect_wanted(s->p, key);
+    s->req_api = key, s->req_version = ver;
+    if (s->req_capture || s->req_inspect) {
+        s->cap_req_on = true;
+        km_buf_put(&s->cap_req, frame + 4, plen);
+    }
+    if (known && key == KM_API_PRODUCE && acks == 0) { /* the broker never answers */
+        s->acks0[s->acks0_next % INL_ACKS0_REMEMBERED] = corr;
+        s->acks0_version[s->acks0_next++ % INL_ACKS0_REMEMBERED] = ver;
+    } else if (push_inflight(s, &in)) {
+        cut(s, "out of memory tracking requests in flight");
+        return -1;
+    }
+    s->p->stats.requests++;
+    inl_count_request(s->p, s->route->broker_id, key, size + 4u);
+    if (size + 4u > s->p->stats.largest_frame)
+        s->p->stats.largest_frame = size + 4u;
+    s->rq.left = size - plen;
+    s->rq.have = 0;
+    s->rq.want = 0;
+    if (s->cap_req_on && !s->rq.left)
+        request_gathered(s);
+    return 0;
+}
+
+/* The copied prefix is complete. */
+static int request_ready(inl_session *s)
+{
+    size_t plen = s->rq.want - 4;
+    int rc = note_request(s, s->rq.prefix, plen, true);
+    return rc ? (rc > 0 ? 0 : -1) : forward(s, true, s->rq.prefix, 4 + plen);
+}
+
+/* ---- the request direction ------------------------------------------------------------- */
+
+/* -1 after cutting the session for a size no request may have. */
+static int check_request_size(inl_session *s, const uint8_t *p)
+{
+    uint32_t size = be32(p);
+    const char *why = size > INT32_MAX             ? "is negative"
+                      : size > s->p->max_frame     ? "exceeds proxy.max.frame.bytes"
+                      : !s->sasl_raw_rounds && size < 8 ? "is too short for a request header"
+                                                   : NULL;
+    if (!why)
+        return 0;
+    bool tls = p[0] == 0x16 && p[1] == 0x03;
+    cut(s, "frame size %d %s (limit %zu)%s", (int32_t)size, why, s->p->max_frame,
+        tls ? ": the client is speaking TLS to a plaintext listener" : "");
+    return -1;
+}
+
+static int request_size_ready(inl_session *s)
+{
+    inl_req_parser *q = &s->rq;
+    uint32_t size = be32(q->prefix);
+    if (check_request_size(s, q->prefix))
+        return -1;
+    if (s->sasl_raw_rounds) { /* a raw SASL token: no header to read */
+        q->left = size;
+        q->have = 0;
+        return forward(s, true, q->prefix, 4);
+    }
+    q->want = 4 + (size < INL_REQ_PREFIX_FIRST ? size : INL_REQ_PREFIX_FIRST);
+    return 0;
+}
+
+/* A request whose whole prefix is in d: read in place, no copy; its bytes join the span.
+ * The bytes taken, 0 to use the copying path, -1 once the session is gone. */
+static long request_in_place(inl_session *s, const uint8_t *d, size_t n)
+{
+    if (n < 4 || s->sasl_raw_rounds)
+        return 0;
+    uint32_t size = be32(d);
+    if (check_request_size(s, d))
+        return -1;
+    size_t full = 4 + (size < INL_REQ_PREFIX_MAX ? size : INL_REQ_PREFIX_MAX);
+    if (n < full)
+        return 0;
+    if (note_request(s, d, full - 4, false))
+        return -1;
+    return emit(s, true, d, full) ? -1 : (long)full;
+}
+
+/* Takes what it can of d; the count taken, or -1 once the session is gone. */
+static long request_step(inl_session *s, const uint8_t *d, size_t n)
+{
+    inl_req_parser *q = &s->rq;
+    if (s->opaque || q->left) {
+        size_t k = s->opaque ? n : min_size(n, q->left);
+        if (emit(s, true, d, k))
+            return -1;
+        if (!s->opaque)
+            q->left -= k;
+        if (s->cap_req_on) {
+            km_buf_put(&s->cap_req, d, k);
+            if (!q->left)
+                request_gathered(s);
+        }
+        return (long)k;
+    }
+    if (q->have == 0) {
+        long k = request_in_place(s, d, n);
+        if (k)
+            return k;
+    }
+    size_t goal = q->have < 4 ? 4 : q->want, k = min_size(n, goal - q->have);
+    memcpy(q->prefix + q->have, d, k);
+    q->have += k;
+    if (q->have == 4 && goal == 4)
+        return request_size_ready(s) ? -1 : (long)k;
+    if (q->have == q->want && q->have > 4)
+        return request_ready(s) ? -1 : (long)k;
+    return (long)k;
+}
+
+static size_t client_bytes(inl_session *s, const uint8_t *d, size_t len)
+{
+    s->last_activity = ev_now(s->p->loop);
+    size_t off = 0;
+    while (off < len && !s->client_bp && !s->client_full) {
+        long k = request_step(s, d + off, len - off);
+        if (k < 0)
+            return len; /* s and c are gone: the count is not used */
+        off += (size_t)k;
+    }
+    return flush(s, true) ? len : off;
+}
+
+static size_t on_client_bytes(km_net_conn *c, const uint8_t *d, size_t len, void *ud)
+{
+    (void)c;
+    km_inline *p = ((inl_session *)ud)->p; /* the session may end inside */
+    ev_tstamp t0 = ev_time();
+    size_t took = client_bytes(ud, d, len);
+    inl_count_proxy_time(p, ev_time() - t0);
+    return took;
+}
+
+/* ---- the response direction --------------------------------------------------------------- */
+
+static void response_done(inl_session *s)
+{
+    if (s->cap_resp_on) {
+        inl_capture_frame(s, KM_CAPTURE_S2C, &s->cap_resp);
+        s->cap_resp_on = false;
+    }
+    s->p->stats.responses++;
+    if (s->rs.whole.cap > WHOLE_KEEP)
+        km_buf_free(&s->rs.whole);
+    km_buf_reset(&s->rs.whole);
+    s->rs.collecting = false;
+    s->rs.have = 0;
+}
+
+/* SaslHandshake v0 succeeded: raw tokens follow (Kafka's SaslServerAuthenticator). */
+static void note_sasl_response(inl_session *s, const uint8_t *payload, size_t len)
+{
+    s->sasl_raw_pending = false;
+    if (len < 6 || payload[4] || payload[5]) /* header v0 (correlation id) then error_code */
+        return;
+    if (s->sasl_rounds_on_ok)
+        s->sasl_raw_rounds = s->sasl_rounds_on_ok;
+    else {
+        s->opaque = true;
+        inl_log(s->p, 2, "client %s: SASL after SaslHandshake v0 with a mechanism of unknown length; "
+                "the rest of the connection passes unparsed", s->peer);
+    }
+}
+
+static int whole_response_ready(inl_session *s)
+{
+    inl_resp_parser *rs = &s->rs;
+    const uint8_t *payload = rs->whole.data + 4;
+    size_t len = rs->whole.len - 4;
+    inl_count_response_error(s->p, s->route->broker_id, rs->req.api_key, rs->req.api_version, payload + 4, len - 4);
+    if (rs->req.capture && rs->req.api_key == KM_API_SASL_HANDSHAKE)
+        inl_capture_bytes(s, KM_CAPTURE_S2C, payload, len);
+    if (rs->req.api_key == KM_API_SASL_HANDSHAKE) {
+        note_sasl_response(s, payload, len);
+        int rc = forward(s, false, rs->whole.data, rs->whole.len);
+        if (!rc)
+            response_done(s);
+        return rc;
+    }
+    km_buf out;
+    km_buf_init(&out);
+    km_err e = {{0}};
+    int rc = inl_rewrite_response(s->p, rs->req.api_key, rs->req.api_version, payload, len, &out, &e);
+    if (rc < 0) {
+        km_buf_free(&out);
+        cut(s, "cannot rewrite the addresses in upstream %s:%u's %s v%d response: %s", s->route->up_host,
+            s->route->up_port, km_api_name(rs->req.api_key), rs->req.api_version, e.msg);
+        return -1;
+    }
+    if (rc == 1)
+        s->p->stats.rewritten++;
+    if (rs->req.capture) /* what the client gets: the rewritten frame */
+        inl_capture_bytes(s, KM_CAPTURE_S2C, rc == 1 ? out.data + 4 : payload, rc == 1 ? out.len - 4 : len);
+    rc = rc == 1 ? forward(s, false, out.data, out.len) : forward(s, false, rs->whole.data, rs->whole.len);
+    km_buf_free(&out);
+    if (!rc)
+        response_done(s);
+    return rc;
+}
+
+/* Kafka never answers a Produce with acks=0 (KafkaApis.handleProduceRequest sends no
+ * response), but some brokers do (librdkafka's mock cluster).  Such an answer is passed on
+ * untouched, as the client's own library expects to see and drop it. */
+static bool acks0_answer(inl_session *s, int32_t corr, inl_inflight *out)
+{
+    if (s->ring_count && s->ring[s->ring_head].correlation_id == corr)
+        return false;
+    size_t n = s->acks0_next < INL_ACKS0_REMEMBERED ? s->acks0_next : INL_ACKS0_REMEMBERED;
+    for (size_t i = 0; i < n; i++)
+        if (s->acks0[i] == corr) {
+            *out = (inl_inflight){corr, KM_API_PRODUCE, s->acks0_version[i], 0, false};
+            return true;
+        }
+    return false;
+}
+
+/* Size + correlation id are in (head: 8 bytes, in the read buffer or copied): pair, then
+ * stream or collect. */
+static int response_head_ready(inl_session *s, const uint8_t *head, bool in_place)
+{
+    inl_resp_parser *rs = &s->rs;
+    uint32_t size = be32(head);
+    int32_t corr = (int32_t)be32(head + 4);
+    if (size < 4 || size > INT32_MAX) {
+        cut(s, "upstream %s:%u sent a response frame of size %d", s->route->up_host, s->route->up_port,
+            (int32_t)size);
+        return -1;
+    }
+    if (!acks0_answer(s, corr, &rs->req) && (!pop_inflight(s, &rs->req) || rs->req.correlation_id != corr)) {
+        cut(s, "upstream %s:%u answered correlation id %d, but %s", s->route->up_host, s->route->up_port, corr,
+            s->ring_count || rs->req.api_key ? "responses must come in request order" : "no request was in flight");
+        return -1;
+    }
+    if (size + 4u > s->p->stats.largest_frame)
+        s->p->stats.largest_frame = size + 4u;
+    inl_count_response(s->p, s->route->broker_id, rs->req.api_key, size + 4u,
+                       rs->req.sent > 0 ? ev_now(s->p->loop) - rs->req.sent : 0);
+    bool hold = inl_api_needs_rewrite(rs->req.api_key) || (rs->req.api_key == KM_API_SASL_HANDSHAKE && s->sasl_raw_pending);
+    if (hold && size > s->p->max_frame) {
+        cut(s, "upstream %s:%u's %s response of %u bytes exceeds proxy.max.frame.bytes", s->route->up_host,
+            s->route->up_port, km_api_name(rs->req.api_key), size);
+        return -1;
+    }
+    if (hold) {
+        rs->collecting = true;
+        rs->whole_want = 4 + (size_t)size;
+        km_buf_put(&rs->whole, head, 8);
+        if (rs->whole.oom) {
+            cut(s, "out of memory holding a %u byte response", size);
+            return -1;
+        }
+        return rs->whole.len == rs->whole_want ? whole_response_ready(s) : 0;
+    }
+    rs->left = size - 4;
+    if (in_place ? emit(s, false, head, 8) : forward(s, false, head, 8))
+        return -1;
+    s->cap_resp_on = rs->req.capture && size <= INL_CAPTURE_FRAME_MAX;
+    if (s->cap_resp_on)
+        km_buf_put(&s->cap_resp, head + 4, 4);
+    if (!rs->left)
+        response_done(s);
+    return 0;
+}
+
+/* A raw SASL token from the server (after SaslHandshake v0): size only. */
+static int token_head_ready(inl_session *s)
+{
+    uint32_t size = be32(s->rs.prefix);
+    if (size > s->p->max_frame) {
+        cut(s, "upstream %s:%u sent a SASL token of size %d", s->route->up_host, s->route->up_port, (int32_t)size);
+        return -1;
+    }
+    s->rs.left = size;
+    s->rs.have = 0;
+    if (forward(s, false, s->rs.prefix, 4))
+        return -1;
+    if (!size)
+        s->sasl_raw_rounds--;
+    return 0;
+}
+
+static long response_step(inl_session *s, const uint8_t *d, size_t n)
+{
+    inl_resp_parser *rs = &s->rs;
+    if (s->opaque)
+        return emit(s, false, d, n) ? -1 : (long)n;
+    if (rs->collecting) {
+        size_t k = min_size(n, rs->whole_want - rs->whole.len);
+        km_buf_put(&rs->whole, d, k);
+        note_high_water(s);
+        if (rs->whole.oom) {
+            cut(s, "out of memory holding a %zu byte response", rs->whole_want);
+            return -1;
+        }
+        return rs->whole.len == rs->whole_want && whole_response_ready(s) ? -1 : (long)k;
+    }
+    if (rs->left) {
+        size_t k = min_size(n, rs->left);
+        if (emit(s, false, d, k))
+            return -1;
+        rs->left -= k;
+        if (s->cap_resp_on)
+            km_buf_put(&s->cap_resp, d, k);
+        if (!rs->left && s->sasl_raw_rounds)
+            s->sasl_raw_rounds--; /* a token done; at 0 Kafka frames resume */
+        else if (!rs->left)
+            response_done(s);
+        return (long)k;
+    }
+    if (rs->have == 0 && n >= 8 && !s->sasl_raw_rounds) {
+        if (response_head_ready(s, d, true))
+            return -1;
+        if (!rs->collecting) /* held ones are counted whole */
+            inl_count_response_error(s->p, s->route->broker_id, rs->req.api_key, rs->req.api_version, d + 8,
+                                     min_size(n - 8, rs->left));
+        return 8;
+    }
+    size_t goal = s->sasl_raw_rounds ? 4 : 8, k = min_size(n, goal - rs->have);
+    memcpy(rs->prefix + rs->have, d, k);
+    rs->have += k;
+    if (rs->have == goal)
+        return (s->sasl_raw_rounds ? token_head_ready(s) : response_head_ready(s, rs->prefix, false)) ? -1 : (long)k;
+    return (long)k;
+}
+
+static size_t up_bytes(inl_session *s, const uint8_t *d, size_t len);
+
+static size_t on_up_bytes(km_net_conn *c, const uint8_t *d, size_t len, void *ud)
+{
+    (void)c;
+    km_inline *p = ((inl_session *)ud)->p;
+    ev_tstamp t0 = ev_time();
+    size_t took = up_bytes(ud, d, len);
+    inl_count_proxy_time(p, ev_time() - t0);
+    return took;
+}
+
+static size_t up_bytes(inl_session *s, const uint8_t *d, size_t len)
+{
+    s->last_activity = ev_now(s->p->loop);
+    size_t off = 0;
+    while (off < len && !s->up_bp) {
+        long k = response_step(s, d + off, len - off);
+        if (k < 0)
+            return len;
+        off += (size_t)k;
+    }
+    return flush(s, false) ? len : off;
+}
+
+/* ---- connection events --------------------------------------------------------------------- */
+
+static void on_client_drain(km_net_conn *c, void *ud)
+{
+    (void)c;
+    inl_session *s = ud;
+    if (s->up_bp && s->up) {
+        s->up_bp = false;
+        km_net_pause(s->up, false);
+    }
+}
+
+static void on_up_drain(km_net_conn *c, void *ud)
+{
+    (void)c;
+    inl_session *s = ud;
+    if (s->client_bp) {
+        s->client_bp = false;
+        pause_client(s);
+    }
+}
+
+static void connect_upstream(inl_session *s);
+
+/* On the SNI listener the handshake's server name picks the broker, then the upstream is dialled. */
+static void on_client_ready(km_net_conn *c, void *ud)
+{
+    inl_session *s = ud;
+    s->client_ready = true;
+    if (s->route->broker_id != INL_SNI_ROUTE)
+        return;
+    const char *name = km_net_tls_server_name(c);
+    inl_route *r = inl_route_for_sni(s->p, name);
+    if (!r) {
+        cut(s, "SNI name '%s' names no broker this proxy serves (names are %s<id>%s; other names go to the "
+            "bootstrap upstream, if set)",
+            name ? name : "(none)", s->p->sni_prefix ? s->p->sni_prefix : "", s->p->sni_suffix ? s->p->sni_suffix : "");
+        return;
+    }
+    s->route = r;
+    connect_upstream(s);
+}
+
+static void on_client_close(km_net_conn *c, const km_err *why, void *ud)
+{
+    (void)c;
+    inl_session *s = ud;
+    char rname[48];
+    s->client = NULL;
+    if (!s->client_ready && s->client_tls) {
+        s->p->stats.tls_failures++;
+        inl_log(s->p, 1, "client %s (%s): TLS handshake failed: %s", s->peer, inl_route_name(s->route, rname),
+                why ? why->msg : "the client closed the connection");
+    } else if (s->rq.have || s->rq.left) {
+        s->p->stats.cut++;
+        inl_log(s->p, 1, "client %s (%s) left inside a request frame (%s); its upstream "
+                "connection is closed", s->peer, inl_route_name(s->route, rname), s->rq.have ? "in its header" : "in its body");
+    } else if (why) {
+        inl_log(s->p, 2, "client %s (%s): %s", s->peer, inl_route_name(s->route, rname), why->msg);
+    }
+    inl_session_free(s);
+}
+
+static void on_up_close(km_net_conn *c, const km_err *why, void *ud)
+{
+    (void)c;
+    inl_session *s = ud;
+    s->up = NULL;
+    if (why)
+        s->p->stats.upstream_failures++;
+    if (why)
+        inl_log(s->p, 1, "client %s: upstream %s:%u (broker %d): %s; closing the client", s->peer,
+                s->route->up_host, s->route->up_port, s->route->broker_id, why->msg);
+    if (s->client)
+        km_net_shutdown(s->client); /* what the broker sent still reaches the client */
+    else
+        inl_session_free(s);
+}
+
+void inl_session_start(inl_route *r, int fd, const char *peer, const char *ip)
+{
+    km_inline *p = r->p;
+    inl_session *s = calloc(1, sizeof *s);
+    km_err err = {{0}};
+    if (!s) {
+        inl_log(p, 0, "client %s: out of memory", peer);
+        close(fd);
+        inl_ip_release(p, ip);
+        return;
+    }
+    s->p = p;
+    s->route = r;
+    snprintf(s->peer, sizeof s->peer, "%s", peer);
+    snprintf(s->ip, sizeof s->ip, "%s", ip);
+    km_buf_init(&s->rs.whole);
+    km_buf_init(&s->cap_req);
+    km_buf_init(&s->cap_resp);
+    s->rq.prefix = malloc(4 + INL_REQ_PREFIX_FIRST);
+    if (!s->rq.prefix) {
+        inl_log(p, 0, "client %s: out of memory", peer);
+        close(fd);
+        inl_ip_release(p, ip);
+        free(s);
+        return;
+    }
+    s->next = p->sessions;
+    if (s->next)
+        s->next->prev = s;
+    p->sessions = s;
+    p->stats.open++;
+    p->stats.accepted++;
+    ev_timer_init(&s->timer, on_timer, 1., 0.);
+    s->timer.data = s;
+    s->last_activity = ev_now(p->loop);
+    /* Generous queue limit: pausing at buffer_bytes is what bounds memory; the
+     * limit only has to admit one rewritten response on top. */
+    s->client_tls = inl_tls_ref(p->client_tls);
+    s->up_tls = inl_tls_ref(p->up_tls);
+    km_net_opts opts = {.max_frame = p->max_frame, .write_limit = 2 * p->max_frame + 4 * p->buffer_bytes,
+                        .tls = s->client_tls ? s->client_tls->ctx : NULL};
+    km_net_handlers hc = {.on_ready = on_client_ready, .on_bytes = on_client_bytes, .on_drain = on_client_drain,
+                          .on_close = on_client_close};
+    s->client = km_net_accept(p->loop, fd, peer, &opts, &hc, s, &err);
+    if (!s->client) {
+        inl_log(p, 0, "client %s: %s", peer, err.msg);
+        inl_session_free(s);
+        return;
+    }
+    arm_timer(s);
+    if (r->broker_id != INL_SNI_ROUTE) /* else once the handshake names the broker */
+        connect_upstream(s);
+}
+
+static void connect_upstream(inl_session *s)
+{
+    km_inline *p = s->p;
+    inl_route *r = s->route;
+    km_err err = {{0}};
+    km_net_opts opts = {.max_frame = p->max_frame, .write_limit = 2 * p->max_frame + 4 * p->buffer_bytes,
+                        .tls = s->up_tls ? s->up_tls->ctx : NULL,
+                        .tls_name = s->up_tls && !p->tls_cfg.upstream_ssl_check_hostname ? "" : NULL};
+    km_net_handlers hu = {.on_bytes = on_up_bytes, .on_drain = on_up_drain, .on_close = on_up_close};
+    s->up = km_net_connect(p->loop, r->up_host, r->up_port, &opts, &hu, s, &err); /* tls_name "": chain only */
+    if (!s->up)
+        cut(s, "cannot reach upstream %s:%u (broker %d): %s", r->up_host, r->up_port, r->broker_id, err.msg);
+}

@@ -1,0 +1,331 @@
+/* Several kmproxy instances on one real ZooKeeper (ha.enabled): exactly one is active; kill -9 of
+ * the active one makes a standby take over, and ZooKeeper ends equal to the image every time; a
+ * SIGSTOPped active instance that wakes after its session expired is fenced, steps down and rejoins
+ * as a standby without writing. With three instances and simulated ZK-mode brokers, every takeover
+ * ends with the brokers equal to the image at the new controller epoch and none of them ever
+ * rejecting a request. */
+#include "km_testsupport.h"
+#include "test_broker_rig.h"
+#include "ops_daemon.h"
+#include "ops_util.h"
+#include "faultproxy.h"
+#include "zkserver.h"
+
+#include <criterion/criterion.h>
+#include <ev.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define KILL_ROUNDS 20
+
+static km_zks *zs;
+
+static void start_zk(void) { zs = ops_zk_start(); }
+
+static void stop_zk(void) { km_zks_stop(zs); }
+
+TestSuite(ha, .init = start_zk, .fini = stop_zk, .timeout = 600);
+
+static const char *const HA_SETTINGS[] = {"ha.enabled=true", "zookeeper.session.timeout.ms=2000",
+                                          "brokers.enabled=false", NULL};
+
+static bool says(inst *in, const char *needle)
+{
+    char *body = NULL;
+    ops_curl(in->port, "/readyz", &body);
+    bool yes = body && strstr(body, needle);
+    free(body);
+    return yes;
+}
+
+/* Waits until one of n instances is the ready active one; returns its index. */
+static int wait_active(inst *in, int n, int timeout_s)
+{
+    for (int tries = 0; tries < timeout_s * 10; tries++) {
+        for (int i = 0; i < n; i++)
+            if (in[i].p.pid > 0 && says(&in[i], "\"ready\":true,\"role\":\"active\""))
+                return i;
+        usleep(100000);
+    }
+    return -1;
+}
+
+static int controller_epoch(km_zkc *c)
+{
+    char *data = NULL;
+    int len = 0;
+    cr_assert_eq(km_zkc_get(c, "/controller_epoch", &data, &len, NULL), ZOK);
+    int v = atoi(data);
+    free(data);
+    return v;
+}
+
+/* `kmproxy zk diff` finds nothing: ZooKeeper equals the image. */
+static void expect_zk_equals_image(env *e, const char *zk, int round)
+{
+    char *argv[] = {(char *)km_test_binary(), "zk", "diff", "--zookeeper", (char *)zk, "--metadata", e->metadata,
+                    NULL};
+    char *out = NULL, *err = NULL;
+    km_test_run(argv, NULL, 0, &out, NULL, &err);
+    cr_expect(strstr(out, "zk diff: 0 missing in ZooKeeper, 0 different, 0 only in ZooKeeper"),
+              "round %d: ZooKeeper differs from the image: %s %s", round, out, err);
+    free(out);
+    free(err);
+}
+
+Test(ha, kill9_of_the_active_one_hands_over_to_a_standby_every_time)
+{
+    env e;
+    env_init(&e);
+    char zk[128], tag[32];
+    snprintf(zk, sizeof zk, "%s/ha-kill", km_zks_hosts(zs, 0));
+    inst in[2];
+    start(&in[0], &e, "kill-a0", zk, HA_SETTINGS);
+    start(&in[1], &e, "kill-b0", zk, HA_SETTINGS);
+    int active = wait_active(in, 2, 60);
+    cr_assert_geq(active, 0, "no instance became active");
+    km_zkc *c = km_zkc_open(zk, NULL, 10000);
+    cr_assert(c);
+    int epoch = controller_epoch(c);
+    for (int round = 1; round <= KILL_ROUNDS; round++) {
+        int standby = 1 - active;
+        free(scrape_until(&in[standby], "/readyz", 200, "\"role\":\"standby\"", 60));
+        char value[32];
+        snprintf(value, sizeof value, "%d", 1000 + round);
+        append_record(e.metadata, value); /* records keep coming while the active one dies */
+        ops_stop(&in[active].p, SIGKILL);
+        cr_assert_eq(wait_active(in, 2, 60), standby, "round %d: the standby did not take over", round);
+        free(scrape_until(&in[standby], "/readyz", 200, "\"lag_records\":0,", 60));
+        int now = controller_epoch(c);
+        cr_expect_gt(now, epoch, "round %d: the takeover did not claim with a higher epoch", round);
+        epoch = now;
+        expect_zk_equals_image(&e, zk, round);
+        snprintf(tag, sizeof tag, "kill-%c%d", active ? 'b' : 'a', round);
+        start(&in[active], &e, tag, zk, HA_SETTINGS); /* the dead one comes back as a standby */
+        free(scrape_until(&in[active], "/readyz", 200, "\"role\":\"standby\"", 60));
+        cr_expect(says(&in[standby], "\"role\":\"active\""), "round %d: two active or none", round);
+        active = standby;
+    }
+    km_zkc_close(c);
+    stop_cleanly(&in[0]);
+    stop_cleanly(&in[1]);
+    env_free(&e);
+}
+
+Test(ha, a_sigstopped_active_one_is_fenced_when_it_wakes_and_rejoins_as_standby)
+{
+    env e;
+    env_init(&e);
+    char zk[128];
+    snprintf(zk, sizeof zk, "%s/ha-stop", km_zks_hosts(zs, 0));
+    inst in[2];
+    const char *const settings[] = {"ha.enabled=true", "zookeeper.session.timeout.ms=2000", "brokers.enabled=false",
+                                    "kmproxy.election.path=/ops/elect", NULL};
+    start(&in[0], &e, "stop-a", zk, settings);
+    cr_assert_eq(wait_active(in, 1, 60), 0);
+    start(&in[1], &e, "stop-b", zk, settings);
+    free(scrape_until(&in[1], "/readyz", 200, "\"role\":\"standby\"", 60));
+    km_zkc *c = km_zkc_open(zk, NULL, 10000);
+    cr_assert(c);
+    char **nodes = NULL;
+    int n_nodes = 0;
+    cr_assert_eq(km_zkc_children(c, "/ops/elect", &nodes, &n_nodes), ZOK, "kmproxy.election.path is not used");
+    cr_expect_eq(n_nodes, 2);
+    km_zkc_free_strings(nodes, n_nodes);
+    int before = controller_epoch(c);
+    kill(in[0].p.pid, SIGSTOP);
+    cr_assert_eq(wait_active(&in[1], 1, 60), 0, "the standby did not take over from the stopped one");
+    int taken = controller_epoch(c);
+    cr_expect_gt(taken, before);
+    append_record(e.metadata, "4242");
+    free(scrape_until(&in[1], "/readyz", 200, "\"lag_records\":0,", 60));
+    kill(in[0].p.pid, SIGCONT);
+    cr_assert(ops_wait_for(&in[0].p, in[0].log_file, "ha: stepping down to standby", 1, 60), "%s",
+              ops_slurp(in[0].log_file));
+    free(scrape_until(&in[0], "/readyz", 200, "\"role\":\"standby\"", 60));
+    cr_expect(says(&in[1], "\"ready\":true,\"role\":\"active\""), "the new active one lost its place");
+    cr_expect_eq(controller_epoch(c), taken, "the woken instance claimed again");
+    char *m = NULL;
+    cr_assert_eq(ops_curl(in[1].port, "/metrics", &m), 200);
+    cr_expect(metric(m, "kmproxy_ha_active") == 1 && metric(m, "kmproxy_ha_takeovers_total") == 1 &&
+              metric(m, "kmproxy_ha_active_since_seconds") > 0, "%s", m);
+    free(m);
+    cr_assert_eq(ops_curl(in[0].port, "/metrics", &m), 200);
+    cr_expect(metric(m, "kmproxy_ha_active") == 0 && metric(m, "kmproxy_ha_takeovers_total") == 1 &&
+              metric(m, "kmproxy_ha_active_since_seconds") == 0, "%s", m);
+    free(m);
+    expect_zk_equals_image(&e, zk, 0);
+    km_zkc_close(c);
+    stop_cleanly(&in[0]);
+    stop_cleanly(&in[1]);
+    env_free(&e);
+}
+
+/* ---- with simulated ZK-mode brokers (in this process, on the rig's loop) ------------------------ */
+
+static brig R;
+
+static void slice_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)t; (void)revents;
+    ev_break(loop, EVBREAK_ALL);
+}
+
+/* Serves the simulators for a moment (they live on R's loop). */
+static void serve(double seconds)
+{
+    ev_timer t;
+    ev_timer_init(&t, slice_cb, seconds, 0);
+    ev_timer_start(R.loop, &t);
+    ev_run(R.loop, 0);
+    ev_timer_stop(R.loop, &t);
+}
+
+static int active_of(inst *in, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (in[i].p.pid > 0 && says(&in[i], "\"ready\":true,\"role\":\"active\""))
+            return i;
+    return -1;
+}
+
+/* Every simulator holds the image's leaders and leader epochs at ControllerEpoch `epoch`, and none
+ * ever rejected a request (a second active instance would have been answered STALE_CONTROLLER_EPOCH). */
+static bool brokers_equal_image(const char *logdir, int32_t epoch, char *why, size_t cap)
+{
+    km_image *img = km_image_new();
+    km_err err = {{0}};
+    bool ok = km_image_load(img, logdir, NULL, &err) >= 0;
+    for (int i = 0; ok && i < R.nsims; i++) {
+        json_t *st = km_bsim_state_json(R.sims[i]), *p;
+        int32_t b = km_bsim_broker_id(R.sims[i]);
+        if (json_integer_value(json_object_get(st, "rejected")) ||
+            json_integer_value(json_object_get(st, "controllerEpoch")) != epoch) {
+            snprintf(why, cap, "broker %d: controller epoch %lld (want %d), rejected %lld: %s", b,
+                     (long long)json_integer_value(json_object_get(st, "controllerEpoch")), epoch,
+                     (long long)json_integer_value(json_object_get(st, "rejected")),
+                     json_string_value(json_object_get(st, "lastRejection")));
+            ok = false;
+        }
+        size_t k;
+        json_array_foreach(json_object_get(st, "partitions"), k, p) {
+            const char *topic = json_string_value(json_object_get(p, "topic"));
+            const km_topic *t = topic ? km_image_topic_by_name(img, topic) : NULL;
+            km_partition want;
+            if (!ok || json_is_true(json_object_get(p, "stopped")))
+                continue;
+            if (!t || !km_topic_partition(t, (int32_t)json_integer_value(json_object_get(p, "partition")), &want) ||
+                json_integer_value(json_object_get(p, "leader")) != want.leader ||
+                json_integer_value(json_object_get(p, "leaderEpoch")) != want.leader_epoch) {
+                snprintf(why, cap, "broker %d: %s-%lld differs from the image", b, topic,
+                         (long long)json_integer_value(json_object_get(p, "partition")));
+                ok = false;
+            }
+        }
+        json_decref(st);
+    }
+    km_image_free(img);
+    return ok;
+}
+
+/* A leader election of one partition, as the KRaft controller would append it. */
+static void elect(int round)
+{
+    km_partition_change_record pc;
+    km_partition_change_record_init(&pc);
+    pc.topic_id = brig_topic_id(&R, "topic-0");
+    pc.partition_id = 0;
+    pc.leader = 1 + round % 2;
+    cr_assert(brig_append(&R, &km_partition_change_record_desc, &pc), "%s", R.why);
+}
+
+Test(ha, three_instances_and_simulated_brokers_survive_kill9_of_the_active_one)
+{
+    brig_opts o = {.brokers = 3, .topics = 3, .partitions = 2, .replication = 3, .leader_changes = 5};
+    cr_assert(brig_init(&R, &o), "%s", R.why);
+    env e = {.dir = km_test_tmpdir("ops-ha-brokers")};
+    snprintf(e.metadata, sizeof e.metadata, "%s", R.logdir);
+    char zk[128], tag[32];
+    snprintf(zk, sizeof zk, "%s/ha-brokers", km_zks_hosts(zs, 0));
+    const char *const settings[] = {"ha.enabled=true", "zookeeper.session.timeout.ms=2000", "brokers.enabled=true",
+                                    "broker.request.timeout.ms=5000", NULL};
+    inst in[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(tag, sizeof tag, "brk-%d-0", i);
+        start(&in[i], &e, tag, zk, settings);
+    }
+    km_zkc *c = km_zkc_open(zk, NULL, 10000);
+    cr_assert(c);
+    int active = -1, epoch = 0;
+    char why[512] = "";
+    for (int waited = 0; waited < 600 && active < 0; waited++, serve(0.1))
+        active = active_of(in, 3);
+    cr_assert_geq(active, 0, "no instance became active with the brokers in sync");
+    for (int round = 1; round <= KILL_ROUNDS; round++) {
+        elect(round);
+        ops_stop(&in[active].p, SIGKILL);
+        int next = -1;
+        for (int waited = 0; waited < 600 && next < 0; waited++, serve(0.1))
+            next = active_of(in, 3);
+        cr_assert_geq(next, 0, "round %d: no standby took over with the brokers in sync", round);
+        int now = controller_epoch(c);
+        cr_expect_gt(now, epoch, "round %d: the takeover did not claim with a higher epoch", round);
+        epoch = now;
+        bool equal = false;
+        for (int waited = 0; waited < 600 && !(equal = brokers_equal_image(R.logdir, epoch, why, sizeof why));
+             waited++)
+            serve(0.1);
+        cr_assert(equal, "round %d: %s", round, why);
+        expect_zk_equals_image(&e, zk, round);
+        snprintf(tag, sizeof tag, "brk-%d-%d", active, round);
+        start(&in[active], &e, tag, zk, settings); /* back as a standby */
+        int actives = 0;
+        for (int i = 0; i < 3; i++)
+            actives += says(&in[i], "\"role\":\"active\"");
+        cr_expect_eq(actives, 1, "round %d: %d instances say they are active", round, actives);
+        active = next;
+    }
+    km_zkc_close(c);
+    for (int i = 0; i < 3; i++)
+        stop_cleanly(&in[i]);
+    brig_free(&R);
+    km_test_rmtree(e.dir);
+    free(e.dir);
+}
+
+/* A network cut between the active instance and ZooKeeper (its connections go through a proxy that
+ * then refuses everything): its session expires, the standby takes over; when the cut heals the old
+ * one finds its session expired, steps down and stands by. */
+Test(ha, an_active_one_cut_from_zookeeper_loses_the_lead_and_stands_by_when_it_heals)
+{
+    env e;
+    env_init(&e);
+    char perr[256] = "", zk_direct[128], zk_cut[128];
+    km_fp *fp = km_fp_start(km_zks_port(zs, 0), perr, sizeof perr);
+    cr_assert(fp, "%s", perr);
+    snprintf(zk_direct, sizeof zk_direct, "%s/ha-cut", km_zks_hosts(zs, 0));
+    snprintf(zk_cut, sizeof zk_cut, "%s/ha-cut", km_fp_hosts(fp));
+    inst in[2];
+    start(&in[0], &e, "cut-a", zk_cut, HA_SETTINGS);
+    cr_assert_eq(wait_active(in, 1, 60), 0);
+    start(&in[1], &e, "cut-b", zk_direct, HA_SETTINGS);
+    free(scrape_until(&in[1], "/readyz", 200, "\"role\":\"standby\"", 60));
+    km_fp_refuse(fp, true);
+    km_fp_cut_all(fp);
+    cr_assert_eq(wait_active(&in[1], 1, 60), 0, "the standby did not take over from the cut-off one");
+    km_fp_refuse(fp, false);
+    cr_assert(ops_wait_for(&in[0].p, in[0].log_file, "ha: stepping down to standby", 1, 60), "%s",
+              ops_slurp(in[0].log_file));
+    free(scrape_until(&in[0], "/readyz", 200, "\"role\":\"standby\"", 60));
+    cr_expect(says(&in[1], "\"ready\":true,\"role\":\"active\""), "the new active one lost its place");
+    expect_zk_equals_image(&e, zk_direct, 0);
+    stop_cleanly(&in[0]);
+    stop_cleanly(&in[1]);
+    km_fp_stop(fp);
+    env_free(&e);
+}

@@ -1,0 +1,799 @@
+/* The inline proxy's corner cases, with raw sockets on the client side and either librdkafka's
+ * mock cluster or a scripted upstream (a socket the test answers by hand, with frames our codec
+ * encodes) where the mock cannot produce the case: DescribeCluster, batched FindCoordinator,
+ * SaslHandshake v0's raw tokens, an unknown API, a broker that never answers. */
+#include "test_inline_rig.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+TestSuite(inline_edge, .timeout = 120);
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static void start_over_mock(irig *r)
+{
+    irig_init(r);
+    irig_mock(r, 3, "edge", 1);
+    irig_dynamic(r);
+}
+
+/* Proxy with its bootstrap listener in front of a scripted upstream (*lfd). */
+static void start_scripted(irig *r, int *lfd)
+{
+    uint16_t port;
+    char addr[64], base[16];
+    irig_init(r);
+    *lfd = irig_listen(&port);
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+    snprintf(base, sizeof base, "%d", irig_free_port_base(8));
+    irig_set(r, "proxy.bootstrap.listen", "127.0.0.1:0");
+    irig_set(r, "proxy.bootstrap.upstream", addr);
+    irig_set(r, "proxy.listen.host", "127.0.0.1");
+    irig_set(r, "proxy.advertised.host", "127.0.0.1");
+    irig_set(r, "proxy.port.base", base);
+}
+
+static void send_request(int fd, int16_t api, int16_t ver, int32_t corr, const void *body)
+{
+    size_t len;
+    uint8_t *f = irig_request(api, ver, corr, body, &len);
+    cr_assert(irig_send_all(fd, f, len));
+    free(f);
+}
+
+/* The scripted upstream reads one request and checks its header. */
+static void expect_request(int up, int16_t api, int16_t ver, int32_t corr)
+{
+    uint8_t *p;
+    size_t len;
+    cr_assert(irig_read_frame(up, &p, &len), "the upstream got no request");
+    km_reader r;
+    km_reader_init(&r, p, len);
+    km_request_header_view h;
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+    km_err err = {{0}};
+    cr_assert_eq(km_parse_request_header(&r, &h, &a, &err), 0, "%s", err.msg);
+    cr_assert_eq(h.api_key, api);
+    cr_assert_eq(h.api_version, ver);
+    cr_assert_eq(h.correlation_id, corr);
+    km_arena_free(&a);
+    free(p);
+}
+
+static void send_response(int up, int16_t api, int16_t ver, int32_t corr, const void *body)
+{
+    km_buf b;
+    km_buf_init(&b);
+    km_err err = {{0}};
+    cr_assert_eq(km_frame_response(api, ver, corr, body, &b, &err), 0, "%s", err.msg);
+    cr_assert(irig_send_all(up, b.data, b.len));
+    km_buf_free(&b);
+}
+
+/* Reads a response frame on the client and decodes its body into obj (arena a). */
+static void read_response(int fd, int16_t api, int16_t ver, int32_t corr, void *obj, km_arena *a)
+{
+    uint8_t *p;
+    size_t len;
+    cr_assert(irig_read_frame(fd, &p, &len), "no response for correlation id %d", corr);
+    km_reader r;
+    km_reader_init(&r, p, len);
+    int32_t got;
+    km_err err = {{0}};
+    cr_assert_eq(km_parse_response_header(&r, api, ver, &got, &err), 0, "%s", err.msg);
+    cr_assert_eq(got, corr);
+    const km_message_desc *md = km_find_message(KM_K_RESPONSE, api);
+    uint8_t *copy = km_arena_alloc(a, len + 1); /* decoded strings point into the frame */
+    memcpy(copy, p, len);
+    cr_assert_eq(km_decode(md, ver, copy + r.pos, len - r.pos, obj, a, NULL, &err), 0, "%s", err.msg);
+    free(p);
+}
+
+static bool log_mentions(irig *r, const char *what)
+{
+    pthread_mutex_lock(&r->log_lock);
+    bool yes = strstr(r->last_log, what) != NULL;
+    pthread_mutex_unlock(&r->log_lock);
+    return yes;
+}
+
+/* A librdkafka client gets metadata through the proxy: the proxy still serves others. */
+static void others_still_served(irig *r)
+{
+    char bootstrap[64];
+    snprintf(bootstrap, sizeof bootstrap, "127.0.0.1:%u", irig_port(r, -1));
+    rd_kafka_t *rk = irig_producer(bootstrap, NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    cr_assert_eq(rd_kafka_metadata(rk, 1, NULL, &md, 10000), 0, "metadata through the proxy failed");
+    cr_assert_eq(md->broker_cnt, 3);
+    for (int i = 0; i < md->broker_cnt; i++)
+        cr_assert_eq(md->brokers[i].port, r->cfg.port_base + md->brokers[i].id);
+    rd_kafka_metadata_destroy(md);
+    rd_kafka_destroy(rk);
+}
+
+/* ---- garbage, limits, timeouts ------------------------------------------------------------ */
+
+Test(inline_edge, garbage_oversized_bad_header_truncated_are_cut_alone)
+{
+    irig r;
+    start_over_mock(&r);
+    irig_set(&r, "proxy.max.frame.bytes", "65536");
+    irig_start(&r);
+    uint16_t port = irig_port(&r, -1);
+    int keep = irig_connect(port); /* a healthy client before, during and after */
+    int fd = irig_connect(port);
+    cr_assert(irig_send_all(fd, "GET / HTTP/1.1\r\n\r\n", 18));
+    cr_assert(irig_wait_eof(fd), "garbage did not cut the client");
+    close(fd);
+    cr_expect(log_mentions(&r, "exceeds proxy.max.frame.bytes"), "log: %s", r.last_log);
+    fd = irig_connect(port);
+    uint8_t big[4] = {0, 1, 0, 1}; /* 65537 bytes: one past the limit */
+    cr_assert(irig_send_all(fd, big, 4));
+    cr_assert(irig_wait_eof(fd));
+    close(fd);
+    fd = irig_connect(port);
+    uint8_t bad[12] = {0, 0, 0, 8, 0, 3, 0xff, 0xff, 0, 0, 0, 1}; /* Metadata version -1 */
+    cr_assert(irig_send_all(fd, bad, sizeof bad));
+    cr_assert(irig_wait_eof(fd));
+    close(fd);
+    cr_expect(log_mentions(&r, "api version -1 is negative"), "log: %s", r.last_log);
+    fd = irig_connect(port);
+    uint8_t part[14] = {0, 0, 0, 100, 0, 18, 0, 0, 0, 0, 0, 9, 0, 0};
+    cr_assert(irig_send_all(fd, part, sizeof part));
+    close(fd); /* truncated: the client leaves mid-frame */
+    km_api_versions_request av;
+    km_api_versions_request_init(&av);
+    send_request(keep, KM_API_API_VERSIONS, 0, 5, &av);
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+    km_api_versions_response avr;
+    read_response(keep, KM_API_API_VERSIONS, 0, 5, &avr, &a);
+    cr_expect_eq(avr.error_code, 0);
+    km_arena_free(&a);
+    others_still_served(&r);
+    close(keep);
+    km_inline_stats st;
+    for (int i = 0; i < 2000; i++) { /* the truncated client's close reaches the proxy's loop */
+        pthread_mutex_lock(&r.log_lock);
+        bool seen = strstr(r.last_log, "inside a request frame") != NULL;
+        pthread_mutex_unlock(&r.log_lock);
+        if (seen)
+            break;
+        usleep(10000);
+    }
+    irig_stop(&r, &st);
+    cr_expect_eq(st.cut, 4, "cut %llu", (unsigned long long)st.cut);
+    irig_free(&r);
+}
+
+Test(inline_edge, connection_limits_refuse_with_a_log_line)
+{
+    irig r;
+    start_over_mock(&r);
+    irig_set(&r, "proxy.max.connections.per.ip", "3");
+    irig_start(&r);
+    uint16_t port = irig_port(&r, -1);
+    int fds[3];
+    for (int i = 0; i < 3; i++)
+        fds[i] = irig_connect(port);
+    int extra = irig_connect(port);
+    cr_assert(irig_wait_eof(extra), "a 4th connection from one IP was not refused");
+    close(extra);
+    cr_expect(log_mentions(&r, "proxy.max.connections.per.ip"), "log: %s", r.last_log);
+    km_api_versions_request av;
+    km_api_versions_request_init(&av);
+    for (int i = 0; i < 3; i++) { /* the first three are served */
+        send_request(fds[i], KM_API_API_VERSIONS, 0, i, &av);
+        km_arena a;
+        km_arena_init(&a, 1 << 20);
+        km_api_versions_response avr;
+        read_response(fds[i], KM_API_API_VERSIONS, 0, i, &avr, &a);
+        km_arena_free(&a);
+        close(fds[i]);
+    }
+    km_inline_stats st;
+    irig_stop(&r, &st);
+    cr_expect_eq(st.refused, 1);
+    irig_free(&r);
+
+    start_over_mock(&r);
+    irig_set(&r, "proxy.max.connections", "2");
+    irig_start(&r);
+    port = irig_port(&r, -1);
+    fds[0] = irig_connect(port), fds[1] = irig_connect(port), extra = irig_connect(port);
+    cr_assert(irig_wait_eof(extra), "a 3rd connection was not refused by proxy.max.connections=2");
+    cr_expect(log_mentions(&r, "proxy.max.connections reached"), "log: %s", r.last_log);
+    close(extra), close(fds[0]), close(fds[1]);
+    irig_free(&r);
+}
+
+Test(inline_edge, idle_clients_are_closed)
+{
+    irig r;
+    start_over_mock(&r);
+    irig_set(&r, "proxy.idle.timeout.ms", "300");
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1));
+    cr_assert(irig_wait_eof(fd), "an idle client was never closed");
+    close(fd);
+    irig_free(&r);
+}
+
+Test(inline_edge, a_broker_that_never_answers_times_out)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_set(&r, "proxy.request.timeout.ms", "300");
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1)), up = irig_accept(lfd);
+    km_metadata_request mr;
+    km_metadata_request_init(&mr);
+    send_request(fd, KM_API_METADATA, 4, 9, &mr);
+    cr_assert(irig_wait_eof(fd), "the client was not closed after the request timeout");
+    cr_expect(log_mentions(&r, "did not answer METADATA v4 (correlation id 9)"), "log: %s", r.last_log);
+    close(fd), close(up), close(lfd);
+    irig_free(&r);
+}
+
+/* ---- address rewriting beyond what the mock answers ---------------------------------------- */
+
+Test(inline_edge, describe_cluster_and_find_coordinator_carry_proxy_addresses)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    int base = r.cfg.port_base, fd = irig_connect(irig_port(&r, -1)), up = irig_accept(lfd);
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+
+    km_describe_cluster_request dcq;
+    km_describe_cluster_request_init(&dcq);
+    send_request(fd, KM_API_DESCRIBE_CLUSTER, 1, 1, &dcq);
+    expect_request(up, KM_API_DESCRIBE_CLUSTER, 1, 1);
+    km_describe_cluster_response dc;
+    km_describe_cluster_response_init(&dc);
+    km_describe_cluster_response_broker brokers[2] = {{.broker_id = 1, .host = km_cstr("10.9.9.1"), .port = 9092},
+                                                      {.broker_id = 2, .host = km_cstr("10.9.9.2"), .port = 9093}};
+    dc.brokers.count = 2, dc.brokers.items = brokers, dc.cluster_id = km_cstr("c1"), dc.endpoint_type = 1;
+    send_response(up, KM_API_DESCRIBE_CLUSTER, 1, 1, &dc);
+    km_describe_cluster_response dcr;
+    read_response(fd, KM_API_DESCRIBE_CLUSTER, 1, 1, &dcr, &a);
+    cr_assert_eq(dcr.brokers.count, 2);
+    for (int i = 0; i < 2; i++) {
+        cr_expect(km_str_eq(dcr.brokers.items[i].host, "127.0.0.1"));
+        cr_expect_eq(dcr.brokers.items[i].port, base + dcr.brokers.items[i].broker_id);
+    }
+    cr_expect(km_str_eq(dcr.cluster_id, "c1"), "nothing else changes");
+
+    km_find_coordinator_request fcq;
+    km_find_coordinator_request_init(&fcq);
+    fcq.key = km_cstr("g");
+    send_request(fd, KM_API_FIND_COORDINATOR, 3, 2, &fcq);
+    expect_request(up, KM_API_FIND_COORDINATOR, 3, 2);
+    km_find_coordinator_response fc;
+    km_find_coordinator_response_init(&fc);
+    fc.node_id = 3, fc.host = km_cstr("10.9.9.3"), fc.port = 9094;
+    send_response(up, KM_API_FIND_COORDINATOR, 3, 2, &fc);
+    km_find_coordinator_response fcr;
+    read_response(fd, KM_API_FIND_COORDINATOR, 3, 2, &fcr, &a);
+    cr_expect(km_str_eq(fcr.host, "127.0.0.1"));
+    cr_expect_eq(fcr.port, base + 3);
+
+    km_find_coordinator_request_init(&fcq); /* v4+: batched */
+    km_str keys[2] = {km_cstr("g1"), km_cstr("g2")};
+    fcq.coordinator_keys.count = 2, fcq.coordinator_keys.items = keys;
+    send_request(fd, KM_API_FIND_COORDINATOR, 4, 3, &fcq);
+    expect_request(up, KM_API_FIND_COORDINATOR, 4, 3);
+    km_find_coordinator_response_init(&fc);
+    km_find_coordinator_response_coordinator cs[2] = {
+        {.key = km_cstr("g1"), .node_id = 2, .host = km_cstr("10.9.9.2"), .port = 9093},
+        {.key = km_cstr("g2"), .node_id = -1, .host = km_cstr(""), .port = -1, .error_code = 15}};
+    fc.coordinators.count = 2, fc.coordinators.items = cs;
+    send_response(up, KM_API_FIND_COORDINATOR, 4, 3, &fc);
+    read_response(fd, KM_API_FIND_COORDINATOR, 4, 3, &fcr, &a);
+    cr_assert_eq(fcr.coordinators.count, 2);
+    cr_expect(km_str_eq(fcr.coordinators.items[0].host, "127.0.0.1"));
+    cr_expect_eq(fcr.coordinators.items[0].port, base + 2);
+    cr_expect_eq(fcr.coordinators.items[1].error_code, 15, "an error entry passes as it was");
+    cr_expect_eq(fcr.coordinators.items[1].port, -1);
+
+    /* Every version of Metadata, v0 to v12. */
+    for (int16_t v = 0; v <= 12; v++) {
+        km_metadata_request mq;
+        km_metadata_request_init(&mq);
+        send_request(fd, KM_API_METADATA, v, 10 + v, &mq);
+        expect_request(up, KM_API_METADATA, v, 10 + v);
+        km_metadata_response m;
+        km_metadata_response_init(&m);
+        km_metadata_response_response_broker mb[1] = {{.node_id = 1, .host = km_cstr("10.9.9.1"), .port = 9092}};
+        m.brokers.count = 1, m.brokers.items = mb;
+        send_response(up, KM_API_METADATA, v, 10 + v, &m);
+        km_metadata_response mr;
+        read_response(fd, KM_API_METADATA, v, 10 + v, &mr, &a);
+        cr_assert_eq(mr.brokers.count, 1);
+        cr_expect(km_str_eq(mr.brokers.items[0].host, "127.0.0.1"));
+        cr_expect_eq(mr.brokers.items[0].port, base + 1);
+    }
+    km_arena_free(&a);
+    close(fd), close(up), close(lfd);
+    km_inline_stats st;
+    irig_stop(&r, &st);
+    cr_expect_eq(st.rewritten, 3 + 13);
+    irig_free(&r);
+}
+
+/* Static routes only (no port.base): a broker without a listener is left out of the answer. */
+Test(inline_edge, a_broker_without_a_listener_is_left_out)
+{
+    irig r;
+    uint16_t port;
+    char addr[64];
+    irig_init(&r);
+    int lfd = irig_listen(&port);
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+    irig_set(&r, "proxy.broker.1.listen", "127.0.0.1:0");
+    irig_set(&r, "proxy.broker.1.upstream", addr);
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, 1)), up = irig_accept(lfd);
+    km_metadata_request mq;
+    km_metadata_request_init(&mq);
+    send_request(fd, KM_API_METADATA, 9, 1, &mq);
+    expect_request(up, KM_API_METADATA, 9, 1);
+    km_metadata_response m;
+    km_metadata_response_init(&m);
+    km_metadata_response_response_broker mb[2] = {{.node_id = 1, .host = km_cstr("10.9.9.1"), .port = 9092},
+                                                  {.node_id = 2, .host = km_cstr("10.9.9.2"), .port = 9092}};
+    m.brokers.count = 2, m.brokers.items = mb;
+    send_response(up, KM_API_METADATA, 9, 1, &m);
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+    km_metadata_response mr;
+    read_response(fd, KM_API_METADATA, 9, 1, &mr, &a);
+    cr_assert_eq(mr.brokers.count, 1);
+    cr_expect_eq(mr.brokers.items[0].node_id, 1);
+    cr_expect_eq(mr.brokers.items[0].port, irig_port(&r, 1));
+    km_arena_free(&a);
+    close(fd), close(up), close(lfd);
+    irig_free(&r);
+}
+
+/* Answers one Metadata v1 request naming broker 5 at 127.0.0.1:port; checks the client sees the proxy. */
+static void metadata_names_broker5(irig *r, int fd, int up, int32_t corr, uint16_t port)
+{
+    km_metadata_request mq;
+    km_metadata_request_init(&mq);
+    send_request(fd, KM_API_METADATA, 1, corr, &mq);
+    expect_request(up, KM_API_METADATA, 1, corr);
+    km_metadata_response m;
+    km_metadata_response_init(&m);
+    km_metadata_response_response_broker mb = {.node_id = 5, .host = km_cstr("127.0.0.1"), .port = port};
+    m.brokers.count = 1, m.brokers.items = &mb;
+    send_response(up, KM_API_METADATA, 1, corr, &m);
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+    km_metadata_response mr;
+    read_response(fd, KM_API_METADATA, 1, corr, &mr, &a);
+    cr_assert_eq(mr.brokers.items[0].port, r->cfg.port_base + 5);
+    km_arena_free(&a);
+}
+
+static void api_versions_reaches(int client, int upstream, int32_t corr)
+{
+    km_api_versions_request av;
+    km_api_versions_request_init(&av);
+    send_request(client, KM_API_API_VERSIONS, 0, corr, &av);
+    expect_request(upstream, KM_API_API_VERSIONS, 0, corr);
+}
+
+/* A broker restarting onto a new address: new connections go there, the live one stays. */
+Test(inline_edge, an_upstream_move_affects_new_connections_only)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    uint16_t pa, pb, port5;
+    int la = irig_listen(&pa), lb = irig_listen(&pb);
+    int fd = irig_connect(irig_port(&r, -1)), up = irig_accept(lfd);
+    metadata_names_broker5(&r, fd, up, 1, pa);
+    port5 = (uint16_t)(r.cfg.port_base + 5);
+    int old_client = irig_connect(port5), old_up = irig_accept(la);
+    api_versions_reaches(old_client, old_up, 1);
+    metadata_names_broker5(&r, fd, up, 2, pb); /* broker 5 moved to B */
+    int new_client = irig_connect(port5), new_up = irig_accept(lb);
+    api_versions_reaches(new_client, new_up, 2);
+    api_versions_reaches(old_client, old_up, 3); /* the live connection still goes to A */
+    close(new_client), close(new_up), close(old_client), close(old_up);
+    close(fd), close(up), close(lfd), close(la), close(lb);
+    irig_free(&r);
+}
+
+/* ---- protocol corner cases ------------------------------------------------------------------- */
+
+/* SaslHandshake v0 switches to raw size-prefixed tokens (PLAIN: one each way, the server's
+ * empty), then Kafka frames resume: the Metadata after it must be paired and rewritten. */
+Test(inline_edge, sasl_handshake_v0_raw_tokens_then_kafka_frames)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1)), up = irig_accept(lfd);
+    km_sasl_handshake_request hq;
+    km_sasl_handshake_request_init(&hq);
+    hq.mechanism = km_cstr("PLAIN");
+    send_request(fd, KM_API_SASL_HANDSHAKE, 0, 1, &hq);
+    expect_request(up, KM_API_SASL_HANDSHAKE, 0, 1);
+    km_sasl_handshake_response hs;
+    km_sasl_handshake_response_init(&hs);
+    km_str mechs[1] = {km_cstr("PLAIN")};
+    hs.mechanisms.count = 1, hs.mechanisms.items = mechs;
+    send_response(up, KM_API_SASL_HANDSHAKE, 0, 1, &hs);
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+    km_sasl_handshake_response hr;
+    read_response(fd, KM_API_SASL_HANDSHAKE, 0, 1, &hr, &a);
+    cr_assert_eq(hr.error_code, 0);
+    static const uint8_t token[] = {0, 0, 0, 10, 0, 'u', 's', 'e', 'r', 0, 'p', 'w', 'd', '!'};
+    cr_assert(irig_send_all(fd, token, sizeof token));
+    uint8_t *p;
+    size_t len;
+    cr_assert(irig_read_frame(up, &p, &len), "the token did not reach the upstream");
+    cr_assert_eq(len, 10);
+    cr_assert_eq(memcmp(p, token + 4, 10), 0);
+    free(p);
+    static const uint8_t empty_token[4] = {0};
+    cr_assert(irig_send_all(up, empty_token, 4));
+    cr_assert(irig_read_frame(fd, &p, &len), "the server's token did not reach the client");
+    cr_assert_eq(len, 0);
+    free(p);
+    metadata_names_broker5(&r, fd, up, 2, 9092);
+    km_arena_free(&a);
+    close(fd), close(up), close(lfd);
+    km_inline_stats st;
+    irig_stop(&r, &st);
+    cr_expect_eq(st.cut, 0);
+    irig_free(&r);
+}
+
+/* An API key the codec does not know, and a version past the codec's: forwarded byte for byte
+ * both ways and counted. */
+Test(inline_edge, unknown_api_and_version_pass_untouched)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1)), up = irig_accept(lfd);
+    static const uint8_t req[][20] = {
+        {0, 0, 0, 16, 0x03, 0xe7, 0, 0, 0, 0, 0, 77, 0, 2, 'c', 'l', 'x', 'y', 'z', '!'}, /* api 999 v0 */
+        {0, 0, 0, 16, 0, 3, 0, 99, 0, 0, 0, 78, 0, 2, 'c', 'l', 'x', 'y', 'z', '!'},      /* Metadata v99 */
+    };
+    static const uint8_t resp[][11] = {{0, 0, 0, 7, 0, 0, 0, 77, 'a', 'b', 'c'}, {0, 0, 0, 7, 0, 0, 0, 78, 'd', 'e', 'f'}};
+    for (int i = 0; i < 2; i++) {
+        cr_assert(irig_send_all(fd, req[i], sizeof req[i]));
+        uint8_t *p;
+        size_t len;
+        cr_assert(irig_read_frame(up, &p, &len));
+        cr_assert(len == 16 && !memcmp(p, req[i] + 4, 16), "request %d changed on the way", i);
+        free(p);
+        cr_assert(irig_send_all(up, resp[i], sizeof resp[i]));
+        cr_assert(irig_read_frame(fd, &p, &len));
+        cr_assert(len == 7 && !memcmp(p, resp[i] + 4, 7), "response %d changed on the way", i);
+        free(p);
+    }
+    close(fd), close(up), close(lfd);
+    km_inline_stats st;
+    irig_stop(&r, &st);
+    cr_expect_eq(st.unknown_api, 2);
+    cr_expect_eq(st.cut, 0);
+    irig_free(&r);
+}
+
+/* Pipelining against the mock: ApiVersions and Metadata of the versions the mock knows (it
+ * knows ApiVersions v0-2 and Metadata v0-2), all written at once, answered in order. */
+static const int16_t MOCK_METADATA[4] = {0, 1, 2, 1}; /* librdkafka 2.0's mock: Metadata v0-2 */
+
+Test(inline_edge, pipelined_requests_are_paired_in_order)
+{
+    irig r;
+    start_over_mock(&r);
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1));
+    km_buf all;
+    km_buf_init(&all);
+    km_err err = {{0}};
+    enum { ROUNDS = 200 };
+    for (int i = 0; i < ROUNDS; i++) {
+        km_api_versions_request av;
+        km_api_versions_request_init(&av);
+        av.client_software_name = km_cstr("irig"), av.client_software_version = km_cstr("1");
+        km_metadata_request mq;
+        km_metadata_request_init(&mq);
+        cr_assert_eq(km_frame_request(KM_API_API_VERSIONS, 2, 2 * i, "irig", &av, &all, &err), 0, "%s", err.msg);
+        cr_assert_eq(km_frame_request(KM_API_METADATA, MOCK_METADATA[i % 4], 2 * i + 1, "irig", &mq, &all, &err), 0,
+                     "%s", err.msg);
+    }
+    cr_assert(irig_send_all(fd, all.data, all.len));
+    km_buf_free(&all);
+    for (int i = 0; i < ROUNDS; i++) {
+        km_arena a;
+        km_arena_init(&a, 1 << 20);
+        km_api_versions_response avr;
+        read_response(fd, KM_API_API_VERSIONS, 2, 2 * i, &avr, &a);
+        cr_assert_eq(avr.error_code, 0);
+        km_metadata_response mr;
+        read_response(fd, KM_API_METADATA, MOCK_METADATA[i % 4], 2 * i + 1, &mr, &a);
+        cr_assert_eq(mr.brokers.count, 3);
+        for (int b = 0; b < 3; b++)
+            cr_assert_eq(mr.brokers.items[b].port, r.cfg.port_base + mr.brokers.items[b].node_id);
+        km_arena_free(&a);
+    }
+    close(fd);
+    irig_free(&r);
+}
+
+/* ---- back-pressure and many clients ------------------------------------------------------------- */
+
+/* A client that pipelines thousands of requests and reads nothing: the proxy stops reading its
+ * broker at proxy.connection.buffer.bytes, others are served meanwhile, and once the client
+ * reads, every response arrives in order. */
+Test(inline_edge, a_client_that_never_reads_is_held_within_its_bound)
+{
+    irig r;
+    irig_init(&r);
+    irig_mock(&r, 3, "wide", 60);
+    irig_dynamic(&r);
+    irig_set(&r, "proxy.connection.buffer.bytes", "65536");
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1));
+    enum { N = 8000 };
+    km_buf all;
+    km_buf_init(&all);
+    km_err err = {{0}};
+    for (int i = 0; i < N; i++) {
+        km_metadata_request mq;
+        km_metadata_request_init(&mq);
+        mq.topics.count = -1; /* every topic */
+        cr_assert_eq(km_frame_request(KM_API_METADATA, 1, i, "stuck", &mq, &all, &err), 0, "%s", err.msg);
+    }
+    cr_assert(irig_send_all(fd, all.data, all.len));
+    km_buf_free(&all);
+    others_still_served(&r);
+    others_still_served(&r);
+    size_t total = 0;
+    for (int i = 0; i < N; i++) {
+        km_arena a;
+        km_arena_init(&a, 1 << 20);
+        km_metadata_response mr;
+        read_response(fd, KM_API_METADATA, 1, i, &mr, &a);
+        cr_assert_eq(mr.topics.count, 1, "response %d: %d topics", i, mr.topics.count);
+        total += 1;
+        km_arena_free(&a);
+    }
+    close(fd);
+    km_inline_stats st;
+    irig_stop(&r, &st);
+    cr_expect_eq(total, N);
+    cr_expect_gt(st.bytes_down, 4u << 20, "the responses (%llu bytes) should outgrow the socket buffers",
+                 (unsigned long long)st.bytes_down);
+    cr_expect_lt(st.buffered_high_water, 4 * 65536, "held %llu bytes for one client",
+                 (unsigned long long)st.buffered_high_water);
+    irig_free(&r);
+}
+
+Test(inline_edge, a_thousand_idle_connections)
+{
+    irig r;
+    start_over_mock(&r);
+    irig_start(&r);
+    enum { N = 1000 };
+    int *fds = malloc(N * sizeof *fds);
+    for (int i = 0; i < N; i++)
+        fds[i] = irig_connect(irig_port(&r, -1));
+    others_still_served(&r);
+    km_api_versions_request av; /* the last of them is served too */
+    km_api_versions_request_init(&av);
+    send_request(fds[N - 1], KM_API_API_VERSIONS, 0, 1, &av);
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+    km_api_versions_response avr;
+    read_response(fds[N - 1], KM_API_API_VERSIONS, 0, 1, &avr, &a);
+    km_arena_free(&a);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    free(fds);
+    km_inline_stats st;
+    irig_stop(&r, &st);
+    cr_expect_geq(st.accepted, N);
+    cr_expect_eq(st.cut, 0);
+    irig_free(&r);
+}
+
+/* ---- a 64 MiB Fetch response ------------------------------------------------------------------ */
+
+enum { BIG_RECORDS = (64 << 20) + 12345 };
+
+typedef struct big_upstream {
+    int up;
+    bool ok;
+} big_upstream;
+
+static const km_struct_desc *sub_of(const km_struct_desc *sd, const char *field)
+{
+    for (uint16_t i = 0; i < sd->nfields; i++)
+        if (!strcmp(sd->fields[i].name, field))
+            return sd->fields[i].sub;
+    return NULL;
+}
+
+/* The scripted broker answers one Fetch v4 with 64 MiB of records, from its own thread, since
+ * the proxy makes it wait while the client reads. */
+static void *serve_big_fetch(void *arg)
+{
+    big_upstream *b = arg;
+    uint8_t *p;
+    size_t len;
+    if (!irig_read_frame(b->up, &p, &len))
+        return NULL;
+    free(p);
+    uint8_t *records = malloc(BIG_RECORDS);
+    for (size_t i = 0; i < BIG_RECORDS; i++)
+        records[i] = (uint8_t)(i * 7 + i / 4096);
+    km_fetch_response f;
+    km_fetch_response_init(&f);
+    km_fetch_response_able_topic_response t;
+    memset(&t, 0, sizeof t);
+    km_fetch_response_partition_data part;
+    km_init(sub_of(sub_of(km_fetch_response_desc.root, "Responses"), "Partitions"), &part);
+    part.records = (km_bytes){records, BIG_RECORDS};
+    t.topic = km_cstr("big");
+    t.partitions.count = 1, t.partitions.items = &part;
+    f.responses.count = 1, f.responses.items = &t;
+    km_buf out;
+    km_buf_init(&out);
+    km_err err = {{0}};
+    b->ok = !km_frame_response(KM_API_FETCH, 4, 42, &f, &out, &err) && irig_send_all(b->up, out.data, out.len);
+    km_buf_free(&out);
+    free(records);
+    return NULL;
+}
+
+Test(inline_edge, a_64mb_fetch_response_streams_with_bounded_buffers)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1));
+    big_upstream b = {.up = irig_accept(lfd)};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, serve_big_fetch, &b), 0);
+    km_fetch_request fq;
+    km_fetch_request_init(&fq);
+    fq.max_bytes = INT32_MAX;
+    send_request(fd, KM_API_FETCH, 4, 42, &fq);
+    km_arena a;
+    km_arena_init(&a, 256u << 20);
+    km_fetch_response fr;
+    read_response(fd, KM_API_FETCH, 4, 42, &fr, &a);
+    pthread_join(th, NULL);
+    cr_assert(b.ok, "the scripted broker could not send its answer");
+    cr_assert_eq(fr.responses.count, 1);
+    km_bytes rec = fr.responses.items[0].partitions.items[0].records;
+    cr_assert_eq(rec.len, BIG_RECORDS);
+    for (size_t i = 0; i < BIG_RECORDS; i++)
+        if (rec.ptr[i] != (uint8_t)(i * 7 + i / 4096))
+            cr_assert_fail("records differ at byte %zu", i);
+    km_arena_free(&a);
+    close(fd), close(b.up), close(lfd);
+    km_inline_stats st;
+    irig_stop(&r, &st);
+    cr_expect_geq(st.largest_frame, 64u << 20);
+    cr_expect_lt(st.buffered_high_water, 512u << 10, "held %llu bytes at once",
+                 (unsigned long long)st.buffered_high_water);
+    fprintf(stderr, "64 MiB fetch: frame of %llu bytes, at most %llu bytes held\n",
+            (unsigned long long)st.largest_frame, (unsigned long long)st.buffered_high_water);
+    irig_free(&r);
+}
+
+/* A broker registered in the KRaft log (what the daemon reports) gets its listener at once:
+ * clients can reach it before any Metadata response has named it. */
+Test(inline_edge, a_registered_broker_gets_its_listener_before_any_metadata)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    uint16_t p7;
+    int l7 = irig_listen(&p7);
+    irig_stop(&r, NULL);
+    km_inline_broker_registered(r.proxy, 7, "127.0.0.1", p7);
+    irig_resume(&r);
+    int c7 = irig_connect((uint16_t)(r.cfg.port_base + 7)), u7 = irig_accept(l7);
+    api_versions_reaches(c7, u7, 1);
+    close(c7), close(u7), close(l7), close(lfd);
+    irig_free(&r);
+}
+
+/* Fetch v16+ and Produce v10+ answers can carry leader endpoints (KIP-951): ApiVersions offers
+ * the versions before them, so no upstream address can reach a client that way. */
+Test(inline_edge, api_versions_stop_before_responses_that_carry_endpoints)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1)), up = irig_accept(lfd);
+    km_api_versions_request av;
+    km_api_versions_request_init(&av);
+    av.client_software_name = km_cstr("t"), av.client_software_version = km_cstr("1");
+    send_request(fd, KM_API_API_VERSIONS, 3, 1, &av);
+    expect_request(up, KM_API_API_VERSIONS, 3, 1);
+    km_api_versions_response resp;
+    km_api_versions_response_init(&resp);
+    km_api_versions_response_api_version keys[4] = {{.api_key = KM_API_PRODUCE, .max_version = 11},
+                                                    {.api_key = KM_API_FETCH, .min_version = 4, .max_version = 17},
+                                                    {.api_key = KM_API_METADATA, .max_version = 12},
+                                                    {.api_key = KM_API_SHARE_FETCH, .max_version = 0}};
+    resp.api_keys.count = 4, resp.api_keys.items = keys;
+    send_response(up, KM_API_API_VERSIONS, 3, 1, &resp);
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+    km_api_versions_response got;
+    read_response(fd, KM_API_API_VERSIONS, 3, 1, &got, &a);
+    cr_assert_eq(got.api_keys.count, 3, "ShareFetch is no longer offered");
+    cr_expect_eq(got.api_keys.items[0].max_version, 9);
+    cr_expect_eq(got.api_keys.items[1].max_version, 15);
+    cr_expect_eq(got.api_keys.items[1].min_version, 4);
+    cr_expect_eq(got.api_keys.items[2].max_version, 12, "other APIs as the broker said");
+    km_arena_free(&a);
+    close(fd), close(up), close(lfd);
+    irig_free(&r);
+}
+
+/* A streamed response's top-level error code is counted per broker and API (Heartbeat v1:
+ * throttle time, then the error code), with no need to hold the response. */
+Test(inline_edge, top_level_errors_are_counted_per_broker_and_api)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1)), up = irig_accept(lfd);
+    km_heartbeat_request hq;
+    km_heartbeat_request_init(&hq);
+    hq.group_id = km_cstr("g"), hq.member_id = km_cstr("m");
+    for (int32_t corr = 1; corr <= 2; corr++) {
+        send_request(fd, KM_API_HEARTBEAT, 1, corr, &hq);
+        expect_request(up, KM_API_HEARTBEAT, 1, corr);
+        km_heartbeat_response hr;
+        km_heartbeat_response_init(&hr);
+        hr.error_code = corr == 1 ? 27 : 0; /* REBALANCE_IN_PROGRESS, then NONE */
+        send_response(up, KM_API_HEARTBEAT, 1, corr, &hr);
+        km_arena a;
+        km_arena_init(&a, 1 << 20);
+        km_heartbeat_response got;
+        read_response(fd, KM_API_HEARTBEAT, 1, corr, &got, &a);
+        cr_expect_eq(got.error_code, hr.error_code);
+        km_arena_free(&a);
+    }
+    close(fd), close(up), close(lfd);
+    irig_stop(&r, NULL);
+    km_buf m;
+    km_buf_init(&m);
+    km_inline_render_metrics(r.proxy, &m);
+    km_buf_put(&m, "", 1);
+    cr_expect(strstr((char *)m.data, "kmproxy_inline_response_errors_total{broker=\"-1\",api=\"HEARTBEAT\"} 1\n"),
+              "%s", (char *)m.data);
+    km_buf_free(&m);
+    irig_free(&r);
+}

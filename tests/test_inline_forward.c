@@ -1,0 +1,195 @@
+/* The inline proxy with real clients: librdkafka producers and a consumer group over librdkafka's
+ * mock cluster (3 brokers), every byte through the proxy.  Every message must arrive, in order per
+ * partition, and every broker address the clients ever learn (from Metadata and FindCoordinator)
+ * must be one of the proxy's. */
+#include "test_inline_rig.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TOPIC "inline-t"
+#define PARTITIONS 3
+
+typedef struct addr_check {
+    uint16_t allowed[8];
+    int n_allowed;
+    int bad;            /* broker names seen that are not proxy addresses */
+    char bad_name[128];
+    int seen;
+    int delivery_errors;
+} addr_check;
+
+/* librdkafka's statistics list every broker the client knows, with its "nodename" HOST:PORT. */
+static int stats_cb(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+    (void)rk, (void)len;
+    addr_check *ac = opaque;
+    for (const char *s = json; (s = strstr(s, "\"nodename\":\"")); s++) {
+        const char *name = s + strlen("\"nodename\":\""), *colon = strchr(name, ':');
+        unsigned port = colon ? (unsigned)atoi(colon + 1) : 0;
+        bool ok = false;
+        for (int i = 0; i < ac->n_allowed; i++)
+            ok |= ac->allowed[i] == port;
+        ac->seen++;
+        if (!ok && ac->bad++ == 0)
+            snprintf(ac->bad_name, sizeof ac->bad_name, "%.*s", (int)strcspn(name, "\""), name);
+    }
+    return 0;
+}
+
+static void allow_proxy_ports(addr_check *ac, irig *r)
+{
+    ac->allowed[ac->n_allowed++] = irig_port(r, -1);
+    for (int id = 1; id <= 3; id++)
+        ac->allowed[ac->n_allowed++] = (uint16_t)(r->cfg.port_base >= 0 ? r->cfg.port_base + id : irig_port(r, id));
+}
+
+static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    addr_check *ac = opaque;
+    if (m->err && ac->delivery_errors++ == 0)
+        fprintf(stderr, "delivery failed: %s\n", rd_kafka_err2str(m->err));
+}
+
+static rd_kafka_t *client(rd_kafka_type_t type, const char *bootstrap, const char *const *extra, addr_check *ac)
+{
+    char errstr[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, errstr, sizeof errstr);
+    rd_kafka_conf_set(conf, "statistics.interval.ms", "200", errstr, sizeof errstr);
+    rd_kafka_conf_set(conf, "log_level", "3", errstr, sizeof errstr);
+    for (; extra && extra[0]; extra += 2)
+        cr_assert_eq(rd_kafka_conf_set(conf, extra[0], extra[1], errstr, sizeof errstr), RD_KAFKA_CONF_OK, "%s",
+                     errstr);
+    rd_kafka_conf_set_stats_cb(conf, stats_cb);
+    rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+    rd_kafka_conf_set_opaque(conf, ac);
+    rd_kafka_t *rk = rd_kafka_new(type, conf, errstr, sizeof errstr);
+    cr_assert(rk, "%s", errstr);
+    return rk;
+}
+
+/* Produces n messages, message i to partition i % PARTITIONS with value "i". */
+static void produce(const char *bootstrap, int n, const char *const *extra, addr_check *ac)
+{
+    rd_kafka_t *rk = client(RD_KAFKA_PRODUCER, bootstrap, extra, ac);
+    char value[32];
+    for (int i = 0; i < n; i++) {
+        int len = snprintf(value, sizeof value, "%d", i);
+        rd_kafka_resp_err_t err;
+        while ((err = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(TOPIC), RD_KAFKA_V_PARTITION(i % PARTITIONS),
+                                        RD_KAFKA_V_VALUE(value, (size_t)len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                        RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+            rd_kafka_poll(rk, 10);
+        cr_assert_eq(err, 0, "produce %d: %s", i, rd_kafka_err2str(err));
+        rd_kafka_poll(rk, 0);
+    }
+    cr_assert_eq(rd_kafka_flush(rk, 60000), 0, "flush did not finish");
+    rd_kafka_poll(rk, 300); /* one more statistics round */
+    rd_kafka_destroy(rk);
+    cr_assert_eq(ac->delivery_errors, 0, "%d messages failed delivery", ac->delivery_errors);
+}
+
+static void consume_all(const char *bootstrap, int n, addr_check *ac)
+{
+    const char *extra[] = {"group.id", "inline-group", "auto.offset.reset", "earliest", NULL};
+    rd_kafka_t *rk = client(RD_KAFKA_CONSUMER, bootstrap, extra, ac);
+    rd_kafka_poll_set_consumer(rk);
+    rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(topics, TOPIC, RD_KAFKA_PARTITION_UA);
+    cr_assert_eq(rd_kafka_subscribe(rk, topics), 0);
+    rd_kafka_topic_partition_list_destroy(topics);
+    int next[PARTITIONS] = {0, 1, 2}, got = 0;
+    time_t deadline = time(NULL) + 120;
+    while (got < n && time(NULL) < deadline) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+        if (!m)
+            continue;
+        if (!m->err) {
+            int v = atoi((const char *)m->payload), p = m->partition;
+            cr_assert(p >= 0 && p < PARTITIONS);
+            cr_assert_eq(v, next[p], "partition %d: got message %d, expected %d (order or loss)", p, v, next[p]);
+            next[p] += PARTITIONS;
+            got++;
+        } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            fprintf(stderr, "consumer: %s\n", rd_kafka_message_errstr(m));
+        }
+        rd_kafka_message_destroy(m);
+    }
+    cr_assert_eq(got, n, "consumed %d of %d messages", got, n);
+    for (int i = 0; i < 3; i++) { /* statistics after the group coordinator is known */
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 150);
+        if (m)
+            rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+}
+
+static void round_trip(const char *const *producer_extra, int n, bool dynamic)
+{
+    irig r;
+    irig_init(&r);
+    irig_mock(&r, 3, TOPIC, PARTITIONS);
+    if (dynamic) {
+        irig_dynamic(&r);
+    } else { /* static: one configured listener per broker, and a bootstrap */
+        char key[64], addr[64];
+        irig_mock_broker_address(&r, 2, addr, sizeof addr);
+        irig_set(&r, "proxy.bootstrap.listen", "127.0.0.1:0");
+        irig_set(&r, "proxy.bootstrap.upstream", addr);
+        for (int id = 1; id <= 3; id++) {
+            irig_mock_broker_address(&r, id, addr, sizeof addr);
+            snprintf(key, sizeof key, "proxy.broker.%d.listen", id);
+            irig_set(&r, key, "127.0.0.1:0");
+            snprintf(key, sizeof key, "proxy.broker.%d.upstream", id);
+            irig_set(&r, key, addr);
+        }
+    }
+    irig_start(&r);
+    char bootstrap[64];
+    snprintf(bootstrap, sizeof bootstrap, "127.0.0.1:%u", irig_port(&r, -1));
+    addr_check ac = {0};
+    allow_proxy_ports(&ac, &r);
+    produce(bootstrap, n, producer_extra, &ac);
+    consume_all(bootstrap, n, &ac);
+    km_inline_stats st;
+    irig_stop(&r, &st);
+    cr_expect_gt(ac.seen, 0, "no statistics seen");
+    cr_expect_eq(ac.bad, 0, "%d broker addresses were not the proxy's, first %s", ac.bad, ac.bad_name);
+    cr_expect_gt(st.rewritten, 0);
+    cr_expect_eq(st.cut, 0, "the proxy cut %llu clients", (unsigned long long)st.cut);
+    cr_expect_geq(st.listeners, 4);
+    irig_free(&r);
+}
+
+TestSuite(inline_forward, .timeout = 240);
+
+Test(inline_forward, acks_all_dynamic)
+{
+    const char *extra[] = {"acks", "all", NULL};
+    round_trip(extra, 100000, true);
+}
+
+Test(inline_forward, acks_zero_dynamic)
+{
+    const char *extra[] = {"acks", "0", NULL};
+    round_trip(extra, 100000, true);
+}
+
+Test(inline_forward, idempotent_static)
+{
+    const char *extra[] = {"enable.idempotence", "true", NULL};
+    round_trip(extra, 100000, false);
+}
+
+Test(inline_forward, compressed_dynamic)
+{
+    const char *extra[] = {"compression.codec", "lz4", "linger.ms", "5", NULL};
+    round_trip(extra, 100000, true);
+}
+
