@@ -318,8 +318,9 @@ static int report(const files *f, double parts, const result *disk, const result
     printf("quorum: over loopback %.3f s wall (%.3f CPU s), resident %.1f MB; from disk %.3f s wall (%.3f CPU s), "
            "resident %.1f MB\n", net->wall, net->cpu, net->rss / 1048576.0, disk->wall, disk->cpu,
            disk->rss / 1048576.0);
-    printf("quorum: speed ratio %.2f of the file path (target >= 0.8); memory %.1f bytes/partition (bound %.0f)\n",
-           disk->wall / net->wall, net->rss / parts, RSS_BOUND_PER_PARTITION);
+    printf("quorum: speed ratio %.2f of the file path (target >= 0.8; CPU seconds' ratio %.2f, the leader's own "
+           "process aside); memory %.1f bytes/partition (bound %.0f)\n",
+           disk->wall / net->wall, disk->cpu / net->cpu, net->rss / parts, RSS_BOUND_PER_PARTITION);
     printf("quorum: peak resident %.1f MB over loopback (streamed: chunks decoded into a staged image as they arrive), "
            "%.1f MB from disk; peak %.1f bytes/partition (bound %.0f)\n", net->peak / 1048576.0, disk->peak / 1048576.0,
            net->peak / parts, RSS_BOUND_PER_PARTITION);
