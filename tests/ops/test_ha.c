@@ -329,3 +329,83 @@ Test(ha, an_active_one_cut_from_zookeeper_loses_the_lead_and_stands_by_when_it_h
     km_fp_stop(fp);
     env_free(&e);
 }
+
+/* ---- a writer outside the election (a KRaft controller's own migration driver, an operator's tool) ---- */
+
+/* Waits for the instance to exit on its own; returns its wait status (-1: still running). */
+static int wait_exit(inst *in, int timeout_s)
+{
+    int status = -1;
+    for (int tries = 0; tries < timeout_s * 10; tries++, usleep(100000))
+        if (waitpid(in->p.pid, &status, WNOHANG) == in->p.pid) {
+            in->p.pid = -1;
+            return status;
+        }
+    return -1;
+}
+
+/* n HA instances; a genuine second writer claims /controller_epoch and moves /migration (as
+ * test_daemon's mirrors_under_a_new_chroot_then_fences_on_a_second_writer does to one instance).
+ * That is no takeover by one of us: every instance must stop (exit 1, naming the foreign epoch)
+ * and none may claim over it - before, the fenced one rejoined, won again and re-claimed. */
+static void foreign_writer_stops_every_instance(int n, const char *chroot)
+{
+    env e;
+    env_init(&e);
+    char zk[128], tag[32];
+    snprintf(zk, sizeof zk, "%s/%s", km_zks_hosts(zs, 0), chroot);
+    inst in[2];
+    for (int i = 0; i < n; i++) {
+        snprintf(tag, sizeof tag, "%s-%d", chroot, i);
+        start(&in[i], &e, tag, zk, HA_SETTINGS);
+        if (i == 0)
+            cr_assert_eq(wait_active(in, 1, 60), 0, "no instance became active");
+        else
+            free(scrape_until(&in[i], "/readyz", 200, "\"role\":\"standby\"", 60));
+    }
+    km_zkc *c = km_zkc_open(zk, NULL, 10000);
+    cr_assert(c);
+    char *data = NULL, bumped[32];
+    int len = 0;
+    struct Stat st;
+    cr_assert_eq(km_zkc_get(c, "/kmproxy/active", &data, &len, &st), ZOK, "no claim record beside the election");
+    cr_expect(data && strstr(data, "\"controller_epoch\":"), "%s", data);
+    free(data);
+    cr_assert_eq(km_zkc_get(c, "/controller_epoch", &data, &len, &st), ZOK);
+    snprintf(bumped, sizeof bumped, "%d", atoi(data) + 5);
+    free(data);
+    cr_assert_eq(km_zkc_set(c, "/controller_epoch", bumped, st.version, &st), ZOK);
+    /* Behind our image (a driver replaying the same log): the roll-back guard has nothing to refuse. */
+    const char *foreign = "{\"version\":0,\"kraft_controller_id\":9,\"kraft_controller_epoch\":99,"
+                          "\"kraft_metadata_offset\":1,\"kraft_metadata_epoch\":1}";
+    cr_assert_eq(km_zkc_set(c, "/migration", foreign, -1, &st), ZOK);
+    append_record(e.metadata, "777"); /* the active one's next write meets the foreign epoch */
+    for (int i = 0; i < n; i++) {
+        int status = wait_exit(&in[i], 60);
+        char *log = ops_slurp(in[i].log_file);
+        cr_expect(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 1,
+                  "instance %d did not exit 1 (status %d): %s", i, status, log);
+        cr_expect(strstr(log, "a writer outside the election owns ZooKeeper: /controller_epoch is") &&
+                      strstr(log, bumped), "instance %d does not name the foreign epoch %s: %s", i, bumped, log);
+        free(log);
+        ops_stop(&in[i].p, SIGKILL); /* only when it is still running */
+    }
+    cr_assert_eq(km_zkc_get(c, "/controller_epoch", &data, &len, NULL), ZOK);
+    cr_expect_str_eq(data, bumped, "an instance claimed over the foreign writer");
+    free(data);
+    cr_assert_eq(km_zkc_get(c, "/migration", &data, &len, NULL), ZOK);
+    cr_expect_str_eq(data, foreign, "an instance wrote /migration after the foreign writer");
+    free(data);
+    km_zkc_close(c);
+    env_free(&e);
+}
+
+Test(ha, one_instance_fenced_by_a_foreign_writer_exits_1_and_never_reclaims)
+{
+    foreign_writer_stops_every_instance(1, "ha-foreign1");
+}
+
+Test(ha, two_instances_fenced_by_a_foreign_writer_both_exit_1_and_neither_reclaims)
+{
+    foreign_writer_stops_every_instance(2, "ha-foreign2");
+}
