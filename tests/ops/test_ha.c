@@ -15,6 +15,7 @@
 #include <ev.h>
 #include <jansson.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,7 +195,17 @@ static int active_of(inst *in, int n)
     return -1;
 }
 
-/* Every simulator holds the image's leaders and leader epochs at ControllerEpoch `epoch`, and none
+static bool isr_equal(json_t *got, const km_i32_list *want)
+{
+    if (!json_is_array(got) || json_array_size(got) != (size_t)want->n)
+        return false;
+    for (int32_t i = 0; i < want->n; i++)
+        if (json_integer_value(json_array_get(got, (size_t)i)) != want->v[i])
+            return false;
+    return true;
+}
+
+/* Every simulator holds the image's leaders, leader epochs and ISRs at ControllerEpoch `epoch`, and none
  * ever rejected a request (a second active instance would have been answered STALE_CONTROLLER_EPOCH). */
 static bool brokers_equal_image(const char *logdir, int32_t epoch, char *why, size_t cap)
 {
@@ -221,7 +232,8 @@ static bool brokers_equal_image(const char *logdir, int32_t epoch, char *why, si
                 continue;
             if (!t || !km_topic_partition(t, (int32_t)json_integer_value(json_object_get(p, "partition")), &want) ||
                 json_integer_value(json_object_get(p, "leader")) != want.leader ||
-                json_integer_value(json_object_get(p, "leaderEpoch")) != want.leader_epoch) {
+                json_integer_value(json_object_get(p, "leaderEpoch")) != want.leader_epoch ||
+                !isr_equal(json_object_get(p, "isr"), &want.isr)) {
                 snprintf(why, cap, "broker %d: %s-%lld differs from the image", b, topic,
                          (long long)json_integer_value(json_object_get(p, "partition")));
                 ok = false;
@@ -241,7 +253,101 @@ static void elect(int round)
     pc.topic_id = brig_topic_id(&R, "topic-0");
     pc.partition_id = 0;
     pc.leader = 1 + round % 2;
+    int32_t isr[2] = {pc.leader, 3};
+    pc.isr.count = 2;
+    pc.isr.items = isr;
     cr_assert(brig_append(&R, &km_partition_change_record_desc, &pc), "%s", R.why);
+}
+
+/* ZooKeeper's history of claims, seen by the test's own session. Every claim is one multi that sets
+ * /controller_epoch (its zkVersion counts claims, so a poll cannot miss one unseen), recreates
+ * /controller and writes the claim record: one transaction, one zxid. */
+typedef struct claims {
+    int version, epoch, count;  /* /controller_epoch's zkVersion and value last seen; claims seen */
+    int32_t broker_epoch[8];    /* the highest controller epoch each simulator has seen */
+    char bad[600];              /* the first violation */
+} claims;
+
+static void violation(claims *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void violation(claims *h, const char *fmt, ...)
+{
+    if (h->bad[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->bad, sizeof h->bad, fmt, ap);
+    va_end(ap);
+}
+
+/* One claim found: exactly one more than the last (no instance claimed twice or beside another),
+ * made in one transaction with /controller and the record, by a live instance that is not `dead`. */
+static void check_claim(claims *h, const struct Stat *es, int epoch, const struct Stat *cs, const char *record,
+                        const struct Stat *rs, inst *in, int n, pid_t dead)
+{
+    if (h->version >= 0 && (es->version != h->version + 1 || epoch != h->epoch + 1))
+        violation(h, "/controller_epoch went from %d (zkVersion %d) to %d (zkVersion %d): not one claim", h->epoch,
+                  h->version, epoch, es->version);
+    if (cs->czxid != es->mzxid || rs->mzxid != es->mzxid)
+        violation(h, "claim of epoch %d: /controller, /controller_epoch and the record not in one transaction", epoch);
+    json_t *rec = json_loads(record, 0, NULL);
+    const char *who = json_string_value(json_object_get(rec, "instance"));
+    int claimant = -1;
+    for (int i = 0; who && i < n; i++) {
+        char pid[32];
+        snprintf(pid, sizeof pid, ":%d ", (int)in[i].p.pid);
+        if (in[i].p.pid > 0 && in[i].p.pid != dead && strstr(who, pid))
+            claimant = i;
+    }
+    if (json_integer_value(json_object_get(rec, "controller_epoch")) != epoch || claimant < 0)
+        violation(h, "epoch %d was not claimed by a live instance (record %s)", epoch, record);
+    json_decref(rec);
+    h->version = es->version;
+    h->epoch = epoch;
+    h->count++;
+}
+
+/* Polls ZooKeeper's claims (consistent reads only: /controller_epoch unchanged around the others). */
+static void observe_zk(km_zkc *c, claims *h, inst *in, int n, pid_t dead)
+{
+    char *e = NULL, *ctl = NULL, *rec = NULL;
+    int len;
+    struct Stat es, cs, rs, again;
+    if (km_zkc_get(c, "/controller_epoch", &e, &len, &es) == ZOK && es.version != h->version &&
+        km_zkc_get(c, "/controller", &ctl, &len, &cs) == ZOK &&
+        km_zkc_get(c, "/kmproxy/active", &rec, &len, &rs) == ZOK &&
+        km_zkc_get(c, "/controller_epoch", NULL, &len, &again) == ZOK && again.version == es.version)
+        check_claim(h, &es, atoi(e), &cs, rec, &rs, in, n, dead);
+    free(e);
+    free(ctl);
+    free(rec);
+}
+
+/* The brokers' view: no simulator's controller epoch ever goes backwards, none rejects a request. */
+static void observe_brokers(claims *h)
+{
+    for (int i = 0; i < R.nsims && i < 8; i++) {
+        json_t *st = km_bsim_state_json(R.sims[i]);
+        int32_t ep = (int32_t)json_integer_value(json_object_get(st, "controllerEpoch"));
+        if (ep < h->broker_epoch[i])
+            violation(h, "broker %d: controller epoch went back from %d to %d", km_bsim_broker_id(R.sims[i]),
+                      h->broker_epoch[i], ep);
+        if (json_integer_value(json_object_get(st, "rejected")))
+            violation(h, "broker %d rejected a request: %s", km_bsim_broker_id(R.sims[i]),
+                      json_string_value(json_object_get(st, "lastRejection")));
+        h->broker_epoch[i] = ep > h->broker_epoch[i] ? ep : h->broker_epoch[i];
+        json_decref(st);
+    }
+}
+
+/* Serves the brokers for 0.1 s while the KRaft side keeps appending (one election every 0.3 s),
+ * and watches ZooKeeper's and the brokers' view of who is the controller. */
+static void serve_and_watch(km_zkc *c, claims *h, inst *in, int n, pid_t dead, bool appending, int *tick)
+{
+    if (appending && ++*tick % 3 == 0)
+        elect(*tick);
+    serve(0.1);
+    observe_zk(c, h, in, n, dead);
+    observe_brokers(h);
 }
 
 Test(ha, three_instances_and_simulated_brokers_survive_kill9_of_the_active_one)
@@ -261,26 +367,32 @@ Test(ha, three_instances_and_simulated_brokers_survive_kill9_of_the_active_one)
     }
     km_zkc *c = km_zkc_open(zk, NULL, 10000);
     cr_assert(c);
-    int active = -1, epoch = 0;
+    int active = -1, epoch = 0, tick = 0;
     char why[512] = "";
-    for (int waited = 0; waited < 600 && active < 0; waited++, serve(0.1))
+    claims h = {.version = -1};
+    for (int waited = 0; waited < 600 && active < 0; waited++, serve_and_watch(c, &h, in, 3, 0, false, &tick))
         active = active_of(in, 3);
     cr_assert_geq(active, 0, "no instance became active with the brokers in sync");
     for (int round = 1; round <= KILL_ROUNDS; round++) {
-        elect(round);
+        pid_t dead = in[active].p.pid;
+        for (int i = 0; i < 3; i++) /* records keep coming before, during and after the kill */
+            serve_and_watch(c, &h, in, 3, 0, true, &tick);
         ops_stop(&in[active].p, SIGKILL);
         int next = -1;
-        for (int waited = 0; waited < 600 && next < 0; waited++, serve(0.1))
+        for (int waited = 0; waited < 600 && next < 0; waited++, serve_and_watch(c, &h, in, 3, dead, true, &tick))
             next = active_of(in, 3);
         cr_assert_geq(next, 0, "round %d: no standby took over with the brokers in sync", round);
         int now = controller_epoch(c);
         cr_expect_gt(now, epoch, "round %d: the takeover did not claim with a higher epoch", round);
         epoch = now;
-        bool equal = false;
+        bool equal = false; /* the appends pause so that the image holds still to compare with */
         for (int waited = 0; waited < 600 && !(equal = brokers_equal_image(R.logdir, epoch, why, sizeof why));
              waited++)
-            serve(0.1);
+            serve_and_watch(c, &h, in, 3, dead, false, &tick);
         cr_assert(equal, "round %d: %s", round, why);
+        cr_assert(!h.bad[0], "round %d: %s", round, h.bad);
+        cr_expect_eq(h.count, round + 1, "round %d: %d claims seen in ZooKeeper, want one per takeover", round,
+                     h.count);
         expect_zk_equals_image(&e, zk, round);
         snprintf(tag, sizeof tag, "brk-%d-%d", active, round);
         start(&in[active], &e, tag, zk, settings); /* back as a standby */
