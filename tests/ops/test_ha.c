@@ -207,7 +207,7 @@ static bool isr_equal(json_t *got, const km_i32_list *want)
 
 /* Every simulator holds the image's leaders, leader epochs and ISRs at ControllerEpoch `epoch`, and none
  * ever rejected a request (a second active instance would have been answered STALE_CONTROLLER_EPOCH). */
-static bool brokers_equal_image(const char *logdir, int32_t epoch, char *why, size_t cap)
+static bool brokers_equal_image(const char *logdir, int32_t epoch, bool rejections_ok, char *why, size_t cap)
 {
     km_image *img = km_image_new();
     km_err err = {{0}};
@@ -215,7 +215,7 @@ static bool brokers_equal_image(const char *logdir, int32_t epoch, char *why, si
     for (int i = 0; ok && i < R.nsims; i++) {
         json_t *st = km_bsim_state_json(R.sims[i]), *p;
         int32_t b = km_bsim_broker_id(R.sims[i]);
-        if (json_integer_value(json_object_get(st, "rejected")) ||
+        if ((!rejections_ok && json_integer_value(json_object_get(st, "rejected"))) ||
             json_integer_value(json_object_get(st, "controllerEpoch")) != epoch) {
             snprintf(why, cap, "broker %d: controller epoch %lld (want %d), rejected %lld: %s", b,
                      (long long)json_integer_value(json_object_get(st, "controllerEpoch")), epoch,
@@ -265,6 +265,7 @@ static void elect(int round)
 typedef struct claims {
     int version, epoch, count;  /* /controller_epoch's zkVersion and value last seen; claims seen */
     int32_t broker_epoch[8];    /* the highest controller epoch each simulator has seen */
+    bool stale_expected;        /* a woken old active one's requests are rejected: that is the fence */
     char bad[600];              /* the first violation */
 } claims;
 
@@ -331,7 +332,7 @@ static void observe_brokers(claims *h)
         if (ep < h->broker_epoch[i])
             violation(h, "broker %d: controller epoch went back from %d to %d", km_bsim_broker_id(R.sims[i]),
                       h->broker_epoch[i], ep);
-        if (json_integer_value(json_object_get(st, "rejected")))
+        if (!h->stale_expected && json_integer_value(json_object_get(st, "rejected")))
             violation(h, "broker %d rejected a request: %s", km_bsim_broker_id(R.sims[i]),
                       json_string_value(json_object_get(st, "lastRejection")));
         h->broker_epoch[i] = ep > h->broker_epoch[i] ? ep : h->broker_epoch[i];
@@ -386,7 +387,7 @@ Test(ha, three_instances_and_simulated_brokers_survive_kill9_of_the_active_one)
         cr_expect_gt(now, epoch, "round %d: the takeover did not claim with a higher epoch", round);
         epoch = now;
         bool equal = false; /* the appends pause so that the image holds still to compare with */
-        for (int waited = 0; waited < 600 && !(equal = brokers_equal_image(R.logdir, epoch, why, sizeof why));
+        for (int waited = 0; waited < 600 && !(equal = brokers_equal_image(R.logdir, epoch, false, why, sizeof why));
              waited++)
             serve_and_watch(c, &h, in, 3, dead, false, &tick);
         cr_assert(equal, "round %d: %s", round, why);
@@ -405,6 +406,64 @@ Test(ha, three_instances_and_simulated_brokers_survive_kill9_of_the_active_one)
     km_zkc_close(c);
     for (int i = 0; i < 3; i++)
         stop_cleanly(&in[i]);
+    brig_free(&R);
+    km_test_rmtree(e.dir);
+    free(e.dir);
+}
+
+static bool logged(inst *in, const char *needle)
+{
+    char *log = ops_slurp(in->log_file);
+    bool yes = strstr(log, needle) != NULL;
+    free(log);
+    return yes;
+}
+
+/* The SIGSTOP case with brokers: the paused active one's session expires, the standby claims and
+ * brings the brokers to the image at its epoch; the woken one must not claim again, and whatever it
+ * still sends the brokers is refused (their controller epoch never goes back). */
+Test(ha, a_sigstopped_active_one_with_brokers_is_fenced_and_the_brokers_stay_with_the_new_one)
+{
+    brig_opts o = {.brokers = 3, .topics = 3, .partitions = 2, .replication = 3, .leader_changes = 5};
+    cr_assert(brig_init(&R, &o), "%s", R.why);
+    env e = {.dir = km_test_tmpdir("ops-ha-stop-brokers")};
+    snprintf(e.metadata, sizeof e.metadata, "%s", R.logdir);
+    char zk[128], why[512] = "";
+    snprintf(zk, sizeof zk, "%s/ha-stop-brokers", km_zks_hosts(zs, 0));
+    const char *const settings[] = {"ha.enabled=true", "zookeeper.session.timeout.ms=2000", "brokers.enabled=true",
+                                    "broker.request.timeout.ms=5000", NULL};
+    inst in[2];
+    km_zkc *c = km_zkc_open(zk, NULL, 10000);
+    cr_assert(c);
+    claims h = {.version = -1, .stale_expected = true};
+    int tick = 0, active = -1;
+    start(&in[0], &e, "stopb-a", zk, settings);
+    for (int waited = 0; waited < 600 && active < 0; waited++, serve_and_watch(c, &h, in, 1, 0, false, &tick))
+        active = active_of(in, 1);
+    cr_assert_eq(active, 0, "the first instance did not become active with the brokers in sync");
+    start(&in[1], &e, "stopb-b", zk, settings);
+    for (int waited = 0; waited < 600 && !says(&in[1], "\"role\":\"standby\""); waited++)
+        serve_and_watch(c, &h, in, 2, 0, true, &tick);
+    kill(in[0].p.pid, SIGSTOP);
+    for (int waited = 0; waited < 600 && active_of(&in[1], 1) != 0; waited++)
+        serve_and_watch(c, &h, in, 2, in[0].p.pid, true, &tick);
+    cr_assert_eq(active_of(&in[1], 1), 0, "the standby did not take over from the stopped one");
+    kill(in[0].p.pid, SIGCONT);
+    for (int waited = 0; waited < 600 && !logged(&in[0], "ha: stepping down"); waited++)
+        serve_and_watch(c, &h, in, 2, in[0].p.pid, true, &tick);
+    cr_assert(logged(&in[0], "ha: stepping down"), "the woken one did not step down: %s", ops_slurp(in[0].log_file));
+    int epoch = controller_epoch(c);
+    bool equal = false;
+    for (int waited = 0; waited < 600 && !(equal = brokers_equal_image(R.logdir, epoch, true, why, sizeof why)); waited++)
+        serve_and_watch(c, &h, in, 2, in[0].p.pid, false, &tick);
+    cr_assert(equal, "%s", why);
+    cr_expect(!h.bad[0], "%s", h.bad);
+    cr_expect_eq(h.count, 2, "%d claims seen in ZooKeeper: the woken one claimed again", h.count);
+    cr_expect(says(&in[0], "\"role\":\"standby\"") && says(&in[1], "\"ready\":true,\"role\":\"active\""),
+              "the roles are not woken=standby, taker=active");
+    km_zkc_close(c);
+    stop_cleanly(&in[0]);
+    stop_cleanly(&in[1]);
     brig_free(&R);
     km_test_rmtree(e.dir);
     free(e.dir);
