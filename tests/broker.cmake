@@ -20,9 +20,14 @@ add_dependencies(test_broker_simexe kmproxy-brokersim)
 km_add_test(test_broker_chan SOURCES ${KM_BROKER_TESTS}/test_broker_chan.c ${KM_BROKER_TESTS}/test_broker_rig.c
             ${KM_BROKER_TESTS}/test_broker_check.c ${KM_BROKER_TESTS}/test_tls_certs.c)
 target_link_libraries(test_broker_chan PRIVATE km_brokersim)
-km_add_test(test_broker_daemon SOURCES ${KM_BROKER_TESTS}/test_broker_daemon.c ${KM_BROKER_TESTS}/test_broker_rig.c
-            ${KM_BROKER_TESTS}/test_broker_check.c ${KM_BROKER_TESTS}/test_tls_certs.c TIMEOUT 600)
+set(KM_BROKER_DRIG ${KM_BROKER_TESTS}/test_broker_drig.c ${KM_BROKER_TESTS}/test_broker_rig.c
+    ${KM_BROKER_TESTS}/test_broker_check.c ${KM_BROKER_TESTS}/test_tls_certs.c)
+km_add_test(test_broker_daemon SOURCES ${KM_BROKER_TESTS}/test_broker_daemon.c ${KM_BROKER_DRIG} TIMEOUT 600)
 target_link_libraries(test_broker_daemon PRIVATE km_brokersim km_daemon)
+# Each of issue 9's defects through the daemon: stops, resends, STALE_BROKER_EPOCH, a re-created
+# topic, client.id and the default listener.
+km_add_test(test_broker_daemon_rpcs SOURCES ${KM_BROKER_TESTS}/test_broker_daemon_rpcs.c ${KM_BROKER_DRIG} TIMEOUT 600)
+target_link_libraries(test_broker_daemon_rpcs PRIVATE km_brokersim km_daemon)
 # Secured listeners: SASL mechanisms over PLAINTEXT and TLS, refusals, the authorizer, limits.
 km_add_test(test_broker_sasl SOURCES ${KM_BROKER_TESTS}/test_broker_sasl.c ${KM_BROKER_TESTS}/test_tls_certs.c
             ${KM_BROKER_TESTS}/test_broker_rig.c ${KM_BROKER_TESTS}/test_broker_check.c

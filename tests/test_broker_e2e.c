@@ -381,44 +381,11 @@ Test(broker_e2e, a_topic_recreated_in_one_delta_gets_the_new_id, .fini = fini, .
     init(4, NULL);
     cr_assert(brig_activate(&R), "%s", R.why);
     converge("activation");
-    const km_topic *t = topic_at(0);
-    char name[64];
-    snprintf(name, sizeof name, "%s", km_topic_name(t));
-    int32_t np = km_topic_partition_count(t);
-    km_partition old[8];
-    int32_t reps[8][16], isr[8][16];
-    for (int32_t p = 0; p < np && p < 8; p++) {
-        cr_assert(km_topic_partition(t, p, &old[p]));
-        memcpy(reps[p], old[p].replicas.v, sizeof(int32_t) * (size_t)old[p].replicas.n);
-        memcpy(isr[p], old[p].isr.v, sizeof(int32_t) * (size_t)old[p].isr.n);
-    }
-    km_remove_topic_record rm;
-    km_remove_topic_record_init(&rm);
-    rm.topic_id = km_topic_id(t);
-    km_topic_record tr;
-    km_topic_record_init(&tr);
-    tr.name = km_cstr(name);
-    tr.topic_id = km_topic_id(t);
-    tr.topic_id.b[0] ^= 0x5a; /* a new id */
-    km_partition_record pr[8];
-    const km_message_desc *mds[10] = { &km_remove_topic_record_desc, &km_topic_record_desc };
-    const void *msgs[10] = { &rm, &tr };
-    for (int32_t p = 0; p < np && p < 8; p++) { /* the same brokers host it again, at epoch 0 */
-        km_partition_record_init(&pr[p]);
-        pr[p].partition_id = p;
-        pr[p].topic_id = tr.topic_id;
-        pr[p].replicas.count = old[p].replicas.n;
-        pr[p].replicas.items = reps[p];
-        pr[p].isr.count = old[p].isr.n;
-        pr[p].isr.items = isr[p];
-        pr[p].leader = old[p].leader;
-        pr[p].leader_epoch = pr[p].partition_epoch = 0;
-        mds[2 + p] = &km_partition_record_desc;
-        msgs[2 + p] = &pr[p];
-    }
-    cr_assert(brig_append_batch(&R, mds, msgs, (size_t)(2 + (np < 8 ? np : 8))), "%s", R.why);
+    km_uuid new_id;
+    cr_assert(brig_recreate_topic(&R, topic_at(0), &new_id), "%s", R.why);
     converge("after the topic was re-created");
     cr_assert(brig_no_strays(&R), "%s", R.why);
+    cr_assert(km_image_topic_by_id(R.img, new_id), "the image lacks the new id");
 }
 
 static int32_t zk_epoch_now = 7;

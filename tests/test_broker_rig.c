@@ -92,6 +92,54 @@ bool brig_remove_topic(brig *r, const km_topic *t)
     return brig_append(r, &km_remove_topic_record_desc, &rec);
 }
 
+bool brig_bump_leader_epoch(brig *r, const km_topic *t, int32_t p)
+{
+    km_partition x;
+    if (!km_topic_partition(t, p, &x))
+        return fail(r, "no partition %s-%d", km_topic_name(t), p);
+    km_partition_change_record rec;
+    km_partition_change_record_init(&rec);
+    rec.topic_id = km_topic_id(t);
+    rec.partition_id = x.id;
+    rec.leader = x.leader;
+    return brig_append(r, &km_partition_change_record_desc, &rec);
+}
+
+/* The old partitions' replica and ISR lists live in the image, which the append leaves alone. */
+bool brig_recreate_topic(brig *r, const km_topic *t, km_uuid *new_id)
+{
+    int32_t np = km_topic_partition_count(t) < 8 ? km_topic_partition_count(t) : 8;
+    km_remove_topic_record rm;
+    km_remove_topic_record_init(&rm);
+    rm.topic_id = km_topic_id(t);
+    km_topic_record tr;
+    km_topic_record_init(&tr);
+    tr.name = km_cstr(km_topic_name(t));
+    tr.topic_id = km_topic_id(t);
+    tr.topic_id.b[0] ^= 0x5a;
+    km_partition_record pr[8];
+    const km_message_desc *mds[10] = { &km_remove_topic_record_desc, &km_topic_record_desc };
+    const void *msgs[10] = { &rm, &tr };
+    for (int32_t p = 0; p < np; p++) { /* the same brokers host it again, at epoch 0 */
+        km_partition old;
+        if (!km_topic_partition(t, p, &old))
+            return fail(r, "no partition %s-%d", km_topic_name(t), p);
+        km_partition_record_init(&pr[p]);
+        pr[p].partition_id = p;
+        pr[p].topic_id = tr.topic_id;
+        pr[p].replicas.count = old.replicas.n;
+        pr[p].replicas.items = (int32_t *)old.replicas.v;
+        pr[p].isr.count = old.isr.n;
+        pr[p].isr.items = (int32_t *)old.isr.v;
+        pr[p].leader = old.leader;
+        pr[p].leader_epoch = pr[p].partition_epoch = 0;
+        mds[2 + p] = &km_partition_record_desc;
+        msgs[2 + p] = &pr[p];
+    }
+    *new_id = tr.topic_id;
+    return brig_append_batch(r, mds, msgs, (size_t)(2 + np));
+}
+
 long long brig_lisr_count(brig *r, int32_t broker, int type)
 {
     char k[4];
@@ -102,23 +150,31 @@ long long brig_lisr_count(brig *r, int32_t broker, int type)
     return n;
 }
 
+void brig_registration(int32_t id, int64_t epoch, uint16_t port, bool migrating, km_register_broker_record *rec,
+                       km_register_broker_record_broker_endpoint *ep, km_register_broker_record_broker_feature *ft)
+{
+    km_register_broker_record_init(rec);
+    *ep = (km_register_broker_record_broker_endpoint){ km_cstr("PLAINTEXT"), km_cstr("127.0.0.1"), port, 0, { 0, 0 } };
+    *ft = (km_register_broker_record_broker_feature){ km_cstr("metadata.version"), 1, KM_MV_3_9_IV0, { 0, 0 } };
+    rec->broker_id = id;
+    rec->is_migrating_zk_broker = migrating;
+    rec->incarnation_id.b[0] = (uint8_t)id;
+    rec->incarnation_id.b[1] = (uint8_t)epoch;
+    rec->incarnation_id.b[15] = 0x42;
+    rec->broker_epoch = epoch;
+    rec->end_points.count = 1;
+    rec->end_points.items = ep;
+    rec->features.count = 1;
+    rec->features.items = ft;
+    rec->fenced = false;
+}
+
 bool brig_register(brig *r, int32_t id, int64_t epoch, uint16_t port, bool migrating)
 {
     km_register_broker_record rec;
-    km_register_broker_record_init(&rec);
-    km_register_broker_record_broker_endpoint ep = { km_cstr("PLAINTEXT"), km_cstr("127.0.0.1"), port, 0, { 0, 0 } };
-    km_register_broker_record_broker_feature ft = { km_cstr("metadata.version"), 1, KM_MV_3_9_IV0, { 0, 0 } };
-    rec.broker_id = id;
-    rec.is_migrating_zk_broker = migrating;
-    rec.incarnation_id.b[0] = (uint8_t)id;
-    rec.incarnation_id.b[1] = (uint8_t)epoch;
-    rec.incarnation_id.b[15] = 0x42;
-    rec.broker_epoch = epoch;
-    rec.end_points.count = 1;
-    rec.end_points.items = &ep;
-    rec.features.count = 1;
-    rec.features.items = &ft;
-    rec.fenced = false;
+    km_register_broker_record_broker_endpoint ep;
+    km_register_broker_record_broker_feature ft;
+    brig_registration(id, epoch, port, migrating, &rec, &ep, &ft);
     return brig_append(r, &km_register_broker_record_desc, &rec);
 }
 

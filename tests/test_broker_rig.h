@@ -63,6 +63,10 @@ bool brig_add_broker(brig *r, int32_t id, int64_t epoch, const char *max_version
 bool brig_add_broker_ex(brig *r, int32_t id, int64_t epoch, const char *max_versions, bool migrating);
 /* Registers broker id at 127.0.0.1:port without a simulator (e.g. a black hole). */
 bool brig_register(brig *r, int32_t id, int64_t epoch, uint16_t port, bool migrating);
+/* Fills a registration of broker id at 127.0.0.1:port (one PLAINTEXT endpoint in *ep, the
+ * metadata.version feature in *ft), e.g. to append it in one batch with other records. */
+void brig_registration(int32_t id, int64_t epoch, uint16_t port, bool migrating, km_register_broker_record *rec,
+                       km_register_broker_record_broker_endpoint *ep, km_register_broker_record_broker_feature *ft);
 bool brig_activate(brig *r);
 /* Appends one metadata record (at the codec's highest version) as its own batch. */
 bool brig_append(brig *r, const km_message_desc *md, const void *msg);
@@ -73,6 +77,11 @@ bool brig_append_batch(brig *r, const km_message_desc *const *mds, const void *c
  * broker moved away from. */
 int32_t brig_reassign(brig *r, const km_topic *t, int32_t p, int32_t to);
 bool brig_remove_topic(brig *r, const km_topic *t);
+/* A new leader epoch for t-p, the same leader (one batch). */
+bool brig_bump_leader_epoch(brig *r, const km_topic *t, int32_t p);
+/* Deletes t and creates it again under its name in one batch (one delta): a new id (in *new_id),
+ * the same replicas, ISR and leaders at epoch 0 (its first 8 partitions). */
+bool brig_recreate_topic(brig *r, const km_topic *t, km_uuid *new_id);
 /* LeaderAndIsr requests of Type `type` (0, 1, 2) a simulator applied. */
 long long brig_lisr_count(brig *r, int32_t broker, int type);
 /* Reads what the log has and publishes each delta. */

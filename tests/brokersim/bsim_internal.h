@@ -87,6 +87,7 @@ struct km_bsim {
     struct bsim_conn *conns;           /* open connections (doubly linked) */
     uint64_t rng;                      /* cut_ratio's draws */
     int muted;                         /* control requests still to leave unanswered */
+    bool unreachable;                  /* every connection is closed at once */
     struct bsim_peek *peeks;           /* accepted TLS connections not yet past their first byte */
     struct bsim_user *users;           /* SASL users (cfg.sasl_users parsed) */
     size_t n_users;

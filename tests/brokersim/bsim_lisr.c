@@ -134,6 +134,8 @@ static bsim_part *new_part(bsim_state *st, const char *topic, int32_t partition)
 /* Equal leader epoch from a ZK controller: only a topic-id change is taken. */
 static int16_t equal_epoch_zk(bsim_part *p, const lisr_item *it, int32_t self)
 {
+    if (!p) /* leader epoch -1 for a partition it does not host: not above InitialLeaderEpoch - 1 */
+        return E_STALE_CONTROLLER_EPOCH;
     if (!km_uuid_is_zero(it->topic_id) && km_uuid_is_zero(p->topic_id)) {
         p->topic_id = it->topic_id;
         return E_NONE;

@@ -330,6 +330,10 @@ static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
 {
     (void)l;
     km_bsim *s = ud;
+    if (s->unreachable) {
+        close(fd);
+        return;
+    }
     if (!s->cfg.tls) {
         accept_conn(s, fd, peer);
         return;
@@ -359,6 +363,13 @@ void km_bsim_drop_connections(km_bsim *s)
         km_net_close(s->conns->c);
         unlink_conn(s->conns);
     }
+}
+
+void km_bsim_set_unreachable(km_bsim *s, bool unreachable)
+{
+    s->unreachable = unreachable;
+    if (unreachable)
+        km_bsim_drop_connections(s);
 }
 
 km_bsim *km_bsim_new(struct ev_loop *loop, const km_bsim_config *cfg, km_err *err)

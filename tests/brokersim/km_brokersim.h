@@ -115,6 +115,11 @@ void km_bsim_restart(km_bsim *s, int64_t epoch);
  * simulator's loop thread. */
 void km_bsim_drop_connections(km_bsim *s);
 
+/* While unreachable, every connection is closed as soon as it is accepted and the open ones are
+ * dropped: a broker that is down or cut off by the network (its state is kept, as its logs are
+ * on disk).  Call it on the simulator's loop thread. */
+void km_bsim_set_unreachable(km_bsim *s, bool unreachable);
+
 /* The whole state as JSON (new reference):
  * {"brokerId", "kraftBrokerEpoch", "controllerEpoch",
  *  "partitions": [{"topic","partition","topicId","leader","leaderEpoch","partitionEpoch",
