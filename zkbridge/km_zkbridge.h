@@ -74,6 +74,12 @@ typedef struct km_zkw_config {
     size_t max_pending_ops;         /* write-behind bound in znode ops (records); 0: 100000 */
     bool fence_on_expiry;           /* HA: an expired session may mean another instance took over: FENCED,
                                      * never a re-claim of its own (the election decides who claims) */
+    /* HA: a znode recording which /controller_epoch a kmproxy instance claimed last, written in the
+     * claim's own multi (so no instant exists where the epoch moved and the record did not). A claim
+     * that finds /controller_epoch past the record stops FENCED with km_zkw_fenced_by_foreign(): a
+     * writer outside the election claimed since, and re-claiming would fight it. NULL: no record. */
+    const char *claim_record;
+    const char *claim_owner;        /* who we are, stored in the record */
     bool read_only;                 /* diff: a session only - no claim, no writes (CLAIMED once the guard has
                                      * seen what a claim would find; its verdict is ignored) */
     /* Before each claim: non-zero refuses it for good (state REFUSED, fence reason = why). NULL: none. */
@@ -88,6 +94,8 @@ km_zkw *km_zkw_new(struct ev_loop *loop, const km_zkw_config *cfg, km_err *err);
 void km_zkw_free(km_zkw *w);
 km_zkw_state km_zkw_get_state(const km_zkw *w);
 const char *km_zkw_fence_reason(const km_zkw *w);
+/* Fenced because /controller_epoch moved past the claim record (claim_record): a foreign writer. */
+bool km_zkw_fenced_by_foreign(const km_zkw *w);
 
 /* ---- the neutral write interface ---- */
 typedef enum km_zop_kind {

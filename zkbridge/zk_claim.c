@@ -18,9 +18,9 @@ typedef struct read_slot {
 } read_slot;
 
 /* The first read of a claim: what the guard and the claim decide from. */
-enum { R_CONTROLLER, R_CONTROLLER_EPOCH, R_MIGRATION, R_CLUSTER_ID, R_BROKER_IDS, R_TOPICS, CLAIM_READS };
-static const char *const CLAIM_PATHS[CLAIM_READS] = {"/controller", "/controller_epoch", "/migration", "/cluster/id",
-                                                     "/brokers/ids", "/brokers/topics"};
+enum { R_CONTROLLER, R_CONTROLLER_EPOCH, R_MIGRATION, R_CLUSTER_ID, R_BROKER_IDS, R_TOPICS, R_RECORD, CLAIM_READS };
+static const char *const CLAIM_PATHS[R_RECORD] = {"/controller", "/controller_epoch", "/migration", "/cluster/id",
+                                                  "/brokers/ids", "/brokers/topics"};
 
 struct claim_call {
     km_zkw *w;
@@ -30,10 +30,11 @@ struct claim_call {
     char *data[CLAIM_READS];
     int len[CLAIM_READS];
     struct Stat st[CLAIM_READS];
-    zoo_op_t ops[4];
-    zoo_op_result_t res[4];
-    struct Stat set_stat;
+    zoo_op_t ops[5];
+    zoo_op_result_t res[5];
+    struct Stat set_stat, record_stat;
     char payload[256];
+    char record[512];
     read_slot slots[CLAIM_READS];
 };
 
@@ -47,8 +48,10 @@ static claim_call *call_new(km_zkw *w, int waiting)
         c->w = w;
         c->generation = w->sess.generation;
         c->waiting = waiting;
-        for (int i = 0; i < CLAIM_READS; i++)
+        for (int i = 0; i < CLAIM_READS; i++) {
             c->slots[i] = (read_slot){c, i};
+            c->rc[i] = ZNONODE; /* a slot a step does not read */
+        }
     }
     return c;
 }
@@ -178,6 +181,15 @@ static void read_two(km_zkw *w, const char *p0, const char *p1)
     read_paths(w, paths, p1 ? 2 : 1);
 }
 
+/* The claim's first read: what the guard decides from, and the HA claim record when there is one. */
+static void read_claim_paths(km_zkw *w)
+{
+    const char *paths[CLAIM_READS];
+    memcpy(paths, CLAIM_PATHS, sizeof CLAIM_PATHS);
+    paths[R_RECORD] = w->claim_record;
+    read_paths(w, paths, w->claim_record ? CLAIM_READS : R_RECORD);
+}
+
 static bool is_loss(int rc) { return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT; }
 
 /* The first op that failed in a multi (the others report OK or RUNTIMEINCONSISTENCY). */
@@ -217,6 +229,25 @@ static int check_controller(km_zkw *w, const char *json)
 
 static void on_claim_multi(int rc, const void *data);
 
+/* HA: the record of this claim rides in the claim's multi, at the version the claim read. */
+static int record_op(km_zkw *w, claim_call *c, zoo_op_t *op)
+{
+    char owner[256];
+    json_t *o = json_string(w->claim_owner);
+    char *quoted = o ? json_dumps(o, JSON_ENCODE_ANY) : NULL;
+    snprintf(owner, sizeof owner, "%s", quoted ? quoted : "\"?\"");
+    free(quoted);
+    json_decref(o);
+    int len = snprintf(c->record, sizeof c->record,
+                       "{\"version\":1,\"instance\":%s,\"controller_epoch\":%d,\"kraft_controller_id\":%d,"
+                       "\"since_ms\":%lld}", owner, w->zk_epoch + 1, w->cfg.controller_id, (long long)zk_wall_ms());
+    if (w->record_version >= 0)
+        zoo_set_op_init(op, w->claim_record, c->record, len, w->record_version, &c->record_stat);
+    else
+        zoo_create_op_init(op, w->claim_record, c->record, len, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+    return 1;
+}
+
 static void send_claim(km_zkw *w)
 {
     claim_call *c = call_new(w, 1);
@@ -237,6 +268,8 @@ static void send_claim(km_zkw *w)
         zoo_delete_op_init(&c->ops[n++], "/controller", w->ctrl_version);
     zoo_create_op_init(&c->ops[n++], "/controller", w->ctrl_json, (int)strlen(w->ctrl_json),
                        &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+    if (w->claim_record)
+        n += record_op(w, c, &c->ops[n]);
     c->waiting = n; /* op count, kept for on_claim_multi */
     w->step = CL_CLAIM;
     if (zoo_amulti(w->sess.zh, n, c->ops, c->res, on_claim_multi, c) != ZOK) {
@@ -332,6 +365,33 @@ static void probed(km_zkw *w, const claim_call *c)
     zkw_emit(w, KM_ZKW_EV_CLAIMED);
 }
 
+/* HA: /controller_epoch holds what the last kmproxy claim wrote (the record says which), or a
+ * writer outside the election claimed since - a KRaft controller's migration driver, an operator's
+ * tool. Claiming over it would make the two fight (each claim fences the other), so we stop: FENCED
+ * for good, km_zkw_fenced_by_foreign() set. No record yet: the first HA claim of this cluster. */
+static bool foreign_since_last_claim(km_zkw *w, const claim_call *c)
+{
+    w->record_version = c->rc[R_RECORD] == ZOK ? c->st[R_RECORD].version : -1;
+    if (!w->claim_record || c->rc[R_RECORD] != ZOK)
+        return false;
+    json_error_t jerr;
+    json_t *rec = json_loads(c->data[R_RECORD] ? c->data[R_RECORD] : "", 0, &jerr);
+    json_t *ep = json_object_get(rec, "controller_epoch");
+    long long recorded = json_is_integer(ep) ? (long long)json_integer_value(ep) : -1;
+    const char *by = json_string_value(json_object_get(rec, "instance"));
+    long long now = c->rc[R_CONTROLLER_EPOCH] == ZOK ? strtoll(c->data[R_CONTROLLER_EPOCH], NULL, 10) : -1;
+    bool foreign = recorded != now;
+    if (foreign) {
+        w->foreign = true;
+        zkw_fence(w, "a writer outside the election owns ZooKeeper: /controller_epoch is %lld (/controller: %.150s) "
+                  "but the last kmproxy claim, recorded in %s by %.120s, was epoch %lld; not claiming over it",
+                  now, c->rc[R_CONTROLLER] == ZOK ? c->data[R_CONTROLLER] : "absent", w->claim_record,
+                  by ? by : "?", recorded);
+    }
+    json_decref(rec);
+    return foreign;
+}
+
 static void decide_claim(km_zkw *w, claim_call *c)
 {
     for (int i = 0; i < CLAIM_READS; i++)
@@ -342,6 +402,8 @@ static void decide_claim(km_zkw *w, claim_call *c)
         }
     if (w->cfg.read_only)
         return probed(w, c);
+    if (foreign_since_last_claim(w, c))
+        return;
     if (guard_refuses(w, c))
         return;
     w->ctrl_exists = c->rc[0] == ZOK;
@@ -491,7 +553,7 @@ static void claim_step(km_zkw *w)
     if (w->state != KM_ZKW_CLAIMING || !w->sess.zh)
         return;
     switch (w->step) {
-    case CL_READ: return read_paths(w, CLAIM_PATHS, CLAIM_READS);
+    case CL_READ: return read_claim_paths(w);
     case CL_VERIFY_CLAIM: return read_two(w, "/controller_epoch", "/controller");
     case CL_MIG_READ: return read_two(w, "/migration", NULL);
     case CL_MIG_VERIFY: return read_two(w, "/migration", NULL);

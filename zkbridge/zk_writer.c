@@ -142,6 +142,12 @@ km_zkw *km_zkw_new(struct ev_loop *loop, const km_zkw_config *cfg, km_err *err)
     }
     w->cfg = *cfg;
     w->cfg.hosts = w->hosts;
+    w->claim_record = cfg->claim_record ? strdup(cfg->claim_record) : NULL;
+    w->claim_owner = strdup(cfg->claim_owner ? cfg->claim_owner : "");
+    if ((cfg->claim_record && !w->claim_record) || !w->claim_owner) {
+        km_zkw_free(w);
+        return km_fail(err, "zk writer: out of memory"), NULL;
+    }
     if (!w->cfg.session_timeout_ms) w->cfg.session_timeout_ms = 10000;
     if (!w->cfg.max_multi_bytes) w->cfg.max_multi_bytes = 512 * 1024;
     if (!w->cfg.max_multi_ops) w->cfg.max_multi_ops = 1000;
@@ -155,8 +161,7 @@ km_zkw *km_zkw_new(struct ev_loop *loop, const km_zkw_config *cfg, km_err *err)
     w->sess.on_state = on_session;
     w->sess.owner = w;
     if (zk_session_start(&w->sess, loop, err)) {
-        free(w->hosts);
-        free(w);
+        km_zkw_free(w);
         return NULL;
     }
     return w;
@@ -170,6 +175,8 @@ void km_zkw_free(km_zkw *w)
     zk_session_close(&w->sess); /* fires pending completions (ZCLOSING) while multis still exist */
     zkw_drop_pipeline(w);
     free(w->hosts);
+    free(w->claim_record);
+    free(w->claim_owner);
     free(w);
 }
 
@@ -178,6 +185,7 @@ km_zkw_state km_zkw_get_state(const km_zkw *w)
     return w->state == KM_ZKW_READY && w->recover_wanted ? KM_ZKW_RECOVERING : w->state;
 }
 const char *km_zkw_fence_reason(const km_zkw *w) { return w->fence_reason; }
+bool km_zkw_fenced_by_foreign(const km_zkw *w) { return w->foreign; }
 int64_t km_zkw_confirmed_offset(const km_zkw *w) { return w->confirmed_offset; }
 int32_t km_zkw_confirmed_epoch(const km_zkw *w) { return w->confirmed_epoch; }
 int km_zkw_migration_version(const km_zkw *w) { return w->mig_version; }

@@ -83,6 +83,9 @@ struct km_zkw {
     zk_session sess;
     km_zkw_state state;
     char fence_reason[512];
+    bool foreign;                          /* fenced by a writer outside the election (claim_record) */
+    char *claim_record, *claim_owner;      /* owned copies of the config's strings */
+    int record_version;                    /* claim_record's zkVersion as the claim read it; -1: absent */
     zk_vcache cache;
     /* the claim */
     zkw_claim_step step;

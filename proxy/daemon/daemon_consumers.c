@@ -83,6 +83,10 @@ static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
         km_daemon_fatal_input(d, "ZooKeeper mirror refused: %s", km_zkb_error(b));
         return;
     }
+    if (phase == KM_ZKB_STOPPED && km_zkw_fenced_by_foreign(km_zkb_writer(b))) { /* no standby may claim either */
+        km_daemon_fatal(d, "ZooKeeper mirror stopped: %s", km_zkb_error(b));
+        return;
+    }
     if (phase == KM_ZKB_STOPPED) {
         char why[700];
         snprintf(why, sizeof why, "ZooKeeper mirror stopped: %s", km_zkb_error(b));
@@ -213,7 +217,8 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
         .zk = {.hosts = d->cfg.zk_connect, .session_timeout_ms = d->cfg.zk_session_timeout_ms,
                .controller_id = c->controller_id, .controller_epoch = c->controller_epoch,
                .max_pending_ops = (size_t)d->cfg.zk_max_pending_records, .log = bridge_log, .ctx = d,
-               .fence_on_expiry = d->election != NULL},
+               .fence_on_expiry = d->election != NULL, .claim_record = d->election ? d->claim_record : NULL,
+               .claim_owner = d->instance},
         .passwords = {.secret = d->cfg.password_encoder_secret,
                       .keyfactory_algorithm = d->cfg.password_encoder_keyfactory_algorithm,
                       .cipher_algorithm = d->cfg.password_encoder_cipher_algorithm,

@@ -6,7 +6,14 @@
  * old one's next multi fails its epoch check and brokers answer its RPCs STALE_CONTROLLER_EPOCH.
  * Whatever tells an active instance it lost (the election's session expired, its writer was fenced
  * or its own writer session expired, a broker fenced it) makes it step down: drop the bridge and the
- * broker channels, join the election again at the back, keep following as a standby. */
+ * broker channels, join the election again at the back, keep following as a standby.
+ *
+ * Except a fence by a writer that is not one of us (a KRaft controller's migration driver, an
+ * operator's tool): every claim writes, in its own multi, which /controller_epoch it took to
+ * `<parent of the election path>/active`; a claim that finds /controller_epoch past that record
+ * was beaten by a foreign writer and ends the daemon (exit 1) instead of claiming over it. The
+ * fenced instance rejoins, and whichever of us leads next reads the record and stops the same way,
+ * so none re-claims: the operator decides. */
 #include "daemon_internal.h"
 
 #include <stdio.h>
@@ -77,6 +84,9 @@ int km_daemon_start_ha(km_daemon *d, km_err *err)
     gethostname(host, sizeof host - 1);
     snprintf(d->instance, sizeof d->instance, "%s:%d metrics=%s", host, (int)getpid(),
              d->cfg.metrics_listen ? d->cfg.metrics_listen : "-");
+    const char *slash = strrchr(d->cfg.election_path, '/'); /* the path is absolute: the election checks it */
+    snprintf(d->claim_record, sizeof d->claim_record, "%.*s/active",
+             slash ? (int)(slash - d->cfg.election_path) : 0, d->cfg.election_path);
     km_zkel_config ec = {.hosts = d->cfg.zk_connect, .session_timeout_ms = d->cfg.zk_session_timeout_ms,
                          .path = d->cfg.election_path, .data = d->instance, .on_change = on_election, .log = ha_log,
                          .ctx = d};

@@ -44,6 +44,7 @@ struct km_daemon {
     int64_t active_since;        /* unix time of that; 0 while standby */
     int64_t takeovers;           /* times this instance became active */
     int64_t started_wall;        /* unix time the daemon started */
+    char claim_record[600];      /* ha.enabled: beside the election, which /controller_epoch kmproxy claimed last */
     char instance[200];          /* host:pid and metrics address, the election node's data */
     ev_timer step_down;          /* deferred: the callers are the parts it frees */
     bool rejoin_after_step_down;

@@ -15,6 +15,7 @@
 #include <ev.h>
 #include <jansson.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,9 +195,19 @@ static int active_of(inst *in, int n)
     return -1;
 }
 
-/* Every simulator holds the image's leaders and leader epochs at ControllerEpoch `epoch`, and none
+static bool isr_equal(json_t *got, const km_i32_list *want)
+{
+    if (!json_is_array(got) || json_array_size(got) != (size_t)want->n)
+        return false;
+    for (int32_t i = 0; i < want->n; i++)
+        if (json_integer_value(json_array_get(got, (size_t)i)) != want->v[i])
+            return false;
+    return true;
+}
+
+/* Every simulator holds the image's leaders, leader epochs and ISRs at ControllerEpoch `epoch`, and none
  * ever rejected a request (a second active instance would have been answered STALE_CONTROLLER_EPOCH). */
-static bool brokers_equal_image(const char *logdir, int32_t epoch, char *why, size_t cap)
+static bool brokers_equal_image(const char *logdir, int32_t epoch, bool rejections_ok, char *why, size_t cap)
 {
     km_image *img = km_image_new();
     km_err err = {{0}};
@@ -204,7 +215,7 @@ static bool brokers_equal_image(const char *logdir, int32_t epoch, char *why, si
     for (int i = 0; ok && i < R.nsims; i++) {
         json_t *st = km_bsim_state_json(R.sims[i]), *p;
         int32_t b = km_bsim_broker_id(R.sims[i]);
-        if (json_integer_value(json_object_get(st, "rejected")) ||
+        if ((!rejections_ok && json_integer_value(json_object_get(st, "rejected"))) ||
             json_integer_value(json_object_get(st, "controllerEpoch")) != epoch) {
             snprintf(why, cap, "broker %d: controller epoch %lld (want %d), rejected %lld: %s", b,
                      (long long)json_integer_value(json_object_get(st, "controllerEpoch")), epoch,
@@ -221,7 +232,8 @@ static bool brokers_equal_image(const char *logdir, int32_t epoch, char *why, si
                 continue;
             if (!t || !km_topic_partition(t, (int32_t)json_integer_value(json_object_get(p, "partition")), &want) ||
                 json_integer_value(json_object_get(p, "leader")) != want.leader ||
-                json_integer_value(json_object_get(p, "leaderEpoch")) != want.leader_epoch) {
+                json_integer_value(json_object_get(p, "leaderEpoch")) != want.leader_epoch ||
+                !isr_equal(json_object_get(p, "isr"), &want.isr)) {
                 snprintf(why, cap, "broker %d: %s-%lld differs from the image", b, topic,
                          (long long)json_integer_value(json_object_get(p, "partition")));
                 ok = false;
@@ -241,7 +253,102 @@ static void elect(int round)
     pc.topic_id = brig_topic_id(&R, "topic-0");
     pc.partition_id = 0;
     pc.leader = 1 + round % 2;
+    int32_t isr[2] = {pc.leader, 3};
+    pc.isr.count = 2;
+    pc.isr.items = isr;
     cr_assert(brig_append(&R, &km_partition_change_record_desc, &pc), "%s", R.why);
+}
+
+/* ZooKeeper's history of claims, seen by the test's own session. Every claim is one multi that sets
+ * /controller_epoch (its zkVersion counts claims, so a poll cannot miss one unseen), recreates
+ * /controller and writes the claim record: one transaction, one zxid. */
+typedef struct claims {
+    int version, epoch, count;  /* /controller_epoch's zkVersion and value last seen; claims seen */
+    int32_t broker_epoch[8];    /* the highest controller epoch each simulator has seen */
+    bool stale_expected;        /* a woken old active one's requests are rejected: that is the fence */
+    char bad[600];              /* the first violation */
+} claims;
+
+static void violation(claims *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void violation(claims *h, const char *fmt, ...)
+{
+    if (h->bad[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->bad, sizeof h->bad, fmt, ap);
+    va_end(ap);
+}
+
+/* One claim found: exactly one more than the last (no instance claimed twice or beside another),
+ * made in one transaction with /controller and the record, by a live instance that is not `dead`. */
+static void check_claim(claims *h, const struct Stat *es, int epoch, const struct Stat *cs, const char *record,
+                        const struct Stat *rs, inst *in, int n, pid_t dead)
+{
+    if (h->version >= 0 && (es->version != h->version + 1 || epoch != h->epoch + 1))
+        violation(h, "/controller_epoch went from %d (zkVersion %d) to %d (zkVersion %d): not one claim", h->epoch,
+                  h->version, epoch, es->version);
+    if (cs->czxid != es->mzxid || rs->mzxid != es->mzxid)
+        violation(h, "claim of epoch %d: /controller, /controller_epoch and the record not in one transaction", epoch);
+    json_t *rec = json_loads(record, 0, NULL);
+    const char *who = json_string_value(json_object_get(rec, "instance"));
+    int claimant = -1;
+    for (int i = 0; who && i < n; i++) {
+        char pid[32];
+        snprintf(pid, sizeof pid, ":%d ", (int)in[i].p.pid);
+        if (in[i].p.pid > 0 && in[i].p.pid != dead && strstr(who, pid))
+            claimant = i;
+    }
+    if (json_integer_value(json_object_get(rec, "controller_epoch")) != epoch || claimant < 0)
+        violation(h, "epoch %d was not claimed by a live instance (record %s)", epoch, record);
+    json_decref(rec);
+    h->version = es->version;
+    h->epoch = epoch;
+    h->count++;
+}
+
+/* Polls ZooKeeper's claims (consistent reads only: /controller_epoch unchanged around the others). */
+static void observe_zk(km_zkc *c, claims *h, inst *in, int n, pid_t dead)
+{
+    char *e = NULL, *ctl = NULL, *rec = NULL;
+    int len;
+    struct Stat es, cs, rs, again;
+    if (km_zkc_get(c, "/controller_epoch", &e, &len, &es) == ZOK && es.version != h->version &&
+        km_zkc_get(c, "/controller", &ctl, &len, &cs) == ZOK &&
+        km_zkc_get(c, "/kmproxy/active", &rec, &len, &rs) == ZOK &&
+        km_zkc_get(c, "/controller_epoch", NULL, &len, &again) == ZOK && again.version == es.version)
+        check_claim(h, &es, atoi(e), &cs, rec, &rs, in, n, dead);
+    free(e);
+    free(ctl);
+    free(rec);
+}
+
+/* The brokers' view: no simulator's controller epoch ever goes backwards, none rejects a request. */
+static void observe_brokers(claims *h)
+{
+    for (int i = 0; i < R.nsims && i < 8; i++) {
+        json_t *st = km_bsim_state_json(R.sims[i]);
+        int32_t ep = (int32_t)json_integer_value(json_object_get(st, "controllerEpoch"));
+        if (ep < h->broker_epoch[i])
+            violation(h, "broker %d: controller epoch went back from %d to %d", km_bsim_broker_id(R.sims[i]),
+                      h->broker_epoch[i], ep);
+        if (!h->stale_expected && json_integer_value(json_object_get(st, "rejected")))
+            violation(h, "broker %d rejected a request: %s", km_bsim_broker_id(R.sims[i]),
+                      json_string_value(json_object_get(st, "lastRejection")));
+        h->broker_epoch[i] = ep > h->broker_epoch[i] ? ep : h->broker_epoch[i];
+        json_decref(st);
+    }
+}
+
+/* Serves the brokers for 0.1 s while the KRaft side keeps appending (one election every 0.3 s),
+ * and watches ZooKeeper's and the brokers' view of who is the controller. */
+static void serve_and_watch(km_zkc *c, claims *h, inst *in, int n, pid_t dead, bool appending, int *tick)
+{
+    if (appending && ++*tick % 3 == 0)
+        elect(*tick);
+    serve(0.1);
+    observe_zk(c, h, in, n, dead);
+    observe_brokers(h);
 }
 
 Test(ha, three_instances_and_simulated_brokers_survive_kill9_of_the_active_one)
@@ -261,26 +368,32 @@ Test(ha, three_instances_and_simulated_brokers_survive_kill9_of_the_active_one)
     }
     km_zkc *c = km_zkc_open(zk, NULL, 10000);
     cr_assert(c);
-    int active = -1, epoch = 0;
+    int active = -1, epoch = 0, tick = 0;
     char why[512] = "";
-    for (int waited = 0; waited < 600 && active < 0; waited++, serve(0.1))
+    claims h = {.version = -1};
+    for (int waited = 0; waited < 600 && active < 0; waited++, serve_and_watch(c, &h, in, 3, 0, false, &tick))
         active = active_of(in, 3);
     cr_assert_geq(active, 0, "no instance became active with the brokers in sync");
     for (int round = 1; round <= KILL_ROUNDS; round++) {
-        elect(round);
+        pid_t dead = in[active].p.pid;
+        for (int i = 0; i < 3; i++) /* records keep coming before, during and after the kill */
+            serve_and_watch(c, &h, in, 3, 0, true, &tick);
         ops_stop(&in[active].p, SIGKILL);
         int next = -1;
-        for (int waited = 0; waited < 600 && next < 0; waited++, serve(0.1))
+        for (int waited = 0; waited < 600 && next < 0; waited++, serve_and_watch(c, &h, in, 3, dead, true, &tick))
             next = active_of(in, 3);
         cr_assert_geq(next, 0, "round %d: no standby took over with the brokers in sync", round);
         int now = controller_epoch(c);
         cr_expect_gt(now, epoch, "round %d: the takeover did not claim with a higher epoch", round);
         epoch = now;
-        bool equal = false;
-        for (int waited = 0; waited < 600 && !(equal = brokers_equal_image(R.logdir, epoch, why, sizeof why));
+        bool equal = false; /* the appends pause so that the image holds still to compare with */
+        for (int waited = 0; waited < 600 && !(equal = brokers_equal_image(R.logdir, epoch, false, why, sizeof why));
              waited++)
-            serve(0.1);
+            serve_and_watch(c, &h, in, 3, dead, false, &tick);
         cr_assert(equal, "round %d: %s", round, why);
+        cr_assert(!h.bad[0], "round %d: %s", round, h.bad);
+        cr_expect_eq(h.count, round + 1, "round %d: %d claims seen in ZooKeeper, want one per takeover", round,
+                     h.count);
         expect_zk_equals_image(&e, zk, round);
         snprintf(tag, sizeof tag, "brk-%d-%d", active, round);
         start(&in[active], &e, tag, zk, settings); /* back as a standby */
@@ -293,6 +406,64 @@ Test(ha, three_instances_and_simulated_brokers_survive_kill9_of_the_active_one)
     km_zkc_close(c);
     for (int i = 0; i < 3; i++)
         stop_cleanly(&in[i]);
+    brig_free(&R);
+    km_test_rmtree(e.dir);
+    free(e.dir);
+}
+
+static bool logged(inst *in, const char *needle)
+{
+    char *log = ops_slurp(in->log_file);
+    bool yes = strstr(log, needle) != NULL;
+    free(log);
+    return yes;
+}
+
+/* The SIGSTOP case with brokers: the paused active one's session expires, the standby claims and
+ * brings the brokers to the image at its epoch; the woken one must not claim again, and whatever it
+ * still sends the brokers is refused (their controller epoch never goes back). */
+Test(ha, a_sigstopped_active_one_with_brokers_is_fenced_and_the_brokers_stay_with_the_new_one)
+{
+    brig_opts o = {.brokers = 3, .topics = 3, .partitions = 2, .replication = 3, .leader_changes = 5};
+    cr_assert(brig_init(&R, &o), "%s", R.why);
+    env e = {.dir = km_test_tmpdir("ops-ha-stop-brokers")};
+    snprintf(e.metadata, sizeof e.metadata, "%s", R.logdir);
+    char zk[128], why[512] = "";
+    snprintf(zk, sizeof zk, "%s/ha-stop-brokers", km_zks_hosts(zs, 0));
+    const char *const settings[] = {"ha.enabled=true", "zookeeper.session.timeout.ms=2000", "brokers.enabled=true",
+                                    "broker.request.timeout.ms=5000", NULL};
+    inst in[2];
+    km_zkc *c = km_zkc_open(zk, NULL, 10000);
+    cr_assert(c);
+    claims h = {.version = -1, .stale_expected = true};
+    int tick = 0, active = -1;
+    start(&in[0], &e, "stopb-a", zk, settings);
+    for (int waited = 0; waited < 600 && active < 0; waited++, serve_and_watch(c, &h, in, 1, 0, false, &tick))
+        active = active_of(in, 1);
+    cr_assert_eq(active, 0, "the first instance did not become active with the brokers in sync");
+    start(&in[1], &e, "stopb-b", zk, settings);
+    for (int waited = 0; waited < 600 && !says(&in[1], "\"role\":\"standby\""); waited++)
+        serve_and_watch(c, &h, in, 2, 0, true, &tick);
+    kill(in[0].p.pid, SIGSTOP);
+    for (int waited = 0; waited < 600 && active_of(&in[1], 1) != 0; waited++)
+        serve_and_watch(c, &h, in, 2, in[0].p.pid, true, &tick);
+    cr_assert_eq(active_of(&in[1], 1), 0, "the standby did not take over from the stopped one");
+    kill(in[0].p.pid, SIGCONT);
+    for (int waited = 0; waited < 600 && !logged(&in[0], "ha: stepping down"); waited++)
+        serve_and_watch(c, &h, in, 2, in[0].p.pid, true, &tick);
+    cr_assert(logged(&in[0], "ha: stepping down"), "the woken one did not step down: %s", ops_slurp(in[0].log_file));
+    int epoch = controller_epoch(c);
+    bool equal = false;
+    for (int waited = 0; waited < 600 && !(equal = brokers_equal_image(R.logdir, epoch, true, why, sizeof why)); waited++)
+        serve_and_watch(c, &h, in, 2, in[0].p.pid, false, &tick);
+    cr_assert(equal, "%s", why);
+    cr_expect(!h.bad[0], "%s", h.bad);
+    cr_expect_eq(h.count, 2, "%d claims seen in ZooKeeper: the woken one claimed again", h.count);
+    cr_expect(says(&in[0], "\"role\":\"standby\"") && says(&in[1], "\"ready\":true,\"role\":\"active\""),
+              "the roles are not woken=standby, taker=active");
+    km_zkc_close(c);
+    stop_cleanly(&in[0]);
+    stop_cleanly(&in[1]);
     brig_free(&R);
     km_test_rmtree(e.dir);
     free(e.dir);
@@ -328,4 +499,84 @@ Test(ha, an_active_one_cut_from_zookeeper_loses_the_lead_and_stands_by_when_it_h
     stop_cleanly(&in[1]);
     km_fp_stop(fp);
     env_free(&e);
+}
+
+/* ---- a writer outside the election (a KRaft controller's own migration driver, an operator's tool) ---- */
+
+/* Waits for the instance to exit on its own; returns its wait status (-1: still running). */
+static int wait_exit(inst *in, int timeout_s)
+{
+    int status = -1;
+    for (int tries = 0; tries < timeout_s * 10; tries++, usleep(100000))
+        if (waitpid(in->p.pid, &status, WNOHANG) == in->p.pid) {
+            in->p.pid = -1;
+            return status;
+        }
+    return -1;
+}
+
+/* n HA instances; a genuine second writer claims /controller_epoch and moves /migration (as
+ * test_daemon's mirrors_under_a_new_chroot_then_fences_on_a_second_writer does to one instance).
+ * That is no takeover by one of us: every instance must stop (exit 1, naming the foreign epoch)
+ * and none may claim over it - before, the fenced one rejoined, won again and re-claimed. */
+static void foreign_writer_stops_every_instance(int n, const char *chroot)
+{
+    env e;
+    env_init(&e);
+    char zk[128], tag[32];
+    snprintf(zk, sizeof zk, "%s/%s", km_zks_hosts(zs, 0), chroot);
+    inst in[2];
+    for (int i = 0; i < n; i++) {
+        snprintf(tag, sizeof tag, "%s-%d", chroot, i);
+        start(&in[i], &e, tag, zk, HA_SETTINGS);
+        if (i == 0)
+            cr_assert_eq(wait_active(in, 1, 60), 0, "no instance became active");
+        else
+            free(scrape_until(&in[i], "/readyz", 200, "\"role\":\"standby\"", 60));
+    }
+    km_zkc *c = km_zkc_open(zk, NULL, 10000);
+    cr_assert(c);
+    char *data = NULL, bumped[32];
+    int len = 0;
+    struct Stat st;
+    cr_assert_eq(km_zkc_get(c, "/kmproxy/active", &data, &len, &st), ZOK, "no claim record beside the election");
+    cr_expect(data && strstr(data, "\"controller_epoch\":"), "%s", data);
+    free(data);
+    cr_assert_eq(km_zkc_get(c, "/controller_epoch", &data, &len, &st), ZOK);
+    snprintf(bumped, sizeof bumped, "%d", atoi(data) + 5);
+    free(data);
+    cr_assert_eq(km_zkc_set(c, "/controller_epoch", bumped, st.version, &st), ZOK);
+    /* Behind our image (a driver replaying the same log): the roll-back guard has nothing to refuse. */
+    const char *foreign = "{\"version\":0,\"kraft_controller_id\":9,\"kraft_controller_epoch\":99,"
+                          "\"kraft_metadata_offset\":1,\"kraft_metadata_epoch\":1}";
+    cr_assert_eq(km_zkc_set(c, "/migration", foreign, -1, &st), ZOK);
+    append_record(e.metadata, "777"); /* the active one's next write meets the foreign epoch */
+    for (int i = 0; i < n; i++) {
+        int status = wait_exit(&in[i], 60);
+        char *log = ops_slurp(in[i].log_file);
+        cr_expect(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 1,
+                  "instance %d did not exit 1 (status %d): %s", i, status, log);
+        cr_expect(strstr(log, "a writer outside the election owns ZooKeeper: /controller_epoch is") &&
+                      strstr(log, bumped), "instance %d does not name the foreign epoch %s: %s", i, bumped, log);
+        free(log);
+        ops_stop(&in[i].p, SIGKILL); /* only when it is still running */
+    }
+    cr_assert_eq(km_zkc_get(c, "/controller_epoch", &data, &len, NULL), ZOK);
+    cr_expect_str_eq(data, bumped, "an instance claimed over the foreign writer");
+    free(data);
+    cr_assert_eq(km_zkc_get(c, "/migration", &data, &len, NULL), ZOK);
+    cr_expect_str_eq(data, foreign, "an instance wrote /migration after the foreign writer");
+    free(data);
+    km_zkc_close(c);
+    env_free(&e);
+}
+
+Test(ha, one_instance_fenced_by_a_foreign_writer_exits_1_and_never_reclaims)
+{
+    foreign_writer_stops_every_instance(1, "ha-foreign1");
+}
+
+Test(ha, two_instances_fenced_by_a_foreign_writer_both_exit_1_and_neither_reclaims)
+{
+    foreign_writer_stops_every_instance(2, "ha-foreign2");
 }
