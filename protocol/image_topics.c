@@ -4,6 +4,7 @@
 #include "image_internal.h"
 
 #include <inttypes.h>
+#include <string.h>
 
 static int oom(const km_apply_ctx *c)
 {
@@ -73,12 +74,32 @@ static void topic_destroy(km_apply_ctx *c, km_topic *t)
     free(t);
 }
 
-/* TopicRecord: a new empty topic.  A record for an id that exists replaces
- * it with an empty topic, as TopicsDelta does. */
+/* Kafka's controller gives each topic a fresh id.  A second name for one would make the delta
+ * (keyed by id) carry the old name with the new partitions, so the brokers would never hear of
+ * the new topic while the image holds it; Kafka's image cannot hold it either
+ * (TopicsDelta.replay(TopicRecord) re-keys the id, apply() keeps the old name in topicsByName). */
+static bool same_name(const km_topic *t, km_str name)
+{
+    size_t n = name.len > 0 ? (size_t)name.len : 0;
+    return strlen(t->name) == n && !memcmp(t->name, name.ptr, n);
+}
+
+static int id_reused(const km_apply_ctx *c, const km_topic_record *r, const km_topic *old)
+{
+    char id[23];
+    km_uuid_to_base64(r->topic_id, id);
+    return km_apply_fail(c, "topic \"%.*s\": id %s already belongs to topic \"%s\"",
+                         r->name.len > 0 ? (int)r->name.len : 0, r->name.ptr ? r->name.ptr : "", id, old->name);
+}
+
+/* TopicRecord: a new empty topic.  A record for an id that exists under the same name replaces
+ * it with an empty topic, as TopicsDelta does; under another name it is refused (above). */
 int km_apply_topic_record(km_apply_ctx *c, const void *msg)
 {
     const km_topic_record *r = msg;
     km_topic *old = find_topic(c, r->topic_id);
+    if (old && !same_name(old, r->name)) /* before anything changes: the image stays as it was */
+        return id_reused(c, r, old);
     if (old) {
         int32_t n = old->n_parts;
         if (drop_partitions(c, old) < 0 || note_topic(c, old, true, n, false) < 0)

@@ -157,13 +157,17 @@ bool drig_never(brig *r)
     return false;
 }
 
-void drig_create_topic(drig *g, const char *name, uint8_t salt, int np, int nbrokers)
+void drig_create_topic(drig *g, const char *name, unsigned salt, int np, int nbrokers)
 {
     km_topic_record tr;
     km_topic_record_init(&tr);
     tr.name = km_cstr(name);
     for (int i = 0; i < 16; i++)
-        tr.topic_id.b[i] = (uint8_t)(salt * 31 + i * 7 + 1);
+        tr.topic_id.b[i] = (uint8_t)(salt * 31 + (unsigned)i * 7 + 1);
+    /* the salt's higher bytes too: ids from salts 256 apart must differ (the image refuses a
+     * second name for a live topic's id, as Kafka's controller never writes one) */
+    tr.topic_id.b[14] ^= (uint8_t)(salt >> 8);
+    tr.topic_id.b[15] ^= (uint8_t)(salt >> 16);
     km_config_record cr;
     km_config_record_init(&cr);
     cr.resource_type = 2; /* TOPIC */
@@ -176,7 +180,7 @@ void drig_create_topic(drig *g, const char *name, uint8_t salt, int np, int nbro
     const void *msgs[10] = { &tr, &cr };
     for (int p = 0; p < np && p < 8; p++) {
         for (int k = 0; k < 3; k++)
-            reps[p][k] = (p + k + salt) % nbrokers + 1;
+            reps[p][k] = (int32_t)(((unsigned)(p + k) + salt) % (unsigned)nbrokers) + 1;
         km_partition_record_init(&pr[p]);
         pr[p].partition_id = p;
         pr[p].topic_id = tr.topic_id;

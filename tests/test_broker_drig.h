@@ -49,7 +49,7 @@ bool drig_image_caught_up(brig *r);
 bool drig_never(brig *r);
 /* A topic with min.insync.replicas=2 and np (<= 8) partitions on brokers (p + k + salt) % n + 1,
  * replication 3, one delta. */
-void drig_create_topic(drig *g, const char *name, uint8_t salt, int np, int nbrokers);
+void drig_create_topic(drig *g, const char *name, unsigned salt, int np, int nbrokers);
 /* The sum over every simulator of state[object][key]. */
 long long drig_sum_over_sims(drig *g, const char *object, const char *key);
 /* The daemon's /metrics sample `name{labels}` (labels may be NULL); -1 if absent. */

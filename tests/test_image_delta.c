@@ -694,3 +694,21 @@ Test(image_delta, added_partitions_change_the_topic)
     cr_assert(!pc.has_old && pc.has_new);
     cr_assert_eq(pc.partition, 2);
 }
+
+/* A TopicRecord naming another topic's id.  Kafka's controller never writes one (each topic gets
+ * a fresh Uuid), and Kafka's image cannot hold it (TopicsDelta.replay(TopicRecord) re-keys the id
+ * while apply() leaves the old name in topicsByName).  Replacing the old topic here made the
+ * delta (keyed by id) carry the old name with the new partitions: the brokers never learnt the
+ * new topic while the image held it.  It is refused, naming both topics. */
+Test(image_delta, topic_record_reusing_another_topics_id_is_refused)
+{
+    cluster();
+    km_topic_record r;
+    km_topic_record_init(&r);
+    r.name = km_cstr("u");
+    r.topic_id = ti_uuid(1); /* t's */
+    cr_assert_eq(ti_apply(&C, KM_MDR_TOPIC_RECORD, 0, &r), -1, "a second name for t's id was accepted");
+    cr_assert(strstr(C.err.msg, "\"u\"") && strstr(C.err.msg, "\"t\""), "%s", C.err.msg);
+    cr_assert_not_null(km_image_topic_by_name(C.img, "t"));
+    cr_assert_null(km_image_topic_by_name(C.img, "u"));
+}
