@@ -118,6 +118,41 @@ Test(ha, kill9_of_the_active_one_hands_over_to_a_standby_every_time)
     env_free(&e);
 }
 
+/* SIGTERM of the active one: exit 0 with its election node already gone (released with its session,
+ * not left to expire), so the standby takes over without waiting out the session timeout. The
+ * session timeout is long here so that an expiry could not be what hands over. */
+Test(ha, sigterm_of_the_active_one_releases_its_election_node)
+{
+    static const char *const LONG_SESSION[] = {"ha.enabled=true", "zookeeper.session.timeout.ms=60000",
+                                               "brokers.enabled=false", NULL};
+    env e;
+    env_init(&e);
+    char zk[128];
+    snprintf(zk, sizeof zk, "%s/ha-term", km_zks_hosts(zs, 0));
+    inst in[2];
+    start(&in[0], &e, "term-a", zk, LONG_SESSION);
+    start(&in[1], &e, "term-b", zk, LONG_SESSION);
+    int active = wait_active(in, 2, 60);
+    cr_assert_geq(active, 0, "no instance became active");
+    int standby = 1 - active;
+    free(scrape_until(&in[standby], "/readyz", 200, "\"role\":\"standby\"", 60));
+    km_zkc *c = km_zkc_open(zk, NULL, 10000);
+    cr_assert(c);
+    char **kids = NULL;
+    int n = 0;
+    cr_assert_eq(km_zkc_children(c, "/kmproxy/election", &kids, &n), ZOK);
+    km_zkc_free_strings(kids, n);
+    cr_assert_eq(n, 2, "both instances in the election");
+    stop_cleanly(&in[active]);
+    cr_assert_eq(km_zkc_children(c, "/kmproxy/election", &kids, &n), ZOK);
+    km_zkc_free_strings(kids, n);
+    cr_expect_eq(n, 1, "the stopped instance's election node is still there (%d nodes)", n);
+    cr_expect_eq(wait_active(in, 2, 60), standby, "the standby did not take over");
+    km_zkc_close(c);
+    stop_cleanly(&in[standby]);
+    env_free(&e);
+}
+
 Test(ha, a_sigstopped_active_one_is_fenced_when_it_wakes_and_rejoins_as_standby)
 {
     env e;
