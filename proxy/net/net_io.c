@@ -199,10 +199,17 @@ void km_net__read_ready(km_net_conn *c)
             km_net__fail(c, &e);
             return;
         }
+        bool drained = !c->tls && n < c->rcap - c->rlen; /* a short plaintext read emptied the socket */
         c->rlen += n;
         c->stats.bytes_in += n;
         if (!deliver(c))
             return;
+        if (drained) {
+            /* Back to the poller rather than a recv that only says EAGAIN: one syscall less per
+             * frame.  epoll is level-triggered, so bytes (or EOF) that came meanwhile wake us. */
+            c->read_block = KM_TLS_WANT_READ;
+            return;
+        }
     }
     ev_feed_event(c->loop, &c->rio, EV_READ); /* budget spent: continue next loop iteration */
 }
