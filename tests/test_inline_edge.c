@@ -541,6 +541,131 @@ Test(inline_edge, pipelined_requests_are_paired_in_order)
     irig_free(&r);
 }
 
+/* Bytes split inside frame heads, in both directions: reads that start in the middle of one
+ * frame's head and end in the middle of another's.  What the proxy forwards is byte for byte
+ * what was sent (it sends a head gathered across two reads together with the bytes after it,
+ * from two buffers, and must not reuse the first before they are out). */
+typedef struct dribble {
+    int fd;
+    const uint8_t *p;
+    size_t n;
+    size_t head;   /* the bytes of each frame's head (the proxy gathers that much before going on) */
+    unsigned seed;
+} dribble;
+
+/* Sends d's bytes in pieces, cutting inside the head of about every other frame, a pause after
+ * each piece so that the proxy reads it on its own. */
+static void *dribble_out(void *arg)
+{
+    dribble *d = arg;
+    size_t from = 0;
+    for (size_t at = 0; at + 4 <= d->n;) {
+        size_t len = 4 + ((size_t)d->p[at] << 24 | (size_t)d->p[at + 1] << 16 | (size_t)d->p[at + 2] << 8 | d->p[at + 3]);
+        size_t span = len < d->head ? len : d->head;
+        if (rand_r(&d->seed) % 2 && span > 1) {
+            size_t cut = at + 1 + (size_t)rand_r(&d->seed) % (span - 1);
+            if (!irig_send_all(d->fd, d->p + from, cut - from))
+                return "send failed";
+            from = cut;
+            usleep(100);
+        }
+        at += len;
+    }
+    return irig_send_all(d->fd, d->p + from, d->n - from) ? NULL : "send failed";
+}
+
+static bool read_exactly(int fd, uint8_t *p, size_t n)
+{
+    while (n) {
+        ssize_t k = read(fd, p, n);
+        if (k <= 0)
+            return false;
+        p += k, n -= (size_t)k;
+    }
+    return true;
+}
+
+/* K Produce v9 requests (records: random bytes of random length) or their answers (error
+ * messages of random length), framed back to back. */
+static void produce_stream(km_buf *out, int k, bool responses, unsigned seed)
+{
+    static uint8_t junk[9000];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (uint8_t)rand_r(&seed);
+    km_err err = {{0}};
+    char msg[2100];
+    for (int i = 0; i < k; i++) {
+        size_t len = (size_t)rand_r(&seed) % (i % 7 ? 300 : sizeof junk); /* mostly small: many heads per read */
+        if (responses) {
+            memset(msg, 'm', sizeof msg);
+            msg[len % (sizeof msg - 1)] = 0;
+            km_produce_response_partition_produce_response part = {
+                .base_offset = i, .log_append_time_ms = -1, .error_message = km_cstr(msg),
+                .current_leader = {.leader_id = -1, .leader_epoch = -1}}; /* v9 lacks it: its default */
+            km_produce_response_topic_produce_response topic = {.name = km_cstr("dribble")};
+            topic.partition_responses.count = 1, topic.partition_responses.items = &part;
+            km_produce_response resp;
+            km_produce_response_init(&resp);
+            resp.responses.count = 1, resp.responses.items = &topic;
+            cr_assert_eq(km_frame_response(KM_API_PRODUCE, 9, i, &resp, out, &err), 0, "%s", err.msg);
+        } else {
+            km_produce_request_partition_produce_data part = {.index = 0, .records = {junk, (int32_t)len}};
+            km_produce_request_topic_produce_data topic = {.name = km_cstr("dribble")};
+            topic.partition_data.count = 1, topic.partition_data.items = &part;
+            km_produce_request req;
+            km_produce_request_init(&req);
+            req.acks = 1, req.timeout_ms = 30000;
+            req.topic_data.count = 1, req.topic_data.items = &topic;
+            cr_assert_eq(km_frame_request(KM_API_PRODUCE, 9, i, "dribble", &req, out, &err), 0, "%s", err.msg);
+        }
+    }
+}
+
+/* Sends `sent` on `from` in pieces cut inside frame heads of `head` bytes; checks that `to`
+ * receives exactly those bytes. */
+static void dribble_through(int from, int to, const km_buf *sent, size_t head, unsigned seed, const char *way)
+{
+    dribble d = {from, sent->data, sent->len, head, seed};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, dribble_out, &d), 0);
+    uint8_t *got = malloc(sent->len);
+    bool ok = read_exactly(to, got, sent->len);
+    void *why;
+    pthread_join(th, &why);
+    cr_assert_null(why, "%s: %s", way, (char *)why);
+    cr_assert(ok, "%s: the stream ended early", way);
+    for (size_t i = 0; i < sent->len; i++)
+        cr_assert_eq(got[i], sent->data[i], "%s: byte %zu of %zu differs (seed %u)", way, i, sent->len, seed);
+    free(got);
+}
+
+Test(inline_edge, frames_cut_inside_their_heads_pass_byte_for_byte)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1));
+    int up = irig_accept(lfd);
+    enum { FRAMES = 400 };
+    for (unsigned seed = 1; seed <= 3; seed++) {
+        km_buf requests, responses;
+        km_buf_init(&requests), km_buf_init(&responses);
+        produce_stream(&requests, FRAMES, false, seed);
+        produce_stream(&responses, FRAMES, true, seed);
+        dribble_through(fd, up, &requests, 4 + 1024, seed, "client to broker"); /* INL_REQ_PREFIX_FIRST */
+        dribble_through(up, fd, &responses, 8, seed, "broker to client");       /* size, correlation id */
+        km_buf_free(&requests), km_buf_free(&responses);
+    }
+    close(fd), close(up), close(lfd);
+    km_inline_stats st;
+    irig_stop(&r, &st);
+    cr_assert_eq(st.requests, 3 * FRAMES);
+    cr_assert_eq(st.responses, 3 * FRAMES);
+    cr_assert_eq(st.cut, 0);
+    irig_free(&r);
+}
+
 /* ---- back-pressure and many clients ------------------------------------------------------------- */
 
 /* A client that pipelines thousands of requests and reads nothing: the proxy stops reading its

@@ -59,6 +59,8 @@ typedef struct inl_tls {
 } inl_tls;
 
 typedef struct inl_span { /* bytes of the current read that pass unchanged, sent together */
+    const uint8_t *head;  /* a frame head copied into our own buffer, to go out first */
+    size_t head_len;
     const uint8_t *ptr;
     size_t len;
 } inl_span;

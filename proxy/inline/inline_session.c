@@ -85,19 +85,20 @@ static void note_high_water(inl_session *s)
         s->p->stats.buffered_high_water = held;
 }
 
-/* Queues bytes towards one side; pauses the other side once that side holds more than the
- * per-connection bound.  -1 after cutting the session. */
-static int send_now(inl_session *s, bool upward, const uint8_t *d, size_t n)
+/* Queues bytes (a head, may be empty, then d) towards one side; pauses the other side once
+ * that side holds more than the per-connection bound.  -1 after cutting the session. */
+static int send_now(inl_session *s, bool upward, const uint8_t *head, size_t hlen, const uint8_t *d, size_t n)
 {
     km_net_conn *to = upward ? s->up : s->client;
     km_err e = {{0}};
     if (!to)
         return 0; /* that side is gone and the session is ending: drop */
-    if (km_net_send(to, d, n, &e)) {
+    if (hlen ? km_net_send_pair(to, head, hlen, d, n, &e) : km_net_send(to, d, n, &e)) {
         cut(s, "%s", e.msg);
         return -1;
     }
     note_high_water(s);
+    n += hlen;
     if (upward) {
         s->p->stats.bytes_up += n;
         if (!s->client_bp && km_net_queued(to) > s->p->buffer_bytes) {
@@ -114,13 +115,31 @@ static int send_now(inl_session *s, bool upward, const uint8_t *d, size_t n)
     return 0;
 }
 
-/* Sends the bytes gathered from the current read (see emit). */
+/* Sends the bytes gathered from the current read (see emit), after a held head if any. */
 static int flush(inl_session *s, bool upward)
 {
     inl_span *sp = &s->span[upward];
-    size_t n = sp->len;
-    sp->len = 0;
-    return n ? send_now(s, upward, sp->ptr, n) : 0;
+    size_t hlen = sp->head_len, n = sp->len;
+    sp->head_len = sp->len = 0;
+    return hlen || n ? send_now(s, upward, sp->head, hlen, sp->ptr, n) : 0;
+}
+
+/* A frame head gathered in one of our buffers (it straddled two reads): held so that it goes
+ * out in one write with the bytes after it, rather than a send of its own.  The buffer must
+ * stay untouched until the flush: see flush_before_copy. */
+static int hold_head(inl_session *s, bool upward, const uint8_t *head, size_t n)
+{
+    if (flush(s, upward))
+        return -1;
+    s->span[upward].head = head;
+    s->span[upward].head_len = n;
+    return 0;
+}
+
+/* Before the next frame head is copied over a held one. */
+static int flush_before_copy(inl_session *s, bool upward)
+{
+    return s->span[upward].head_len ? flush(s, upward) : 0;
 }
 
 /* Bytes that pass unchanged straight out of the read buffer: consecutive ones go out in one
@@ -130,6 +149,11 @@ static int emit(inl_session *s, bool upward, const uint8_t *d, size_t n)
     inl_span *sp = &s->span[upward];
     if (sp->len && sp->ptr + sp->len == d) {
         sp->len += n;
+        return 0;
+    }
+    if (!sp->len && sp->head_len) { /* the bytes after a held head */
+        sp->ptr = d;
+        sp->len = n;
         return 0;
     }
     if (flush(s, upward))
@@ -142,7 +166,7 @@ static int emit(inl_session *s, bool upward, const uint8_t *d, size_t n)
 /* Bytes from our own buffers: what was gathered before goes first. */
 static int forward(inl_session *s, bool upward, const uint8_t *d, size_t n)
 {
-    return flush(s, upward) ? -1 : send_now(s, upward, d, n);
+    return flush(s, upward) ? -1 : send_now(s, upward, NULL, 0, d, n);
 }
 
 /* ---- timers ------------------------------------------------------------------------ */
@@ -389,7 +413,7 @@ static int request_ready(inl_session *s)
 {
     size_t plen = s->rq.want - 4;
     int rc = note_request(s, s->rq.prefix, plen, true);
-    return rc ? (rc > 0 ? 0 : -1) : forward(s, true, s->rq.prefix, 4 + plen);
+    return rc ? (rc > 0 ? 0 : -1) : hold_head(s, true, s->rq.prefix, 4 + plen);
 }
 
 /* ---- the request direction ------------------------------------------------------------- */
@@ -464,6 +488,8 @@ static long request_step(inl_session *s, const uint8_t *d, size_t n)
         if (k)
             return k;
     }
+    if (flush_before_copy(s, true))
+        return -1;
     size_t goal = q->have < 4 ? 4 : q->want, k = min_size(n, goal - q->have);
     memcpy(q->prefix + q->have, d, k);
     q->have += k;
@@ -618,7 +644,7 @@ static int response_head_ready(inl_session *s, const uint8_t *head, bool in_plac
         return rs->whole.len == rs->whole_want ? whole_response_ready(s) : 0;
     }
     rs->left = size - 4;
-    if (in_place ? emit(s, false, head, 8) : forward(s, false, head, 8))
+    if (in_place ? emit(s, false, head, 8) : hold_head(s, false, head, 8))
         return -1;
     s->cap_resp_on = rs->req.capture && size <= INL_CAPTURE_FRAME_MAX;
     if (s->cap_resp_on)
@@ -681,6 +707,8 @@ static long response_step(inl_session *s, const uint8_t *d, size_t n)
                                      min_size(n - 8, rs->left));
         return 8;
     }
+    if (flush_before_copy(s, false))
+        return -1;
     size_t goal = s->sasl_raw_rounds ? 4 : 8, k = min_size(n, goal - rs->have);
     memcpy(rs->prefix + rs->have, d, k);
     rs->have += k;

@@ -77,7 +77,10 @@ km_net_conn *km_net_accept(struct ev_loop *loop, int fd, const char *peer, const
 int km_net_send(km_net_conn *c, const void *data, size_t len, km_err *err);
 /* Queue a payload; the 4-byte big-endian size is prepended. */
 int km_net_send_frame(km_net_conn *c, const void *payload, size_t len, km_err *err);
-/* Both fail without queuing anything when the bytes would pass write_limit
+/* Queue two pieces as one write, `first` before `then` (a copied frame head and the bytes that
+ * follow it in a read buffer): one syscall where two sends would take two. */
+int km_net_send_pair(km_net_conn *c, const void *first, size_t flen, const void *then, size_t len, km_err *err);
+/* All three fail without queuing anything when the bytes would pass write_limit
  * (back-pressure: wait for on_drain) or the connection is closing. */
 size_t km_net_queued(const km_net_conn *c);
 size_t km_net_room(const km_net_conn *c);

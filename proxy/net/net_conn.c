@@ -378,6 +378,11 @@ int km_net_send_frame(km_net_conn *c, const void *payload, size_t len, km_err *e
     return km_net__enqueue(c, size, 4, payload, len, err);
 }
 
+int km_net_send_pair(km_net_conn *c, const void *first, size_t flen, const void *then, size_t len, km_err *err)
+{
+    return km_net__enqueue(c, first, flen, then, len, err);
+}
+
 size_t km_net_queued(const km_net_conn *c) { return c->queued; }
 void km_net_get_stats(const km_net_conn *c, km_net_stats *out) { *out = c->stats; }
 size_t km_net_room(const km_net_conn *c) { return c->opts.write_limit - c->queued; }
