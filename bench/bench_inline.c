@@ -8,9 +8,14 @@
  * latency each proxy adds, the upstream's ceiling (window 128, straight), ratios against
  * "direct", and the proxies' resident memory with 1,000 open client connections.
  *
- * Each target runs ROUNDS times, taking turns with the others; the medians are printed.
+ * Throughput: each target runs ROUNDS times, taking turns with the others; medians are printed.
+ * Latency: the targets take turns request by request (one connection each, the order rotating),
+ * so a burst of load on the shared machine lands on all of them alike instead of on whichever
+ * target happened to be running; p50/p99 are over every sample of a target.
  *
- * Usage: bench_inline [requests]   (default 3000 per run) */
+ * Usage: bench_inline [requests]   (default 15000 per run, and as many round trips per target for
+ * the latencies.  Runs of 3000 lasted about 90 ms, so short that their MB/s moved in steps of
+ * the kernel's 4 ms tick and a ratio of two runs jumped by 10%.) */
 #include "bench_util.h"
 #include "km_codec.h"
 #include "km_metalog.h" /* km_crc32c */
@@ -23,6 +28,7 @@
 #include <librdkafka/rdkafka_mock.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,14 +40,15 @@
 
 #define RECORD_BYTES 1024
 #define CONNS_FOR_RSS 1000
-#define ROUNDS 3 /* targets take turns, ROUNDS times; medians reported: a shared machine's noise evens out */
+#define ROUNDS 5 /* targets take turns, ROUNDS times; medians reported: a shared machine's noise evens out */
 
 typedef struct target {
     const char *name;
     uint16_t port;
     pid_t pid;            /* 0: no process of its own (direct) */
-    double mbps, p50_us, p99_us;         /* medians over the rounds */
-    double round_mbps[ROUNDS], round_p50[ROUNDS], round_p99[ROUNDS];
+    double mbps, p50_us, p99_us;         /* MB/s: median over the rounds; latency: over all samples */
+    double round_mbps[ROUNDS];
+    double slice_p99[ROUNDS];            /* p99 of each consecutive 1/ROUNDS of the latency samples */
     long rss_idle_kb, rss_conns_kb;
     bool ok;
 } target;
@@ -133,19 +140,27 @@ static bool io_all(int fd, void *p, size_t n, bool out)
     return true;
 }
 
-/* Reads one response; checks it answers `corr` with no error.  The ProduceResponse v7 body:
- * [topics: name, [partition, error_code, ...]]. */
+static uint32_t be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Whether a response body (after the size) answers `corr` with no error.  The ProduceResponse
+ * v7 body: correlation id, [topics: name, [partition, error_code, ...]]. */
+static bool ack_ok(const uint8_t *body, uint32_t len, int32_t corr)
+{
+    size_t err_at = 4 + 4 + 2 + strlen("bench") + 4 + 4; /* corr, topics count, name, partitions, index */
+    return len > err_at + 1 && (int32_t)be32(body) == corr && body[err_at] == 0 && body[err_at + 1] == 0;
+}
+
+/* Reads one response (blocking); checks it answers `corr` with no error. */
 static bool read_ack(int fd, int32_t corr)
 {
-    uint8_t head[8], body[512];
-    if (!io_all(fd, head, 8, false))
+    uint8_t head[4], body[512];
+    if (!io_all(fd, head, 4, false))
         return false;
-    uint32_t size = (uint32_t)head[0] << 24 | head[1] << 16 | head[2] << 8 | head[3];
-    int32_t got = (int32_t)((uint32_t)head[4] << 24 | head[5] << 16 | head[6] << 8 | head[7]);
-    if (size < 4 || size - 4 > sizeof body || !io_all(fd, body, size - 4, false) || got != corr)
-        return false;
-    size_t err_at = 4 + 2 + strlen("bench") + 4 + 4; /* topics count, name, partitions count, index */
-    return size - 4 > err_at + 1 && body[err_at] == 0 && body[err_at + 1] == 0;
+    uint32_t size = be32(head);
+    return size >= 4 && size <= sizeof body && io_all(fd, body, size, false) && ack_ok(body, size, corr);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -154,37 +169,77 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Pipelines `count` requests with `window` in flight; fills MB/s and the latency percentiles. */
-static bool run_load(uint16_t port, int records, int window, int count, double *mbps, double *p50, double *p99)
+/* A pipelining client on a non-blocking socket: it sends while fewer than `window` requests
+ * are unanswered and reads answers as they come, so neither side of the connection waits on a
+ * full buffer the other would drain (a blocking client stalls a fast upstream at large windows). */
+typedef struct pump {
+    int fd, window, count, next, done;
+    size_t sent_off;                 /* bytes of request `next` already sent */
+    km_buf frame;
+    uint8_t in[64 * 1024];
+    size_t in_len;
+} pump;
+
+static bool pump_send(pump *p)
 {
-    km_buf f = produce_frame(records);
-    int fd = dial(port);
-    double *sent = calloc((size_t)count, sizeof *sent), *lat = calloc((size_t)count, sizeof *lat);
-    bool ok = fd >= 0 && sent && lat;
-    int next = 0, done = 0;
+    while (p->next < p->count && p->next - p->done < p->window) {
+        if (p->sent_off == 0)
+            km_buf_patch_i32(&p->frame, 8, p->next);
+        ssize_t k = send(p->fd, p->frame.data + p->sent_off, p->frame.len - p->sent_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+        p->sent_off += (size_t)k;
+        if (p->sent_off == p->frame.len)
+            p->sent_off = 0, p->next++;
+    }
+    return true;
+}
+
+static bool pump_receive(pump *p)
+{
+    ssize_t k = recv(p->fd, p->in + p->in_len, sizeof p->in - p->in_len, MSG_DONTWAIT);
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        return false;
+    p->in_len += k > 0 ? (size_t)k : 0;
+    size_t at = 0;
+    while (p->in_len - at >= 4) {
+        uint32_t size = be32(p->in + at);
+        if (size < 4 || size > 512)
+            return false;
+        if (p->in_len - at < 4 + size)
+            break;
+        if (!ack_ok(p->in + at + 4, size, p->done))
+            return false;
+        p->done++;
+        at += 4 + size;
+    }
+    memmove(p->in, p->in + at, p->in_len - at);
+    p->in_len -= at;
+    return true;
+}
+
+/* Pipelines `count` Produce requests of `records` records, `window` in flight; fills MB/s. */
+static bool run_load(uint16_t port, int records, int window, int count, double *mbps)
+{
+    pump *p = calloc(1, sizeof *p);
+    if (!p)
+        return false;
+    *p = (pump){.fd = dial(port), .window = window, .count = count, .frame = produce_frame(records)};
+    bool ok = p->fd >= 0;
     double t0 = bench_wall_s();
-    while (ok && done < count) {
-        while (next < count && next - done < window) {
-            km_buf_patch_i32(&f, 8, next);
-            sent[next] = bench_wall_s();
-            ok = io_all(fd, f.data, f.len, true);
-            next++;
-        }
-        ok = ok && read_ack(fd, done);
-        if (ok)
-            lat[done] = bench_wall_s() - sent[done], done++;
+    while (ok && p->done < p->count) {
+        bool want_out = p->next < p->count && p->next - p->done < p->window;
+        struct pollfd pfd = {p->fd, (short)(POLLIN | (want_out ? POLLOUT : 0)), 0};
+        ok = poll(&pfd, 1, 30000) == 1 && (!(pfd.revents & POLLOUT) || pump_send(p)) &&
+             (!(pfd.revents & (POLLIN | POLLERR | POLLHUP)) || pump_receive(p));
     }
     double wall = bench_wall_s() - t0;
-    if (ok) {
-        qsort(lat, (size_t)count, sizeof *lat, cmp_double);
+    if (ok)
         *mbps = (double)count * records * RECORD_BYTES / wall / 1e6;
-        *p50 = lat[count / 2] * 1e6;
-        *p99 = lat[count * 99 / 100] * 1e6;
-    }
-    if (fd >= 0)
-        close(fd);
-    free(sent), free(lat);
-    km_buf_free(&f);
+    if (p->fd >= 0)
+        close(p->fd);
+    km_buf_free(&p->frame);
+    free(p);
     return ok;
 }
 
@@ -281,8 +336,8 @@ static bool measure_rss(target *t)
     int n = 0;
     for (; ok && n < CONNS_FOR_RSS; n++)
         ok = (fds[n] = dial(t->port)) >= 0;
-    double mbps, p50, p99;
-    ok = ok && run_load(t->port, 1, 1, 10, &mbps, &p50, &p99);
+    double mbps;
+    ok = ok && run_load(t->port, 1, 1, 10, &mbps);
     t->rss_conns_kb = rss_kb(t->pid);
     for (int i = 0; i < n; i++)
         if (fds[i] >= 0)
@@ -303,9 +358,7 @@ static void stop(target *t)
 
 static bool bench_round(target *t, int count, int round)
 {
-    double ignored;
-    t->ok = run_load(t->port, 16, 32, count, &t->round_mbps[round], &ignored, &ignored) &&
-            run_load(t->port, 1, 1, count, &ignored, &t->round_p50[round], &t->round_p99[round]);
+    t->ok = run_load(t->port, 16, 32, count, &t->round_mbps[round]);
     if (!t->ok)
         fprintf(stderr, "bench_inline: %s: the Produce run failed\n", t->name);
     return t->ok;
@@ -317,24 +370,87 @@ static double median(double *v)
     return v[ROUNDS / 2];
 }
 
-/* Every target once per round, in turn, so a burst of load elsewhere hits them alike. */
+/* One Produce of one record on `fd`, answered; its round trip in seconds, or -1. */
+static double round_trip(int fd, km_buf *frame, int32_t corr)
+{
+    km_buf_patch_i32(frame, 8, corr);
+    double t0 = bench_wall_s();
+    if (!io_all(fd, frame->data, frame->len, true) || !read_ack(fd, corr))
+        return -1;
+    return bench_wall_s() - t0;
+}
+
+/* The q-quantile of n samples (sorted in place). */
+static double quantile(double *v, int n, double q)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[(int)(n * q)];
+}
+
+/* p99 of each consecutive slice of the samples: shows whether a ratio of the whole holds
+ * across the run or comes from one burst. */
+static void slice_p99s(target *t, const double *lat, int count)
+{
+    int per = count / ROUNDS;
+    double *tmp = malloc((size_t)per * sizeof *tmp);
+    for (int r = 0; tmp && r < ROUNDS; r++) {
+        memcpy(tmp, lat + r * per, (size_t)per * sizeof *tmp);
+        t->slice_p99[r] = quantile(tmp, per, 0.99) * 1e6;
+    }
+    free(tmp);
+}
+
+/* Round trips with one request in flight, the targets taking turns request by request (the
+ * first of each turn rotating), `count` samples each; fills every target's p50/p99. */
+static bool measure_latency(target *const *all, int n, int count)
+{
+    km_buf frame = produce_frame(1);
+    int fds[3] = {-1, -1, -1};
+    double *lat[3] = {NULL, NULL, NULL};
+    bool ok = true;
+    for (int i = 0; i < n; i++)
+        ok = ok && (fds[i] = dial(all[i]->port)) >= 0 && (lat[i] = calloc((size_t)count, sizeof *lat[i]));
+    for (int k = 0; ok && k < count; k++)
+        for (int j = 0; ok && j < n; j++) {
+            int i = (k + j) % n;
+            ok = (lat[i][k] = round_trip(fds[i], &frame, k)) >= 0;
+            if (!ok)
+                fprintf(stderr, "bench_inline: %s: a Produce round trip failed\n", all[i]->name);
+        }
+    for (int i = 0; i < n; i++) {
+        if (ok) {
+            slice_p99s(all[i], lat[i], count);
+            all[i]->p50_us = quantile(lat[i], count, 0.50) * 1e6;
+            all[i]->p99_us = quantile(lat[i], count, 0.99) * 1e6;
+        }
+        if (fds[i] >= 0)
+            close(fds[i]);
+        free(lat[i]);
+    }
+    km_buf_free(&frame);
+    return ok;
+}
+
+/* Throughput: every target once per round, in turn, so a burst of load elsewhere hits them
+ * alike; then the interleaved latency samples. */
 static bool bench_targets(target *const *all, int n, int count)
 {
     for (int round = 0; round < ROUNDS; round++)
         for (int i = 0; i < n; i++)
             if (!bench_round(all[i], count, round))
                 return false;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         all[i]->mbps = median(all[i]->round_mbps);
-        all[i]->p50_us = median(all[i]->round_p50);
-        all[i]->p99_us = median(all[i]->round_p99);
-    }
-    return true;
+    return measure_latency(all, n, count);
 }
 
 int main(int argc, char **argv)
 {
-    int count = argc > 1 ? atoi(argv[1]) : 3000;
+    int count = argc > 1 ? atoi(argv[1]) : 15000;
+    if (count < 100 * ROUNDS) {
+        fprintf(stderr, "bench_inline: requests per run must be a number >= %d, not '%s'\n", 100 * ROUNDS, argv[1]);
+        return 2;
+    }
     signal(SIGPIPE, SIG_IGN);
     char errstr[256], cfg_path[] = "/tmp/bench_inline_haproxy_XXXXXX";
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -357,8 +473,8 @@ int main(int argc, char **argv)
         printf("haproxy: NOT INSTALLED (deploy/install-deps.sh installs it): its column is skipped\n");
     else if (!start_haproxy(&ha, upstream, cfg_path))
         ok = false, fprintf(stderr, "bench_inline: haproxy did not start\n");
-    double ceiling = 0, ignored;
-    ok = ok && run_load(direct.port, 16, 128, count, &ceiling, &ignored, &ignored);
+    double ceiling = 0;
+    ok = ok && run_load(direct.port, 16, 128, count, &ceiling);
     target *all[] = {&direct, &km, &ha};
     ok = ok && bench_targets(all, with_haproxy ? 3 : 2, count);
     ok = ok && measure_rss(&km) && (!with_haproxy || measure_rss(&ha));
@@ -370,8 +486,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_inline: FAILED: no figures reported\n");
         return 1;
     }
-    printf("Produce, 1 KiB records, acks=1, one connection; upstream: librdkafka mock broker; %d requests a run,\n"
-           "medians of %d rounds in which the targets take turns\n", count, ROUNDS);
+    printf("Produce, 1 KiB records, acks=1, one connection; upstream: librdkafka mock broker; %d requests a run.\n"
+           "MB/s: medians of %d rounds in which the targets take turns; p50/p99: %d round trips each, the\n"
+           "targets taking turns request by request\n", count, ROUNDS, count);
     printf("upstream ceiling (direct, 128 in flight): %.1f MB/s\n", ceiling);
     printf("%-8s %10s %10s %10s %14s %14s %12s %14s\n", "target", "MB/s", "p50 us", "p99 us", "added p50 us",
            "added p99 us", "RSS idle KB", "RSS 1000c KB");
@@ -384,9 +501,23 @@ int main(int argc, char **argv)
         else
             printf(" %12s %14s\n", "-", "-");
     }
+    for (int i = 0; i < (with_haproxy ? 3 : 2); i++) {
+        printf("%s MB/s of the %d rounds, sorted:", all[i]->name, ROUNDS);
+        for (int r = 0; r < ROUNDS; r++)
+            printf(" %.1f", all[i]->round_mbps[r]);
+        printf("\n");
+    }
     printf("ratio kmproxy/direct throughput: %.2f (target >= 0.90)\n", km.mbps / direct.mbps);
-    if (with_haproxy)
-        printf("ratio kmproxy/haproxy throughput: %.2f, p99: %.2f (below 1 is faster)\n", km.mbps / ha.mbps,
-               km.p99_us / ha.p99_us);
+    if (with_haproxy) {
+        printf("ratio kmproxy/haproxy throughput: %.2f, p50: %.2f, p99: %.2f (below 1 is faster)\n",
+               km.mbps / ha.mbps, km.p50_us / ha.p50_us, km.p99_us / ha.p99_us);
+        printf("ratio kmproxy/haproxy of the latency each adds to direct: p50 %.2f, p99 %.2f\n",
+               (km.p50_us - direct.p50_us) / (ha.p50_us - direct.p50_us),
+               (km.p99_us - direct.p99_us) / (ha.p99_us - direct.p99_us));
+        printf("ratio kmproxy/haproxy p99 in each of %d consecutive slices of the latency run:", ROUNDS);
+        for (int r = 0; r < ROUNDS; r++)
+            printf(" %.2f", km.slice_p99[r] / ha.slice_p99[r]);
+        printf("\n");
+    }
     return 0;
 }
