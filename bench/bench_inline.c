@@ -272,8 +272,9 @@ static bool wait_listening(uint16_t port)
 
 static pid_t spawn(char *const argv[])
 {
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
     if (pid == 0) {
+        km_test_die_with_parent(parent); /* an interrupted bench leaves no proxy behind */
         int null = open("/dev/null", 1);
         dup2(null, 1), dup2(null, 2);
         execvp(argv[0], argv);

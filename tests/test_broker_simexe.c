@@ -17,9 +17,10 @@ static pid_t spawn(char *const argv[], FILE **out)
 {
     int fds[2];
     cr_assert(!pipe(fds));
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
+        km_test_die_with_parent(parent);
         dup2(fds[1], 1);
         close(fds[0]);
         execv(argv[0], argv);

@@ -116,8 +116,9 @@ Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
     snprintf(set_base, sizeof set_base, "proxy.port.base=%d", base);
     int out[2];
     cr_assert_eq(pipe(out), 0);
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
     if (pid == 0) {
+        km_test_die_with_parent(parent);
         dup2(out[1], 1);
         close(out[0]);
         execl(km_test_binary(), "kmproxy", "proxy", "--set", "proxy.bootstrap.listen=127.0.0.1:0", "--set", set_up,

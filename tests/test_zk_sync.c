@@ -328,8 +328,9 @@ Test(zk_sync, cli_follow_dual_writes_appended_records)
     snprintf(out, sizeof out, "%s/stdout", dir);
     km_image *expect = gen_image(log, 4, 3, 10);
     char *hosts = strdup(km_zks_hosts(zs, 0));
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
     if (pid == 0) {
+        km_test_die_with_parent(parent);
         FILE *f = freopen(out, "w", stdout);
         (void)f;
         execl(km_test_binary(), km_test_binary(), "zk", "sync", "--follow", "--zookeeper", hosts, "--metadata", log,

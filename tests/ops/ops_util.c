@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -24,9 +23,10 @@ void ops_spawn(ops_proc *p, const char *dir, const char *tag, const char *const 
     char *argv[32] = {(char *)km_test_binary()};
     for (int i = 0; args[i] && i < 30; i++)
         argv[i + 1] = (char *)args[i];
+    pid_t parent = getpid();
     p->pid = fork();
     if (p->pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a test that fails half way leaves no daemon behind */
+        km_test_die_with_parent(parent); /* a test that fails half way leaves no daemon behind */
         int o = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0600), e = open(p->err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         dup2(o, 1);
         dup2(e, 2);

@@ -14,6 +14,10 @@ const char *km_test_source_dir(void);
 /* A fresh empty directory under $TMPDIR (removed by km_test_rmtree). */
 char *km_test_tmpdir(const char *tag);
 void km_test_rmtree(const char *path);
+/* In a forked child, first thing: the child is killed when the forking thread of `parent`
+ * dies, so a test that times out or crashes half way leaves no process behind (Criterion
+ * kills a timed-out test's worker outright).  Exits at once if the parent is already gone. */
+void km_test_die_with_parent(int parent);
 /* Runs argv with stdin from `in` (may be NULL); captures stdout/stderr (malloc'd, NUL-terminated).
  * Returns the exit status, or -1 if it could not run. */
 int km_test_run(char *const argv[], const void *in, size_t in_len,

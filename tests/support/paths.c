@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,6 +58,13 @@ static int drain_fd(int fd, char **buf, size_t *len)
     return 1;
 }
 
+void km_test_die_with_parent(int parent)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) /* it died before the prctl: nobody would kill us */
+        _exit(127);
+}
+
 int km_test_run(char *const argv[], const void *in, size_t in_len,
                 char **out, size_t *out_len, char **err_out)
 {
@@ -64,10 +72,11 @@ int km_test_run(char *const argv[], const void *in, size_t in_len,
     int pin[2], pout[2], perr[2];
     if (pipe(pin) || pipe(pout) || pipe(perr))
         return -1;
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
     if (pid < 0)
         return -1;
     if (pid == 0) {
+        km_test_die_with_parent(parent);
         dup2(pin[0], 0); dup2(pout[1], 1); dup2(perr[1], 2);
         close(pin[1]); close(pout[0]); close(perr[0]);
         execv(argv[0], argv);
