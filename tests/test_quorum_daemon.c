@@ -376,7 +376,7 @@ static void assert_refused(const char *const *kv, const char *want)
 Test(quorum_daemon, controller_listener_security_errors_name_the_key)
 {
     assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
-                                          "CONTROLLER:SASL_SSL", NULL }, "uses SASL_SSL");
+                                          "CONTROLLER:TRACE", NULL }, "uses TRACE");
     assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
                                           "CONTROLLER:SSL", "ssl.truststore.location", "/nonexistent/ca.pem", NULL },
                    "ssl.truststore.location=/nonexistent/ca.pem: cannot read it");
@@ -384,4 +384,209 @@ Test(quorum_daemon, controller_listener_security_errors_name_the_key)
     assert_refused((const char *const[]){ "ssl.truststore.location", "/etc/hostname", NULL }, "is PLAINTEXT");
     assert_refused((const char *const[]){ "listener.security.protocol.map", "CONTROLLER", NULL },
                    "is not NAME:PROTOCOL");
+}
+
+/* ---- SASL on the controller listener ------------------------------------------------------- */
+
+#define PLAIN_JAAS(user, pass) \
+    "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"" user "\" password=\"" pass "\";"
+#define SCRAM_JAAS(user, pass) \
+    "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"" user "\" password=\"" pass "\";"
+
+/* Both simulators logged kmproxy in, and nothing came before a login. */
+static void assert_logged_in(drig *r)
+{
+    uint64_t ok = 0;
+    for (int i = 0; i < 2; i++) {
+        km_rsim_stats st;
+        km_rsim_get_stats(r->sims[i], &st);
+        cr_assert_eq(st.unauthenticated, 0, "node %d saw %llu requests before a SASL login: %s", i + 1,
+                     (unsigned long long)st.unauthenticated, st.last_rejection);
+        cr_assert_eq(st.rejected, 0, "node %d: %s", i + 1, st.last_rejection);
+        cr_assert_eq(st.sasl_failed, 0);
+        ok += st.sasl_ok;
+    }
+    cr_assert_geq(ok, 1, "no SASL login at all");
+}
+
+static void sasl_sims(km_rsim_config *c, km_sasl_mech m, km_tls_ctx *tls)
+{
+    km_rsim_config_init(c);
+    c->sasl_mechanisms = 1u << m;
+    c->sasl_users = "kmproxy:kmproxy-secret,admin:admin-secret";
+    c->tls = tls;
+}
+
+/* SASL_PLAINTEXT/PLAIN, the login from the listener-prefixed key as Kafka's
+ * JaasContext.loadServerContext reads it for the controller listener. */
+Test(quorum_daemon, follows_a_sasl_plaintext_controller_listener, .timeout = 240)
+{
+    km_rsim_config c;
+    sasl_sims(&c, KM_SASL_PLAIN, NULL);
+    drig r = {0};
+    drig_start_with(&r, &c);
+    int32_t e = km_rsim_last_epoch(r.sims[0]);
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r.sims[i], 1, e);
+    const char *const extra[] = { "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                  "CONTROLLER:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT", "sasl.mechanism.controller.protocol",
+                                  "PLAIN", "listener.name.controller.plain.sasl.jaas.config",
+                                  PLAIN_JAAS("kmproxy", "kmproxy-secret"), NULL };
+    drig_daemon_with(&r, false, extra);
+    g_offset = km_rsim_log_end(r.sims[0]) - 1;
+    cr_assert(run_until(&r, mirrored_at), "never mirrored over SASL_PLAINTEXT");
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/committed", r.tmp);
+    write_log(dir, r.gen, r.gen_len, NULL, 0);
+    assert_zk_equals(&r, dir);
+    assert_logged_in(&r);
+    drig_stop(&r);
+}
+
+/* SASL_SSL/SCRAM-SHA-512: TLS first (the same ssl.* keys as SSL), then the SCRAM exchange;
+ * the login from a bare sasl.jaas.config. */
+Test(quorum_daemon, follows_a_sasl_ssl_scram_controller_listener, .timeout = 240)
+{
+    km_test_pki pki;
+    cr_assert(!km_test_pki_make(&pki));
+    km_err err;
+    km_tls_config sc = { .cert_file = pki.server_cert, .key_file = pki.server_key };
+    km_tls_ctx *server = km_tls_server_ctx_new(&sc, &err);
+    cr_assert(server, "%s", err.msg);
+    km_rsim_config c;
+    sasl_sims(&c, KM_SASL_SCRAM_SHA_512, server);
+    drig r = {0};
+    drig_start_with(&r, &c);
+    int32_t e = km_rsim_last_epoch(r.sims[0]);
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r.sims[i], 1, e);
+    const char *const extra[] = { "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                  "CONTROLLER:SASL_SSL", "ssl.truststore.type", "PEM", "ssl.truststore.location",
+                                  pki.ca, "sasl.mechanism.controller.protocol", "SCRAM-SHA-512", "sasl.jaas.config",
+                                  SCRAM_JAAS("admin", "admin-secret"), NULL };
+    drig_daemon_with(&r, false, extra);
+    g_offset = km_rsim_log_end(r.sims[0]) - 1;
+    cr_assert(run_until(&r, mirrored_at), "never mirrored over SASL_SSL");
+    assert_logged_in(&r);
+    drig_stop(&r);
+    km_tls_ctx_free(server);
+    km_test_pki_free(&pki);
+}
+
+static drig *g_sasl_rig;
+static bool two_failed_logins(const km_daemon_status *st)
+{
+    (void)st;
+    uint64_t failed = 0;
+    for (int i = 0; i < 2; i++) {
+        km_rsim_stats s;
+        km_rsim_get_stats(g_sasl_rig->sims[i], &s);
+        failed += s.sasl_failed;
+    }
+    return failed >= 2; /* the first failure, and a retry after the backoff */
+}
+
+/* A wrong password: the server's reason and the controller's address are logged, the login is
+ * retried, and no Fetch ever reaches a controller. */
+Test(quorum_daemon, a_wrong_controller_password_is_logged_and_nothing_is_fetched, .timeout = 240)
+{
+    km_rsim_config c;
+    sasl_sims(&c, KM_SASL_SCRAM_SHA_256, NULL);
+    drig r = {0};
+    drig_start_with(&r, &c);
+    g_sasl_rig = &r;
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r.sims[i], 1, km_rsim_last_epoch(r.sims[0]));
+    char log[700];
+    snprintf(log, sizeof log, "%s/kmproxy.log", r.tmp);
+    const char *const extra[] = { "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                  "CONTROLLER:SASL_PLAINTEXT", "sasl.mechanism.controller.protocol", "SCRAM-SHA-256",
+                                  "listener.name.controller.scram-sha-256.sasl.jaas.config",
+                                  SCRAM_JAAS("kmproxy", "wrong"), "log.file", log, NULL };
+    drig_daemon_with(&r, false, extra);
+    cr_assert(run_until(&r, two_failed_logins), "the simulators never refused a login");
+    for (int i = 0; i < 2; i++) {
+        km_rsim_stats st;
+        km_rsim_get_stats(r.sims[i], &st);
+        cr_assert_eq(st.fetches + st.fetch_snapshots + st.describe_quorums, 0, "node %d answered a request", i + 1);
+        cr_assert_eq(st.unauthenticated, 0, "node %d: %s", i + 1, st.last_rejection);
+        cr_assert_eq(st.sasl_ok, 0);
+    }
+    km_daemon_free(r.d);
+    r.d = NULL;
+    size_t n;
+    char *text = (char *)tq_read_file(log, &n);
+    text = realloc(text, n + 1);
+    text[n] = '\0';
+    char want[200];
+    snprintf(want, sizeof want, "SASL/SCRAM-SHA-256 authentication as 'kmproxy' to controller 127.0.0.1:%u",
+             km_rsim_port(r.sims[0]));
+    cr_assert(strstr(text, want), "no '%s' in the log:\n%s", want, text);
+    cr_assert(strstr(text, "SASL_AUTHENTICATION_FAILED (58): Authentication failed"), "%s", text);
+    free(text);
+    drig_stop(&r);
+}
+
+Test(quorum_daemon, controller_sasl_config_errors_name_the_key)
+{
+    /* Kafka's default mechanism is GSSAPI: unset, it is refused saying so. */
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SASL_SSL", NULL },
+                   "sasl.mechanism.controller.protocol is not set: Kafka's default, GSSAPI, is not supported");
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SASL_PLAINTEXT", "sasl.mechanism.controller.protocol", "GSSAPI",
+                                          NULL },
+                   "sasl.mechanism.controller.protocol=GSSAPI: SASL mechanism 'GSSAPI' is not supported");
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SASL_PLAINTEXT", "sasl.mechanism.controller.protocol",
+                                          "OAUTHBEARER", NULL },
+                   "'OAUTHBEARER' is not supported");
+    /* No login at all. */
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SASL_PLAINTEXT", "sasl.mechanism.controller.protocol", "PLAIN",
+                                          NULL },
+                   "needs listener.name.controller.plain.sasl.jaas.config (or sasl.jaas.config)");
+    /* SASL keys without a SASL protocol, each by name. */
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SSL", "sasl.mechanism.controller.protocol", "PLAIN", NULL },
+                   "sasl.mechanism.controller.protocol is set but controller listener CONTROLLER is SSL");
+    assert_refused((const char *const[]){ "sasl.jaas.config", PLAIN_JAAS("a", "b"), NULL },
+                   "sasl.jaas.config is set but controller listener PLAINTEXT is PLAINTEXT");
+    assert_refused((const char *const[]){ "listener.name.controller.plain.sasl.jaas.config", PLAIN_JAAS("a", "b"),
+                                          NULL },
+                   "listener.name.controller.plain.sasl.jaas.config is set but controller listener PLAINTEXT");
+    /* A login for another listener or mechanism, or one shadowed: nothing would read it. */
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SASL_PLAINTEXT", "sasl.mechanism.controller.protocol", "PLAIN",
+                                          "listener.name.controller.scram-sha-256.sasl.jaas.config",
+                                          SCRAM_JAAS("a", "b"), NULL },
+                   "listener.name.controller.scram-sha-256.sasl.jaas.config is set but the controller's login is "
+                   "read from listener.name.controller.plain.sasl.jaas.config");
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SASL_PLAINTEXT", "sasl.mechanism.controller.protocol", "PLAIN",
+                                          "listener.name.controller.plain.sasl.jaas.config", PLAIN_JAAS("a", "b"),
+                                          "sasl.jaas.config", PLAIN_JAAS("c", "d"), NULL },
+                   "sasl.jaas.config is set but listener.name.controller.plain.sasl.jaas.config is what");
+    /* The JAAS line is km_sasl's: a module that does not fit the mechanism is named with its key. */
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SASL_PLAINTEXT", "sasl.mechanism.controller.protocol",
+                                          "SCRAM-SHA-512", "sasl.jaas.config", PLAIN_JAAS("a", "b"), NULL },
+                   "sasl.jaas.config: sasl.jaas.config: login module");
+}
+
+/* metadata.source=dir reads no controller listener: its SASL keys are refused, not ignored. */
+Test(quorum_daemon, controller_sasl_keys_are_refused_with_the_dir_source)
+{
+    km_config cfg;
+    km_err e = {{0}};
+    km_config_defaults(&cfg);
+    cr_assert_eq(km_config_set(&cfg, "zookeeper.connect", "127.0.0.1:1", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "metadata.source", "dir", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "metadata.dir", "/tmp", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "listener.name.controller.plain.sasl.jaas.config", PLAIN_JAAS("a", "b"), "test",
+                               &e), 0);
+    cr_assert_eq(km_config_validate(&cfg, &e), -1);
+    cr_assert(strstr(e.msg, "listener.name.controller.plain.sasl.jaas.config is read only with metadata.source=quorum"),
+              "%s", e.msg);
+    km_config_free(&cfg);
 }
