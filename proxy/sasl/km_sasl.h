@@ -111,7 +111,9 @@ int64_t km_sasl_client_session_lifetime_ms(const km_sasl_client *c);
  * SASL handshake."); a bad login is answered SASL_AUTHENTICATION_FAILED with the reason, then
  * the connection closes; after it, SaslHandshake/SaslAuthenticate get ILLEGAL_SASL_STATE. */
 typedef struct km_sasl_server km_sasl_server;
-/* mechanisms: a bit (1u << km_sasl_mech) per mechanism enabled; lookup gives the passwords. */
+/* mechanisms: a bit (1u << km_sasl_mech) per mechanism enabled; lookup gives the passwords.
+ * 0: a listener without SASL (everything passes; SaslHandshake/SaslAuthenticate are answered
+ * ILLEGAL_SASL_STATE, as KafkaApis does). */
 km_sasl_server *km_sasl_server_new(unsigned mechanisms, km_scram_lookup_fn lookup, void *ud, km_err *err);
 void km_sasl_server_free(km_sasl_server *s);
 typedef enum km_sasl_served {
@@ -124,7 +126,7 @@ typedef enum km_sasl_served {
 /* -1 only when an answer cannot be built (err). */
 int km_sasl_server_serve(km_sasl_server *s, const km_request_header_view *h, const uint8_t *body, size_t len,
                          km_buf *out, km_arena *a, km_sasl_served *what, km_err *err);
-bool km_sasl_server_authenticated(const km_sasl_server *s);
+bool km_sasl_server_authenticated(const km_sasl_server *s); /* a login succeeded */
 const char *km_sasl_server_user(const km_sasl_server *s); /* "" before authentication */
 
 #endif

@@ -33,6 +33,7 @@ km_sasl_server *km_sasl_server_new(unsigned mechanisms, km_scram_lookup_fn looku
     s->mechanisms = mechanisms;
     s->lookup = lookup;
     s->ud = ud;
+    s->state = mechanisms ? SRV_HANDSHAKE : SRV_DONE; /* no SASL listener: KafkaApis' ILLEGAL_SASL_STATE */
     return s;
 }
 
@@ -44,7 +45,7 @@ void km_sasl_server_free(km_sasl_server *s)
     free(s);
 }
 
-bool km_sasl_server_authenticated(const km_sasl_server *s) { return s->state == SRV_DONE; }
+bool km_sasl_server_authenticated(const km_sasl_server *s) { return s->state == SRV_DONE && s->user[0]; }
 const char *km_sasl_server_user(const km_sasl_server *s) { return s->state == SRV_DONE ? s->user : ""; }
 
 static int handshake(km_sasl_server *s, const km_request_header_view *h, const uint8_t *body, size_t len,

@@ -13,7 +13,7 @@ struct rsim_conn {
     km_rsim *s;
     km_net_conn *c;
     rsim_conn *prev, *next;
-    km_sasl_server *sasl;        /* SASL listener: this connection's login */
+    km_sasl_server *sasl;        /* this connection's login (without SASL: ILLEGAL_SASL_STATE to SASL requests) */
     bool parked;                 /* a Fetch waits in the purgatory */
     rsim_fetch fetch;
     ev_timer wait;
@@ -155,8 +155,6 @@ static int serve_sasl(rsim_conn *rc, const km_request_header_view *h, const km_r
 {
     km_rsim *s = rc->s;
     km_sasl_served what;
-    if (!rc->sasl)
-        return 0;
     if (km_sasl_server_serve(rc->sasl, h, r->p + r->pos, km_reader_left(r), out, a, &what, err) < 0)
         return -1;
     if (what == KM_SASL_UNEXPECTED) {
@@ -227,7 +225,7 @@ static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
     ev_timer_init(&rc->wait, on_wait_timeout, 1., 0.);
     rc->wait.data = rc;
     km_net_opts o = { .tls = s->cfg.tls };
-    if (s->cfg.sasl_mechanisms && !(rc->sasl = km_sasl_server_new(s->cfg.sasl_mechanisms, password_of, s, &err))) {
+    if (!(rc->sasl = km_sasl_server_new(s->cfg.sasl_mechanisms, password_of, s, &err))) {
         close(fd);
         free(rc);
         return;
