@@ -34,9 +34,9 @@ static int open_security(km_daemon *d, km_quorum_config *qc, km_config_quorum_se
 {
     if (km_config_resolve_quorum_security(&d->cfg, sec, err) < 0)
         return -1;
-    qc->sasl_mechanism = sec->mechanism;
-    qc->sasl_username = sec->username;
-    qc->sasl_password = sec->password;
+    qc->sasl.mechanism = sec->mechanism;
+    qc->sasl.username = sec->username;
+    qc->sasl.password = sec->password;
     if (!sec->tls)
         return 0;
     km_tls_config tc = { .ca_file = sec->ca_file, .cert_file = sec->cert_file };

@@ -231,7 +231,7 @@ static void on_api_versions(km_quorum *q, const uint8_t *body, size_t len)
                  q->target.host, q->target.port, code);
         return q_retry(q, true, why);
     }
-    if (q->cfg.sasl_mechanism != KM_SASL_NONE) { /* the first Fetch waits for the exchange */
+    if (q->cfg.sasl.mechanism != KM_SASL_NONE) { /* the first Fetch waits for the exchange */
         q_sasl_begin(q, &rs);
         km_arena_free(&a);
         return;
@@ -550,12 +550,12 @@ static int keep_strings(km_quorum *q, const km_quorum_config *cfg, km_err *err)
 
 static int keep_credentials(km_quorum *q, const km_quorum_config *cfg, km_err *err)
 {
-    if (cfg->sasl_mechanism == KM_SASL_NONE)
+    if (cfg->sasl.mechanism == KM_SASL_NONE)
         return 0;
-    const char *user = cfg->sasl_username ? cfg->sasl_username : "", *pass = cfg->sasl_password ? cfg->sasl_password : "";
+    const char *user = cfg->sasl.username ? cfg->sasl.username : "", *pass = cfg->sasl.password ? cfg->sasl.password : "";
     if (!*user || strlen(user) >= sizeof q->sasl_user || strlen(pass) >= sizeof q->sasl_pass)
         return km_fail(err, "quorum: SASL/%s needs a user name and a password shorter than %zu bytes",
-                       km_sasl_mech_name(cfg->sasl_mechanism), sizeof q->sasl_user);
+                       km_sasl_mech_name(cfg->sasl.mechanism), sizeof q->sasl_user);
     strcpy(q->sasl_user, user);
     strcpy(q->sasl_pass, pass);
     return 0;
@@ -572,7 +572,7 @@ km_quorum *km_quorum_new(struct ev_loop *loop, const km_quorum_config *cfg, km_i
     }
     q->cfg.bootstrap_servers = q->cfg.voters = q->cfg.tls_name = NULL; /* parsed below; not kept */
     q->cfg.cluster_id = q->cfg.snapshot_dir = NULL;
-    q->cfg.sasl_username = q->cfg.sasl_password = NULL;
+    q->cfg.sasl.username = q->cfg.sasl.password = NULL;
     int rc = 0;
     if (cfg->voters && *cfg->voters)
         rc = parse_list(q, cfg->voters, true, err);

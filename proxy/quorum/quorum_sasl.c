@@ -18,7 +18,7 @@ static void auth_failed(km_quorum *q, const char *why)
     char line[1200];
     q->st.auth_failures++;
     snprintf(line, sizeof line, "SASL/%s authentication as '%s' to controller %s:%u (node %d) failed: %s",
-             km_sasl_mech_name(q->cfg.sasl_mechanism), q->sasl_user, q->target.host, q->target.port, q->target.id,
+             km_sasl_mech_name(q->cfg.sasl.mechanism), q->sasl_user, q->target.host, q->target.port, q->target.id,
              why);
     q_retry(q, false, line);
 }
@@ -38,7 +38,7 @@ int q_sasl_begin(km_quorum *q, const km_api_versions_response *rs)
     km_err err;
     q_sasl_drop(q);
     q->phase = Q_AUTH;
-    if (!(q->sasl = km_sasl_client_new(q->cfg.sasl_mechanism, q->sasl_user, q->sasl_pass, &err)) ||
+    if (!(q->sasl = km_sasl_client_new(q->cfg.sasl.mechanism, q->sasl_user, q->sasl_pass, &err)) ||
         km_sasl_client_versions(q->sasl, rs, &err) < 0) {
         auth_failed(q, err.msg);
         return -1;
@@ -57,7 +57,7 @@ void q_on_sasl_response(km_quorum *q, const uint8_t *body, size_t len)
         return send_step(q);
     q_sasl_drop(q);
     q_log(q, "authenticated to %s:%u (node %d) with SASL/%s as '%s'", q->target.host, q->target.port, q->target.id,
-          km_sasl_mech_name(q->cfg.sasl_mechanism), q->sasl_user);
+          km_sasl_mech_name(q->cfg.sasl.mechanism), q->sasl_user);
     q->phase = q->snap_active ? Q_SNAPSHOT : Q_FETCH;
     q_next_request(q);
 }
