@@ -590,3 +590,33 @@ Test(quorum_daemon, controller_sasl_keys_are_refused_with_the_dir_source)
               "%s", e.msg);
     km_config_free(&cfg);
 }
+
+/* From a file: the listener-prefixed key is read like any other, and given twice it is refused. */
+Test(quorum_daemon, a_controller_jaas_key_given_twice_in_a_file_is_refused)
+{
+    char *tmp = km_test_tmpdir("qsaslconf"), path[600];
+    snprintf(path, sizeof path, "%s/kmproxy.properties", tmp);
+    const char *line = "listener.name.controller.plain.sasl.jaas.config=" PLAIN_JAAS("a", "b") "\n";
+    for (int twice = 0; twice < 2; twice++) {
+        FILE *f = fopen(path, "w");
+        cr_assert(f);
+        fprintf(f, "zookeeper.connect=127.0.0.1:1\ncontroller.quorum.bootstrap.servers=127.0.0.1:9093\n"
+                   "controller.listener.names=CONTROLLER\nlistener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT\n"
+                   "sasl.mechanism.controller.protocol=PLAIN\n%s%s", line, twice ? line : "");
+        fclose(f);
+        km_config cfg;
+        km_err e = {{0}};
+        km_config_defaults(&cfg);
+        int rc = km_config_load(&cfg, path, &e);
+        if (!twice) {
+            cr_assert_eq(rc, 0, "%s", e.msg);
+            cr_assert_eq(km_config_validate(&cfg, &e), 0, "%s", e.msg);
+        } else {
+            cr_assert_eq(rc, -1);
+            cr_assert(strstr(e.msg, ":7: listener.name.controller.plain.sasl.jaas.config is given twice"), "%s", e.msg);
+        }
+        km_config_free(&cfg);
+    }
+    km_test_rmtree(tmp);
+    free(tmp);
+}
