@@ -274,7 +274,7 @@ static pid_t spawn(char *const argv[])
 {
     pid_t parent = getpid(), pid = fork();
     if (pid == 0) {
-        km_test_die_with_parent(parent); /* an interrupted bench leaves no proxy behind */
+        bench_die_with_parent(parent); /* an interrupted bench leaves no proxy behind */
         int null = open("/dev/null", 1);
         dup2(null, 1), dup2(null, 2);
         execvp(argv[0], argv);

@@ -254,8 +254,9 @@ static pid_t start_leader(const files *f, uint16_t *port)
     int p[2];
     if (pipe(p) < 0)
         return -1;
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
     if (pid == 0) {
+        bench_die_with_parent(parent);
         struct ev_loop *loop = ev_loop_new(0);
         km_rsim_config c;
         km_rsim_config_init(&c);

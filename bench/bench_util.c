@@ -5,7 +5,9 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,4 +68,11 @@ long bench_rss_bytes(void)
         fclose(f);
     }
     return res * sysconf(_SC_PAGESIZE);
+}
+
+void bench_die_with_parent(int parent)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) /* it died before the prctl */
+        _exit(1);
 }

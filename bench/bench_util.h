@@ -12,6 +12,10 @@ double bench_wall_s(void);
  * Returns CPU seconds; *bytes receives what was read. */
 double bench_plain_read(const char *dir, size_t *bytes);
 
+/* In a forked server child, first thing: it dies with the bench (PR_SET_PDEATHSIG), so an
+ * interrupted `make bench` leaves no server behind.  `parent`: getpid() before the fork. */
+void bench_die_with_parent(int parent);
+
 /* Resident memory of this process in bytes (/proc/self/statm). */
 long bench_rss_bytes(void);
 

@@ -367,7 +367,7 @@ static void probed(km_zkw *w, const claim_call *c)
 
 /* HA: /controller_epoch holds what the last kmproxy claim wrote (the record says which), or a
  * writer outside the election claimed since - a KRaft controller's migration driver, an operator's
- * tool. Claiming over it would make the two fight (each claim fences the other), so we stop: FENCED
+ * tool - or the active instance found one moving /migration alone and marked the record. Claiming over it would make the two fight (each claim fences the other), so we stop: FENCED
  * for good, km_zkw_fenced_by_foreign() set. No record yet: the first HA claim of this cluster. */
 static bool foreign_since_last_claim(km_zkw *w, const claim_call *c)
 {
@@ -380,8 +380,13 @@ static bool foreign_since_last_claim(km_zkw *w, const claim_call *c)
     long long recorded = json_is_integer(ep) ? (long long)json_integer_value(ep) : -1;
     const char *by = json_string_value(json_object_get(rec, "instance"));
     long long now = c->rc[R_CONTROLLER_EPOCH] == ZOK ? strtoll(c->data[R_CONTROLLER_EPOCH], NULL, 10) : -1;
-    bool foreign = recorded != now;
-    if (foreign) {
+    const char *marked = json_string_value(json_object_get(rec, "foreign_writer")); /* zk_recover.c */
+    bool foreign = marked || recorded != now;
+    if (marked) {
+        w->foreign = true;
+        zkw_fence(w, "a writer outside the election owns ZooKeeper: %.120s, the active instance then, recorded in %s: "
+                  "%.300s; not claiming over it", by ? by : "?", w->claim_record, marked);
+    } else if (foreign) {
         w->foreign = true;
         zkw_fence(w, "a writer outside the election owns ZooKeeper: /controller_epoch is %lld (/controller: %.150s) "
                   "but the last kmproxy claim, recorded in %s by %.120s, was epoch %lld; not claiming over it",

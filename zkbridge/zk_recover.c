@@ -8,6 +8,8 @@
  *  - anything else: a second writer -> FENCED. Never a blind retry. */
 #include "zk_writer.h"
 
+#include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,6 +94,56 @@ static void recover_finish(km_zkw *w)
     zkw_emit_progress(w, popped);
 }
 
+/* HA: the record beside the election is marked before the fence, so that whichever instance
+ * leads next refuses to claim (foreign_since_last_claim) instead of writing over the other
+ * writer.  The fence (and the daemon's exit) waits for ZooKeeper's answer. */
+typedef struct mark_call {
+    km_zkw *w;
+    char record[3072]; /* the reason, JSON-escaped, and the claim's fields */
+    char reason[1024];
+} mark_call;
+
+static void on_record_marked(int rc, const struct Stat *st, const void *data)
+{
+    (void)st;
+    mark_call *mc = (mark_call *)data;
+    km_zkw *w = mc->w;
+    if (rc != ZOK)
+        zkw_log(w, KM_LOG_ERROR, "zk recover: could not mark %s (%s): the next instance to lead checks "
+                "/controller_epoch only", w->claim_record, zerror(rc));
+    zkw_fence(w, "%s", mc->reason);
+    free(mc);
+}
+
+/* /migration moved while /controller_epoch is still the one we claimed.  No instance of ours
+ * does that (a takeover claims first, which moves /controller_epoch), so under HA it is a writer
+ * outside the election, exactly as a foreign claim is. */
+static void second_writer(km_zkw *w, const rec_call *c)
+{
+    char reason[1024];
+    snprintf(reason, sizeof reason, "%s/migration holds %.200s at zkVersion %d; our last confirmed write left "
+             "zkVersion %d (%.200s): a second writer%s", w->claim_record ? "a writer outside the election owns "
+             "ZooKeeper: " : "", c->data[1], c->st[1].version, w->mig_version, w->mig,
+             w->claim_record ? " while /controller_epoch is still ours" : "");
+    mark_call *mc = w->claim_record ? calloc(1, sizeof *mc) : NULL;
+    if (!mc)
+        return zkw_fence(w, "%s", reason);
+    w->foreign = true;
+    mc->w = w;
+    snprintf(mc->reason, sizeof mc->reason, "%s", reason);
+    json_t *rec = json_pack("{s:i, s:s, s:i, s:s}", "version", 1, "instance", w->claim_owner,
+                            "controller_epoch", w->zk_epoch, "foreign_writer", reason);
+    char *text = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+    json_decref(rec);
+    int len = text ? snprintf(mc->record, sizeof mc->record, "%s", text) : -1;
+    free(text);
+    if (len < 0 || (size_t)len >= sizeof mc->record ||
+        zoo_aset(w->sess.zh, w->claim_record, mc->record, len, -1, on_record_marked, mc) != ZOK) {
+        free(mc);
+        zkw_fence(w, "%s", reason);
+    }
+}
+
 static void decide(km_zkw *w, rec_call *c)
 {
     if (c->rc[0] != ZOK || c->st[0].version != w->ctrl_epoch_version)
@@ -104,8 +156,7 @@ static void decide(km_zkw *w, rec_call *c)
                      !memcmp(c->data[1], w->mig, (size_t)w->mig_len);
     zkw_batch *b = unchanged ? NULL : landed_batch(w, c);
     if (!unchanged && !b)
-        return zkw_fence(w, "/migration holds %.200s at zkVersion %d; our last confirmed write left zkVersion %d "
-                         "(%.200s): a second writer", c->data[1], c->st[1].version, w->mig_version, w->mig);
+        return second_writer(w, c);
     if (b) {
         zkw_log(w, KM_LOG_INFO, "zk recover: our /migration write to offset %lld had landed (lost ack); "
                 "adopting zkVersion %d", (long long)b->offset, c->st[1].version);

@@ -553,8 +553,10 @@ static int wait_exit(inst *in, int timeout_s)
 /* n HA instances; a genuine second writer claims /controller_epoch and moves /migration (as
  * test_daemon's mirrors_under_a_new_chroot_then_fences_on_a_second_writer does to one instance).
  * That is no takeover by one of us: every instance must stop (exit 1, naming the foreign epoch)
- * and none may claim over it - before, the fenced one rejoined, won again and re-claimed. */
-static void foreign_writer_stops_every_instance(int n, const char *chroot)
+ * and none may claim over it - before, the fenced one rejoined, won again and re-claimed.
+ * migration_only: the writer moves /migration alone, leaving /controller_epoch ours; no instance
+ * of ours does that either (a takeover claims first), and before, the standby claimed over it. */
+static void foreign_writer_stops_every_instance(int n, const char *chroot, bool migration_only)
 {
     env e;
     env_init(&e);
@@ -578,9 +580,10 @@ static void foreign_writer_stops_every_instance(int n, const char *chroot)
     cr_expect(data && strstr(data, "\"controller_epoch\":"), "%s", data);
     free(data);
     cr_assert_eq(km_zkc_get(c, "/controller_epoch", &data, &len, &st), ZOK);
-    snprintf(bumped, sizeof bumped, "%d", atoi(data) + 5);
+    snprintf(bumped, sizeof bumped, "%d", atoi(data) + (migration_only ? 0 : 5));
     free(data);
-    cr_assert_eq(km_zkc_set(c, "/controller_epoch", bumped, st.version, &st), ZOK);
+    if (!migration_only)
+        cr_assert_eq(km_zkc_set(c, "/controller_epoch", bumped, st.version, &st), ZOK);
     /* Behind our image (a driver replaying the same log): the roll-back guard has nothing to refuse. */
     const char *foreign = "{\"version\":0,\"kraft_controller_id\":9,\"kraft_controller_epoch\":99,"
                           "\"kraft_metadata_offset\":1,\"kraft_metadata_epoch\":1}";
@@ -591,8 +594,13 @@ static void foreign_writer_stops_every_instance(int n, const char *chroot)
         char *log = ops_slurp(in[i].log_file);
         cr_expect(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 1,
                   "instance %d did not exit 1 (status %d): %s", i, status, log);
-        cr_expect(strstr(log, "a writer outside the election owns ZooKeeper: /controller_epoch is") &&
-                      strstr(log, bumped), "instance %d does not name the foreign epoch %s: %s", i, bumped, log);
+        if (migration_only) /* the active one read it in /migration, the standby in the marked record */
+            cr_expect(strstr(log, "a writer outside the election owns ZooKeeper:") &&
+                          strstr(log, "\"kraft_controller_epoch\":99"),
+                      "instance %d does not name the foreign /migration: %s", i, log);
+        else
+            cr_expect(strstr(log, "a writer outside the election owns ZooKeeper: /controller_epoch is") &&
+                          strstr(log, bumped), "instance %d does not name the foreign epoch %s: %s", i, bumped, log);
         free(log);
         ops_stop(&in[i].p, SIGKILL); /* only when it is still running */
     }
@@ -608,10 +616,15 @@ static void foreign_writer_stops_every_instance(int n, const char *chroot)
 
 Test(ha, one_instance_fenced_by_a_foreign_writer_exits_1_and_never_reclaims)
 {
-    foreign_writer_stops_every_instance(1, "ha-foreign1");
+    foreign_writer_stops_every_instance(1, "ha-foreign1", false);
 }
 
 Test(ha, two_instances_fenced_by_a_foreign_writer_both_exit_1_and_neither_reclaims)
 {
-    foreign_writer_stops_every_instance(2, "ha-foreign2");
+    foreign_writer_stops_every_instance(2, "ha-foreign2", false);
+}
+
+Test(ha, a_foreign_writer_moving_only_migration_stops_both_instances)
+{
+    foreign_writer_stops_every_instance(2, "ha-foreign-mig", true);
 }
