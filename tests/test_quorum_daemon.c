@@ -325,36 +325,54 @@ Test(quorum_daemon, quorum_config_errors_name_the_key)
     km_config_free(&cfg);
 }
 
+/* A throwaway PKI and the controllers' TLS context from it. */
+static km_tls_ctx *controller_tls(km_test_pki *pki)
+{
+    km_err err;
+    cr_assert(!km_test_pki_make(pki));
+    km_tls_config sc = { .cert_file = pki->server_cert, .key_file = pki->server_key };
+    km_tls_ctx *server = km_tls_server_ctx_new(&sc, &err);
+    cr_assert(server, "%s", err.msg);
+    return server;
+}
+
+/* The rig's simulators (made from base), node 1 leading at the log's epoch. */
+static void drig_start_led(drig *r, const km_rsim_config *base)
+{
+    drig_start_with(r, base);
+    int32_t e = km_rsim_last_epoch(r->sims[0]);
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r->sims[i], 1, e);
+}
+
+/* The daemon with extra keys mirrors the whole committed log: ZooKeeper equals it exactly. */
+static void assert_mirrors_with(drig *r, const char *const *extra, const char *how)
+{
+    drig_daemon_with(r, false, extra);
+    g_offset = km_rsim_log_end(r->sims[0]) - 1;
+    cr_assert(run_until(r, mirrored_at), "never mirrored over %s", how);
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/committed", r->tmp);
+    write_log(dir, r->gen, r->gen_len, NULL, 0);
+    assert_zk_equals(r, dir);
+}
+
 /* An SSL controller listener named the Kafka way: controller.listener.names,
  * listener.security.protocol.map and a PEM truststore. */
 Test(quorum_daemon, follows_an_ssl_controller_listener, .timeout = 240)
 {
     km_test_pki pki;
-    cr_assert(!km_test_pki_make(&pki));
-    km_err err;
-    km_tls_config sc = { .cert_file = pki.server_cert, .key_file = pki.server_key };
-    km_tls_ctx *server = km_tls_server_ctx_new(&sc, &err);
-    cr_assert(server, "%s", err.msg);
     km_rsim_config c;
     km_rsim_config_init(&c);
-    c.tls = server;
+    c.tls = controller_tls(&pki);
     drig r = {0};
-    drig_start_with(&r, &c);
-    int32_t e = km_rsim_last_epoch(r.sims[0]);
-    for (int i = 0; i < 2; i++)
-        km_rsim_set_leader(r.sims[i], 1, e);
+    drig_start_led(&r, &c);
     const char *const extra[] = { "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
                                   "CONTROLLER:SSL,PLAINTEXT:PLAINTEXT", "ssl.truststore.type", "PEM",
                                   "ssl.truststore.location", pki.ca, NULL };
-    drig_daemon_with(&r, false, extra);
-    g_offset = km_rsim_log_end(r.sims[0]) - 1;
-    cr_assert(run_until(&r, mirrored_at), "never mirrored over SSL");
-    char dir[700];
-    snprintf(dir, sizeof dir, "%s/committed", r.tmp);
-    write_log(dir, r.gen, r.gen_len, NULL, 0);
-    assert_zk_equals(&r, dir);
+    assert_mirrors_with(&r, extra, "SSL");
     drig_stop(&r);
-    km_tls_ctx_free(server);
+    km_tls_ctx_free(c.tls);
     km_test_pki_free(&pki);
 }
 
@@ -424,21 +442,12 @@ Test(quorum_daemon, follows_a_sasl_plaintext_controller_listener, .timeout = 240
     km_rsim_config c;
     sasl_sims(&c, KM_SASL_PLAIN, NULL);
     drig r = {0};
-    drig_start_with(&r, &c);
-    int32_t e = km_rsim_last_epoch(r.sims[0]);
-    for (int i = 0; i < 2; i++)
-        km_rsim_set_leader(r.sims[i], 1, e);
+    drig_start_led(&r, &c);
     const char *const extra[] = { "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
                                   "CONTROLLER:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT", "sasl.mechanism.controller.protocol",
                                   "PLAIN", "listener.name.controller.plain.sasl.jaas.config",
                                   PLAIN_JAAS("kmproxy", "kmproxy-secret"), NULL };
-    drig_daemon_with(&r, false, extra);
-    g_offset = km_rsim_log_end(r.sims[0]) - 1;
-    cr_assert(run_until(&r, mirrored_at), "never mirrored over SASL_PLAINTEXT");
-    char dir[700];
-    snprintf(dir, sizeof dir, "%s/committed", r.tmp);
-    write_log(dir, r.gen, r.gen_len, NULL, 0);
-    assert_zk_equals(&r, dir);
+    assert_mirrors_with(&r, extra, "SASL_PLAINTEXT");
     assert_logged_in(&r);
     drig_stop(&r);
 }
@@ -448,28 +457,18 @@ Test(quorum_daemon, follows_a_sasl_plaintext_controller_listener, .timeout = 240
 Test(quorum_daemon, follows_a_sasl_ssl_scram_controller_listener, .timeout = 240)
 {
     km_test_pki pki;
-    cr_assert(!km_test_pki_make(&pki));
-    km_err err;
-    km_tls_config sc = { .cert_file = pki.server_cert, .key_file = pki.server_key };
-    km_tls_ctx *server = km_tls_server_ctx_new(&sc, &err);
-    cr_assert(server, "%s", err.msg);
     km_rsim_config c;
-    sasl_sims(&c, KM_SASL_SCRAM_SHA_512, server);
+    sasl_sims(&c, KM_SASL_SCRAM_SHA_512, controller_tls(&pki));
     drig r = {0};
-    drig_start_with(&r, &c);
-    int32_t e = km_rsim_last_epoch(r.sims[0]);
-    for (int i = 0; i < 2; i++)
-        km_rsim_set_leader(r.sims[i], 1, e);
+    drig_start_led(&r, &c);
     const char *const extra[] = { "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
                                   "CONTROLLER:SASL_SSL", "ssl.truststore.type", "PEM", "ssl.truststore.location",
                                   pki.ca, "sasl.mechanism.controller.protocol", "SCRAM-SHA-512", "sasl.jaas.config",
                                   SCRAM_JAAS("admin", "admin-secret"), NULL };
-    drig_daemon_with(&r, false, extra);
-    g_offset = km_rsim_log_end(r.sims[0]) - 1;
-    cr_assert(run_until(&r, mirrored_at), "never mirrored over SASL_SSL");
+    assert_mirrors_with(&r, extra, "SASL_SSL");
     assert_logged_in(&r);
     drig_stop(&r);
-    km_tls_ctx_free(server);
+    km_tls_ctx_free(c.tls);
     km_test_pki_free(&pki);
 }
 
@@ -493,10 +492,8 @@ Test(quorum_daemon, a_wrong_controller_password_is_logged_and_nothing_is_fetched
     km_rsim_config c;
     sasl_sims(&c, KM_SASL_SCRAM_SHA_256, NULL);
     drig r = {0};
-    drig_start_with(&r, &c);
+    drig_start_led(&r, &c);
     g_sasl_rig = &r;
-    for (int i = 0; i < 2; i++)
-        km_rsim_set_leader(r.sims[i], 1, km_rsim_last_epoch(r.sims[0]));
     char log[700];
     snprintf(log, sizeof log, "%s/kmproxy.log", r.tmp);
     const char *const extra[] = { "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
