@@ -193,6 +193,18 @@ static bool scraped(const km_daemon_status *st)
     return atomic_load(&g_scrape->done);
 }
 
+/* One GET /metrics of the rig's daemon into sc (its loop serves it meanwhile). */
+static void scrape_metrics(drig *r, scrape *sc)
+{
+    memset(sc, 0, sizeof *sc);
+    sc->port = km_daemon_metrics_port(r->d);
+    g_scrape = sc;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, scrape_thread, sc), 0);
+    cr_assert(run_until(r, scraped));
+    pthread_join(t, NULL);
+}
+
 static void assert_metric(const char *body, const char *line)
 {
     cr_assert(strstr(body, line), "no '%s' in:\n%s", line, body);
@@ -233,13 +245,7 @@ Test(quorum_daemon, zookeeper_holds_the_committed_image_only_across_a_failover, 
     assert_zk_equals(&r, dir);
     /* The quorum's progress on /metrics. */
     static scrape sc;
-    memset(&sc, 0, sizeof sc);
-    sc.port = km_daemon_metrics_port(r.d);
-    g_scrape = &sc;
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, scrape_thread, &sc), 0);
-    cr_assert(run_until(&r, scraped));
-    pthread_join(t, NULL);
+    scrape_metrics(&r, &sc);
     char line[128];
     assert_metric(sc.body, "\nkmproxy_quorum_leader_id 2\n");
     snprintf(line, sizeof line, "\nkmproxy_quorum_leader_epoch %d\n", e + 1);
@@ -253,6 +259,7 @@ Test(quorum_daemon, zookeeper_holds_the_committed_image_only_across_a_failover, 
     assert_metric(sc.body, "\nkmproxy_quorum_leader_changes_total 2\n");
     assert_metric(sc.body, "\nkmproxy_quorum_fetch_latency_seconds_count ");
     assert_metric(sc.body, "\nkmproxy_quorum_snapshot_loads_total 0\n");
+    assert_metric(sc.body, "\nkmproxy_quorum_auth_failures_total 0\n");
     km_buf_free(&a);
     km_buf_free(&b);
     drig_stop(&r);
@@ -509,6 +516,11 @@ Test(quorum_daemon, a_wrong_controller_password_is_logged_and_nothing_is_fetched
         cr_assert_eq(st.unauthenticated, 0, "node %d: %s", i + 1, st.last_rejection);
         cr_assert_eq(st.sasl_ok, 0);
     }
+    static scrape sc;
+    scrape_metrics(&r, &sc);
+    const char *m = strstr(sc.body, "\nkmproxy_quorum_auth_failures_total ");
+    /* the simulators saw a second login, so kmproxy had handled the first refusal */
+    cr_assert(m && atoi(m + strlen("\nkmproxy_quorum_auth_failures_total ")) >= 1, "%s", sc.body);
     km_daemon_free(r.d);
     r.d = NULL;
     size_t n;

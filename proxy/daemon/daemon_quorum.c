@@ -118,4 +118,6 @@ void km_daemon_quorum_metrics(const km_daemon *d, km_buf *out)
                       NULL, true, (double)st.snapshot_refused);
     km_metrics_sample(out, "kmproxy_quorum_leader_changes_total", "counter", "Leader changes seen.", NULL, true,
                       (double)st.leader_changes);
+    km_metrics_sample(out, "kmproxy_quorum_auth_failures_total", "counter",
+                      "SASL logins to a controller refused or failed.", NULL, true, (double)st.auth_failures);
 }
