@@ -72,7 +72,8 @@ int km_config_refuse_quorum_sasl(const km_config *c, km_err *err)
 /* Kafka 3.9 logs in to the controllers as RaftManager.buildNetworkClient sets it up:
  * ChannelBuilders.clientChannelBuilder(protocol, JaasContext.Type.SERVER, config, controller
  * listener, sasl.mechanism.controller.protocol) reads the configs through
- * AbstractConfig.valuesWithPrefixOverride("listener.name.<listener lower case>."), and
+ * AbstractConfig.valuesWithPrefixOverride(ListenerName.configPrefix()), which is
+ * "listener.name.<listener lower case>.", and
  * JaasContext.loadServerContext(listenerName, mechanism, configs) takes
  * "<mechanism lower case>.sasl.jaas.config" from them: so the key is
  * listener.name.<listener>.<mechanism>.sasl.jaas.config.  (loadServerContext ignores a bare

@@ -139,7 +139,7 @@ void q_log_free(km_quorum *q);
 
 /* quorum_sasl.c: the exchange on a SASL listener after ApiVersions; on success the phase's
  * first request follows; a failure is logged and retried. */
-int q_sasl_begin(km_quorum *q, const km_api_versions_response *rs);
+void q_sasl_begin(km_quorum *q, const km_api_versions_response *rs);
 void q_on_sasl_response(km_quorum *q, const uint8_t *body, size_t len);
 void q_sasl_drop(km_quorum *q);
 

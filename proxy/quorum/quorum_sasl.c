@@ -33,18 +33,15 @@ static void send_step(km_quorum *q)
         q_retry(q, false, err.msg);
 }
 
-int q_sasl_begin(km_quorum *q, const km_api_versions_response *rs)
+void q_sasl_begin(km_quorum *q, const km_api_versions_response *rs)
 {
     km_err err;
     q_sasl_drop(q);
     q->phase = Q_AUTH;
     if (!(q->sasl = km_sasl_client_new(q->cfg.sasl.mechanism, q->sasl_user, q->sasl_pass, &err)) ||
-        km_sasl_client_versions(q->sasl, rs, &err) < 0) {
-        auth_failed(q, err.msg);
-        return -1;
-    }
+        km_sasl_client_versions(q->sasl, rs, &err) < 0)
+        return auth_failed(q, err.msg);
     send_step(q);
-    return 0;
 }
 
 void q_on_sasl_response(km_quorum *q, const uint8_t *body, size_t len)
