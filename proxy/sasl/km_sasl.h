@@ -1,6 +1,8 @@
-/* km_sasl.h - SASL for the ZK-mode broker channels: PLAIN (RFC 4616) and SCRAM-SHA-256/512
- * (RFC 5802, RFC 7677), both the client side kmproxy speaks and the server side the broker
- * simulator checks it with, plus the JAAS line Kafka clients are configured with.
+/* km_sasl.h - SASL for the ZK-mode broker channels and the KRaft controller listener: PLAIN
+ * (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, RFC 7677), both the client side kmproxy speaks
+ * and the server side the simulators check it with, the whole exchange over Kafka requests
+ * (SaslHandshake v1 + SaslAuthenticate) on either side, plus the JAAS line Kafka clients are
+ * configured with.
  *
  * The crypto is OpenSSL's (PBKDF2-HMAC, HMAC, SHA-2).  Messages are the bytes that travel in
  * SaslAuthenticate's AuthBytes, as Kafka's PlainSaslServer / ScramSaslClient / ScramSaslServer
