@@ -186,6 +186,21 @@ Test(quorum_cli, demo_converges_in_quorum_mode, .timeout = 240)
     free(err);
 }
 
+/* argv (naming conf as --command-config) exits 2 with `want` once conf holds `content`. */
+static void assert_command_config_refused(char **argv, const char *conf, const char *content, const char *want)
+{
+    FILE *f = fopen(conf, "w");
+    cr_assert(f);
+    fputs(content, f);
+    fclose(f);
+    char *out = NULL, *errs = NULL;
+    size_t n;
+    cr_assert_eq(km_test_run(argv, NULL, 0, &out, &n, &errs), 2, "%s", content);
+    cr_assert(strstr(errs, want), "%s", errs);
+    free(out);
+    free(errs);
+}
+
 /* An SSL controller listener: --command-config with security.protocol=SSL and a PEM truststore. */
 Test(quorum_cli, command_config_reaches_an_ssl_listener)
 {
@@ -235,15 +250,68 @@ Test(quorum_cli, command_config_reaches_an_ssl_listener)
     cr_assert_eq(km_test_run(plain, NULL, 0, &out, &n, &errs), 1, "PLAINTEXT reached an SSL listener");
     free(out);
     free(errs);
-    f = fopen(conf, "w");
-    fprintf(f, "security.protocol=SASL_SSL\n");
-    fclose(f);
-    cr_assert_eq(km_test_run(q, NULL, 0, &out, &n, &errs), 2);
-    cr_assert(strstr(errs, "PLAINTEXT or SSL only"), "%s", errs);
-    free(out);
-    free(errs);
+    assert_command_config_refused(q, conf, "security.protocol=SASL_SSL\n",
+                                  "needs sasl.mechanism: Kafka's default, GSSAPI, is not supported");
+    assert_command_config_refused(q, conf, "security.protocol=TRACE\n", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL");
     sim_stop(&t);
     km_buf_free(&log);
     km_tls_ctx_free(server);
     km_test_pki_free(&pki);
+}
+
+/* A SASL_PLAINTEXT controller listener: --command-config with Kafka's client keys
+ * (security.protocol, sasl.mechanism, sasl.jaas.config); a wrong password exits 1 naming the
+ * server's reason. */
+Test(quorum_cli, command_config_logs_in_to_a_sasl_listener)
+{
+    km_rsim_config c;
+    km_rsim_config_init(&c);
+    c.sasl_mechanisms = 1u << KM_SASL_SCRAM_SHA_256;
+    c.sasl_users = "tool:tool-secret";
+    sim_thread t;
+    sim_init_with(&t, 1, &c);
+    km_buf log;
+    km_err err;
+    km_buf_init(&log);
+    for (int b = 0; b < 3; b++)
+        tq_config_batch(&log, b * 2, 1, 2, "sasl");
+    cr_assert_eq(km_rsim_append(t.sims[0], log.data, log.len, &err), 0, "%s", err.msg);
+    km_rsim_set_leader(t.sims[0], 1, 1);
+    sim_start(&t);
+    char *dir = km_test_tmpdir("qclisasl"), conf[1200];
+    snprintf(conf, sizeof conf, "%s/client.properties", dir);
+    const char *jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"tool\" password=";
+    FILE *f = fopen(conf, "w");
+    cr_assert(f);
+    fprintf(f, "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\nsasl.jaas.config=%s\"tool-secret\";\n",
+            jaas);
+    fclose(f);
+    char *out = NULL, *errs = NULL;
+    size_t n;
+    char *q[] = { (char *)km_test_binary(), "metadata", "quorum", "--bootstrap-server", t.servers,
+                  "--command-config", conf, "--timeout", "10", NULL };
+    cr_assert_eq(km_test_run(q, NULL, 0, &out, &n, &errs), 0, "%s", errs);
+    cr_assert(strstr(out, "HighWatermark:          6\n"), "%s", out);
+    free(out);
+    free(errs);
+    char *d[] = { (char *)km_test_binary(), "metadata", "dump", "--bootstrap-server", t.servers,
+                  "--command-config", conf, "--timeout", "10", NULL };
+    cr_assert_eq(km_test_run(d, NULL, 0, &out, &n, &errs), 0, "%s", errs);
+    cr_assert(strstr(out, "\"offset\":5,"), "%s", out);
+    free(out);
+    free(errs);
+    f = fopen(conf, "w");
+    fprintf(f, "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\nsasl.jaas.config=%s\"wrong\";\n", jaas);
+    fclose(f);
+    char *q3[] = { (char *)km_test_binary(), "metadata", "quorum", "--bootstrap-server", t.servers,
+                   "--command-config", conf, "--timeout", "3", NULL };
+    cr_assert_eq(km_test_run(q3, NULL, 0, &out, &n, &errs), 1, "%s", out);
+    cr_assert(strstr(errs, "SASL/SCRAM-SHA-256 authentication as 'tool' failed: SASL_AUTHENTICATION_FAILED (58)"), "%s",
+              errs);
+    free(out);
+    free(errs);
+    sim_stop(&t);
+    km_buf_free(&log);
+    km_test_rmtree(dir);
+    free(dir);
 }

@@ -193,6 +193,18 @@ static bool scraped(const km_daemon_status *st)
     return atomic_load(&g_scrape->done);
 }
 
+/* One GET /metrics of the rig's daemon into sc (its loop serves it meanwhile). */
+static void scrape_metrics(drig *r, scrape *sc)
+{
+    memset(sc, 0, sizeof *sc);
+    sc->port = km_daemon_metrics_port(r->d);
+    g_scrape = sc;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, scrape_thread, sc), 0);
+    cr_assert(run_until(r, scraped));
+    pthread_join(t, NULL);
+}
+
 static void assert_metric(const char *body, const char *line)
 {
     cr_assert(strstr(body, line), "no '%s' in:\n%s", line, body);
@@ -233,13 +245,7 @@ Test(quorum_daemon, zookeeper_holds_the_committed_image_only_across_a_failover, 
     assert_zk_equals(&r, dir);
     /* The quorum's progress on /metrics. */
     static scrape sc;
-    memset(&sc, 0, sizeof sc);
-    sc.port = km_daemon_metrics_port(r.d);
-    g_scrape = &sc;
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, scrape_thread, &sc), 0);
-    cr_assert(run_until(&r, scraped));
-    pthread_join(t, NULL);
+    scrape_metrics(&r, &sc);
     char line[128];
     assert_metric(sc.body, "\nkmproxy_quorum_leader_id 2\n");
     snprintf(line, sizeof line, "\nkmproxy_quorum_leader_epoch %d\n", e + 1);
@@ -253,6 +259,7 @@ Test(quorum_daemon, zookeeper_holds_the_committed_image_only_across_a_failover, 
     assert_metric(sc.body, "\nkmproxy_quorum_leader_changes_total 2\n");
     assert_metric(sc.body, "\nkmproxy_quorum_fetch_latency_seconds_count ");
     assert_metric(sc.body, "\nkmproxy_quorum_snapshot_loads_total 0\n");
+    assert_metric(sc.body, "\nkmproxy_quorum_auth_failures_total 0\n");
     km_buf_free(&a);
     km_buf_free(&b);
     drig_stop(&r);
@@ -325,36 +332,54 @@ Test(quorum_daemon, quorum_config_errors_name_the_key)
     km_config_free(&cfg);
 }
 
+/* A throwaway PKI and the controllers' TLS context from it. */
+static km_tls_ctx *controller_tls(km_test_pki *pki)
+{
+    km_err err;
+    cr_assert(!km_test_pki_make(pki));
+    km_tls_config sc = { .cert_file = pki->server_cert, .key_file = pki->server_key };
+    km_tls_ctx *server = km_tls_server_ctx_new(&sc, &err);
+    cr_assert(server, "%s", err.msg);
+    return server;
+}
+
+/* The rig's simulators (made from base), node 1 leading at the log's epoch. */
+static void drig_start_led(drig *r, const km_rsim_config *base)
+{
+    drig_start_with(r, base);
+    int32_t e = km_rsim_last_epoch(r->sims[0]);
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r->sims[i], 1, e);
+}
+
+/* The daemon with extra keys mirrors the whole committed log: ZooKeeper equals it exactly. */
+static void assert_mirrors_with(drig *r, const char *const *extra, const char *how)
+{
+    drig_daemon_with(r, false, extra);
+    g_offset = km_rsim_log_end(r->sims[0]) - 1;
+    cr_assert(run_until(r, mirrored_at), "never mirrored over %s", how);
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/committed", r->tmp);
+    write_log(dir, r->gen, r->gen_len, NULL, 0);
+    assert_zk_equals(r, dir);
+}
+
 /* An SSL controller listener named the Kafka way: controller.listener.names,
  * listener.security.protocol.map and a PEM truststore. */
 Test(quorum_daemon, follows_an_ssl_controller_listener, .timeout = 240)
 {
     km_test_pki pki;
-    cr_assert(!km_test_pki_make(&pki));
-    km_err err;
-    km_tls_config sc = { .cert_file = pki.server_cert, .key_file = pki.server_key };
-    km_tls_ctx *server = km_tls_server_ctx_new(&sc, &err);
-    cr_assert(server, "%s", err.msg);
     km_rsim_config c;
     km_rsim_config_init(&c);
-    c.tls = server;
+    c.tls = controller_tls(&pki);
     drig r = {0};
-    drig_start_with(&r, &c);
-    int32_t e = km_rsim_last_epoch(r.sims[0]);
-    for (int i = 0; i < 2; i++)
-        km_rsim_set_leader(r.sims[i], 1, e);
+    drig_start_led(&r, &c);
     const char *const extra[] = { "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
                                   "CONTROLLER:SSL,PLAINTEXT:PLAINTEXT", "ssl.truststore.type", "PEM",
                                   "ssl.truststore.location", pki.ca, NULL };
-    drig_daemon_with(&r, false, extra);
-    g_offset = km_rsim_log_end(r.sims[0]) - 1;
-    cr_assert(run_until(&r, mirrored_at), "never mirrored over SSL");
-    char dir[700];
-    snprintf(dir, sizeof dir, "%s/committed", r.tmp);
-    write_log(dir, r.gen, r.gen_len, NULL, 0);
-    assert_zk_equals(&r, dir);
+    assert_mirrors_with(&r, extra, "SSL");
     drig_stop(&r);
-    km_tls_ctx_free(server);
+    km_tls_ctx_free(c.tls);
     km_test_pki_free(&pki);
 }
 
@@ -376,7 +401,7 @@ static void assert_refused(const char *const *kv, const char *want)
 Test(quorum_daemon, controller_listener_security_errors_name_the_key)
 {
     assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
-                                          "CONTROLLER:SASL_SSL", NULL }, "uses SASL_SSL");
+                                          "CONTROLLER:TRACE", NULL }, "uses TRACE");
     assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
                                           "CONTROLLER:SSL", "ssl.truststore.location", "/nonexistent/ca.pem", NULL },
                    "ssl.truststore.location=/nonexistent/ca.pem: cannot read it");
@@ -384,4 +409,223 @@ Test(quorum_daemon, controller_listener_security_errors_name_the_key)
     assert_refused((const char *const[]){ "ssl.truststore.location", "/etc/hostname", NULL }, "is PLAINTEXT");
     assert_refused((const char *const[]){ "listener.security.protocol.map", "CONTROLLER", NULL },
                    "is not NAME:PROTOCOL");
+}
+
+/* ---- SASL on the controller listener ------------------------------------------------------- */
+
+#define PLAIN_JAAS(user, pass) \
+    "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"" user "\" password=\"" pass "\";"
+#define SCRAM_JAAS(user, pass) \
+    "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"" user "\" password=\"" pass "\";"
+
+/* Both simulators logged kmproxy in, and nothing came before a login. */
+static void assert_logged_in(drig *r)
+{
+    uint64_t ok = 0;
+    for (int i = 0; i < 2; i++) {
+        km_rsim_stats st;
+        km_rsim_get_stats(r->sims[i], &st);
+        cr_assert_eq(st.unauthenticated, 0, "node %d saw %llu requests before a SASL login: %s", i + 1,
+                     (unsigned long long)st.unauthenticated, st.last_rejection);
+        cr_assert_eq(st.rejected, 0, "node %d: %s", i + 1, st.last_rejection);
+        cr_assert_eq(st.sasl_failed, 0);
+        ok += st.sasl_ok;
+    }
+    cr_assert_geq(ok, 1, "no SASL login at all");
+}
+
+static void sasl_sims(km_rsim_config *c, km_sasl_mech m, km_tls_ctx *tls)
+{
+    km_rsim_config_init(c);
+    c->sasl_mechanisms = 1u << m;
+    c->sasl_users = "kmproxy:kmproxy-secret,admin:admin-secret";
+    c->tls = tls;
+}
+
+/* SASL_PLAINTEXT/PLAIN, the login from the listener-prefixed key as Kafka's
+ * JaasContext.loadServerContext reads it for the controller listener. */
+Test(quorum_daemon, follows_a_sasl_plaintext_controller_listener, .timeout = 240)
+{
+    km_rsim_config c;
+    sasl_sims(&c, KM_SASL_PLAIN, NULL);
+    drig r = {0};
+    drig_start_led(&r, &c);
+    const char *const extra[] = { "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                  "CONTROLLER:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT", "sasl.mechanism.controller.protocol",
+                                  "PLAIN", "listener.name.controller.plain.sasl.jaas.config",
+                                  PLAIN_JAAS("kmproxy", "kmproxy-secret"), NULL };
+    assert_mirrors_with(&r, extra, "SASL_PLAINTEXT");
+    assert_logged_in(&r);
+    drig_stop(&r);
+}
+
+/* SASL_SSL/SCRAM-SHA-512: TLS first (the same ssl.* keys as SSL), then the SCRAM exchange;
+ * the login from a bare sasl.jaas.config. */
+Test(quorum_daemon, follows_a_sasl_ssl_scram_controller_listener, .timeout = 240)
+{
+    km_test_pki pki;
+    km_rsim_config c;
+    sasl_sims(&c, KM_SASL_SCRAM_SHA_512, controller_tls(&pki));
+    drig r = {0};
+    drig_start_led(&r, &c);
+    const char *const extra[] = { "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                  "CONTROLLER:SASL_SSL", "ssl.truststore.type", "PEM", "ssl.truststore.location",
+                                  pki.ca, "sasl.mechanism.controller.protocol", "SCRAM-SHA-512", "sasl.jaas.config",
+                                  SCRAM_JAAS("admin", "admin-secret"), NULL };
+    assert_mirrors_with(&r, extra, "SASL_SSL");
+    assert_logged_in(&r);
+    drig_stop(&r);
+    km_tls_ctx_free(c.tls);
+    km_test_pki_free(&pki);
+}
+
+static drig *g_sasl_rig;
+static bool two_failed_logins(const km_daemon_status *st)
+{
+    (void)st;
+    uint64_t failed = 0;
+    for (int i = 0; i < 2; i++) {
+        km_rsim_stats s;
+        km_rsim_get_stats(g_sasl_rig->sims[i], &s);
+        failed += s.sasl_failed;
+    }
+    return failed >= 2; /* the first failure, and a retry after the backoff */
+}
+
+/* A wrong password: the server's reason and the controller's address are logged, the login is
+ * retried, and no Fetch ever reaches a controller. */
+Test(quorum_daemon, a_wrong_controller_password_is_logged_and_nothing_is_fetched, .timeout = 240)
+{
+    km_rsim_config c;
+    sasl_sims(&c, KM_SASL_SCRAM_SHA_256, NULL);
+    drig r = {0};
+    drig_start_led(&r, &c);
+    g_sasl_rig = &r;
+    char log[700];
+    snprintf(log, sizeof log, "%s/kmproxy.log", r.tmp);
+    const char *const extra[] = { "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                  "CONTROLLER:SASL_PLAINTEXT", "sasl.mechanism.controller.protocol", "SCRAM-SHA-256",
+                                  "listener.name.controller.scram-sha-256.sasl.jaas.config",
+                                  SCRAM_JAAS("kmproxy", "wrong"), "log.file", log, NULL };
+    drig_daemon_with(&r, false, extra);
+    cr_assert(run_until(&r, two_failed_logins), "the simulators never refused a login");
+    for (int i = 0; i < 2; i++) {
+        km_rsim_stats st;
+        km_rsim_get_stats(r.sims[i], &st);
+        cr_assert_eq(st.fetches + st.fetch_snapshots + st.describe_quorums, 0, "node %d answered a request", i + 1);
+        cr_assert_eq(st.unauthenticated, 0, "node %d: %s", i + 1, st.last_rejection);
+        cr_assert_eq(st.sasl_ok, 0);
+    }
+    static scrape sc;
+    scrape_metrics(&r, &sc);
+    const char *m = strstr(sc.body, "\nkmproxy_quorum_auth_failures_total ");
+    /* the simulators saw a second login, so kmproxy had handled the first refusal */
+    cr_assert(m && atoi(m + strlen("\nkmproxy_quorum_auth_failures_total ")) >= 1, "%s", sc.body);
+    km_daemon_free(r.d);
+    r.d = NULL;
+    size_t n;
+    char *text = (char *)tq_read_file(log, &n);
+    text = realloc(text, n + 1);
+    text[n] = '\0';
+    char want[200];
+    snprintf(want, sizeof want, "SASL/SCRAM-SHA-256 authentication as 'kmproxy' to controller 127.0.0.1:%u",
+             km_rsim_port(r.sims[0]));
+    cr_assert(strstr(text, want), "no '%s' in the log:\n%s", want, text);
+    cr_assert(strstr(text, "SASL_AUTHENTICATION_FAILED (58): Authentication failed"), "%s", text);
+    free(text);
+    drig_stop(&r);
+}
+
+Test(quorum_daemon, controller_sasl_config_errors_name_the_key)
+{
+    /* Kafka's default mechanism is GSSAPI: unset, it is refused saying so. */
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SASL_SSL", NULL },
+                   "sasl.mechanism.controller.protocol is not set: Kafka's default, GSSAPI, is not supported");
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SASL_PLAINTEXT", "sasl.mechanism.controller.protocol", "GSSAPI",
+                                          NULL },
+                   "sasl.mechanism.controller.protocol=GSSAPI: SASL mechanism 'GSSAPI' is not supported");
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SASL_PLAINTEXT", "sasl.mechanism.controller.protocol",
+                                          "OAUTHBEARER", NULL },
+                   "'OAUTHBEARER' is not supported");
+    /* No login at all. */
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SASL_PLAINTEXT", "sasl.mechanism.controller.protocol", "PLAIN",
+                                          NULL },
+                   "needs listener.name.controller.plain.sasl.jaas.config (or sasl.jaas.config)");
+    /* SASL keys without a SASL protocol, each by name. */
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SSL", "sasl.mechanism.controller.protocol", "PLAIN", NULL },
+                   "sasl.mechanism.controller.protocol is set but controller listener CONTROLLER is SSL");
+    assert_refused((const char *const[]){ "sasl.jaas.config", PLAIN_JAAS("a", "b"), NULL },
+                   "sasl.jaas.config is set but controller listener PLAINTEXT is PLAINTEXT");
+    assert_refused((const char *const[]){ "listener.name.controller.plain.sasl.jaas.config", PLAIN_JAAS("a", "b"),
+                                          NULL },
+                   "listener.name.controller.plain.sasl.jaas.config is set but controller listener PLAINTEXT");
+    /* A login for another listener or mechanism, or one shadowed: nothing would read it. */
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SASL_PLAINTEXT", "sasl.mechanism.controller.protocol", "PLAIN",
+                                          "listener.name.controller.scram-sha-256.sasl.jaas.config",
+                                          SCRAM_JAAS("a", "b"), NULL },
+                   "listener.name.controller.scram-sha-256.sasl.jaas.config is set but the controller's login is "
+                   "read from listener.name.controller.plain.sasl.jaas.config");
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SASL_PLAINTEXT", "sasl.mechanism.controller.protocol", "PLAIN",
+                                          "listener.name.controller.plain.sasl.jaas.config", PLAIN_JAAS("a", "b"),
+                                          "sasl.jaas.config", PLAIN_JAAS("c", "d"), NULL },
+                   "sasl.jaas.config is set but listener.name.controller.plain.sasl.jaas.config is what");
+    /* The JAAS line is km_sasl's: a module that does not fit the mechanism is named with its key. */
+    assert_refused((const char *const[]){ "controller.listener.names", "CONTROLLER", "listener.security.protocol.map",
+                                          "CONTROLLER:SASL_PLAINTEXT", "sasl.mechanism.controller.protocol",
+                                          "SCRAM-SHA-512", "sasl.jaas.config", PLAIN_JAAS("a", "b"), NULL },
+                   "sasl.jaas.config: sasl.jaas.config: login module");
+}
+
+/* metadata.source=dir reads no controller listener: its SASL keys are refused, not ignored. */
+Test(quorum_daemon, controller_sasl_keys_are_refused_with_the_dir_source)
+{
+    km_config cfg;
+    km_err e = {{0}};
+    km_config_defaults(&cfg);
+    cr_assert_eq(km_config_set(&cfg, "zookeeper.connect", "127.0.0.1:1", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "metadata.source", "dir", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "metadata.dir", "/tmp", "test", &e), 0);
+    cr_assert_eq(km_config_set(&cfg, "listener.name.controller.plain.sasl.jaas.config", PLAIN_JAAS("a", "b"), "test",
+                               &e), 0);
+    cr_assert_eq(km_config_validate(&cfg, &e), -1);
+    cr_assert(strstr(e.msg, "listener.name.controller.plain.sasl.jaas.config is read only with metadata.source=quorum"),
+              "%s", e.msg);
+    km_config_free(&cfg);
+}
+
+/* From a file: the listener-prefixed key is read like any other, and given twice it is refused. */
+Test(quorum_daemon, a_controller_jaas_key_given_twice_in_a_file_is_refused)
+{
+    char *tmp = km_test_tmpdir("qsaslconf"), path[600];
+    snprintf(path, sizeof path, "%s/kmproxy.properties", tmp);
+    const char *line = "listener.name.controller.plain.sasl.jaas.config=" PLAIN_JAAS("a", "b") "\n";
+    for (int twice = 0; twice < 2; twice++) {
+        FILE *f = fopen(path, "w");
+        cr_assert(f);
+        fprintf(f, "zookeeper.connect=127.0.0.1:1\ncontroller.quorum.bootstrap.servers=127.0.0.1:9093\n"
+                   "controller.listener.names=CONTROLLER\nlistener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT\n"
+                   "sasl.mechanism.controller.protocol=PLAIN\n%s%s", line, twice ? line : "");
+        fclose(f);
+        km_config cfg;
+        km_err e = {{0}};
+        km_config_defaults(&cfg);
+        int rc = km_config_load(&cfg, path, &e);
+        if (!twice) {
+            cr_assert_eq(rc, 0, "%s", e.msg);
+            cr_assert_eq(km_config_validate(&cfg, &e), 0, "%s", e.msg);
+        } else {
+            cr_assert_eq(rc, -1);
+            cr_assert(strstr(e.msg, ":7: listener.name.controller.plain.sasl.jaas.config is given twice"), "%s", e.msg);
+        }
+        km_config_free(&cfg);
+    }
+    km_test_rmtree(tmp);
+    free(tmp);
 }

@@ -1,5 +1,6 @@
 /* SCRAM against RFC 7677's SCRAM-SHA-256 and RFC 5802's SCRAM-SHA-1 exchanges (both sides,
- * byte for byte), PLAIN's message, and Kafka's JAAS line. */
+ * byte for byte), PLAIN's message, Kafka's JAAS line, and the client and server exchanges
+ * (SaslHandshake, SaslAuthenticate) against each other through real frames. */
 #include "km_sasl.h"
 
 #include <criterion/criterion.h>
@@ -183,4 +184,135 @@ Test(jaas, kafka_login_modules)
     cr_assert(strstr(err.msg, "GSSAPI"), "%s", err.msg);
     cr_assert_eq(km_sasl_mech_parse("SCRAM-SHA-512", &m, &err), 0);
     cr_assert_eq(m, KM_SASL_SCRAM_SHA_512);
+}
+
+/* ---- the client and server exchanges, back to back through real frames ---------------------- */
+
+static const char *users(const char *user, void *ud)
+{
+    (void)ud;
+    return !strcmp(user, "u") ? "pw" : NULL;
+}
+
+/* One request frame through the server; the answer (if any) back into the client.  Returns the
+ * client's verdict (1 more, 0 done, -1 failed) and the server's in *what. */
+static int round_trip(km_sasl_client *c, km_sasl_server *s, km_sasl_served *what, km_err *err)
+{
+    int16_t api, v;
+    const void *body;
+    km_sasl_client_request(c, &api, &v, &body);
+    km_buf rq, rs;
+    km_buf_init(&rq);
+    km_buf_init(&rs);
+    km_arena a;
+    km_arena_init(&a, 1u << 20);
+    cr_assert_eq(km_frame_request(api, v, 7, "test", body, &rq, err), 0, "%s", err->msg);
+    km_reader r;
+    km_reader_init(&r, rq.data + 4, rq.len - 4);
+    km_request_header_view h;
+    cr_assert_eq(km_parse_request_header(&r, &h, &a, err), 0, "%s", err->msg);
+    cr_assert_eq(km_sasl_server_serve(s, &h, r.p + r.pos, km_reader_left(&r), &rs, &a, what, err), 0, "%s", err->msg);
+    int rc = -2;
+    if (*what != KM_SASL_UNEXPECTED && *what != KM_SASL_PASS) {
+        int32_t corr;
+        km_reader_init(&r, rs.data + 4, rs.len - 4);
+        cr_assert_eq(km_parse_response_header(&r, api, v, &corr, err), 0, "%s", err->msg);
+        cr_assert_eq(corr, 7);
+        rc = km_sasl_client_on_response(c, r.p + r.pos, km_reader_left(&r), err);
+    }
+    km_buf_free(&rq);
+    km_buf_free(&rs);
+    km_arena_free(&a);
+    return rc;
+}
+
+/* A broker's ApiVersions offering SaslHandshake 0-1 and SaslAuthenticate 0-2 (or none). */
+static void offer(km_sasl_client *c, bool sasl, int want)
+{
+    km_api_versions_response_api_version keys[2] = { { .api_key = KM_API_SASL_HANDSHAKE, .max_version = 1 },
+                                                     { .api_key = KM_API_SASL_AUTHENTICATE, .max_version = 2 } };
+    km_api_versions_response rs;
+    km_api_versions_response_init(&rs);
+    rs.api_keys.count = sasl ? 2 : 0;
+    rs.api_keys.items = keys;
+    km_err err;
+    cr_assert_eq(km_sasl_client_versions(c, &rs, &err), want);
+}
+
+static int login(km_sasl_mech mech, const char *pass, km_sasl_server *s, km_err *err)
+{
+    km_sasl_client *c = km_sasl_client_new(mech, "u", pass, err);
+    cr_assert(c, "%s", err->msg);
+    offer(c, true, 0);
+    km_sasl_served what;
+    int rc, rounds = 0;
+    while ((rc = round_trip(c, s, &what, err)) == 1)
+        cr_assert_lt(++rounds, 4, "more rounds than %s takes", km_sasl_mech_name(mech));
+    km_sasl_client_free(c);
+    cr_assert_eq(what, rc == 0 ? KM_SASL_AUTHENTICATED : KM_SASL_FAILED, "server %d, client %d: %s", what, rc, err->msg);
+    return rc;
+}
+
+Test(sasl_exchange, plain_and_scram_log_in)
+{
+    for (km_sasl_mech m = KM_SASL_PLAIN; m <= KM_SASL_SCRAM_SHA_512; m++) {
+        km_err err;
+        km_sasl_server *s = km_sasl_server_new(1u << m, users, NULL, &err);
+        cr_assert_eq(login(m, "pw", s, &err), 0, "%s: %s", km_sasl_mech_name(m), err.msg);
+        cr_assert(km_sasl_server_authenticated(s));
+        cr_assert_str_eq(km_sasl_server_user(s), "u");
+        km_sasl_server_free(s);
+    }
+}
+
+Test(sasl_exchange, a_wrong_password_or_mechanism_is_refused_with_the_reason)
+{
+    km_err err;
+    km_sasl_server *s = km_sasl_server_new(1u << KM_SASL_SCRAM_SHA_512, users, NULL, &err);
+    cr_assert_eq(login(KM_SASL_SCRAM_SHA_512, "bad", s, &err), -1);
+    cr_assert(strstr(err.msg, "SASL_AUTHENTICATION_FAILED (58): Authentication failed"), "%s", err.msg);
+    cr_assert(!km_sasl_server_authenticated(s));
+    km_sasl_server_free(s);
+    s = km_sasl_server_new(1u << KM_SASL_PLAIN, users, NULL, &err);
+    cr_assert_eq(login(KM_SASL_SCRAM_SHA_256, "pw", s, &err), -1);
+    cr_assert(strstr(err.msg, "does not enable SCRAM-SHA-256 (it offers: PLAIN)"), "%s", err.msg);
+    km_sasl_server_free(s);
+}
+
+/* SaslServerAuthenticator's order: only ApiVersions passes before the login; after it
+ * everything passes and SASL requests get ILLEGAL_SASL_STATE, as on a listener without SASL. */
+Test(sasl_exchange, the_server_keeps_kafkas_order)
+{
+    km_err err;
+    km_arena a;
+    km_arena_init(&a, 1u << 20);
+    km_buf out;
+    km_buf_init(&out);
+    km_sasl_server *s = km_sasl_server_new(1u << KM_SASL_PLAIN, users, NULL, &err);
+    km_sasl_served what;
+    km_request_header_view fetch = { .api_key = KM_API_FETCH, .api_version = 16 };
+    km_request_header_view versions = { .api_key = KM_API_API_VERSIONS, .api_version = 3 };
+    cr_assert_eq(km_sasl_server_serve(s, &versions, NULL, 0, &out, &a, &what, &err), 0);
+    cr_assert_eq(what, KM_SASL_PASS);
+    cr_assert_eq(km_sasl_server_serve(s, &fetch, NULL, 0, &out, &a, &what, &err), 0);
+    cr_assert_eq(what, KM_SASL_UNEXPECTED);
+    cr_assert(strstr(err.msg, "Unexpected Kafka request of type FETCH during SASL handshake."), "%s", err.msg);
+    cr_assert_eq(login(KM_SASL_PLAIN, "pw", s, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_sasl_server_serve(s, &fetch, NULL, 0, &out, &a, &what, &err), 0);
+    cr_assert_eq(what, KM_SASL_PASS);
+    km_sasl_server_free(s);
+    /* no SASL on the listener: the client's handshake is answered ILLEGAL_SASL_STATE */
+    s = km_sasl_server_new(0, users, NULL, &err);
+    km_sasl_client *c = km_sasl_client_new(KM_SASL_PLAIN, "u", "pw", &err);
+    offer(c, true, 0);
+    cr_assert_eq(round_trip(c, s, &what, &err), -1);
+    cr_assert(strstr(err.msg, "ILLEGAL_SASL_STATE"), "%s", err.msg);
+    km_sasl_client_free(c);
+    km_sasl_server_free(s);
+    /* a server that offers no SASL requests at all */
+    c = km_sasl_client_new(KM_SASL_PLAIN, "u", "pw", &err);
+    offer(c, false, -1);
+    km_sasl_client_free(c);
+    km_buf_free(&out);
+    km_arena_free(&a);
 }

@@ -308,7 +308,7 @@ void km_bchan__on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void
     if (negotiating)
         on_api_versions(ch, &r, &a);
     else if (authenticating)
-        km_bchan__sasl_on_response(ch, &r, &a);
+        km_bchan__sasl_on_response(ch, &r);
     else
         on_control_response(ch, &r, &a);
     km_arena_free(&a);

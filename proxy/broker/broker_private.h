@@ -55,10 +55,8 @@ struct km_bchan {
     km_bchan_stats st;
     /* SASL (broker_sasl.c) */
     char *sasl_user, *sasl_pass;
-    struct km_scram_client *scram;     /* the exchange in progress */
+    struct km_sasl_client *sasl;       /* the exchange in progress (km_sasl's) */
     int16_t sasl_api, sasl_version;    /* the SASL request in flight */
-    int16_t sasl_auth_version;         /* negotiated SaslAuthenticate version */
-    int sasl_step;                     /* SaslAuthenticate round trips so far */
     bool auth_failure_logged;          /* until an authentication succeeds again */
 };
 
@@ -82,7 +80,7 @@ void km_bchan__capture(km_bchan *ch, int dir, const uint8_t *payload, size_t len
 /* broker_sasl.c */
 /* After ApiVersions: starts SASL if configured (0), else nothing to do (1); -1: cannot. */
 int km_bchan__sasl_start(km_bchan *ch, const km_api_versions_response *rs);
-void km_bchan__sasl_on_response(km_bchan *ch, km_reader *r, km_arena *a);
+void km_bchan__sasl_on_response(km_bchan *ch, km_reader *r);
 /* Frees the exchange in progress (disconnect, free). */
 void km_bchan__sasl_reset(km_bchan *ch);
 

@@ -18,10 +18,18 @@ typedef struct quorum_opts {
     double timeout;
 } quorum_opts;
 
-/* --command-config FILE, as Kafka's tools take it: security.protocol (PLAINTEXT or SSL) and PEM
- * ssl.truststore.* / ssl.keystore.* (ssl.endpoint.identification.algorithm: https only).  Any
- * other key is refused.  *tls stays NULL for PLAINTEXT. */
-typedef struct client_security { char proto[32], ca[1024], cert[1024]; } client_security;
+/* --command-config FILE, as Kafka's tools take it: security.protocol (PLAINTEXT, SSL,
+ * SASL_PLAINTEXT or SASL_SSL), PEM ssl.truststore.* / ssl.keystore.*
+ * (ssl.endpoint.identification.algorithm: https only), and for SASL the client's sasl.mechanism
+ * and sasl.jaas.config (JaasContext.loadClientContext: the bare key, as every Kafka client).
+ * Any other key is refused.  tls stays NULL for PLAINTEXT and SASL_PLAINTEXT. */
+typedef struct client_security { char proto[32], ca[1024], cert[1024], mech[32], jaas[2048]; } client_security;
+
+typedef struct quorum_security {
+    km_tls_ctx *tls;
+    km_quorum_login login;             /* mechanism KM_SASL_NONE: no SASL */
+    char user[KM_SASL_NAME_MAX], pass[KM_SASL_NAME_MAX];
+} quorum_security;
 
 static int security_key(client_security *s, const char *k, const char *v, km_err *err)
 {
@@ -31,6 +39,10 @@ static int security_key(client_security *s, const char *k, const char *v, km_err
         snprintf(s->ca, sizeof s->ca, "%s", v);
     else if (!strcmp(k, "ssl.keystore.location"))
         snprintf(s->cert, sizeof s->cert, "%s", v);
+    else if (!strcmp(k, "sasl.mechanism"))
+        snprintf(s->mech, sizeof s->mech, "%s", v);
+    else if (!strcmp(k, "sasl.jaas.config"))
+        snprintf(s->jaas, sizeof s->jaas, "%s", v);
     else if ((!strcmp(k, "ssl.truststore.type") || !strcmp(k, "ssl.keystore.type")) && strcmp(v, "PEM"))
         return km_fail(err, "%s=%s: only PEM", k, v);
     else if (!strcmp(k, "ssl.endpoint.identification.algorithm") && strcmp(v, "https"))
@@ -50,9 +62,8 @@ static char *trim(char *s)
     return s;
 }
 
-static int load_security(const char *path, km_tls_ctx **tls, km_err *err)
+static int read_security(const char *path, client_security *s, km_err *err)
 {
-    client_security s = { .proto = "PLAINTEXT" };
     FILE *f = fopen(path, "r");
     if (!f)
         return km_fail(err, "%s: cannot open", path);
@@ -62,19 +73,66 @@ static int load_security(const char *path, km_tls_ctx **tls, km_err *err)
         char *l = trim(line), *eq = strchr(l, '=');
         if (!*l || *l == '#')
             continue;
-        if (!eq || (*eq = 0, security_key(&s, trim(l), trim(eq + 1), &why) < 0)) {
+        if (!eq || (*eq = 0, security_key(s, trim(l), trim(eq + 1), &why) < 0)) {
             fclose(f);
+            explicit_bzero(line, sizeof line);
             return km_fail(err, "%s:%d: %s", path, n, eq ? why.msg : "expected key=value");
         }
     }
+    explicit_bzero(line, sizeof line);
     fclose(f);
-    if (!strcmp(s.proto, "PLAINTEXT"))
-        return 0;
-    if (strcmp(s.proto, "SSL"))
-        return km_fail(err, "%s: security.protocol=%s: PLAINTEXT or SSL only", path, s.proto);
-    km_tls_config tc = { .ca_file = s.ca[0] ? s.ca : NULL, .cert_file = s.cert[0] ? s.cert : NULL };
-    *tls = km_tls_client_ctx_new(&tc, err);
-    return *tls ? 0 : -1;
+    return 0;
+}
+
+/* SASL_*: sasl.mechanism (no default: Kafka's is GSSAPI) and the JAAS line; else neither key. */
+static int resolve_login(const char *path, const client_security *s, bool sasl, quorum_security *out, km_err *err)
+{
+    km_err why;
+    if (!sasl)
+        return s->mech[0] || s->jaas[0] ? km_fail(err, "%s: %s is set but security.protocol is %s: nothing would use it",
+                                                  path, s->mech[0] ? "sasl.mechanism" : "sasl.jaas.config", s->proto)
+                                        : 0;
+    if (!s->mech[0])
+        return km_fail(err, "%s: security.protocol=%s needs sasl.mechanism: Kafka's default, GSSAPI, is not supported "
+                            "(PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", path, s->proto);
+    if (km_sasl_mech_parse(s->mech, &out->login.mechanism, &why))
+        return km_fail(err, "%s: sasl.mechanism=%s: %s", path, s->mech, why.msg);
+    if (!s->jaas[0])
+        return km_fail(err, "%s: security.protocol=%s needs sasl.jaas.config", path, s->proto);
+    if (km_sasl_parse_jaas(s->jaas, out->login.mechanism, out->user, out->pass, &why))
+        return km_fail(err, "%s: %s", path, why.msg);
+    out->login.username = out->user;
+    out->login.password = out->pass;
+    return 0;
+}
+
+static void free_security(quorum_security *q)
+{
+    km_tls_ctx_free(q->tls);
+    explicit_bzero(q, sizeof *q);
+}
+
+static int load_security(const char *path, quorum_security *out, km_err *err)
+{
+    client_security s = { .proto = "PLAINTEXT" };
+    memset(out, 0, sizeof *out);
+    bool tls = false, sasl = false;
+    int rc = read_security(path, &s, err);
+    if (rc == 0) {
+        tls = !strcmp(s.proto, "SSL") || !strcmp(s.proto, "SASL_SSL");
+        sasl = !strcmp(s.proto, "SASL_PLAINTEXT") || !strcmp(s.proto, "SASL_SSL");
+        if (!tls && !sasl && strcmp(s.proto, "PLAINTEXT"))
+            rc = km_fail(err, "%s: security.protocol=%s: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL", path, s.proto);
+    }
+    if (rc == 0)
+        rc = resolve_login(path, &s, sasl, out, err);
+    explicit_bzero(s.jaas, sizeof s.jaas);
+    if (rc == 0 && tls) {
+        km_tls_config tc = { .ca_file = s.ca[0] ? s.ca : NULL, .cert_file = s.cert[0] ? s.cert : NULL };
+        out->tls = km_tls_client_ctx_new(&tc, err);
+        rc = out->tls ? 0 : -1;
+    }
+    return rc;
 }
 
 /* --bootstrap-server X | --bootstrap-server=X, --cluster-id, --timeout; 0 or 2 (usage). */
@@ -128,13 +186,14 @@ int km_cli_metadata_quorum(int argc, char **argv)
         return rc;
     km_quorum_description d;
     km_err err;
-    km_tls_ctx *tls = NULL;
-    if (o.command_config && load_security(o.command_config, &tls, &err) < 0) {
+    quorum_security sec = {0};
+    if (o.command_config && load_security(o.command_config, &sec, &err) < 0) {
+        free_security(&sec);
         fprintf(stderr, "kmproxy metadata quorum: %s\n", err.msg);
         return 2;
     }
-    rc = km_quorum_describe(o.servers, tls, o.timeout, &d, &err);
-    km_tls_ctx_free(tls);
+    rc = km_quorum_describe(o.servers, sec.tls, &sec.login, o.timeout, &d, &err);
+    free_security(&sec);
     if (rc < 0) {
         fprintf(stderr, "kmproxy metadata quorum: %s\n", err.msg);
         return 1;
@@ -221,8 +280,9 @@ int km_cli_metadata_dump_quorum(int argc, char **argv)
     if (rc)
         return rc;
     dump_ctx d = { .rc = -1 };
-    km_tls_ctx *tls = NULL;
-    if (o.command_config && load_security(o.command_config, &tls, &d.err) < 0) {
+    quorum_security sec = {0};
+    if (o.command_config && load_security(o.command_config, &sec, &d.err) < 0) {
+        free_security(&sec);
         fprintf(stderr, "kmproxy metadata dump: %s\n", d.err.msg);
         return 2;
     }
@@ -232,7 +292,8 @@ int km_cli_metadata_dump_quorum(int argc, char **argv)
     km_quorum_config_init(&cfg);
     cfg.bootstrap_servers = o.servers;
     cfg.cluster_id = o.cluster_id;
-    cfg.tls = tls;
+    cfg.tls = sec.tls;
+    cfg.sasl = sec.login;
     cfg.snapshot_hold_whole = true; /* print no record of a snapshot refused later */
     cfg.quiet = true;
     km_quorum_handlers h = { .on_record = on_record, .on_fatal = on_fatal };
@@ -251,7 +312,7 @@ int km_cli_metadata_dump_quorum(int argc, char **argv)
     }
     km_image_free(img);
     ev_loop_destroy(d.loop);
-    km_tls_ctx_free(tls);
+    free_security(&sec);
     fflush(stdout);
     if (d.rc != 0)
         fprintf(stderr, "kmproxy metadata dump: %s\n", d.err.msg);

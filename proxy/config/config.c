@@ -36,6 +36,8 @@ static const key_def KEYS[] = {
     STR("ssl.keystore.location", ssl_keystore_location),
     STR("ssl.keystore.type", ssl_keystore_type),
     STR("ssl.endpoint.identification.algorithm", ssl_endpoint_identification_algorithm),
+    STR("sasl.mechanism.controller.protocol", sasl_mechanism_controller_protocol),
+    STR("sasl.jaas.config", sasl_jaas_config),
     STR("cluster.id", cluster_id),
     INT("kraft.controller.id", kraft_controller_id, -1, INT32_MAX),
     STR("zookeeper.connect", zk_connect),
@@ -143,8 +145,44 @@ static const key_def *find_key(const char *key)
     return NULL;
 }
 
+static bool is_listener_jaas_key(const char *key)
+{
+    static const char prefix[] = "listener.name.", suffix[] = ".sasl.jaas.config";
+    size_t n = strlen(key);
+    return !strncmp(key, prefix, sizeof prefix - 1) && n > sizeof prefix + sizeof suffix &&
+           !strcmp(key + n - (sizeof suffix - 1), suffix);
+}
+
+static int find_listener_jaas(const km_config *c, const char *key)
+{
+    for (int i = 0; i < c->n_listener_jaas; i++)
+        if (!strcmp(c->listener_jaas_keys[i], key))
+            return i;
+    return -1;
+}
+
+/* listener.name.<listener>.<mechanism>.sasl.jaas.config: which ones are used is decided once
+ * the controller listener and mechanism are known (config_quorum.c). */
+static int set_listener_jaas(km_config *c, const char *key, const char *value, const char *where, km_err *err)
+{
+    int i = find_listener_jaas(c, key);
+    if (i < 0 && c->n_listener_jaas == KM_CONFIG_LISTENER_JAAS_MAX)
+        return km_fail(err, "%s: %s: more than %d listener.name.*.sasl.jaas.config keys", where, key,
+                       KM_CONFIG_LISTENER_JAAS_MAX);
+    if (i < 0) {
+        if (!(c->listener_jaas_keys[c->n_listener_jaas] = strdup(key)))
+            return km_fail(err, "%s: %s: out of memory", where, key);
+        i = c->n_listener_jaas++;
+    } else if (c->listener_jaas_values[i]) {
+        explicit_bzero(c->listener_jaas_values[i], strlen(c->listener_jaas_values[i]));
+    }
+    return set_string(&c->listener_jaas_values[i], value, where, key, err);
+}
+
 int km_config_set(km_config *c, const char *key, const char *value, const char *where, km_err *err)
 {
+    if (is_listener_jaas_key(key))
+        return set_listener_jaas(c, key, value, where, err);
     /* Empty would mean "no encoding" here but an empty secret to Kafka: refuse the ambiguity. */
     if (!strcmp(key, "password.encoder.secret") && !*value)
         return km_fail(err, "%s: password.encoder.secret is empty: remove the line to store passwords as they are",
@@ -166,8 +204,10 @@ static char *trim(char *s)
 }
 
 /* A key given twice in one file: which line was meant is anyone's guess, so neither is taken. */
-static int once(int *first_line, const char *key, const char *path, int lineno, km_err *err)
+static int once(const km_config *c, int *first_line, const char *key, const char *path, int lineno, km_err *err)
 {
+    if (is_listener_jaas_key(key) && find_listener_jaas(c, key) >= 0)
+        return km_fail(err, "%s:%d: %s is given twice: keep one", path, lineno, key);
     const key_def *k = find_key(key);
     if (!k)
         return 0; /* km_config_set names it */
@@ -202,7 +242,7 @@ int km_config_load(km_config *c, const char *path, km_err *err)
         }
         *eq = '\0';
         char *key = trim(s);
-        rc = once(first_line, key, path, lineno, err) ? -1 : km_config_set(c, key, trim(eq + 1), where, err);
+        rc = once(c, first_line, key, path, lineno, err) ? -1 : km_config_set(c, key, trim(eq + 1), where, err);
     }
     if (!rc && ferror(f))
         rc = km_fail(err, "%s: read error: %s", path, strerror(errno));
@@ -239,7 +279,10 @@ int km_config_validate(const km_config *c, km_err *err)
     if (!quorum && (c->quorum_bootstrap_servers || c->quorum_voters))
         return km_fail(err, "controller.quorum.* is read only with metadata.source=quorum, and metadata.source is dir");
     km_config_quorum_security qs;
-    if (quorum && km_config_resolve_quorum_security(c, &qs, err) < 0)
+    int qrc = quorum ? km_config_resolve_quorum_security(c, &qs, err) : km_config_refuse_quorum_sasl(c, err);
+    if (quorum)
+        km_config_quorum_security_clear(&qs);
+    if (qrc < 0)
         return -1;
     km_config_broker_security sec;
     int rc = km_config_resolve_broker_security(c, &sec, err);
@@ -261,8 +304,16 @@ void km_config_free(km_config *c)
 {
     if (c->password_encoder_secret)
         explicit_bzero(c->password_encoder_secret, strlen(c->password_encoder_secret));
-    if (c->broker_sasl_jaas_config)
-        explicit_bzero(c->broker_sasl_jaas_config, strlen(c->broker_sasl_jaas_config));
+    char *secrets[] = { c->broker_sasl_jaas_config, c->sasl_jaas_config };
+    for (size_t i = 0; i < sizeof secrets / sizeof secrets[0]; i++)
+        if (secrets[i])
+            explicit_bzero(secrets[i], strlen(secrets[i]));
+    for (int i = 0; i < c->n_listener_jaas; i++) {
+        if (c->listener_jaas_values[i])
+            explicit_bzero(c->listener_jaas_values[i], strlen(c->listener_jaas_values[i]));
+        free(c->listener_jaas_values[i]);
+        free(c->listener_jaas_keys[i]);
+    }
     for (size_t i = 0; i < N_KEYS; i++)
         if (KEYS[i].kind == K_STRING || KEYS[i].kind == K_LEVEL)
             free(*(char **)((char *)c + KEYS[i].offset));

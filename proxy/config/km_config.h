@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #define KM_CONFIG_UNSET (-2)
+#define KM_CONFIG_LISTENER_JAAS_MAX 8
 
 typedef struct km_config {
     char *metadata_source;           /* metadata.source: "dir" (read metadata.dir) or "quorum" (fetch as an observer) */
@@ -28,6 +29,13 @@ typedef struct km_config {
     char *controller_listener_names, *listener_security_protocol_map;
     char *ssl_truststore_location, *ssl_truststore_type, *ssl_keystore_location, *ssl_keystore_type;
     char *ssl_endpoint_identification_algorithm;
+    /* SASL_PLAINTEXT / SASL_SSL controller listener (Kafka's names): the mechanism, and the JAAS
+     * line from listener.name.<listener>.<mechanism>.sasl.jaas.config (lower case), else
+     * sasl.jaas.config.  The listener-prefixed keys are held as given (any listener, any
+     * mechanism) so that one nothing would use is refused by name. */
+    char *sasl_mechanism_controller_protocol, *sasl_jaas_config;
+    char *listener_jaas_keys[KM_CONFIG_LISTENER_JAAS_MAX], *listener_jaas_values[KM_CONFIG_LISTENER_JAAS_MAX];
+    int n_listener_jaas;
     char *cluster_id;                /* cluster.id: overrides meta.properties */
     int32_t kraft_controller_id;     /* kraft.controller.id: -1 = the raft leader the log names */
     char *zk_connect;                /* zookeeper.connect: HOST:PORT[,HOST:PORT][/chroot] (required) */
@@ -75,10 +83,16 @@ void km_config_free(km_config *c);
 /* How the daemon reaches the KRaft controllers (config_quorum.c). */
 typedef struct km_config_quorum_security {
     char listener[128];              /* the first of controller.listener.names ("" when unset) */
-    bool tls;                        /* its protocol in listener.security.protocol.map is SSL */
+    bool tls;                        /* its protocol in listener.security.protocol.map is SSL or SASL_SSL */
     const char *ca_file, *cert_file; /* ssl.truststore.location / ssl.keystore.location (PEM) */
+    km_sasl_mech mechanism;          /* SASL_*: sasl.mechanism.controller.protocol; else KM_SASL_NONE */
+    char username[KM_SASL_NAME_MAX], password[KM_SASL_NAME_MAX]; /* from the JAAS line */
 } km_config_quorum_security;
 int km_config_resolve_quorum_security(const km_config *c, km_config_quorum_security *out, km_err *err);
+/* Wipes the password. */
+void km_config_quorum_security_clear(km_config_quorum_security *s);
+/* metadata.source=dir: the controller's SASL keys would be unused; -1 naming the first set. */
+int km_config_refuse_quorum_sasl(const km_config *c, km_err *err);
 
 /* How the daemon reaches the ZK-mode brokers, resolved from broker.security.protocol,
  * broker.tls.*, broker.sasl.* and broker.listener (the password file is read here). */

@@ -28,15 +28,18 @@ static void on_fatal(km_quorum *q, const km_err *why, void *ud)
     km_daemon_fatal(ud, "metadata quorum: %s", why->msg);
 }
 
-/* An SSL controller listener: a client context from the PEM truststore (and keystore). */
-static int open_tls(km_daemon *d, km_quorum_config *qc, km_err *err)
+/* An SSL or SASL_SSL controller listener: a client context from the PEM truststore (and
+ * keystore); SASL_*: the login, which km_quorum copies (and this copy is wiped). */
+static int open_security(km_daemon *d, km_quorum_config *qc, km_config_quorum_security *sec, km_err *err)
 {
-    km_config_quorum_security sec;
-    if (km_config_resolve_quorum_security(&d->cfg, &sec, err) < 0)
+    if (km_config_resolve_quorum_security(&d->cfg, sec, err) < 0)
         return -1;
-    if (!sec.tls)
+    qc->sasl.mechanism = sec->mechanism;
+    qc->sasl.username = sec->username;
+    qc->sasl.password = sec->password;
+    if (!sec->tls)
         return 0;
-    km_tls_config tc = { .ca_file = sec.ca_file, .cert_file = sec.cert_file };
+    km_tls_config tc = { .ca_file = sec->ca_file, .cert_file = sec->cert_file };
     d->quorum_tls = km_tls_client_ctx_new(&tc, err);
     qc->tls = d->quorum_tls;
     return d->quorum_tls ? 0 : -1;
@@ -53,9 +56,12 @@ int km_daemon_open_quorum(km_daemon *d, km_err *err)
     if (d->cfg.cluster_id && km_image_set_cluster_id(d->img, d->cfg.cluster_id, err))
         return -1;
     km_quorum_config qc;
+    km_config_quorum_security sec;
     km_quorum_config_init(&qc);
-    if (open_tls(d, &qc, err) < 0)
+    if (open_security(d, &qc, &sec, err) < 0) {
+        km_config_quorum_security_clear(&sec);
         return -1;
+    }
     qc.bootstrap_servers = d->cfg.quorum_bootstrap_servers;
     qc.voters = d->cfg.quorum_voters;
     qc.cluster_id = d->cfg.cluster_id;
@@ -63,6 +69,7 @@ int km_daemon_open_quorum(km_daemon *d, km_err *err)
     qc.snapshot_dir = d->cfg.quorum_snapshot_dir;
     km_quorum_handlers h = { .on_applied = on_applied, .on_fatal = on_fatal, .on_log = on_log };
     d->quorum = km_quorum_new(d->loop, &qc, d->img, &h, d, err);
+    km_config_quorum_security_clear(&sec);
     return d->quorum ? 0 : -1;
 }
 
@@ -111,4 +118,6 @@ void km_daemon_quorum_metrics(const km_daemon *d, km_buf *out)
                       NULL, true, (double)st.snapshot_refused);
     km_metrics_sample(out, "kmproxy_quorum_leader_changes_total", "counter", "Leader changes seen.", NULL, true,
                       (double)st.leader_changes);
+    km_metrics_sample(out, "kmproxy_quorum_auth_failures_total", "counter",
+                      "SASL logins to a controller refused or failed.", NULL, true, (double)st.auth_failures);
 }

@@ -40,6 +40,7 @@
 #include "km_codec.h"
 #include "km_image.h"
 #include "km_metalog.h"
+#include "km_sasl.h"
 #include "km_tls.h"
 
 #include <stdbool.h>
@@ -50,6 +51,12 @@ struct ev_loop;
 
 typedef struct km_quorum km_quorum;
 
+/* A SASL login on the controller listener (mechanism KM_SASL_NONE: none). */
+typedef struct km_quorum_login {
+    km_sasl_mech mechanism;
+    const char *username, *password;
+} km_quorum_login;
+
 typedef struct km_quorum_config {
     const char *bootstrap_servers; /* "host:port,..." (controller.quorum.bootstrap.servers) */
     const char *voters;            /* "id@host:port,..." (controller.quorum.voters); one of the two */
@@ -57,6 +64,11 @@ typedef struct km_quorum_config {
     int32_t node_id;               /* the observer's replica id; -1: none (Kafka's observer default) */
     km_tls_ctx *tls;               /* SSL listener: a client context; NULL: PLAINTEXT */
     const char *tls_name;          /* name to verify; NULL: the host dialled */
+    /* SASL_PLAINTEXT / SASL_SSL listener: after ApiVersions every connection authenticates
+     * (SaslHandshake v1, SaslAuthenticate) before its first Fetch, as KafkaRaftClient's
+     * NetworkClient does through SaslClientAuthenticator; a failure is logged with the
+     * server's message and retried after the backoff.  KM_SASL_NONE: no SASL. */
+    km_quorum_login sasl;          /* strings copied (the password wiped at free) */
     int32_t fetch_max_wait_ms;     /* MaxWaitMs of each Fetch; 0: 500 (KafkaRaftClient's) */
     int32_t request_timeout_ms;    /* beyond MaxWaitMs; 0: 2000 (controller.quorum.request.timeout.ms) */
     int32_t retry_backoff_ms;      /* backoff base; 0: 20 (controller.quorum.retry.backoff.ms) */
@@ -104,6 +116,7 @@ typedef struct km_quorum_stats {
     int64_t applied_offset;            /* the image's offset: last applied record, -1 none */
     size_t buffered_bytes;             /* fetched, waiting for the high watermark */
     uint64_t fetches, fetch_errors, snapshot_loads, snapshot_refused, leader_changes, truncations;
+    uint64_t auth_failures;            /* SASL exchanges refused or failed */
     double fetch_latency_sum, fetch_latency_max; /* seconds, over `fetches` answered fetches */
     bool caught_up;                    /* applied every batch wholly below the latest high watermark */
     bool failed;
@@ -125,9 +138,10 @@ typedef struct km_quorum_description {
 } km_quorum_description;
 
 /* Connects to each bootstrap server in turn, finds the leader (following the answers of
- * non-leaders) and asks it DescribeQuorum.  Blocks up to timeout_s on a private loop. */
-int km_quorum_describe(const char *bootstrap_servers, km_tls_ctx *tls, double timeout_s,
-                       km_quorum_description *out, km_err *err);
+ * non-leaders) and asks it DescribeQuorum, after the SASL login when there is one (NULL: none).
+ * Blocks up to timeout_s on a private loop. */
+int km_quorum_describe(const char *bootstrap_servers, km_tls_ctx *tls, const km_quorum_login *login,
+                       double timeout_s, km_quorum_description *out, km_err *err);
 
 /* Parses "host:port" (IPv6 as [addr]:port). */
 int km_quorum_parse_hostport(const char *s, char *host, size_t host_len, uint16_t *port, km_err *err);

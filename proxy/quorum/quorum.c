@@ -53,6 +53,7 @@ static void drop_conn(km_quorum *q)
         km_net_close(q->conn);
     q->conn = NULL;
     q->inflight_api = -1;
+    q_sasl_drop(q);
 }
 
 void q_fatal(km_quorum *q, const char *fmt, ...)
@@ -162,6 +163,7 @@ int q_send(km_quorum *q, int16_t api, int16_t version, const void *body, km_err 
     if (rc < 0)
         return -1;
     q->inflight_api = api;
+    q->inflight_version = version;
     q->inflight_correlation = corr;
     q->sent_at = q_now(q);
     double wait = api == KM_API_FETCH ? q->cfg.fetch_max_wait_ms / 1000.0 : 0;
@@ -222,13 +224,19 @@ static void on_api_versions(km_quorum *q, const uint8_t *body, size_t len)
     q->fetch_v = pick_version(&rs, KM_API_FETCH, 12, 17); /* KRaft's fields start at v12 */
     q->snap_v = pick_version(&rs, KM_API_FETCH_SNAPSHOT, 0, 1);
     int16_t code = rs.error_code;
-    km_arena_free(&a);
     if (code != 0 || q->fetch_v < 0 || q->snap_v < 0) {
+        km_arena_free(&a);
         char why[1200];
         snprintf(why, sizeof why, "%s:%u: ApiVersions error %d or no Fetch v12+/FetchSnapshot (not a KRaft controller?)",
                  q->target.host, q->target.port, code);
         return q_retry(q, true, why);
     }
+    if (q->cfg.sasl.mechanism != KM_SASL_NONE) { /* the first Fetch waits for the exchange */
+        q_sasl_begin(q, &rs);
+        km_arena_free(&a);
+        return;
+    }
+    km_arena_free(&a);
     q->phase = q->snap_active ? Q_SNAPSHOT : Q_FETCH;
     q_next_request(q);
 }
@@ -238,7 +246,7 @@ static void on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *u
     (void)c;
     km_quorum *q = ud;
     int16_t api = q->inflight_api;
-    int16_t v = api == KM_API_FETCH ? q->fetch_v : api == KM_API_FETCH_SNAPSHOT ? q->snap_v : 3;
+    int16_t v = q->inflight_version;
     km_reader r;
     km_reader_init(&r, payload, len);
     int32_t corr = 0;
@@ -257,6 +265,8 @@ static void on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *u
     size_t blen = km_reader_left(&r);
     if (api == KM_API_API_VERSIONS)
         on_api_versions(q, body, blen);
+    else if (api == KM_API_SASL_HANDSHAKE || api == KM_API_SASL_AUTHENTICATE)
+        q_on_sasl_response(q, body, blen);
     else if (api == KM_API_FETCH)
         q_on_fetch_response(q, body, blen);
     else
@@ -538,6 +548,19 @@ static int keep_strings(km_quorum *q, const km_quorum_config *cfg, km_err *err)
     return 0;
 }
 
+static int keep_credentials(km_quorum *q, const km_quorum_config *cfg, km_err *err)
+{
+    if (cfg->sasl.mechanism == KM_SASL_NONE)
+        return 0;
+    const char *user = cfg->sasl.username ? cfg->sasl.username : "", *pass = cfg->sasl.password ? cfg->sasl.password : "";
+    if (!*user || strlen(user) >= sizeof q->sasl_user || strlen(pass) >= sizeof q->sasl_pass)
+        return km_fail(err, "quorum: SASL/%s needs a user name and a password shorter than %zu bytes",
+                       km_sasl_mech_name(cfg->sasl.mechanism), sizeof q->sasl_user);
+    strcpy(q->sasl_user, user);
+    strcpy(q->sasl_pass, pass);
+    return 0;
+}
+
 km_quorum *km_quorum_new(struct ev_loop *loop, const km_quorum_config *cfg, km_image *img,
                          const km_quorum_handlers *h, void *ud, km_err *err)
 {
@@ -549,6 +572,7 @@ km_quorum *km_quorum_new(struct ev_loop *loop, const km_quorum_config *cfg, km_i
     }
     q->cfg.bootstrap_servers = q->cfg.voters = q->cfg.tls_name = NULL; /* parsed below; not kept */
     q->cfg.cluster_id = q->cfg.snapshot_dir = NULL;
+    q->cfg.sasl.username = q->cfg.sasl.password = NULL;
     int rc = 0;
     if (cfg->voters && *cfg->voters)
         rc = parse_list(q, cfg->voters, true, err);
@@ -558,6 +582,8 @@ km_quorum *km_quorum_new(struct ev_loop *loop, const km_quorum_config *cfg, km_i
         rc = km_fail(err, "neither controller.quorum.bootstrap.servers nor controller.quorum.voters names a server");
     if (rc == 0)
         rc = keep_strings(q, cfg, err);
+    if (rc == 0)
+        rc = keep_credentials(q, cfg, err);
     if (rc == 0)
         rc = init_position(q, err);
     if (rc < 0) {
@@ -577,6 +603,7 @@ void km_quorum_free(km_quorum *q)
     q_log_free(q);
     km_delta_free(q->delta);
     free(q->cfg_strings);
+    explicit_bzero(q->sasl_pass, sizeof q->sasl_pass);
     free(q);
 }
 

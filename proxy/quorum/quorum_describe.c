@@ -9,6 +9,9 @@
 typedef struct dq_ctx {
     struct ev_loop *loop;
     km_tls_ctx *tls;
+    const km_quorum_login *login;      /* NULL: no SASL */
+    km_sasl_client *sasl;              /* the login in progress on conn */
+    int16_t describe_v;                /* DescribeQuorum's version, from ApiVersions */
     q_node servers[Q_MAX_NODES];
     int n, idx;
     km_net_conn *conn;
@@ -23,6 +26,8 @@ static void try_next(dq_ctx *d);
 static void fail_server(dq_ctx *d, const char *why)
 {
     km_fail(&d->last, "%s:%u: %s", d->servers[d->idx].host, d->servers[d->idx].port, why);
+    km_sasl_client_free(d->sasl);
+    d->sasl = NULL;
     if (d->conn)
         km_net_close(d->conn);
     d->conn = NULL;
@@ -103,6 +108,59 @@ static int16_t dq_version(const km_api_versions_response *rs)
     return -1;
 }
 
+static void send_describe(dq_ctx *d)
+{
+    km_describe_quorum_request rq;
+    km_describe_quorum_request_topic_data t;
+    km_describe_quorum_request_partition_data p = { .partition_index = 0 };
+    km_describe_quorum_request_init(&rq);
+    km_init(q_sub(km_describe_quorum_request_desc.root, "Topics"), &t);
+    t.topic_name = km_cstr(Q_METADATA_TOPIC);
+    t.partitions.count = 1;
+    t.partitions.items = &p;
+    rq.topics.count = 1;
+    rq.topics.items = &t;
+    km_err err;
+    if (send_req(d, KM_API_DESCRIBE_QUORUM, d->describe_v, &rq, &err) < 0)
+        fail_server(d, err.msg);
+}
+
+/* The SASL login's next request, or DescribeQuorum once it succeeded (rc from km_sasl). */
+static void sasl_step(dq_ctx *d, int rc, const km_err *why)
+{
+    if (rc < 0) {
+        char msg[1200];
+        snprintf(msg, sizeof msg, "SASL/%s authentication as '%s' failed: %s", km_sasl_mech_name(d->login->mechanism),
+                 d->login->username, why->msg);
+        return fail_server(d, msg);
+    }
+    if (rc == 0) {
+        km_sasl_client_free(d->sasl);
+        d->sasl = NULL;
+        return send_describe(d);
+    }
+    int16_t api, v;
+    const void *body;
+    km_err err;
+    km_sasl_client_request(d->sasl, &api, &v, &body);
+    if (send_req(d, api, v, body, &err) < 0)
+        fail_server(d, err.msg);
+}
+
+static void on_api_versions(dq_ctx *d, const km_api_versions_response *rs)
+{
+    km_err err;
+    d->describe_v = dq_version(rs);
+    if (d->describe_v < 0)
+        return fail_server(d, "no DescribeQuorum in ApiVersions (not a KRaft controller?)");
+    if (!d->login)
+        return send_describe(d);
+    if (!(d->sasl = km_sasl_client_new(d->login->mechanism, d->login->username, d->login->password, &err)) ||
+        km_sasl_client_versions(d->sasl, rs, &err) < 0)
+        return sasl_step(d, -1, &err);
+    sasl_step(d, 1, NULL);
+}
+
 static void on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *ud)
 {
     (void)c;
@@ -116,28 +174,16 @@ static void on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *u
     union { km_api_versions_response av; km_describe_quorum_response dq; } rs;
     bool av = d->api == KM_API_API_VERSIONS;
     const km_message_desc *md = av ? &km_api_versions_response_desc : &km_describe_quorum_response_desc;
-    if (km_parse_response_header(&r, d->api, av ? 0 : d->dq_v, &corr, &err) < 0 ||
-        km_decode(md, av ? 3 : d->dq_v, r.p + r.pos, km_reader_left(&r), &rs, &a, NULL, &err) < 0)
+    if (km_parse_response_header(&r, d->api, av ? 0 : d->dq_v, &corr, &err) < 0)
         fail_server(d, err.msg);
-    else if (!av)
+    else if (d->api == KM_API_SASL_HANDSHAKE || d->api == KM_API_SASL_AUTHENTICATE)
+        sasl_step(d, km_sasl_client_on_response(d->sasl, r.p + r.pos, km_reader_left(&r), &err), &err);
+    else if (km_decode(md, av ? 3 : d->dq_v, r.p + r.pos, km_reader_left(&r), &rs, &a, NULL, &err) < 0)
+        fail_server(d, err.msg);
+    else if (av)
+        on_api_versions(d, &rs.av);
+    else
         on_describe(d, &rs.dq);
-    else {
-        km_describe_quorum_request rq;
-        km_describe_quorum_request_topic_data t;
-        km_describe_quorum_request_partition_data p = { .partition_index = 0 };
-        km_describe_quorum_request_init(&rq);
-        km_init(q_sub(km_describe_quorum_request_desc.root, "Topics"), &t);
-        t.topic_name = km_cstr(Q_METADATA_TOPIC);
-        t.partitions.count = 1;
-        t.partitions.items = &p;
-        rq.topics.count = 1;
-        rq.topics.items = &t;
-        int16_t v = dq_version(&rs.av);
-        if (v < 0)
-            fail_server(d, "no DescribeQuorum in ApiVersions (not a KRaft controller?)");
-        else if (send_req(d, KM_API_DESCRIBE_QUORUM, v, &rq, &err) < 0)
-            fail_server(d, err.msg);
-    }
     km_arena_free(&a);
 }
 
@@ -170,10 +216,10 @@ static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
     ev_break(loop, EVBREAK_ALL);
 }
 
-int km_quorum_describe(const char *bootstrap, km_tls_ctx *tls, double timeout_s, km_quorum_description *out,
-                       km_err *err)
+int km_quorum_describe(const char *bootstrap, km_tls_ctx *tls, const km_quorum_login *login, double timeout_s,
+                       km_quorum_description *out, km_err *err)
 {
-    dq_ctx d = { .tls = tls, .out = out };
+    dq_ctx d = { .tls = tls, .out = out, .login = login && login->mechanism != KM_SASL_NONE ? login : NULL };
     char *copy = strdup(bootstrap), *save = NULL;
     if (!copy)
         return km_fail(err, "out of memory");
@@ -199,6 +245,7 @@ int km_quorum_describe(const char *bootstrap, km_tls_ctx *tls, double timeout_s,
         ev_run(d.loop, 0);
     if (d.conn)
         km_net_close(d.conn);
+    km_sasl_client_free(d.sasl);
     ev_loop_destroy(d.loop);
     if (!d.done)
         return km_fail(err, "no quorum leader answered DescribeQuorum (last: %s)", d.last.msg);

@@ -24,7 +24,7 @@ typedef struct q_node { int32_t id; char host[128]; uint16_t port; } q_node;
 typedef struct q_batch { int64_t base, last; int32_t epoch; size_t pos; uint32_t size; } q_batch;
 typedef struct q_epoch_start { int32_t epoch; int64_t start; } q_epoch_start;
 
-typedef enum q_phase { Q_IDLE, Q_CONNECTING, Q_VERSIONS, Q_FETCH, Q_SNAPSHOT, Q_FAILED } q_phase;
+typedef enum q_phase { Q_IDLE, Q_CONNECTING, Q_VERSIONS, Q_AUTH, Q_FETCH, Q_SNAPSHOT, Q_FAILED } q_phase;
 
 struct km_quorum {
     struct ev_loop *loop;
@@ -46,7 +46,7 @@ struct km_quorum {
     q_phase phase;
     int16_t fetch_v, snap_v;
     int32_t next_correlation, inflight_correlation;
-    int16_t inflight_api;
+    int16_t inflight_api, inflight_version;
     double sent_at;
     ev_timer request_timer, backoff_timer, pause_timer;
     km_backoff backoff;
@@ -74,6 +74,9 @@ struct km_quorum {
     int64_t snap_received;             /* bytes of the snapshot received: the next chunk's position */
     km_metalog *snap_stream;           /* streamed: decodes each chunk's whole batches into the image's staging */
     double snap_started;
+    /* SASL: the credentials (cfg's pointers are not kept) and the exchange of this connection */
+    char sasl_user[KM_SASL_NAME_MAX], sasl_pass[KM_SASL_NAME_MAX];
+    km_sasl_client *sasl;
     km_quorum_stats st;
     bool fatal;
     bool paused, request_held;       /* km_quorum_set_paused; a request waits for the resume */
@@ -133,6 +136,12 @@ int q_truncate_diverging(km_quorum *q, int64_t end_offset, int32_t epoch, km_err
 void q_clear_buffer(km_quorum *q);
 void q_reset_epochs(km_quorum *q, int32_t epoch, int64_t start);
 void q_log_free(km_quorum *q);
+
+/* quorum_sasl.c: the exchange on a SASL listener after ApiVersions; on success the phase's
+ * first request follows; a failure is logged and retried. */
+void q_sasl_begin(km_quorum *q, const km_api_versions_response *rs);
+void q_on_sasl_response(km_quorum *q, const uint8_t *body, size_t len);
+void q_sasl_drop(km_quorum *q);
 
 /* quorum_fetch.c */
 int q_send_fetch(km_quorum *q, km_err *err);

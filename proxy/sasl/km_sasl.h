@@ -1,6 +1,8 @@
-/* km_sasl.h - SASL for the ZK-mode broker channels: PLAIN (RFC 4616) and SCRAM-SHA-256/512
- * (RFC 5802, RFC 7677), both the client side kmproxy speaks and the server side the broker
- * simulator checks it with, plus the JAAS line Kafka clients are configured with.
+/* km_sasl.h - SASL for the ZK-mode broker channels and the KRaft controller listener: PLAIN
+ * (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, RFC 7677), both the client side kmproxy speaks
+ * and the server side the simulators check it with, the whole exchange over Kafka requests
+ * (SaslHandshake v1 + SaslAuthenticate) on either side, plus the JAAS line Kafka clients are
+ * configured with.
  *
  * The crypto is OpenSSL's (PBKDF2-HMAC, HMAC, SHA-2).  Messages are the bytes that travel in
  * SaslAuthenticate's AuthBytes, as Kafka's PlainSaslServer / ScramSaslClient / ScramSaslServer
@@ -83,5 +85,50 @@ int km_scram_server_first(km_scram_server *s, const uint8_t *client_first, size_
 int km_scram_server_final(km_scram_server *s, const uint8_t *client_final, size_t len, char *out, km_err *err);
 /* The authenticated user, once km_scram_server_final succeeded ("" before). */
 const char *km_scram_server_user(const km_scram_server *s);
+
+/* ---- the client's exchange (Kafka's SaslClientAuthenticator, after ApiVersions) ------------- */
+
+/* SaslHandshake v1 names the mechanism, then SaslAuthenticate frames carry its messages
+ * (KIP-152): PLAIN one round, SCRAM two (the server's final message is verified).  The caller
+ * owns the connection and sends what this gives; nothing else may go on it until done. */
+typedef struct km_sasl_client km_sasl_client;
+km_sasl_client *km_sasl_client_new(km_sasl_mech mech, const char *user, const char *pass, km_err *err);
+void km_sasl_client_free(km_sasl_client *c);  /* wipes the password and the SCRAM state */
+/* From the server's ApiVersions: -1 when it offers no SaslHandshake v1 or SaslAuthenticate
+ * (not a SASL listener?). */
+int km_sasl_client_versions(km_sasl_client *c, const km_api_versions_response *rs, km_err *err);
+/* The request to send next: SaslHandshake (v1) first, then SaslAuthenticate; body points into
+ * c until the next call.  *api and *version say which. */
+void km_sasl_client_request(km_sasl_client *c, int16_t *api, int16_t *version, const void **body);
+/* The response to that request: 1 send the next request, 0 authenticated, -1 refused or
+ * failed (err carries the server's error and message). */
+int km_sasl_client_on_response(km_sasl_client *c, const uint8_t *body, size_t len, km_err *err);
+/* The server's session lifetime once authenticated (0: none). */
+int64_t km_sasl_client_session_lifetime_ms(const km_sasl_client *c);
+
+/* ---- the server's exchange (Kafka's SaslServerAuthenticator; the simulators' listeners) ------ */
+
+/* Before authentication only ApiVersions, SaslHandshake (v1) and SaslAuthenticate are served
+ * (handleKafkaRequest closes on anything else: "Unexpected Kafka request of type ... during
+ * SASL handshake."); a bad login is answered SASL_AUTHENTICATION_FAILED with the reason, then
+ * the connection closes; after it, SaslHandshake/SaslAuthenticate get ILLEGAL_SASL_STATE. */
+typedef struct km_sasl_server km_sasl_server;
+/* mechanisms: a bit (1u << km_sasl_mech) per mechanism enabled; lookup gives the passwords.
+ * 0: a listener without SASL (everything passes; SaslHandshake/SaslAuthenticate are answered
+ * ILLEGAL_SASL_STATE, as KafkaApis does). */
+km_sasl_server *km_sasl_server_new(unsigned mechanisms, km_scram_lookup_fn lookup, void *ud, km_err *err);
+void km_sasl_server_free(km_sasl_server *s);
+typedef enum km_sasl_served {
+    KM_SASL_PASS,           /* not SASL's: serve it as usual (ApiVersions, or anything once authenticated) */
+    KM_SASL_ANSWERED,       /* out holds the answer */
+    KM_SASL_AUTHENTICATED,  /* out holds the answer; the connection is authenticated now */
+    KM_SASL_FAILED,         /* out holds the failure's answer; close after sending it (err: why) */
+    KM_SASL_UNEXPECTED,     /* another request before authentication: close without an answer (err) */
+} km_sasl_served;
+/* -1 only when an answer cannot be built (err). */
+int km_sasl_server_serve(km_sasl_server *s, const km_request_header_view *h, const uint8_t *body, size_t len,
+                         km_buf *out, km_arena *a, km_sasl_served *what, km_err *err);
+bool km_sasl_server_authenticated(const km_sasl_server *s); /* a login succeeded */
+const char *km_sasl_server_user(const km_sasl_server *s); /* "" before authentication */
 
 #endif

@@ -98,18 +98,15 @@ struct km_bsim {
 typedef struct bsim_user { char *name, *password; } bsim_user;
 
 /* One connection's authentication (Kafka's SaslServerAuthenticator / principal). */
-typedef enum bsim_auth_state { AUTH_NONE, AUTH_HANDSHAKE, AUTH_TOKENS, AUTH_DONE } bsim_auth_state;
 typedef struct bsim_auth {
-    bsim_auth_state state;             /* AUTH_NONE: not a SASL listener */
-    km_sasl_mech mech;
-    km_scram_server *scram;
+    km_sasl_server *sasl;              /* km_sasl's exchange (no mechanisms: not a SASL listener) */
     char principal[300];               /* "User:ANONYMOUS" until authenticated */
 } bsim_auth;
 
 /* bsim_auth.c (called with s->mu held) */
 int bsim_auth_config(km_bsim *s, const km_bsim_config *cfg, km_err *err);
 void bsim_auth_free_config(km_bsim *s);
-void bsim_auth_init(const km_bsim *s, bsim_auth *a);
+int bsim_auth_init(km_bsim *s, bsim_auth *a, km_err *err);
 void bsim_auth_free(bsim_auth *a);
 /* What the SASL layer does with a request: 1 answered in out (*close_after: then close),
  * 0 not its business (on to KafkaApis), -1 close the connection unanswered (err says why). */

@@ -268,9 +268,14 @@ static void accept_conn(km_bsim *s, int fd, const char *peer)
         return;
     }
     bc->s = s;
-    bsim_auth_init(s, &bc->auth);
+    if (bsim_auth_init(s, &bc->auth, &err)) {
+        close(fd);
+        free(bc);
+        return;
+    }
     bc->c = km_net_accept(s->loop, fd, peer, &opts, &h, bc, &err);
     if (!bc->c) {
+        bsim_auth_free(&bc->auth);
         free(bc);
         return;
     }

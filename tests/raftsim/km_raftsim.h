@@ -62,6 +62,14 @@ typedef struct km_rsim_config {
     struct km_tls_ctx *tls;      /* a km_tls server context: an SSL listener; NULL: PLAINTEXT */
     int16_t fetch_max_version;   /* highest Fetch advertised (12-17); 0: 17.  Below 16 answers carry no
                                   * NodeEndpoints, as an older controller's */
+    /* A SASL_PLAINTEXT listener (SASL_SSL with tls): a bit (1u << km_sasl_mech) per mechanism
+     * enabled (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); 0: no SASL.  Every connection then
+     * authenticates as Kafka's SaslServerAuthenticator demands: ApiVersions may come first,
+     * then SaslHandshake v1 and SaslAuthenticate; any other request before that closes the
+     * connection and is counted (unauthenticated); a bad login is answered
+     * SASL_AUTHENTICATION_FAILED with the reason, then closed (sasl_failed). */
+    unsigned sasl_mechanisms;
+    const char *sasl_users;      /* "user:password,..." (copied) */
 } km_rsim_config;
 
 void km_rsim_config_init(km_rsim_config *cfg);
@@ -118,6 +126,7 @@ typedef struct km_rsim_stats {
     uint64_t fetches, fetch_snapshots, describe_quorums, api_versions;
     uint64_t snapshot_ids_sent, diverging_sent, not_leader_sent, fenced_sent, unknown_epoch_sent;
     uint64_t rejected;           /* requests that closed the connection */
+    uint64_t sasl_ok, sasl_failed, unauthenticated; /* logins; other requests before one (also rejected) */
     char last_rejection[256];
     int64_t last_fetch_offset;   /* of the last valid Fetch */
 } km_rsim_stats;

@@ -82,7 +82,12 @@ int rsim_serve_api_versions(km_rsim *s, const rsim_req *rq, km_buf *out, km_aren
         { KM_API_API_VERSIONS, 0, RSIM_API_VERSIONS_MAX },
         { KM_API_DESCRIBE_QUORUM, 0, RSIM_API_DESCRIBE_QUORUM_MAX },
         { KM_API_FETCH_SNAPSHOT, 0, RSIM_API_FETCH_SNAPSHOT_MAX },
+        /* A controller listener offers them whatever its protocol (ApiKeys' listeners include
+         * CONTROLLER); they are served only on a SASL listener here. */
+        { KM_API_SASL_HANDSHAKE, 0, 1 },
+        { KM_API_SASL_AUTHENTICATE, 0, 2 },
     };
+    const int n_keys = (int)(sizeof keys / sizeof keys[0]);
     km_api_versions_response rs;
     km_api_versions_response_init(&rs);
     int16_t v = rq->version;
@@ -94,11 +99,11 @@ int rsim_serve_api_versions(km_rsim *s, const rsim_req *rq, km_buf *out, km_aren
         if (rsim_decode_body(&km_api_versions_request_desc, rq, &q, a, err) < 0)
             return -1;
     }
-    rs.api_keys.items = km_arena_alloc(a, sizeof *rs.api_keys.items * 4);
+    rs.api_keys.items = km_arena_alloc(a, sizeof *rs.api_keys.items * (size_t)n_keys);
     if (!rs.api_keys.items)
         return km_fail(err, "raftsim: out of memory");
-    rs.api_keys.count = 4;
-    for (int i = 0; i < 4; i++)
+    rs.api_keys.count = n_keys;
+    for (int i = 0; i < n_keys; i++)
         rs.api_keys.items[i] = (km_api_versions_response_api_version){ .api_key = keys[i][0],
                                                                        .min_version = keys[i][1],
                                                                        .max_version = keys[i][2] };

@@ -47,6 +47,9 @@ struct km_rsim {
     int n_observers;
     bool silent;
     int corrupt_chunks;
+    char *sasl_users;            /* the config's "user:password,...", copied and cut into: */
+    const char *user_names[16], *user_passwords[16];
+    int n_users;
     km_rsim_stats st;
 };
 

@@ -1,6 +1,7 @@
 /* kmproxy-raftsim: one simulated KRaft voter serving a log and snapshots, for the demo and
  * for tests that drive the kmproxy binary.  It runs until SIGINT/SIGTERM. */
 #include "km_raftsim.h"
+#include "km_sasl.h"
 
 #include <dirent.h>
 #include <ev.h>
@@ -14,7 +15,9 @@ static void usage(void)
     fprintf(stderr, "usage: kmproxy-raftsim [--node-id N] [--port P] [--cluster-id ID] [--leader N --epoch E]\n"
                     "         [--voters id@host:port,...] [--snapshot FILE.checkpoint]... [--log PATH]...\n"
                     "         [--high-watermark N] [--chunk-bytes N] [--port-file PATH] [--follow DIR]\n"
-                    "Serves Fetch, FetchSnapshot, DescribeQuorum and ApiVersions as a KRaft voter.\n");
+                    "         [--sasl-mechanisms PLAIN,SCRAM-SHA-256,SCRAM-SHA-512 --sasl-users user:password,...]\n"
+                    "Serves Fetch, FetchSnapshot, DescribeQuorum and ApiVersions as a KRaft voter (after a SASL\n"
+                    "login with --sasl-mechanisms).\n");
 }
 
 static int parse_voters(km_rsim *s, const char *spec, km_err *err)
@@ -111,7 +114,7 @@ static int apply_args(km_rsim *s, int argc, char **argv, km_err *err)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--node-id") || !strcmp(a, "--port") || !strcmp(a, "--cluster-id") ||
-            !strcmp(a, "--chunk-bytes")) {
+            !strcmp(a, "--chunk-bytes") || !strcmp(a, "--sasl-mechanisms") || !strcmp(a, "--sasl-users")) {
             i++;
             continue; /* taken before the simulator was made */
         }
@@ -144,10 +147,30 @@ static int apply_args(km_rsim *s, int argc, char **argv, km_err *err)
     return 0;
 }
 
-static void take_config(km_rsim_config *cfg, int argc, char **argv, const char **port_file,
-                        const char **follow_dir)
+/* "PLAIN,SCRAM-SHA-256,..." into the config's bit set. */
+static int parse_mechanisms(km_rsim_config *cfg, const char *list, km_err *err)
+{
+    char name[64];
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        km_sasl_mech m;
+        snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), p);
+        if (km_sasl_mech_parse(name, &m, err) < 0)
+            return -1;
+        cfg->sasl_mechanisms |= 1u << m;
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
+static int take_config(km_rsim_config *cfg, int argc, char **argv, const char **port_file,
+                       const char **follow_dir, km_err *err)
 {
     for (int i = 1; i + 1 < argc; i++) {
+        if (!strcmp(argv[i], "--sasl-mechanisms") && parse_mechanisms(cfg, argv[i + 1], err) < 0)
+            return -1;
+        if (!strcmp(argv[i], "--sasl-users"))
+            cfg->sasl_users = argv[i + 1];
         if (!strcmp(argv[i], "--node-id"))
             cfg->node_id = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--port"))
@@ -161,6 +184,9 @@ static void take_config(km_rsim_config *cfg, int argc, char **argv, const char *
         else if (!strcmp(argv[i], "--follow"))
             *follow_dir = argv[i + 1];
     }
+    if (cfg->sasl_mechanisms && !cfg->sasl_users)
+        return km_fail(err, "--sasl-mechanisms needs --sasl-users user:password,...");
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -172,9 +198,12 @@ int main(int argc, char **argv)
     km_rsim_config cfg;
     km_rsim_config_init(&cfg);
     const char *port_file = NULL, *follow_dir = NULL;
-    take_config(&cfg, argc, argv, &port_file, &follow_dir);
-    struct ev_loop *loop = ev_default_loop(0);
     km_err err;
+    if (take_config(&cfg, argc, argv, &port_file, &follow_dir, &err) < 0) {
+        fprintf(stderr, "kmproxy-raftsim: %s\n", err.msg);
+        return 2;
+    }
+    struct ev_loop *loop = ev_default_loop(0);
     km_rsim *s = km_rsim_new(loop, &cfg, &err);
     if (!s || apply_args(s, argc, argv, &err) < 0) {
         fprintf(stderr, "kmproxy-raftsim: %s\n", err.msg);

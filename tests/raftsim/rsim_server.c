@@ -1,5 +1,6 @@
 /* Raft simulator: listener, connections, strict framing, the fetch purgatory, settings. */
 #include "rsim_internal.h"
+#include "km_sasl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@ struct rsim_conn {
     km_rsim *s;
     km_net_conn *c;
     rsim_conn *prev, *next;
+    km_sasl_server *sasl;        /* this connection's login (without SASL: ILLEGAL_SASL_STATE to SASL requests) */
     bool parked;                 /* a Fetch waits in the purgatory */
     rsim_fetch fetch;
     ev_timer wait;
@@ -27,6 +29,7 @@ static void unlink_conn(rsim_conn *rc)
         rc->s->conns = rc->next;
     if (rc->next)
         rc->next->prev = rc->prev;
+    km_sasl_server_free(rc->sasl);
     free(rc);
 }
 
@@ -118,6 +121,55 @@ static int dispatch(rsim_conn *rc, const rsim_req *rq, km_buf *out, km_arena *a,
     }
 }
 
+static const char *password_of(const char *user, void *ud)
+{
+    const km_rsim *s = ud;
+    for (int i = 0; i < s->n_users; i++)
+        if (!strcmp(s->user_names[i], user))
+            return s->user_passwords[i];
+    return NULL;
+}
+
+/* cfg.sasl_users "user:password,..." cut in place into the users' table. */
+static int parse_users(km_rsim *s, const char *list, km_err *err)
+{
+    if (!list)
+        return 0;
+    if (!(s->sasl_users = strdup(list)))
+        return km_fail(err, "raftsim: out of memory");
+    char *save = NULL;
+    for (char *tok = strtok_r(s->sasl_users, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(tok, ':');
+        if (!colon || colon == tok || s->n_users == 16)
+            return km_fail(err, "raftsim: SASL user '%s' is not user:password (16 at most)", tok);
+        *colon = '\0';
+        s->user_names[s->n_users] = tok;
+        s->user_passwords[s->n_users++] = colon + 1;
+    }
+    return 0;
+}
+
+/* SASL before anything else: 1 answered here (out filled, or the connection closed), 0 go on. */
+static int serve_sasl(rsim_conn *rc, const km_request_header_view *h, const km_reader *r, km_buf *out,
+                      km_arena *a, bool *close_after, km_err *err)
+{
+    km_rsim *s = rc->s;
+    km_sasl_served what;
+    if (km_sasl_server_serve(rc->sasl, h, r->p + r->pos, km_reader_left(r), out, a, &what, err) < 0)
+        return -1;
+    if (what == KM_SASL_UNEXPECTED) {
+        s->st.unauthenticated++;
+        return -1;
+    }
+    if (what == KM_SASL_FAILED) {
+        s->st.sasl_failed++;
+        fprintf(stderr, "raftsim %d: SASL login from %s failed: %s\n", s->cfg.node_id, km_net_peer(rc->c), err->msg);
+        *close_after = true;
+    }
+    s->st.sasl_ok += what == KM_SASL_AUTHENTICATED;
+    return what != KM_SASL_PASS;
+}
+
 static void on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *ud)
 {
     (void)c;
@@ -135,14 +187,18 @@ static void on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *u
     int rc_ = km_parse_request_header(&r, &h, &a, &err);
     if (rc_ == 0 && rc->parked)
         rc_ = km_fail(&err, "a second request while a Fetch is outstanding (KRaft sends one at a time)");
-    if (rc_ == 0) {
+    bool close_after = false;
+    int answered = rc_ == 0 ? serve_sasl(rc, &h, &r, &out, &a, &close_after, &err) : 0;
+    if (answered < 0)
+        rc_ = -1;
+    if (rc_ == 0 && !answered) {
         rsim_req rq = { h.api_key, h.api_version, h.correlation_id, r.p + r.pos, km_reader_left(&r) };
         rc_ = dispatch(rc, &rq, &out, &a, &err);
     }
     if (rc_ < 0)
         reject(rc, err.msg);
-    else
-        send_out(rc, &out);
+    else if (send_out(rc, &out) == 0 && close_after)
+        km_net_shutdown(rc->c); /* the answer goes out, then on_close */
     km_buf_free(&out);
     km_arena_free(&a);
 }
@@ -169,8 +225,14 @@ static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
     ev_timer_init(&rc->wait, on_wait_timeout, 1., 0.);
     rc->wait.data = rc;
     km_net_opts o = { .tls = s->cfg.tls };
+    if (!(rc->sasl = km_sasl_server_new(s->cfg.sasl_mechanisms, password_of, s, &err))) {
+        close(fd);
+        free(rc);
+        return;
+    }
     rc->c = km_net_accept(s->loop, fd, peer, &o, &h, rc, &err);
     if (!rc->c) {
+        km_sasl_server_free(rc->sasl);
         free(rc);
         return;
     }
@@ -204,10 +266,17 @@ km_rsim *km_rsim_new(struct ev_loop *loop, const km_rsim_config *cfg, km_err *er
     if (!s->cfg.snapshot_chunk_bytes)
         s->cfg.snapshot_chunk_bytes = 1024 * 1024;
     snprintf(s->cluster_id, sizeof s->cluster_id, "%s", cfg->cluster_id ? cfg->cluster_id : "kmproxy-raftsim-cluster");
+    if (parse_users(s, cfg->sasl_users, err) < 0) {
+        free(s->sasl_users);
+        free(s);
+        return NULL;
+    }
+    s->cfg.sasl_users = NULL;
     s->leader_id = -1;
     s->fixed_hw = -1;
     s->listener = km_net_listen(loop, cfg->host ? cfg->host : "127.0.0.1", cfg->port, on_accept, s, err);
     if (!s->listener) {
+        free(s->sasl_users);
         free(s);
         return NULL;
     }
@@ -233,6 +302,7 @@ void km_rsim_free(km_rsim *s)
     km_rsim_drop_connections(s);
     km_net_listener_free(s->listener);
     rsim_log_free(s);
+    free(s->sasl_users);
     free(s);
 }
 
