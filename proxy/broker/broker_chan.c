@@ -172,6 +172,7 @@ static void init_timers(km_bchan *ch)
     ev_timer_init(&ch->request_timer, on_request_timer, ch->cfg.request_timeout, 0);
     ev_timer_init(&ch->sync_timer, on_sync_timer, 0, 0);
     ch->reconnect_timer.data = ch->request_timer.data = ch->sync_timer.data = ch;
+    km_bchan__sasl_init_timer(ch);
 }
 
 km_bchan *km_bchan_new(struct ev_loop *loop, const km_bchan_config *cfg, const km_bchan_hooks *hooks,
@@ -339,6 +340,8 @@ int64_t km_bchan_submit_gated(km_bchan *ch, int16_t api, void *body, km_arena *a
 
 void km_bchan__kick(km_bchan *ch)
 {
+    if (km_bchan__sasl_maybe_reauthenticate(ch))
+        return; /* what is queued goes once the session is renewed */
     if (ch->state == CH_READY && !ch->holding && !ch->inflight && !ch->want_sync && ch->head &&
         ch->head->gate <= ch->released) {
         bchan_item *it = ch->head;
