@@ -69,7 +69,13 @@ static int parse_args(int argc, char **argv, km_bsim_config *cfg, km_tls_config 
                 return -1;
             break;
         case 'U': cfg->sasl_users = optarg; break;
-        case 'L': cfg->sasl_session_lifetime_ms = strtoll(optarg, NULL, 10); break;
+        case 'L': {
+            char *end;
+            cfg->sasl_session_lifetime_ms = strtoll(optarg, &end, 10);
+            if (*end || end == optarg || cfg->sasl_session_lifetime_ms < 0)
+                return km_fail(err, "--sasl-session-lifetime-ms: '%s' is not a number of milliseconds", optarg);
+            break;
+        }
         case 'A': cfg->authorizer = true; break;
         case 'S': cfg->super_users = optarg; break;
         default: return km_fail(err, "usage: kmproxy-brokersim --broker-id N [--port P] [--host H] "

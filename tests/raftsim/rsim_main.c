@@ -173,8 +173,12 @@ static int take_config(km_rsim_config *cfg, int argc, char **argv, const char **
             return -1;
         if (!strcmp(argv[i], "--sasl-users"))
             cfg->sasl_users = argv[i + 1];
-        if (!strcmp(argv[i], "--sasl-session-lifetime-ms"))
-            cfg->sasl_session_lifetime_ms = strtoll(argv[i + 1], NULL, 10);
+        if (!strcmp(argv[i], "--sasl-session-lifetime-ms")) {
+            char *end;
+            cfg->sasl_session_lifetime_ms = strtoll(argv[i + 1], &end, 10);
+            if (*end || end == argv[i + 1] || cfg->sasl_session_lifetime_ms < 0)
+                return km_fail(err, "--sasl-session-lifetime-ms: '%s' is not a number of milliseconds", argv[i + 1]);
+        }
         if (!strcmp(argv[i], "--node-id"))
             cfg->node_id = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--port"))
