@@ -429,7 +429,8 @@ Test(sasl_reauth, the_mechanism_and_the_principal_must_stay)
 }
 
 /* SocketServer's Processor: after the session expired any request but a re-authentication's
- * SaslHandshake closes the connection (KafkaChannel.serverAuthenticationSessionExpired). */
+ * SaslHandshake closes the connection (KafkaChannel.serverAuthenticationSessionExpired); during
+ * the re-authentication nothing but its exchange is served. */
 Test(sasl_reauth, an_expired_session_closes_on_anything_but_a_renewal)
 {
     km_err err;
@@ -450,6 +451,17 @@ Test(sasl_reauth, an_expired_session_closes_on_anything_but_a_renewal)
     km_sasl_client_reauthenticate(c);
     cr_assert_eq(exchange(c, s, &what, &err), 0, "%s", err.msg);
     cr_assert(km_sasl_server_reauthenticated(s));
+    km_sasl_client_free(c);
+    km_sasl_server_free(s);
+    /* SaslServerAuthenticator: only the exchange itself while re-authenticating (no ApiVersions) */
+    s = km_sasl_server_new(1u << KM_SASL_PLAIN, users, NULL, &err);
+    km_sasl_server_set_session_lifetime(s, 60000);
+    c = logged_in(KM_SASL_PLAIN, "u", "pw", s);
+    km_sasl_client_reauthenticate(c);
+    cr_assert_eq(round_trip(c, s, &what, &err), 1, "%s", err.msg); /* the SaslHandshake */
+    km_request_header_view versions = { .api_key = KM_API_API_VERSIONS, .api_version = 3 };
+    cr_assert_eq(km_sasl_server_serve(s, &versions, NULL, 0, &out, &a, &what, &err), 0);
+    cr_assert_eq(what, KM_SASL_UNEXPECTED);
     km_sasl_client_free(c);
     km_sasl_server_free(s);
     km_buf_free(&out);

@@ -237,7 +237,7 @@ int km_sasl_server_serve(km_sasl_server *s, const km_request_header_view *h, con
     }
     if (s->state == SRV_DONE)
         return sasl_api ? (*what = KM_SASL_ANSWERED, illegal_state(h, out, err)) : 0;
-    if (h->api_key == KM_API_API_VERSIONS)
+    if (h->api_key == KM_API_API_VERSIONS && !s->reauthenticating) /* a renewal reuses the first ApiVersions */
         return 0;
     if (s->state == SRV_HANDSHAKE && h->api_key == KM_API_SASL_HANDSHAKE)
         return handshake(s, h, body, len, out, a, what, err);
