@@ -279,7 +279,7 @@ int km_config_validate(const km_config *c, km_err *err)
     if (!quorum && (c->quorum_bootstrap_servers || c->quorum_voters))
         return km_fail(err, "controller.quorum.* is read only with metadata.source=quorum, and metadata.source is dir");
     km_config_quorum_security qs;
-    int qrc = quorum ? km_config_resolve_quorum_security(c, &qs, err) : km_config_refuse_quorum_sasl(c, err);
+    int qrc = quorum ? km_config_resolve_quorum_security(c, &qs, err) : km_config_refuse_quorum_keys(c, err);
     if (quorum)
         km_config_quorum_security_clear(&qs);
     if (qrc < 0)

@@ -60,12 +60,31 @@ static int refuse_sasl_keys(const km_config *c, const char *listener, const char
     return 0;
 }
 
-int km_config_refuse_quorum_sasl(const km_config *c, km_err *err)
+/* The first key read only to reach the controllers that is set, or NULL. */
+static const char *first_quorum_key(const km_config *c)
 {
-    const char *key = first_sasl_key(c);
+    const struct { const char *key, *value; } keys[] = {
+        {"metadata.quorum.snapshot.dir", c->quorum_snapshot_dir},
+        {"controller.listener.names", c->controller_listener_names},
+        {"listener.security.protocol.map", c->listener_security_protocol_map},
+        {"ssl.truststore.location", c->ssl_truststore_location},
+        {"ssl.truststore.type", c->ssl_truststore_type},
+        {"ssl.keystore.location", c->ssl_keystore_location},
+        {"ssl.keystore.type", c->ssl_keystore_type},
+        {"ssl.endpoint.identification.algorithm", c->ssl_endpoint_identification_algorithm},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (keys[i].value)
+            return keys[i].key;
+    return first_sasl_key(c);
+}
+
+int km_config_refuse_quorum_keys(const km_config *c, km_err *err)
+{
+    const char *key = first_quorum_key(c);
     if (key)
-        return km_fail(err, "%s is read only with metadata.source=quorum (the controller listener's SASL login), "
-                            "and metadata.source is %s", key, c->metadata_source ? c->metadata_source : "");
+        return km_fail(err, "%s is read only with metadata.source=quorum (to reach the controllers), and "
+                            "metadata.source is %s", key, c->metadata_source ? c->metadata_source : "");
     return 0;
 }
 

@@ -91,8 +91,9 @@ typedef struct km_config_quorum_security {
 int km_config_resolve_quorum_security(const km_config *c, km_config_quorum_security *out, km_err *err);
 /* Wipes the password. */
 void km_config_quorum_security_clear(km_config_quorum_security *s);
-/* metadata.source=dir: the controller's SASL keys would be unused; -1 naming the first set. */
-int km_config_refuse_quorum_sasl(const km_config *c, km_err *err);
+/* metadata.source=dir: the keys that reach the controllers (snapshot spool, listener, ssl.*, SASL)
+ * would be unused; -1 naming the first set. */
+int km_config_refuse_quorum_keys(const km_config *c, km_err *err);
 
 /* How the daemon reaches the ZK-mode brokers, resolved from broker.security.protocol,
  * broker.tls.*, broker.sasl.* and broker.listener (the password file is read here). */

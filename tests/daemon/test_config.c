@@ -112,6 +112,32 @@ Test(config, the_default_source_is_the_quorum_and_unread_keys_are_refused)
     km_config_free(&c);
 }
 
+/* metadata.source=dir dials no controller: every key that only reaches the controllers is refused
+ * by name, never silently ignored (before, ssl.*, the listener keys and the spool were). */
+Test(config, keys_that_reach_the_controllers_are_refused_with_the_dir_source)
+{
+    const char *keys[][2] = {{"metadata.quorum.snapshot.dir", "/tmp"}, {"controller.listener.names", "CONTROLLER"},
+                             {"listener.security.protocol.map", "CONTROLLER:SSL"},
+                             {"ssl.truststore.location", "/etc/hostname"}, {"ssl.truststore.type", "PEM"},
+                             {"ssl.keystore.location", "/etc/hostname"}, {"ssl.keystore.type", "PEM"},
+                             {"ssl.endpoint.identification.algorithm", "https"}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        km_config c;
+        km_err err = {{0}};
+        km_config_defaults(&c);
+        cr_assert_eq(km_config_set(&c, "zookeeper.connect", "h:1", "test", &err), 0);
+        cr_assert_eq(km_config_set(&c, "metadata.source", "dir", "test", &err), 0);
+        cr_assert_eq(km_config_set(&c, "metadata.dir", "/x", "test", &err), 0);
+        cr_assert_eq(km_config_validate(&c, &err), 0, "%s", err.msg);
+        cr_assert_eq(km_config_set(&c, keys[i][0], keys[i][1], "test", &err), 0, "%s", err.msg);
+        cr_assert_eq(km_config_validate(&c, &err), -1, "%s would be ignored in dir mode", keys[i][0]);
+        char want[128];
+        snprintf(want, sizeof want, "%s is read only with metadata.source=quorum", keys[i][0]);
+        cr_assert(strstr(err.msg, want), "%s", err.msg);
+        km_config_free(&c);
+    }
+}
+
 Test(config, missing_file)
 {
     km_config c;
