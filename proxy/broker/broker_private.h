@@ -58,7 +58,8 @@ struct km_bchan {
     struct km_sasl_client *sasl;       /* the exchange in progress, kept for re-authentications (km_sasl's) */
     int16_t sasl_api, sasl_version;    /* the SASL request in flight */
     bool auth_failure_logged;          /* until an authentication succeeds again */
-    ev_timer reauth_timer;             /* the session's renewal point (KIP-368) */
+    ev_timer reauth_timer;             /* the session's renewal point (KIP-368) ... */
+    ev_tstamp reauth_at;               /* ... on the loop's clock (0: none) */
     bool reauth_due;                   /* ... passed: re-authenticate once nothing is in flight */
     bool reauthenticating;             /* the exchange in progress renews a session */
 };

@@ -22,6 +22,7 @@ void km_bchan__sasl_reset(km_bchan *ch)
     ch->sasl = NULL;
     ev_timer_stop(ch->loop, &ch->reauth_timer);
     ch->reauth_due = ch->reauthenticating = false;
+    ch->reauth_at = 0;
 }
 
 static void on_reauth_timer(struct ev_loop *loop, ev_timer *w, int revents)
@@ -81,9 +82,14 @@ int km_bchan__sasl_start(km_bchan *ch, const km_api_versions_response *rs)
 
 bool km_bchan__sasl_maybe_reauthenticate(km_bchan *ch)
 {
-    if (!ch->reauth_due || ch->state != CH_READY || ch->inflight || !ch->sasl)
+    /* the clock too, not only the timer: a response handled before the timer in the same loop
+     * iteration must not send a request past the renewal point (KafkaChannel checks the time) */
+    bool due = ch->reauth_due || (ch->reauth_at > 0 && ev_now(ch->loop) >= ch->reauth_at);
+    if (!due || ch->state != CH_READY || ch->inflight || !ch->sasl)
         return false;
+    ev_timer_stop(ch->loop, &ch->reauth_timer);
     ch->reauth_due = false;
+    ch->reauth_at = 0;
     ch->reauthenticating = true;
     ch->state = CH_AUTHENTICATING;
     km_sasl_client_reauthenticate(ch->sasl);
@@ -107,6 +113,7 @@ static void authenticated(km_bchan *ch)
                       (long long)km_sasl_client_session_lifetime_ms(ch->sasl), renew_in);
         ev_timer_set(&ch->reauth_timer, renew_in, 0);
         ev_timer_start(ch->loop, &ch->reauth_timer);
+        ch->reauth_at = ev_now(ch->loop) + renew_in;
     }
     ch->auth_failure_logged = false;
     if (renewed)

@@ -77,7 +77,8 @@ struct km_quorum {
     /* SASL: the credentials (cfg's pointers are not kept) and the exchange of this connection */
     char sasl_user[KM_SASL_NAME_MAX], sasl_pass[KM_SASL_NAME_MAX];
     km_sasl_client *sasl;              /* kept once authenticated, to renew the session */
-    ev_timer reauth_timer;             /* the session's renewal point (KIP-368) */
+    ev_timer reauth_timer;             /* the session's renewal point (KIP-368) ... */
+    ev_tstamp reauth_at;               /* ... on the loop's clock (0: none) */
     bool reauth_due;                   /* ... passed: renew before the next Fetch/FetchSnapshot */
     bool reauthenticating;             /* the exchange in progress renews a session */
     km_quorum_stats st;

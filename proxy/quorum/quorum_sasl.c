@@ -18,6 +18,7 @@ void q_sasl_drop(km_quorum *q)
     q->sasl = NULL;
     ev_timer_stop(q->loop, &q->reauth_timer);
     q->reauth_due = q->reauthenticating = false;
+    q->reauth_at = 0;
 }
 
 static void on_reauth_timer(struct ev_loop *loop, ev_timer *w, int revents)
@@ -69,10 +70,15 @@ void q_sasl_begin(km_quorum *q, const km_api_versions_response *rs)
 
 bool q_sasl_maybe_reauthenticate(km_quorum *q)
 {
-    if (!q->reauth_due || !q->sasl || !q->conn || q->inflight_api >= 0 || q->fatal ||
+    /* the clock too, not only the timer: a response handled before the timer in the same loop
+     * iteration must not send a Fetch past the renewal point (KafkaChannel checks the time) */
+    bool due = q->reauth_due || (q->reauth_at > 0 && ev_now(q->loop) >= q->reauth_at);
+    if (!due || !q->sasl || !q->conn || q->inflight_api >= 0 || q->fatal ||
         (q->phase != Q_FETCH && q->phase != Q_SNAPSHOT))
         return false;
+    ev_timer_stop(q->loop, &q->reauth_timer);
     q->reauth_due = false;
+    q->reauth_at = 0;
     q->reauthenticating = true;
     q->phase = Q_AUTH;
     km_sasl_client_reauthenticate(q->sasl);
@@ -98,6 +104,7 @@ void q_on_sasl_response(km_quorum *q, const uint8_t *body, size_t len)
     if (renew_in > 0) { /* connections.max.reauth.ms: the controller closes the connection once it ends */
         ev_timer_set(&q->reauth_timer, renew_in, 0.);
         ev_timer_start(q->loop, &q->reauth_timer);
+        q->reauth_at = ev_now(q->loop) + renew_in;
     }
     q->phase = q->snap_active ? Q_SNAPSHOT : Q_FETCH;
     q_next_request(q);
