@@ -239,7 +239,11 @@ void km_bchan_free(km_bchan *ch)
 }
 
 int32_t km_bchan_broker_id(const km_bchan *ch) { return ch->cfg.broker_id; }
-bool km_bchan_ready(const km_bchan *ch) { return ch->state == CH_READY && !ch->want_sync; }
+/* Renewing the SASL session is not a loss of readiness: the connection and its versions stay. */
+bool km_bchan_ready(const km_bchan *ch)
+{
+    return (ch->state == CH_READY || (ch->state == CH_AUTHENTICATING && ch->reauthenticating)) && !ch->want_sync;
+}
 
 int16_t km_bchan_version(const km_bchan *ch, int16_t api)
 {
