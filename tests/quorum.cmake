@@ -6,6 +6,8 @@ km_add_test(test_quorum_fetch SOURCES ${KM_QUORUM_TESTS}/test_quorum_fetch.c ${K
 target_link_libraries(test_quorum_fetch PRIVATE km_raftsim km_quorum)
 km_add_test(test_quorum_faults SOURCES ${KM_QUORUM_TESTS}/test_quorum_faults.c ${KM_QUORUM_TESTS}/test_quorum_util.c)
 target_link_libraries(test_quorum_faults PRIVATE km_raftsim km_quorum)
+km_add_test(test_quorum_sasl SOURCES ${KM_QUORUM_TESTS}/test_quorum_sasl.c ${KM_QUORUM_TESTS}/test_quorum_util.c)
+target_link_libraries(test_quorum_sasl PRIVATE km_raftsim km_quorum)
 km_add_test(test_quorum_cli SOURCES ${KM_QUORUM_TESTS}/test_quorum_cli.c ${KM_QUORUM_TESTS}/test_quorum_util.c
             ${KM_QUORUM_TESTS}/test_tls_certs.c)
 target_link_libraries(test_quorum_cli PRIVATE km_raftsim km_quorum)

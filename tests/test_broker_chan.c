@@ -171,6 +171,8 @@ Test(broker_chan, per_partition_errors_are_logged_and_counted_by_name, .fini = f
     km_buf_put(&m, "", 1);
     cr_assert(strstr((char *)m.data, "kmproxy_broker_error_codes_total{broker=\"1\",error=\"STALE_CTRL_EPOCH\"} 1"),
               "%s", (char *)m.data);
+    cr_assert(strstr((char *)m.data, "\nkmproxy_broker_sasl_reauthentications_total{broker=\"1\"} 0\n"), "%s",
+              (char *)m.data);
     km_buf_free(&m);
     /* a per-partition error is not a lost leadership: nothing stopped */
     cr_assert(!km_bprop_fenced(R.prop));

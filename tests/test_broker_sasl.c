@@ -30,12 +30,17 @@ typedef struct rig {
     int loud;                          /* log lines at warn or error mentioning authentication */
     char first_loud[1024];
     char last_warning[1024];           /* the last log line at warn or error */
+    int64_t lifetime_ms;               /* the simulator's connections.max.reauth.ms (0: none) */
+    ev_timer stream;                   /* submits an UpdateMetadata every tick while streaming */
+    int submitted;
 } rig;
 
 static rig R;
 
 static void fini(void)
 {
+    if (R.loop)
+        ev_timer_stop(R.loop, &R.stream);
     km_bchan_free(R.ch);
     km_bsim_free(R.sim);
     km_tls_ctx_free(R.client_tls);
@@ -59,11 +64,8 @@ static void on_log(int level, const char *msg, void *ud)
 }
 
 /* An UpdateMetadata with no partitions, like batch 1 of a broker change. */
-static void on_sync(km_bchan *ch, bool first, void *ud)
+static void submit_empty_update_metadata(km_bchan *ch)
 {
-    (void)first;
-    rig *r = ud;
-    r->syncs++;
     km_arena a;
     km_arena_init(&a, 0);
     km_update_metadata_request *rq = km_arena_alloc(&a, sizeof *rq);
@@ -72,6 +74,15 @@ static void on_sync(km_bchan *ch, bool first, void *ud)
     cr_assert_eq(km_bp_update_metadata(km_bchan_version(ch, KM_API_UPDATE_METADATA), &ctl, NULL, 0, NULL, 0, &a, rq,
                                        &err), 0, "%s", err.msg);
     cr_assert_gt(km_bchan_submit(ch, KM_API_UPDATE_METADATA, rq, &a, &err), 0);
+}
+
+static void on_sync(km_bchan *ch, bool first, void *ud)
+{
+    (void)first;
+    rig *r = ud;
+    r->syncs++;
+    r->submitted++;
+    submit_empty_update_metadata(ch);
 }
 
 static void on_done(km_bchan *ch, int16_t api, uint64_t seq, int16_t top, void *ud)
@@ -102,6 +113,7 @@ static void start_sim(unsigned mechs, bool tls, bool authorizer)
     cfg.sasl_users = USERS;
     cfg.authorizer = authorizer;
     cfg.super_users = SUPER;
+    cfg.sasl_session_lifetime_ms = R.lifetime_ms;
     cr_assert((R.sim = km_bsim_new(R.loop, &cfg, &err)), "%s", err.msg);
 }
 
@@ -368,4 +380,116 @@ Test(broker_sasl, the_simulator_enforces_sasl_and_answers_like_kafkas_authorizer
     cr_assert_eq(st.controller_requests, 0);
     km_bsim_stop_thread(sim);
     km_arena_free(&a);
+}
+
+/* ---- re-authentication (KIP-368) ------------------------------------------------------------ */
+
+/* Kafka refuses a re-authentication begun less than a second after the one before
+ * (KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS), so the shortest lifetime a client can
+ * keep renewing is a little above 1 s; 1500 ms leaves room for that, and its last 5% (75 ms)
+ * for a loaded machine's pauses. */
+#define REAUTH_LIFETIME_MS 1500
+
+static void on_stream_tick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop; (void)w; (void)revents;
+    R.submitted++;
+    submit_empty_update_metadata(R.ch);
+}
+
+static void stream_start(void)
+{
+    ev_timer_init(&R.stream, on_stream_tick, 0.02, 0.02);
+    ev_timer_start(R.loop, &R.stream);
+}
+
+/* Counted by the channel once it read the answer (the simulator counts when it sends it). */
+static bool two_reauthentications(void)
+{
+    km_bchan_stats cs;
+    km_bchan_get_stats(R.ch, &cs);
+    return cs.reauthentications >= 2;
+}
+static bool all_answered(void) { return R.done == R.submitted && km_bchan_pending(R.ch) == 0; }
+
+static void stream_across_lifetimes(km_sasl_mech mech)
+{
+    R.lifetime_ms = REAUTH_LIFETIME_MS;
+    start_sim(ALL_MECHS, false, true);
+    start_chan(mech, "kmproxy", "s3cret");
+    cr_assert(run_until(answered), "%s: no answer", km_sasl_mech_name(mech));
+    stream_start();
+    cr_assert(run_until(two_reauthentications), "%s: %llu re-authentications, %llu sessions expired",
+              km_sasl_mech_name(mech), (unsigned long long)sec().sasl_reauth, (unsigned long long)sec().sasl_expired);
+    ev_timer_stop(R.loop, &R.stream);
+    cr_assert(run_until(all_answered), "%s: %d of %d requests answered", km_sasl_mech_name(mech), R.done,
+              R.submitted);
+    km_bsim_security_stats s = sec();
+    cr_assert_eq(s.sasl_expired, 0, "%s: the broker closed %llu expired sessions", km_sasl_mech_name(mech),
+                 (unsigned long long)s.sasl_expired);
+    cr_assert_eq(s.sasl_failed + s.unauthenticated + s.unauthorized, 0);
+    cr_assert_eq(s.sasl_ok, 1 + s.sasl_reauth, "one login, then renewals only");
+    cr_assert_eq(s.controller_requests, (uint64_t)R.submitted);
+    km_bchan_stats cs;
+    km_bchan_get_stats(R.ch, &cs);
+    /* a renewal may be under way: the simulator counts it before the channel reads its answer */
+    cr_assert(cs.reauthentications >= 2 && cs.reauthentications <= s.sasl_reauth, "%llu renewals counted",
+              (unsigned long long)cs.reauthentications);
+    cr_assert_eq(cs.connects, 1, "%s: the channel reconnected", km_sasl_mech_name(mech));
+    cr_assert_eq(cs.resent + cs.dropped + cs.auth_failures, 0);
+    cr_assert_eq(R.loud, 0, "%s", R.first_loud);
+    cr_assert_gt(R.submitted, 10);
+    fini();
+}
+
+/* connections.max.reauth.ms: KafkaChannel.maybeBeginClientReauthentication renews the session on
+ * the same connection before SocketServer would close it as expired. */
+Test(broker_sasl, sessions_are_renewed_on_the_same_connection_before_they_expire, .fini = fini, .timeout = 120)
+{
+    stream_across_lifetimes(KM_SASL_PLAIN);
+    stream_across_lifetimes(KM_SASL_SCRAM_SHA_512);
+}
+
+static bool a_reauth_refused(void)
+{
+    km_bchan_stats cs;
+    km_bchan_get_stats(R.ch, &cs);
+    return cs.auth_failures >= 1;
+}
+
+static bool renewed_after_the_refusal(void)
+{
+    km_bchan_stats cs;
+    km_bchan_get_stats(R.ch, &cs);
+    return cs.reauthentications >= 1;
+}
+
+/* The password changes between two authentications: the re-authentication is refused (logged
+ * once with the broker's reason, counted), the channel reconnects once the password is back,
+ * and every request is still answered. */
+Test(broker_sasl, a_refused_reauthentication_reconnects_and_loses_nothing, .fini = fini, .timeout = 120)
+{
+    km_err err;
+    R.lifetime_ms = REAUTH_LIFETIME_MS;
+    start_sim(ALL_MECHS, false, true);
+    start_chan(KM_SASL_SCRAM_SHA_256, "kmproxy", "s3cret");
+    cr_assert(run_until(answered));
+    stream_start();
+    cr_assert_eq(km_bsim_set_sasl_password(R.sim, "kmproxy", "changed", &err), 0, "%s", err.msg);
+    cr_assert(run_until(a_reauth_refused), "the re-authentication was not refused");
+    cr_assert_eq(km_bsim_set_sasl_password(R.sim, "kmproxy", "s3cret", &err), 0, "%s", err.msg);
+    cr_assert(run_until(renewed_after_the_refusal), "no re-authentication after the reconnect");
+    ev_timer_stop(R.loop, &R.stream);
+    cr_assert(run_until(all_answered), "%d of %d requests answered", R.done, R.submitted);
+    km_bsim_security_stats s = sec();
+    cr_assert_geq(s.sasl_failed, 1);
+    cr_assert_eq(s.sasl_expired + s.unauthenticated + s.unauthorized, 0);
+    cr_assert_geq(s.controller_requests, (uint64_t)R.submitted, "at least once");
+    km_bchan_stats cs;
+    km_bchan_get_stats(R.ch, &cs);
+    cr_assert_geq(cs.connects, 2, "the channel reconnected");
+    cr_assert_eq(cs.dropped, 0);
+    cr_assert_eq(R.loud, 1, "logged %d times (once expected); first: %s", R.loud, R.first_loud);
+    cr_assert(strstr(R.first_loud, "SASL/SCRAM-SHA-256 re-authentication as 'kmproxy' failed: "
+                                   "SASL_AUTHENTICATION_FAILED (58)"), "%s", R.first_loud);
 }

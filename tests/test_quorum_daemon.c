@@ -260,6 +260,7 @@ Test(quorum_daemon, zookeeper_holds_the_committed_image_only_across_a_failover, 
     assert_metric(sc.body, "\nkmproxy_quorum_fetch_latency_seconds_count ");
     assert_metric(sc.body, "\nkmproxy_quorum_snapshot_loads_total 0\n");
     assert_metric(sc.body, "\nkmproxy_quorum_auth_failures_total 0\n");
+    assert_metric(sc.body, "\nkmproxy_quorum_sasl_reauthentications_total 0\n");
     km_buf_free(&a);
     km_buf_free(&b);
     drig_stop(&r);

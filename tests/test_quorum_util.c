@@ -87,7 +87,8 @@ void tq_rig_start(tq_rig *r)
 {
     if (!r->cfg.voters)
         r->cfg.bootstrap_servers = r->servers;
-    km_quorum_handlers h = { .on_applied = on_applied, .on_record = on_record, .on_fatal = on_fatal };
+    km_quorum_handlers h = { .on_applied = on_applied, .on_record = on_record, .on_fatal = on_fatal,
+                             .on_log = r->on_log };
     km_err err;
     r->q = km_quorum_new(r->loop, &r->cfg, r->img, &h, r, &err);
     r->cfg.bootstrap_servers = NULL;

@@ -28,6 +28,7 @@ typedef struct tq_rig {
     size_t deliveries;
     bool fatal;
     km_err fatal_why;
+    void (*on_log)(km_quorum *q, const char *line, void *ud); /* the observer's log lines (ud: the rig); set before tq_rig_start */
 } tq_rig;
 
 /* n simulators on loop (ids 1..n, 127.0.0.1, any free port) that know each other as voters;

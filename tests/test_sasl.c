@@ -1,10 +1,12 @@
 /* SCRAM against RFC 7677's SCRAM-SHA-256 and RFC 5802's SCRAM-SHA-1 exchanges (both sides,
  * byte for byte), PLAIN's message, Kafka's JAAS line, and the client and server exchanges
- * (SaslHandshake, SaslAuthenticate) against each other through real frames. */
+ * (SaslHandshake, SaslAuthenticate) against each other through real frames, re-authentication
+ * (KIP-368) included. */
 #include "km_sasl.h"
 
 #include <criterion/criterion.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct vector {
     km_sasl_mech mech;
@@ -315,4 +317,158 @@ Test(sasl_exchange, the_server_keeps_kafkas_order)
     km_sasl_client_free(c);
     km_buf_free(&out);
     km_arena_free(&a);
+}
+
+/* ---- re-authentication (KIP-368) -------------------------------------------------------------- */
+
+static const char *two_users(const char *user, void *ud)
+{
+    (void)ud;
+    return !strcmp(user, "u") ? "pw" : !strcmp(user, "v") ? "pw2" : NULL;
+}
+
+/* The client's whole exchange (from where it stands) against s: its verdict, the server's in *what. */
+static int exchange(km_sasl_client *c, km_sasl_server *s, km_sasl_served *what, km_err *err)
+{
+    int rc, rounds = 0;
+    while ((rc = round_trip(c, s, what, err)) == 1)
+        cr_assert_lt(++rounds, 4, "more rounds than a mechanism takes");
+    return rc;
+}
+
+static km_sasl_client *logged_in(km_sasl_mech mech, const char *user, const char *pass, km_sasl_server *s)
+{
+    km_err err;
+    km_sasl_served what;
+    km_sasl_client *c = km_sasl_client_new(mech, user, pass, &err);
+    cr_assert(c, "%s", err.msg);
+    offer(c, true, 0);
+    cr_assert_eq(exchange(c, s, &what, &err), 0, "%s", err.msg);
+    cr_assert_eq(what, KM_SASL_AUTHENTICATED);
+    return c;
+}
+
+/* KafkaChannel.maybeBeginServerReauthentication: a SaslHandshake on an authenticated connection
+ * renews the session when sessions expire, at most once a second; the lifetime is announced in
+ * SaslAuthenticate and the client picks 85-95% of it. */
+Test(sasl_reauth, a_session_is_renewed_at_most_once_a_second)
+{
+    for (km_sasl_mech m = KM_SASL_PLAIN; m <= KM_SASL_SCRAM_SHA_512; m++) {
+        km_err err;
+        km_sasl_served what;
+        km_sasl_server *s = km_sasl_server_new(1u << m, users, NULL, &err);
+        km_sasl_server_set_session_lifetime(s, 60000);
+        km_sasl_client *c = logged_in(m, "u", "pw", s);
+        cr_assert_eq(km_sasl_client_session_lifetime_ms(c), 60000);
+        for (int i = 0; i < 50; i++) {
+            double d = km_sasl_client_reauth_delay(c);
+            cr_assert(d >= 51.0 && d <= 57.0, "renewal after %.3f s of a 60 s session", d);
+        }
+        cr_assert(!km_sasl_server_reauthenticated(s));
+        km_sasl_client_reauthenticate(c);
+        cr_assert_eq(exchange(c, s, &what, &err), 0, "%s: %s", km_sasl_mech_name(m), err.msg);
+        cr_assert_eq(what, KM_SASL_AUTHENTICATED);
+        cr_assert(km_sasl_server_reauthenticated(s));
+        cr_assert_str_eq(km_sasl_server_user(s), "u");
+        km_sasl_client_reauthenticate(c); /* again at once: KafkaApis answers the handshake */
+        cr_assert_eq(exchange(c, s, &what, &err), -1);
+        cr_assert(strstr(err.msg, "ILLEGAL_SASL_STATE"), "%s", err.msg);
+        cr_assert(km_sasl_server_authenticated(s), "the session itself stays");
+        km_sasl_client_free(c);
+        km_sasl_server_free(s);
+    }
+}
+
+/* Without connections.max.reauth.ms the lifetime is 0, the client never renews, and a
+ * handshake after the login is answered ILLEGAL_SASL_STATE. */
+Test(sasl_reauth, sessions_without_a_lifetime_are_not_renewed)
+{
+    km_err err;
+    km_sasl_served what;
+    km_sasl_server *s = km_sasl_server_new(1u << KM_SASL_SCRAM_SHA_256, users, NULL, &err);
+    km_sasl_client *c = logged_in(KM_SASL_SCRAM_SHA_256, "u", "pw", s);
+    cr_assert_eq(km_sasl_client_session_lifetime_ms(c), 0);
+    cr_assert_eq(km_sasl_client_reauth_delay(c), 0);
+    km_sasl_client_reauthenticate(c);
+    cr_assert_eq(exchange(c, s, &what, &err), -1);
+    cr_assert(strstr(err.msg, "ILLEGAL_SASL_STATE"), "%s", err.msg);
+    km_sasl_client_free(c);
+    km_sasl_server_free(s);
+}
+
+/* SaslServerAuthenticator.ReauthInfo: saslMechanismUnchanged and ensurePrincipalUnchanged. */
+Test(sasl_reauth, the_mechanism_and_the_principal_must_stay)
+{
+    km_err err;
+    km_sasl_served what;
+    unsigned both = (1u << KM_SASL_PLAIN) | (1u << KM_SASL_SCRAM_SHA_256);
+    km_sasl_server *s = km_sasl_server_new(both, two_users, NULL, &err);
+    km_sasl_server_set_session_lifetime(s, 60000);
+    km_sasl_client *c = logged_in(KM_SASL_PLAIN, "u", "pw", s);
+    km_sasl_client *other = km_sasl_client_new(KM_SASL_SCRAM_SHA_256, "u", "pw", &err);
+    offer(other, true, 0);
+    cr_assert_eq(exchange(other, s, &what, &err), -1);
+    cr_assert_eq(what, KM_SASL_FAILED);
+    cr_assert(strstr(err.msg, "SCRAM-SHA-256") && strstr(err.msg, "(it offers: PLAIN, SCRAM-SHA-256)"), "%s", err.msg);
+    km_sasl_client_free(other);
+    km_sasl_client_free(c);
+    km_sasl_server_free(s);
+
+    s = km_sasl_server_new(both, two_users, NULL, &err);
+    km_sasl_server_set_session_lifetime(s, 60000);
+    c = logged_in(KM_SASL_SCRAM_SHA_256, "u", "pw", s);
+    other = km_sasl_client_new(KM_SASL_SCRAM_SHA_256, "v", "pw2", &err);
+    offer(other, true, 0);
+    cr_assert_eq(exchange(other, s, &what, &err), -1);
+    cr_assert_eq(what, KM_SASL_FAILED);
+    cr_assert(strstr(err.msg, "Cannot change principals during re-authentication from User:u: User:v"), "%s",
+              err.msg);
+    km_sasl_client_free(other);
+    km_sasl_client_free(c);
+    km_sasl_server_free(s);
+}
+
+/* What the server makes of a request of api/version without a body (not a SASL one). */
+static km_sasl_served serve_bare(km_sasl_server *s, int16_t api, int16_t version, km_err *err)
+{
+    km_arena a;
+    km_arena_init(&a, 1u << 20);
+    km_buf out;
+    km_buf_init(&out);
+    km_request_header_view h = { .api_key = api, .api_version = version };
+    km_sasl_served what;
+    cr_assert_eq(km_sasl_server_serve(s, &h, NULL, 0, &out, &a, &what, err), 0);
+    km_buf_free(&out);
+    km_arena_free(&a);
+    return what;
+}
+
+/* SocketServer's Processor: after the session expired any request but a re-authentication's
+ * SaslHandshake closes the connection (KafkaChannel.serverAuthenticationSessionExpired); during
+ * the re-authentication nothing but its exchange is served. */
+Test(sasl_reauth, an_expired_session_closes_on_anything_but_a_renewal)
+{
+    km_err err;
+    km_sasl_served what;
+    km_sasl_server *s = km_sasl_server_new(1u << KM_SASL_PLAIN, users, NULL, &err);
+    km_sasl_server_set_session_lifetime(s, 1);
+    km_sasl_client *c = logged_in(KM_SASL_PLAIN, "u", "pw", s);
+    struct timespec nap = { 0, 20 * 1000 * 1000 }; /* past the 1 ms lifetime */
+    nanosleep(&nap, NULL);
+    cr_assert_eq(serve_bare(s, KM_API_FETCH, 16, &err), KM_SASL_EXPIRED);
+    cr_assert(strstr(err.msg, "the SASL session of 'u' expired"), "%s", err.msg);
+    km_sasl_client_reauthenticate(c);
+    cr_assert_eq(exchange(c, s, &what, &err), 0, "%s", err.msg);
+    cr_assert(km_sasl_server_reauthenticated(s));
+    km_sasl_client_free(c);
+    km_sasl_server_free(s);
+    /* SaslServerAuthenticator: only the exchange itself while re-authenticating (no ApiVersions) */
+    s = km_sasl_server_new(1u << KM_SASL_PLAIN, users, NULL, &err);
+    km_sasl_server_set_session_lifetime(s, 60000);
+    c = logged_in(KM_SASL_PLAIN, "u", "pw", s);
+    km_sasl_client_reauthenticate(c);
+    cr_assert_eq(round_trip(c, s, &what, &err), 1, "%s", err.msg); /* the SaslHandshake */
+    cr_assert_eq(serve_bare(s, KM_API_API_VERSIONS, 3, &err), KM_SASL_UNEXPECTED);
+    km_sasl_client_free(c);
+    km_sasl_server_free(s);
 }

@@ -172,6 +172,7 @@ static void init_timers(km_bchan *ch)
     ev_timer_init(&ch->request_timer, on_request_timer, ch->cfg.request_timeout, 0);
     ev_timer_init(&ch->sync_timer, on_sync_timer, 0, 0);
     ch->reconnect_timer.data = ch->request_timer.data = ch->sync_timer.data = ch;
+    km_bchan__sasl_init_timer(ch);
 }
 
 km_bchan *km_bchan_new(struct ev_loop *loop, const km_bchan_config *cfg, const km_bchan_hooks *hooks,
@@ -238,7 +239,11 @@ void km_bchan_free(km_bchan *ch)
 }
 
 int32_t km_bchan_broker_id(const km_bchan *ch) { return ch->cfg.broker_id; }
-bool km_bchan_ready(const km_bchan *ch) { return ch->state == CH_READY && !ch->want_sync; }
+/* Renewing the SASL session is not a loss of readiness: the connection and its versions stay. */
+bool km_bchan_ready(const km_bchan *ch)
+{
+    return (ch->state == CH_READY || (ch->state == CH_AUTHENTICATING && ch->reauthenticating)) && !ch->want_sync;
+}
 
 int16_t km_bchan_version(const km_bchan *ch, int16_t api)
 {
@@ -339,6 +344,8 @@ int64_t km_bchan_submit_gated(km_bchan *ch, int16_t api, void *body, km_arena *a
 
 void km_bchan__kick(km_bchan *ch)
 {
+    if (km_bchan__sasl_maybe_reauthenticate(ch))
+        return; /* what is queued goes once the session is renewed */
     if (ch->state == CH_READY && !ch->holding && !ch->inflight && !ch->want_sync && ch->head &&
         ch->head->gate <= ch->released) {
         bchan_item *it = ch->head;

@@ -158,13 +158,20 @@ void km_bchan__become_ready(km_bchan *ch)
     } else if (memcmp(ch->ver_before, ch->ver, sizeof ch->ver)) {
         km_bchan__log(ch, 2, "versions changed since the last connection: what was queued is rebuilt");
         km_bchan_resync(ch); /* what is queued was built for the old versions */
-    } else if (ch->inflight) {
-        km_bchan__send_head(ch); /* the same request again; a due full sync follows its answer */
-    } else if (ch->want_sync) {
-        km_bchan__schedule_sync(ch);
     } else {
-        km_bchan__kick(ch);
+        km_bchan__resume(ch);
     }
+}
+
+void km_bchan__resume(km_bchan *ch)
+{
+    ch->state = CH_READY;
+    if (ch->inflight)
+        km_bchan__send_head(ch); /* the same request again; a due full sync follows its answer */
+    else if (ch->want_sync)
+        km_bchan__schedule_sync(ch);
+    else
+        km_bchan__kick(ch);
 }
 
 /* ---- responses ------------------------------------------------------------------------------ */

@@ -55,9 +55,13 @@ struct km_bchan {
     km_bchan_stats st;
     /* SASL (broker_sasl.c) */
     char *sasl_user, *sasl_pass;
-    struct km_sasl_client *sasl;       /* the exchange in progress (km_sasl's) */
+    struct km_sasl_client *sasl;       /* the exchange in progress, kept for re-authentications (km_sasl's) */
     int16_t sasl_api, sasl_version;    /* the SASL request in flight */
     bool auth_failure_logged;          /* until an authentication succeeds again */
+    ev_timer reauth_timer;             /* the session's renewal point (KIP-368) ... */
+    ev_tstamp reauth_at;               /* ... on the loop's clock (0: none) */
+    bool reauth_due;                   /* ... passed: re-authenticate once nothing is in flight */
+    bool reauthenticating;             /* the exchange in progress renews a session */
 };
 
 /* broker_chan.c */
@@ -72,6 +76,8 @@ void km_bchan__free_item(bchan_item *it);
 int km_bchan__send_framed(km_bchan *ch, int16_t api, int16_t v, const void *body, km_err *err);
 /* Negotiated (and authenticated): control requests may flow. */
 void km_bchan__become_ready(km_bchan *ch);
+/* The same after a re-authentication: what waited goes on. */
+void km_bchan__resume(km_bchan *ch);
 int km_bchan__send_api_versions(km_bchan *ch);
 void km_bchan__on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *ud);
 void km_bchan__send_head(km_bchan *ch);
@@ -83,5 +89,8 @@ int km_bchan__sasl_start(km_bchan *ch, const km_api_versions_response *rs);
 void km_bchan__sasl_on_response(km_bchan *ch, km_reader *r);
 /* Frees the exchange in progress (disconnect, free). */
 void km_bchan__sasl_reset(km_bchan *ch);
+void km_bchan__sasl_init_timer(km_bchan *ch);
+/* A re-authentication is due and nothing is in flight: begins it (true); requests wait. */
+bool km_bchan__sasl_maybe_reauthenticate(km_bchan *ch);
 
 #endif

@@ -342,6 +342,9 @@ static void chan_metrics(km_buf *out, const prop_chan *pc, bool first)
                       (double)km_bprop_pending_stops(pc->p, pc->id));
     km_metrics_sample(out, "kmproxy_broker_auth_failures_total", "counter", "SASL authentications refused", l, first,
                       (double)s.auth_failures);
+    km_metrics_sample(out, "kmproxy_broker_sasl_reauthentications_total", "counter",
+                      "SASL sessions renewed on the same connection (connections.max.reauth.ms)", l, first,
+                      (double)s.reauthentications);
 }
 
 void km_bprop_render_metrics(const km_bprop *p, km_buf *out)

@@ -195,6 +195,7 @@ typedef struct km_bchan_stats {
     uint64_t stale_broker_epoch, stale_controller_epoch, resent, dropped, overflows, timeouts, connects,
         disconnects, full_syncs;
     uint64_t auth_failures;            /* SASL handshakes or authentications the broker refused */
+    uint64_t reauthentications;        /* SASL sessions renewed on the same connection (KIP-368) */
     uint64_t error_by_code[128];       /* all APIs, index = code (0: codes outside 1..127) */
     bool ready, stopped;
 } km_bchan_stats;

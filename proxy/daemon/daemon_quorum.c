@@ -120,4 +120,7 @@ void km_daemon_quorum_metrics(const km_daemon *d, km_buf *out)
                       (double)st.leader_changes);
     km_metrics_sample(out, "kmproxy_quorum_auth_failures_total", "counter",
                       "SASL logins to a controller refused or failed.", NULL, true, (double)st.auth_failures);
+    km_metrics_sample(out, "kmproxy_quorum_sasl_reauthentications_total", "counter",
+                      "SASL sessions renewed on the same controller connection (connections.max.reauth.ms).", NULL,
+                      true, (double)st.reauthentications);
 }

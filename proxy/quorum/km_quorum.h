@@ -117,6 +117,7 @@ typedef struct km_quorum_stats {
     size_t buffered_bytes;             /* fetched, waiting for the high watermark */
     uint64_t fetches, fetch_errors, snapshot_loads, snapshot_refused, leader_changes, truncations;
     uint64_t auth_failures;            /* SASL exchanges refused or failed */
+    uint64_t reauthentications;        /* SASL sessions renewed on the same connection (KIP-368) */
     double fetch_latency_sum, fetch_latency_max; /* seconds, over `fetches` answered fetches */
     bool caught_up;                    /* applied every batch wholly below the latest high watermark */
     bool failed;

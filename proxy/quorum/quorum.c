@@ -189,6 +189,8 @@ void q_next_request(km_quorum *q)
     km_err err;
     if (q->fatal || !q->conn)
         return;
+    if (q_sasl_maybe_reauthenticate(q))
+        return; /* the Fetch follows the renewal */
     if (q->paused) {
         q->request_held = true;
         return;
@@ -522,6 +524,7 @@ static km_quorum *alloc_quorum(struct ev_loop *loop, const km_quorum_config *cfg
     ev_timer_init(&q->backoff_timer, on_backoff, 0., 0.);
     ev_timer_init(&q->pause_timer, on_pause, 0., 0.);
     q->request_timer.data = q->backoff_timer.data = q->pause_timer.data = q;
+    q_sasl_init_timer(q);
     km_backoff_init(&q->backoff, q->cfg.retry_backoff_ms / 1000.0, q->cfg.retry_backoff_max_ms / 1000.0,
                     (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)q);
     q->delta = km_delta_new();

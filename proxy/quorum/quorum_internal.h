@@ -76,7 +76,11 @@ struct km_quorum {
     double snap_started;
     /* SASL: the credentials (cfg's pointers are not kept) and the exchange of this connection */
     char sasl_user[KM_SASL_NAME_MAX], sasl_pass[KM_SASL_NAME_MAX];
-    km_sasl_client *sasl;
+    km_sasl_client *sasl;              /* kept once authenticated, to renew the session */
+    ev_timer reauth_timer;             /* the session's renewal point (KIP-368) ... */
+    ev_tstamp reauth_at;               /* ... on the loop's clock (0: none) */
+    bool reauth_due;                   /* ... passed: renew before the next Fetch/FetchSnapshot */
+    bool reauthenticating;             /* the exchange in progress renews a session */
     km_quorum_stats st;
     bool fatal;
     bool paused, request_held;       /* km_quorum_set_paused; a request waits for the resume */
@@ -142,6 +146,9 @@ void q_log_free(km_quorum *q);
 void q_sasl_begin(km_quorum *q, const km_api_versions_response *rs);
 void q_on_sasl_response(km_quorum *q, const uint8_t *body, size_t len);
 void q_sasl_drop(km_quorum *q);
+void q_sasl_init_timer(km_quorum *q);
+/* A renewal is due and nothing is in flight: begins it (true) and the next request waits for it. */
+bool q_sasl_maybe_reauthenticate(km_quorum *q);
 
 /* quorum_fetch.c */
 int q_send_fetch(km_quorum *q, km_err *err);

@@ -105,13 +105,23 @@ void km_sasl_client_request(km_sasl_client *c, int16_t *api, int16_t *version, c
 int km_sasl_client_on_response(km_sasl_client *c, const uint8_t *body, size_t len, km_err *err);
 /* The server's session lifetime once authenticated (0: none). */
 int64_t km_sasl_client_session_lifetime_ms(const km_sasl_client *c);
+/* Re-authentication on the same connection (KIP-368): back to SaslHandshake, with the versions
+ * the server offered before.  Only once authenticated, with nothing else in flight. */
+void km_sasl_client_reauthenticate(km_sasl_client *c);
+/* Seconds after authentication to re-authenticate at: a random point between 85% and 95% of the
+ * session lifetime, as Kafka's client picks it; 0 when the session does not expire. */
+double km_sasl_client_reauth_delay(const km_sasl_client *c);
 
 /* ---- the server's exchange (Kafka's SaslServerAuthenticator; the simulators' listeners) ------ */
 
 /* Before authentication only ApiVersions, SaslHandshake (v1) and SaslAuthenticate are served
  * (handleKafkaRequest closes on anything else: "Unexpected Kafka request of type ... during
  * SASL handshake."); a bad login is answered SASL_AUTHENTICATION_FAILED with the reason, then
- * the connection closes; after it, SaslHandshake/SaslAuthenticate get ILLEGAL_SASL_STATE. */
+ * the connection closes; after it, SaslHandshake/SaslAuthenticate get ILLEGAL_SASL_STATE.
+ * With a session lifetime (connections.max.reauth.ms, KIP-368) a SaslHandshake on an
+ * authenticated connection begins a re-authentication (at most one a second, same mechanism
+ * and same user, as KafkaChannel and SaslServerAuthenticator require), and any other request
+ * once the session expired closes the connection (SocketServer's Processor). */
 typedef struct km_sasl_server km_sasl_server;
 /* mechanisms: a bit (1u << km_sasl_mech) per mechanism enabled; lookup gives the passwords.
  * 0: a listener without SASL (everything passes; SaslHandshake/SaslAuthenticate are answered
@@ -124,11 +134,15 @@ typedef enum km_sasl_served {
     KM_SASL_AUTHENTICATED,  /* out holds the answer; the connection is authenticated now */
     KM_SASL_FAILED,         /* out holds the failure's answer; close after sending it (err: why) */
     KM_SASL_UNEXPECTED,     /* another request before authentication: close without an answer (err) */
+    KM_SASL_EXPIRED,        /* a request after the session expired: close without an answer (err) */
 } km_sasl_served;
 /* -1 only when an answer cannot be built (err). */
 int km_sasl_server_serve(km_sasl_server *s, const km_request_header_view *h, const uint8_t *body, size_t len,
                          km_buf *out, km_arena *a, km_sasl_served *what, km_err *err);
+/* connections.max.reauth.ms: sessions last lifetime_ms from each (re-)authentication (0: forever). */
+void km_sasl_server_set_session_lifetime(km_sasl_server *s, int64_t lifetime_ms);
 bool km_sasl_server_authenticated(const km_sasl_server *s); /* a login succeeded */
+bool km_sasl_server_reauthenticated(const km_sasl_server *s); /* ... and the last one was a re-authentication */
 const char *km_sasl_server_user(const km_sasl_server *s); /* "" before authentication */
 
 #endif

@@ -4,6 +4,7 @@
  * Kafka 1.0 takes v1, so v1 is required. */
 #include "km_sasl.h"
 
+#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,4 +171,25 @@ int km_sasl_client_on_response(km_sasl_client *c, const uint8_t *body, size_t le
 int64_t km_sasl_client_session_lifetime_ms(const km_sasl_client *c)
 {
     return c->lifetime_ms;
+}
+
+void km_sasl_client_reauthenticate(km_sasl_client *c)
+{
+    c->step = STEP_HANDSHAKE;
+    c->lifetime_ms = 0;
+}
+
+/* SaslClientAuthenticator.ReauthInfo.setAuthenticationEndAndSessionReauthenticationTimes
+ * (Kafka 3.9): 0.85 + RNG.nextDouble() * 0.10 of the lifetime, counted from the end of the
+ * authentication, so that many channels do not re-authenticate at once and network latency and
+ * clock drift leave room before the broker's deadline. */
+double km_sasl_client_reauth_delay(const km_sasl_client *c)
+{
+    if (c->lifetime_ms <= 0)
+        return 0;
+    uint32_t r;
+    if (RAND_bytes((unsigned char *)&r, sizeof r) != 1)
+        r = UINT32_MAX / 2;
+    double pct = 0.85 + 0.10 * ((double)r / 4294967296.0);
+    return (double)(int64_t)((double)c->lifetime_ms * pct) / 1000.0;
 }

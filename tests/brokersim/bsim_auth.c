@@ -13,6 +13,10 @@
  *    false) nobody else: ClusterAuthorizationException -> CLUSTER_AUTHORIZATION_FAILED.
  * On a listener without SASL, SaslHandshake and SaslAuthenticate reach KafkaApis, which answers
  * ILLEGAL_SASL_STATE (handleSaslHandshakeRequest / handleSaslAuthenticateRequest).
+ * With connections.max.reauth.ms (cfg.sasl_session_lifetime_ms) sessions expire: SocketServer's
+ * Processor closes a connection whose session expired on its next request
+ * (KafkaChannel.serverAuthenticationSessionExpired), unless a SaslHandshake began a
+ * re-authentication (maybeBeginServerReauthentication, KIP-368).
  * The exchange itself is km_sasl's server side (shared with the raft simulator); here are the
  * users, the principal and the counters. */
 #include "bsim_internal.h"
@@ -76,6 +80,26 @@ void bsim_auth_free_config(km_bsim *s)
     free(s->super_users);
 }
 
+int km_bsim_set_sasl_password(km_bsim *s, const char *user, const char *password, km_err *err)
+{
+    int rc = km_fail(err, "brokersim: no SASL user '%s'", user);
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->n_users; i++) {
+        char *copy;
+        if (strcmp(s->users[i].name, user))
+            continue;
+        if (!(copy = strdup(password))) {
+            rc = km_fail(err, "brokersim: out of memory");
+            break;
+        }
+        free(s->users[i].password);
+        s->users[i].password = copy;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 static const char *password_of(const char *user, void *ud)
 {
     const km_bsim *s = ud;
@@ -89,7 +113,10 @@ int bsim_auth_init(km_bsim *s, bsim_auth *a, km_err *err)
 {
     memset(a, 0, sizeof *a);
     snprintf(a->principal, sizeof a->principal, "User:ANONYMOUS"); /* KafkaPrincipal.ANONYMOUS */
-    return (a->sasl = km_sasl_server_new(s->cfg.sasl_mechanisms, password_of, s, err)) ? 0 : -1;
+    if (!(a->sasl = km_sasl_server_new(s->cfg.sasl_mechanisms, password_of, s, err)))
+        return -1;
+    km_sasl_server_set_session_lifetime(a->sasl, s->cfg.sasl_session_lifetime_ms);
+    return 0;
 }
 
 void bsim_auth_free(bsim_auth *a)
@@ -123,6 +150,9 @@ int bsim_auth_serve(km_bsim *s, bsim_auth *a, const km_request_header_view *h, k
     switch (what) {
     case KM_SASL_PASS:
         return 0;
+    case KM_SASL_EXPIRED:
+        s->st.sec.sasl_expired++;
+        return -1;
     case KM_SASL_UNEXPECTED:
         s->st.sec.unauthenticated += h->api_key != KM_API_SASL_HANDSHAKE && h->api_key != KM_API_SASL_AUTHENTICATE;
         return -1;
@@ -132,6 +162,7 @@ int bsim_auth_serve(km_bsim *s, bsim_auth *a, const km_request_header_view *h, k
         return 1;
     case KM_SASL_AUTHENTICATED:
         s->st.sec.sasl_ok++;
+        s->st.sec.sasl_reauth += km_sasl_server_reauthenticated(a->sasl);
         snprintf(a->principal, sizeof a->principal, "User:%s", km_sasl_server_user(a->sasl));
         return 1;
     case KM_SASL_ANSWERED:

@@ -2,6 +2,7 @@
  *   kmproxy-brokersim --broker-id N [--port P] [--host H] [--broker-epoch E]
  *                     [--max-version api=ver,...] [--state-dump PATH] [--tls-cert PEM --tls-key PEM]
  *                     [--sasl-mechanisms PLAIN,SCRAM-SHA-256,...] [--sasl-users user:pw,...]
+ *                     [--sasl-session-lifetime-ms MS]
  *                     [--authorizer] [--super-users User:a;User:b] [--kafka 3.4|3.9] [--zookeeper HOSTS]
  * --kafka picks the broker's rules (3.4: an IBP 3.4 broker; 3.9: 3.6.2 and later); --zookeeper makes
  * it read /config/topics/<t> when it creates a log, as a ZK broker does.
@@ -41,6 +42,7 @@ static int parse_args(int argc, char **argv, km_bsim_config *cfg, km_tls_config 
         { "kafka", required_argument, 0, 'K' },        { "zookeeper", required_argument, 0, 'z' },
         { "sasl-mechanisms", required_argument, 0, 'M' }, { "sasl-users", required_argument, 0, 'U' },
         { "authorizer", no_argument, 0, 'A' },         { "super-users", required_argument, 0, 'S' },
+        { "sasl-session-lifetime-ms", required_argument, 0, 'L' },
         { 0, 0, 0, 0 } };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -67,12 +69,19 @@ static int parse_args(int argc, char **argv, km_bsim_config *cfg, km_tls_config 
                 return -1;
             break;
         case 'U': cfg->sasl_users = optarg; break;
+        case 'L': {
+            char *end;
+            cfg->sasl_session_lifetime_ms = strtoll(optarg, &end, 10);
+            if (*end || end == optarg || cfg->sasl_session_lifetime_ms < 0)
+                return km_fail(err, "--sasl-session-lifetime-ms: '%s' is not a number of milliseconds", optarg);
+            break;
+        }
         case 'A': cfg->authorizer = true; break;
         case 'S': cfg->super_users = optarg; break;
         default: return km_fail(err, "usage: kmproxy-brokersim --broker-id N [--port P] [--host H] "
                                      "[--broker-epoch E] [--max-version api=ver,...] [--state-dump PATH] "
                                      "[--tls-cert PEM --tls-key PEM] [--sasl-mechanisms M,...] "
-                                     "[--sasl-users user:pw,...] [--authorizer] [--super-users User:a;User:b] "
+                                     "[--sasl-users user:pw,...] [--sasl-session-lifetime-ms MS] [--authorizer] [--super-users User:a;User:b] "
                                      "[--kafka 3.4|3.9] [--zookeeper HOSTS]");
         }
     }

@@ -85,6 +85,10 @@ typedef struct km_bsim_config {
     uint32_t cut_seed;
     unsigned sasl_mechanisms;   /* bits 1u << km_sasl_mech: a SASL listener; 0: none */
     const char *sasl_users;     /* "user:password,user2:password2" (copied) */
+    /* Kafka's connections.max.reauth.ms: SaslAuthenticate answers carry it as the session's
+     * lifetime; a connection whose session expired is closed on its next request unless it
+     * re-authenticated (KIP-368; see km_sasl.h).  0: sessions never expire. */
+    int64_t sasl_session_lifetime_ms;
     bool authorizer;            /* controller requests need ClusterAction (a super user) */
     const char *super_users;    /* Kafka's super.users: "User:alice;User:bob" (copied) */
 } km_bsim_config;
@@ -147,6 +151,8 @@ uint64_t km_bsim_cuts(km_bsim *s);
 typedef struct km_bsim_security_stats {
     uint64_t plaintext_on_tls;         /* connections that sent plaintext to the TLS listener */
     uint64_t sasl_ok, sasl_failed;     /* authentications that succeeded / were refused */
+    uint64_t sasl_reauth;              /* ... of them re-authentications that succeeded */
+    uint64_t sasl_expired;             /* connections closed on a request after their session expired */
     uint64_t unauthenticated;          /* requests before authentication (connection closed) */
     uint64_t unauthorized;             /* controller requests answered CLUSTER_AUTHORIZATION_FAILED */
     uint64_t controller_requests;      /* LeaderAndIsr, UpdateMetadata, StopReplica applied */
@@ -154,5 +160,7 @@ typedef struct km_bsim_security_stats {
     char last_client_id[64];           /* its request header's client.id */
 } km_bsim_security_stats;
 void km_bsim_get_security_stats(km_bsim *s, km_bsim_security_stats *out);
+/* Changes a SASL user's password (later logins and re-authentications need the new one). */
+int km_bsim_set_sasl_password(km_bsim *s, const char *user, const char *password, km_err *err);
 
 #endif

@@ -45,6 +45,7 @@ typedef struct sim_opts {
     const char *registered_host;       /* NULL: bind */
     bool sasl;                         /* PLAIN and SCRAM-SHA-512 + authorizer */
     bool client_cert;                  /* the TLS listener demands a client certificate */
+    int64_t session_lifetime_ms;       /* connections.max.reauth.ms (0: sessions never expire) */
 } sim_opts;
 
 static void start_sims(const sim_opts *o)
@@ -68,6 +69,7 @@ static void start_sims(const sim_opts *o)
             cfg.sasl_users = "kmproxy:s3cret";
             cfg.authorizer = true;
             cfg.super_users = "User:kmproxy";
+            cfg.sasl_session_lifetime_ms = o->session_lifetime_ms;
         }
         cr_assert((R.sims[i] = km_bsim_new(R.loop, &cfg, &e)), "%s", e.msg);
         /* a re-registration at the simulator's endpoint, as a restarted ZK broker does */
@@ -332,6 +334,40 @@ Test(daemon_secure, sasl_ssl_scram_converges_with_an_authorizer, .fini = fini, .
         cr_assert_str_eq(s.last_principal, "User:kmproxy");
         cr_assert_eq(s.unauthorized + s.unauthenticated + s.sasl_failed, 0);
         cr_assert_geq(s.sasl_ok, 1);
+    }
+}
+
+static int g_out_of_sync;              /* loop turns that saw a broker not in sync */
+static bool two_renewals_each(void)
+{
+    km_daemon_status st;
+    km_daemon_get_status(R.d, &st);
+    g_out_of_sync += st.brokers_in_sync != BROKERS;
+    for (int i = 0; i < BROKERS; i++)
+        if (sim_sec(i).sasl_reauth < 2)
+            return false;
+    return true;
+}
+
+/* connections.max.reauth.ms on the brokers (1500 ms: Kafka renews at most once a second): the
+ * daemon's channels renew their sessions on the same connections, idle or not, stay in sync
+ * meanwhile, and no broker closes one as expired (KIP-368). */
+Test(daemon_secure, sasl_sessions_are_renewed_before_the_brokers_expire_them, .fini = fini, .timeout = 180)
+{
+    static const sim_opts o = {.listener = "SASL_SSL", .bind = "127.0.0.1", .sasl = true,
+                               .session_lifetime_ms = 1500};
+    start(&o, (const char *const[]){"broker.security.protocol=SASL_SSL", "broker.tls.ca.file=CA",
+                                    "broker.sasl.mechanism=SCRAM-SHA-512", "broker.sasl.jaas.config=" JAAS, NULL});
+    cr_assert(run_until(converged), "did not converge");
+    cr_assert(run_until(two_renewals_each), "a broker's session was not renewed twice");
+    cr_assert_eq(g_out_of_sync, 0, "a renewal took a broker out of sync (%d loop turns)", g_out_of_sync);
+    cr_assert(converged());
+    for (int i = 0; i < BROKERS; i++) {
+        km_bsim_security_stats s = sim_sec(i);
+        cr_assert_eq(s.sasl_expired, 0, "broker %d closed %llu expired sessions", i + 1,
+                     (unsigned long long)s.sasl_expired);
+        cr_assert_eq(s.unauthorized + s.unauthenticated + s.sasl_failed, 0);
+        cr_assert_eq(s.sasl_ok, 1 + s.sasl_reauth, "broker %d: one login, then renewals only", i + 1);
     }
 }
 

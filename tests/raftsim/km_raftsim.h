@@ -70,6 +70,10 @@ typedef struct km_rsim_config {
      * SASL_AUTHENTICATION_FAILED with the reason, then closed (sasl_failed). */
     unsigned sasl_mechanisms;
     const char *sasl_users;      /* "user:password,..." (copied) */
+    /* Kafka's connections.max.reauth.ms: SaslAuthenticate answers carry it as the session's
+     * lifetime; a connection whose session expired is closed on its next request (counted in
+     * sasl_expired and rejected) unless it re-authenticated (KIP-368, see km_sasl.h).  0: never. */
+    int64_t sasl_session_lifetime_ms;
 } km_rsim_config;
 
 void km_rsim_config_init(km_rsim_config *cfg);
@@ -127,9 +131,13 @@ typedef struct km_rsim_stats {
     uint64_t snapshot_ids_sent, diverging_sent, not_leader_sent, fenced_sent, unknown_epoch_sent;
     uint64_t rejected;           /* requests that closed the connection */
     uint64_t sasl_ok, sasl_failed, unauthenticated; /* logins; other requests before one (also rejected) */
+    uint64_t sasl_reauth;        /* logins that renewed a session (also in sasl_ok) */
+    uint64_t sasl_expired;       /* requests after a session expired (the connection closed; also rejected) */
     char last_rejection[256];
     int64_t last_fetch_offset;   /* of the last valid Fetch */
 } km_rsim_stats;
 void km_rsim_get_stats(const km_rsim *s, km_rsim_stats *out);
+/* Changes a SASL user's password: later logins and re-authentications need the new one. */
+int km_rsim_set_sasl_password(km_rsim *s, const char *user, const char *password, km_err *err);
 
 #endif

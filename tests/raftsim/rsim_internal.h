@@ -49,6 +49,7 @@ struct km_rsim {
     int corrupt_chunks;
     char *sasl_users;            /* the config's "user:password,...", copied and cut into: */
     const char *user_names[16], *user_passwords[16];
+    char *changed_passwords[16]; /* km_rsim_set_sasl_password's (owned); user_passwords point at them */
     int n_users;
     km_rsim_stats st;
 };

@@ -16,6 +16,7 @@ static void usage(void)
                     "         [--voters id@host:port,...] [--snapshot FILE.checkpoint]... [--log PATH]...\n"
                     "         [--high-watermark N] [--chunk-bytes N] [--port-file PATH] [--follow DIR]\n"
                     "         [--sasl-mechanisms PLAIN,SCRAM-SHA-256,SCRAM-SHA-512 --sasl-users user:password,...]\n"
+                    "         [--sasl-session-lifetime-ms MS]\n"
                     "Serves Fetch, FetchSnapshot, DescribeQuorum and ApiVersions as a KRaft voter (after a SASL\n"
                     "login with --sasl-mechanisms).\n");
 }
@@ -114,7 +115,8 @@ static int apply_args(km_rsim *s, int argc, char **argv, km_err *err)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--node-id") || !strcmp(a, "--port") || !strcmp(a, "--cluster-id") ||
-            !strcmp(a, "--chunk-bytes") || !strcmp(a, "--sasl-mechanisms") || !strcmp(a, "--sasl-users")) {
+            !strcmp(a, "--chunk-bytes") || !strcmp(a, "--sasl-mechanisms") || !strcmp(a, "--sasl-users") ||
+            !strcmp(a, "--sasl-session-lifetime-ms")) {
             i++;
             continue; /* taken before the simulator was made */
         }
@@ -171,6 +173,12 @@ static int take_config(km_rsim_config *cfg, int argc, char **argv, const char **
             return -1;
         if (!strcmp(argv[i], "--sasl-users"))
             cfg->sasl_users = argv[i + 1];
+        if (!strcmp(argv[i], "--sasl-session-lifetime-ms")) {
+            char *end;
+            cfg->sasl_session_lifetime_ms = strtoll(argv[i + 1], &end, 10);
+            if (*end || end == argv[i + 1] || cfg->sasl_session_lifetime_ms < 0)
+                return km_fail(err, "--sasl-session-lifetime-ms: '%s' is not a number of milliseconds", argv[i + 1]);
+        }
         if (!strcmp(argv[i], "--node-id"))
             cfg->node_id = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--port"))

@@ -130,6 +130,21 @@ static const char *password_of(const char *user, void *ud)
     return NULL;
 }
 
+int km_rsim_set_sasl_password(km_rsim *s, const char *user, const char *password, km_err *err)
+{
+    for (int i = 0; i < s->n_users; i++) {
+        if (strcmp(s->user_names[i], user))
+            continue;
+        char *copy = strdup(password);
+        if (!copy)
+            return km_fail(err, "raftsim: out of memory");
+        free(s->changed_passwords[i]);
+        s->user_passwords[i] = s->changed_passwords[i] = copy;
+        return 0;
+    }
+    return km_fail(err, "raftsim: no SASL user '%s'", user);
+}
+
 /* cfg.sasl_users "user:password,..." cut in place into the users' table. */
 static int parse_users(km_rsim *s, const char *list, km_err *err)
 {
@@ -161,12 +176,17 @@ static int serve_sasl(rsim_conn *rc, const km_request_header_view *h, const km_r
         s->st.unauthenticated++;
         return -1;
     }
+    if (what == KM_SASL_EXPIRED) { /* SocketServer: serverAuthenticationSessionExpired -> close */
+        s->st.sasl_expired++;
+        return -1;
+    }
     if (what == KM_SASL_FAILED) {
         s->st.sasl_failed++;
         fprintf(stderr, "raftsim %d: SASL login from %s failed: %s\n", s->cfg.node_id, km_net_peer(rc->c), err->msg);
         *close_after = true;
     }
     s->st.sasl_ok += what == KM_SASL_AUTHENTICATED;
+    s->st.sasl_reauth += what == KM_SASL_AUTHENTICATED && km_sasl_server_reauthenticated(rc->sasl);
     return what != KM_SASL_PASS;
 }
 
@@ -230,6 +250,7 @@ static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
         free(rc);
         return;
     }
+    km_sasl_server_set_session_lifetime(rc->sasl, s->cfg.sasl_session_lifetime_ms);
     rc->c = km_net_accept(s->loop, fd, peer, &o, &h, rc, &err);
     if (!rc->c) {
         km_sasl_server_free(rc->sasl);
@@ -303,6 +324,8 @@ void km_rsim_free(km_rsim *s)
     km_net_listener_free(s->listener);
     rsim_log_free(s);
     free(s->sasl_users);
+    for (int i = 0; i < s->n_users; i++)
+        free(s->changed_passwords[i]);
     free(s);
 }
 
