@@ -474,13 +474,13 @@ int main(int argc, char **argv)
         printf("haproxy: NOT INSTALLED (deploy/install-deps.sh installs it): its column is skipped\n");
     else if (!start_haproxy(&ha, upstream, cfg_path))
         ok = false, fprintf(stderr, "bench_inline: haproxy did not start\n");
+    unlink(cfg_path); /* haproxy has read it (it listens), or never will: an interrupted run leaves nothing */
     double ceiling = 0;
     ok = ok && run_load(direct.port, 16, 128, count, &ceiling);
     target *all[] = {&direct, &km, &ha};
     ok = ok && bench_targets(all, with_haproxy ? 3 : 2, count);
     ok = ok && measure_rss(&km) && (!with_haproxy || measure_rss(&ha));
     stop(&km), stop(&ha);
-    unlink(cfg_path);
     rd_kafka_mock_cluster_destroy(mock);
     rd_kafka_destroy(rk);
     if (!ok) {
