@@ -333,19 +333,62 @@ static void on_backoff(struct ev_loop *loop, ev_timer *w, int revents)
     connect_next(w->data);
 }
 
+#define Q_RETRY_LOG_EVERY 60.0 /* seconds between two lines of the same failure */
+
+void q_healthy(km_quorum *q)
+{
+    km_backoff_reset(&q->backoff);
+    memset(q->retry_notes, 0, sizeof q->retry_notes);
+}
+
+/* Logs a retry line unless the same line went out less than a minute ago (then it is counted, and
+ * the count rides on its next line).  Several notes, because retries alternate between the
+ * bootstrap servers and the leader, each with its own address in the line. */
+static void log_retry(km_quorum *q, const char *line)
+{
+    double now = q_now(q);
+    struct q_retry_note *slot = &q->retry_notes[0];
+    for (size_t i = 0; i < sizeof q->retry_notes / sizeof q->retry_notes[0]; i++) {
+        struct q_retry_note *n = &q->retry_notes[i];
+        if (n->line[0] && !strncmp(n->line, line, sizeof n->line - 1)) {
+            slot = n;
+            break;
+        }
+        if (n->logged_at < slot->logged_at)
+            slot = n; /* else the oldest note makes room */
+    }
+    bool same = slot->line[0] && !strncmp(slot->line, line, sizeof slot->line - 1);
+    if (same && now - slot->logged_at < Q_RETRY_LOG_EVERY) {
+        slot->repeats++;
+        return;
+    }
+    if (same && slot->repeats)
+        q_log(q, "%s (and %u more times in the last %.0f s)", line, slot->repeats, now - slot->logged_at);
+    else
+        q_log(q, "%s", line);
+    size_t len = strnlen(line, sizeof slot->line - 1);
+    memcpy(slot->line, line, len);
+    slot->line[len] = '\0';
+    slot->logged_at = now;
+    slot->repeats = 0;
+}
+
 void q_retry(km_quorum *q, bool forget_leader, const char *why)
 {
     if (q->fatal)
         return;
     drop_conn(q);
     q->st.fetch_errors++;
+    char line[1400];
     if (forget_leader && q->leader_id >= 0) {
-        q_log(q, "lost leader %d (epoch %d): %s; asking the bootstrap servers", q->leader_id, q->epoch, why);
+        snprintf(line, sizeof line, "lost leader %d (epoch %d): %s; asking the bootstrap servers", q->leader_id,
+                 q->epoch, why);
         q->leader_id = -1;
         q->st.leader_id = -1;
     } else {
-        q_log(q, "%s; retrying", why);
+        snprintf(line, sizeof line, "%s; retrying", why);
     }
+    log_retry(q, line);
     q->phase = Q_IDLE;
     ev_timer_stop(q->loop, &q->backoff_timer);
     ev_timer_set(&q->backoff_timer, km_backoff_next(&q->backoff), 0.);

@@ -106,7 +106,7 @@ static void on_partition(km_quorum *q, const km_fetch_response_partition_data *p
         snprintf(why, sizeof why, "Fetch from %s:%u: error %d", q->target.host, q->target.port, p->error_code);
         return q_retry(q, false, why);
     }
-    km_backoff_reset(&q->backoff);
+    q_healthy(q);
     if (p->diverging_epoch.epoch >= 0) {
         km_err err;
         if (q_truncate_diverging(q, p->diverging_epoch.end_offset, p->diverging_epoch.epoch, &err) < 0)

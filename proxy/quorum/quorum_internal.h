@@ -50,6 +50,9 @@ struct km_quorum {
     double sent_at;
     ev_timer request_timer, backoff_timer, pause_timer;
     km_backoff backoff;
+    /* retry lines logged lately: a failure that repeats (a wrong password, a controller down) is
+     * logged once a minute with a count, not once a backoff; forgotten once a request succeeds */
+    struct q_retry_note { char line[256]; double logged_at; unsigned repeats; } retry_notes[4];
     /* the log as held: applied (image) + buffered (fetched, above the high watermark) */
     int64_t applied_next;              /* first offset not applied */
     int32_t applied_epoch;             /* epoch of the last applied batch (or snapshot) */
@@ -95,6 +98,8 @@ int q_send(km_quorum *q, int16_t api, int16_t version, const void *body, km_err 
 /* A failed exchange: drop the connection, back off with jitter, then find the leader again
  * (forget_leader) or go back to the same one. */
 void q_retry(km_quorum *q, bool forget_leader, const char *why);
+/* A request succeeded: backoff and the retry lines start afresh. */
+void q_healthy(km_quorum *q);
 /* Kafka's maybeHandleCommonResponse for Fetch/FetchSnapshot answers: 1 handled (a request
  * was re-issued or a retry scheduled), 0 go on with the answer. */
 int q_common_response(km_quorum *q, int16_t error, int32_t leader_id, int32_t epoch);

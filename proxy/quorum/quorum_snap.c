@@ -212,7 +212,7 @@ static void on_partition(km_quorum *q, const km_fetch_snapshot_response_partitio
         q_snapshot_abandon(q);
         return q_retry(q, false, err.msg);
     }
-    km_backoff_reset(&q->backoff);
+    q_healthy(q);
     if (q_stream_wanted(q))
         return stream_chunk(q, p);
     if (hold_chunk(q, p, &err) < 0) {
