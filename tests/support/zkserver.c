@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -342,9 +343,15 @@ int km_zks_follower(const km_zks *zs)
 
 /* ---- blocking test client ---- */
 
+/* The single-threaded client only talks to the server while it is driven, so a test that left
+ * its client alone for a session timeout (a long sync under ASan on a busy machine) found the
+ * session expired.  A keep-alive thread drives it between calls; a mutex keeps them apart. */
 struct km_zkc {
     zhandle_t *zh;
     int state;
+    pthread_mutex_t lock;
+    pthread_t keepalive;
+    bool keepalive_running, stopping;
 };
 
 typedef struct zkc_call {
@@ -390,11 +397,29 @@ static int zkc_pump(km_zkc *c, const bool *done, int timeout_ms)
 
 static int zkc_wait(km_zkc *c, zkc_call *call, int rc)
 {
-    if (rc != ZOK)
-        return rc;
-    if (zkc_pump(c, &call->done, 20000))
-        return ZOPERATIONTIMEOUT;
-    return call->rc;
+    if (rc == ZOK)
+        rc = zkc_pump(c, &call->done, 20000) ? ZOPERATIONTIMEOUT : call->rc;
+    pthread_mutex_unlock(&c->lock); /* taken by ZKC_LOCKED, see below */
+    return rc;
+}
+
+/* Each call runs with the keep-alive thread held off: ZKC_LOCKED(c, zoo_a...(...)) locks, issues
+ * the request, and zkc_wait unlocks once it is answered. */
+#define ZKC_LOCKED(c, issue) (pthread_mutex_lock(&(c)->lock), (issue))
+
+static void *zkc_keepalive(void *arg)
+{
+    km_zkc *c = arg;
+    for (;;) {
+        pthread_mutex_lock(&c->lock);
+        bool stop = c->stopping, never = false;
+        if (!stop)
+            zkc_pump(c, &never, 1); /* pings and whatever the server sent */
+        pthread_mutex_unlock(&c->lock);
+        if (stop)
+            return NULL;
+        usleep(50 * 1000);
+    }
 }
 
 km_zkc *km_zkc_open(const char *hosts, const clientid_t *id, int timeout_ms)
@@ -410,10 +435,12 @@ km_zkc *km_zkc_open(const char *hosts, const clientid_t *id, int timeout_ms)
         bool never = false;
         zkc_pump(c, &never, 50);
     }
+    pthread_mutex_init(&c->lock, NULL);
     if (!c->zh || c->state != ZOO_CONNECTED_STATE) {
         km_zkc_close(c);
         return NULL;
     }
+    c->keepalive_running = pthread_create(&c->keepalive, NULL, zkc_keepalive, c) == 0;
     return c;
 }
 
@@ -421,8 +448,15 @@ void km_zkc_close(km_zkc *c)
 {
     if (!c)
         return;
+    if (c->keepalive_running) {
+        pthread_mutex_lock(&c->lock);
+        c->stopping = true;
+        pthread_mutex_unlock(&c->lock);
+        pthread_join(c->keepalive, NULL);
+    }
     if (c->zh)
         zookeeper_close(c->zh);
+    pthread_mutex_destroy(&c->lock);
     free(c);
 }
 
@@ -447,7 +481,7 @@ static void on_data(int rc, const char *value, int len, const struct Stat *st, c
 int km_zkc_get(km_zkc *c, const char *path, char **data, int *len, struct Stat *st)
 {
     zkc_call call = {0};
-    int rc = zkc_wait(c, &call, zoo_aget(c->zh, path, 0, on_data, &call));
+    int rc = zkc_wait(c, &call, ZKC_LOCKED(c, zoo_aget(c->zh, path, 0, on_data, &call)));
     if (rc == ZOK) {
         if (data) *data = call.data; else free(call.data);
         if (len) *len = call.len;
@@ -468,8 +502,8 @@ static void on_stat(int rc, const struct Stat *st, const void *d)
 int km_zkc_set(km_zkc *c, const char *path, const char *data, int version, struct Stat *st)
 {
     zkc_call call = {0};
-    int rc = zkc_wait(c, &call, zoo_aset(c->zh, path, data, data ? (int)strlen(data) : -1, version,
-                                         on_stat, &call));
+    int rc = zkc_wait(c, &call, ZKC_LOCKED(c, zoo_aset(c->zh, path, data, data ? (int)strlen(data) : -1, version,
+                                         on_stat, &call)));
     if (rc == ZOK && st)
         *st = call.st;
     return rc;
@@ -486,8 +520,8 @@ static void on_string(int rc, const char *value, const void *d)
 int km_zkc_create(km_zkc *c, const char *path, const char *data, int flags)
 {
     zkc_call call = {0};
-    return zkc_wait(c, &call, zoo_acreate(c->zh, path, data, data ? (int)strlen(data) : -1,
-                                          &ZOO_OPEN_ACL_UNSAFE, flags, on_string, &call));
+    return zkc_wait(c, &call, ZKC_LOCKED(c, zoo_acreate(c->zh, path, data, data ? (int)strlen(data) : -1,
+                                          &ZOO_OPEN_ACL_UNSAFE, flags, on_string, &call)));
 }
 
 static void on_void(int rc, const void *d)
@@ -500,7 +534,7 @@ static void on_void(int rc, const void *d)
 int km_zkc_delete(km_zkc *c, const char *path, int version)
 {
     zkc_call call = {0};
-    return zkc_wait(c, &call, zoo_adelete(c->zh, path, version, on_void, &call));
+    return zkc_wait(c, &call, ZKC_LOCKED(c, zoo_adelete(c->zh, path, version, on_void, &call)));
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -523,7 +557,7 @@ static void on_children(int rc, const struct String_vector *v, const void *d)
 int km_zkc_children(km_zkc *c, const char *path, char ***out, int *count)
 {
     zkc_call call = {0};
-    int rc = zkc_wait(c, &call, zoo_aget_children(c->zh, path, 0, on_children, &call));
+    int rc = zkc_wait(c, &call, ZKC_LOCKED(c, zoo_aget_children(c->zh, path, 0, on_children, &call)));
     if (rc == ZOK) {
         *out = call.names;
         *count = call.count;
