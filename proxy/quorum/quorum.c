@@ -347,30 +347,28 @@ void q_healthy(km_quorum *q)
 static void log_retry(km_quorum *q, const char *line)
 {
     double now = q_now(q);
-    struct q_retry_note *slot = &q->retry_notes[0];
-    for (size_t i = 0; i < sizeof q->retry_notes / sizeof q->retry_notes[0]; i++) {
+    struct q_retry_note *same = NULL, *oldest = &q->retry_notes[0];
+    for (size_t i = 0; !same && i < sizeof q->retry_notes / sizeof q->retry_notes[0]; i++) {
         struct q_retry_note *n = &q->retry_notes[i];
-        if (n->line[0] && !strncmp(n->line, line, sizeof n->line - 1)) {
-            slot = n;
-            break;
-        }
-        if (n->logged_at < slot->logged_at)
-            slot = n; /* else the oldest note makes room */
+        if (n->line[0] && !strncmp(n->line, line, sizeof n->line - 1))
+            same = n;
+        else if (n->logged_at < oldest->logged_at)
+            oldest = n;
     }
-    bool same = slot->line[0] && !strncmp(slot->line, line, sizeof slot->line - 1);
-    if (same && now - slot->logged_at < Q_RETRY_LOG_EVERY) {
-        slot->repeats++;
+    if (same && now - same->logged_at < Q_RETRY_LOG_EVERY) {
+        same->repeats++;
         return;
     }
-    if (same && slot->repeats)
-        q_log(q, "%s (and %u more times in the last %.0f s)", line, slot->repeats, now - slot->logged_at);
+    if (same && same->repeats)
+        q_log(q, "%s (and %u more times in the last %.0f s)", line, same->repeats, now - same->logged_at);
     else
         q_log(q, "%s", line);
-    size_t len = strnlen(line, sizeof slot->line - 1);
-    memcpy(slot->line, line, len);
-    slot->line[len] = '\0';
-    slot->logged_at = now;
-    slot->repeats = 0;
+    struct q_retry_note *note = same ? same : oldest; /* a new line takes the oldest note's place */
+    size_t len = strnlen(line, sizeof note->line - 1);
+    memcpy(note->line, line, len);
+    note->line[len] = '\0';
+    note->logged_at = now;
+    note->repeats = 0;
 }
 
 void q_retry(km_quorum *q, bool forget_leader, const char *why)
