@@ -140,17 +140,12 @@ static bool io_all(int fd, void *p, size_t n, bool out)
     return true;
 }
 
-static uint32_t be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 /* Whether a response body (after the size) answers `corr` with no error.  The ProduceResponse
  * v7 body: correlation id, [topics: name, [partition, error_code, ...]]. */
 static bool ack_ok(const uint8_t *body, uint32_t len, int32_t corr)
 {
     size_t err_at = 4 + 4 + 2 + strlen("bench") + 4 + 4; /* corr, topics count, name, partitions, index */
-    return len > err_at + 1 && (int32_t)be32(body) == corr && body[err_at] == 0 && body[err_at + 1] == 0;
+    return len > err_at + 1 && (int32_t)km_be32(body) == corr && body[err_at] == 0 && body[err_at + 1] == 0;
 }
 
 /* Reads one response (blocking); checks it answers `corr` with no error. */
@@ -159,7 +154,7 @@ static bool read_ack(int fd, int32_t corr)
     uint8_t head[4], body[512];
     if (!io_all(fd, head, 4, false))
         return false;
-    uint32_t size = be32(head);
+    uint32_t size = km_be32(head);
     return size >= 4 && size <= sizeof body && io_all(fd, body, size, false) && ack_ok(body, size, corr);
 }
 
@@ -203,7 +198,7 @@ static bool pump_receive(pump *p)
     p->in_len += k > 0 ? (size_t)k : 0;
     size_t at = 0;
     while (p->in_len - at >= 4) {
-        uint32_t size = be32(p->in + at);
+        uint32_t size = km_be32(p->in + at);
         if (size < 4 || size > 512)
             return false;
         if (p->in_len - at < 4 + size)

@@ -129,6 +129,12 @@ int km_read_varint(km_reader *r, int32_t *v, const char *what, km_err *err);
 int km_read_varlong(km_reader *r, int64_t *v, const char *what, km_err *err);
 int km_read_raw(km_reader *r, size_t n, const uint8_t **out, const char *what, km_err *err);
 
+/* A big-endian uint32 in place: a frame's size prefix, a correlation id. */
+static inline uint32_t km_be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
 /* ---- descriptors (tables emitted by the generator) -------------------------- */
 
 typedef struct km_versions {

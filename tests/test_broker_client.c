@@ -65,7 +65,7 @@ bool tbc_recv(int fd, uint8_t **payload, size_t *len)
     uint8_t hdr[4];
     if (!read_full(fd, hdr, 4))
         return false;
-    uint32_t n = ((uint32_t)hdr[0] << 24) | ((uint32_t)hdr[1] << 16) | ((uint32_t)hdr[2] << 8) | hdr[3];
+    uint32_t n = km_be32(hdr);
     *payload = malloc(n ? n : 1);
     *len = n;
     if (!*payload || !read_full(fd, *payload, n)) {

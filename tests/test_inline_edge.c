@@ -560,7 +560,7 @@ static void *dribble_out(void *arg)
     dribble *d = arg;
     size_t from = 0;
     for (size_t at = 0; at + 4 <= d->n;) {
-        size_t len = 4 + ((size_t)d->p[at] << 24 | (size_t)d->p[at + 1] << 16 | (size_t)d->p[at + 2] << 8 | d->p[at + 3]);
+        size_t len = 4 + (size_t)km_be32(d->p + at);
         size_t span = len < d->head ? len : d->head;
         if (rand_r(&d->seed) % 2 && span > 1) {
             size_t cut = at + 1 + (size_t)rand_r(&d->seed) % (span - 1);

@@ -287,7 +287,7 @@ bool irig_read_frame(int fd, uint8_t **out, size_t *len)
     uint8_t size[4];
     if (!recv_all(fd, size, 4))
         return false;
-    *len = (size_t)size[0] << 24 | (size_t)size[1] << 16 | (size_t)size[2] << 8 | size[3];
+    *len = km_be32(size);
     *out = malloc(*len ? *len : 1);
     return recv_all(fd, *out, *len);
 }

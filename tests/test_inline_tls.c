@@ -219,7 +219,7 @@ static bool tls_round_trip(tls_conn *t, int32_t corr)
     }
     if (!ok)
         return false;
-    size_t size = (size_t)head[0] << 24 | (size_t)head[1] << 16 | (size_t)head[2] << 8 | head[3];
+    size_t size = km_be32(head);
     uint8_t *rest = malloc(size);
     for (got = 4; ok && got < size;) {
         int k = SSL_read(t->ssl, rest, (int)(size - got));
@@ -405,7 +405,7 @@ Test(inline_tls, sni_names_pick_the_broker_and_rewritten_addresses_use_them, .in
     km_buf_free(&out);
     uint8_t head[4];
     cr_assert(ssl_read_all(&boot, head, 4));
-    len = (size_t)head[0] << 24 | (size_t)head[1] << 16 | (size_t)head[2] << 8 | head[3];
+    len = km_be32(head);
     p = malloc(len);
     cr_assert(ssl_read_all(&boot, p, len));
     km_arena a;

@@ -63,7 +63,7 @@ static json_t *end_txn_marker(km_bytes v)
         return json_null();
     const uint8_t *p = v.ptr;
     int16_t ver = (int16_t)(p[0] << 8 | p[1]);
-    int32_t ce = (int32_t)((uint32_t)p[2] << 24 | (uint32_t)p[3] << 16 | (uint32_t)p[4] << 8 | p[5]);
+    int32_t ce = (int32_t)km_be32(p + 2);
     return json_pack("{s:i,s:i}", "version", ver, "coordinatorEpoch", ce);
 }
 

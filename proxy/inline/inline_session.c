@@ -15,11 +15,6 @@
 
 #define WHOLE_KEEP (1u << 20) /* a rewrite buffer larger than this is given back after use */
 
-static uint32_t be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 static size_t min_size(size_t a, uint64_t b)
 {
     return b < a ? (size_t)b : a;
@@ -355,7 +350,7 @@ static void request_gathered(inl_session *s)
  * Produce's acks) runs past the bytes given and the copied prefix has grown to gather more. */
 static int note_request(inl_session *s, const uint8_t *frame, size_t plen, bool can_grow)
 {
-    uint32_t size = be32(frame);
+    uint32_t size = km_be32(frame);
     km_reader r;
     km_reader_init(&r, frame + 4, plen);
     int16_t key, ver, acks = -1;
@@ -421,7 +416,7 @@ static int request_ready(inl_session *s)
 /* -1 after cutting the session for a size no request may have. */
 static int check_request_size(inl_session *s, const uint8_t *p)
 {
-    uint32_t size = be32(p);
+    uint32_t size = km_be32(p);
     const char *why = size > INT32_MAX             ? "is negative"
                       : size > s->p->max_frame     ? "exceeds proxy.max.frame.bytes"
                       : !s->sasl_raw_rounds && size < 8 ? "is too short for a request header"
@@ -437,7 +432,7 @@ static int check_request_size(inl_session *s, const uint8_t *p)
 static int request_size_ready(inl_session *s)
 {
     inl_req_parser *q = &s->rq;
-    uint32_t size = be32(q->prefix);
+    uint32_t size = km_be32(q->prefix);
     if (check_request_size(s, q->prefix))
         return -1;
     if (s->sasl_raw_rounds) { /* a raw SASL token: no header to read */
@@ -455,7 +450,7 @@ static long request_in_place(inl_session *s, const uint8_t *d, size_t n)
 {
     if (n < 4 || s->sasl_raw_rounds)
         return 0;
-    uint32_t size = be32(d);
+    uint32_t size = km_be32(d);
     if (check_request_size(s, d))
         return -1;
     size_t full = 4 + (size < INL_REQ_PREFIX_MAX ? size : INL_REQ_PREFIX_MAX);
@@ -611,8 +606,8 @@ static bool acks0_answer(inl_session *s, int32_t corr, inl_inflight *out)
 static int response_head_ready(inl_session *s, const uint8_t *head, bool in_place)
 {
     inl_resp_parser *rs = &s->rs;
-    uint32_t size = be32(head);
-    int32_t corr = (int32_t)be32(head + 4);
+    uint32_t size = km_be32(head);
+    int32_t corr = (int32_t)km_be32(head + 4);
     if (size < 4 || size > INT32_MAX) {
         cut(s, "upstream %s:%u sent a response frame of size %d", s->route->up_host, s->route->up_port,
             (int32_t)size);
@@ -657,7 +652,7 @@ static int response_head_ready(inl_session *s, const uint8_t *head, bool in_plac
 /* A raw SASL token from the server (after SaslHandshake v0): size only. */
 static int token_head_ready(inl_session *s)
 {
-    uint32_t size = be32(s->rs.prefix);
+    uint32_t size = km_be32(s->rs.prefix);
     if (size > s->p->max_frame) {
         cut(s, "upstream %s:%u sent a SASL token of size %d", s->route->up_host, s->route->up_port, (int32_t)size);
         return -1;

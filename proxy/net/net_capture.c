@@ -1,11 +1,6 @@
 /* km_net's capture tap: frames in and out of a connection mirrored into km_capture. */
 #include "net_private.h"
 
-static uint32_t be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 static km_capture_dir dir_out(const km_net_conn *c) { return c->we_dialled ? KM_CAPTURE_C2S : KM_CAPTURE_S2C; }
 static km_capture_dir dir_in(const km_net_conn *c) { return c->we_dialled ? KM_CAPTURE_S2C : KM_CAPTURE_C2S; }
 
@@ -14,7 +9,7 @@ static km_capture_dir dir_in(const km_net_conn *c) { return c->we_dialled ? KM_C
 static void capture_framed(km_net_conn *c, const uint8_t *p, size_t len)
 {
     while (len >= 4) {
-        size_t size = be32(p);
+        size_t size = km_be32(p);
         if (size > len - 4)
             return;
         km_capture_frame(c->cap, c->cap_conn, dir_out(c), p + 4, size);

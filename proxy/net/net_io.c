@@ -14,11 +14,6 @@
 #define READ_BUDGET 16              /* reads per event, so one busy peer cannot starve the rest */
 #define WRITEV_MAX 16
 
-static uint32_t be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 void km_net__free_buffers(km_net_conn *c)
 {
     free(c->rbuf);
@@ -45,7 +40,7 @@ static void fail_msg(km_net_conn *c, const char *fmt, ...)
 /* Size prefix at rbuf[off]: 0 and the payload size, or -1 after failing c. */
 static int frame_size(km_net_conn *c, size_t off, size_t *size)
 {
-    uint32_t raw = be32(c->rbuf + off);
+    uint32_t raw = km_be32(c->rbuf + off);
     uint64_t at = c->rx_offset + off;
     if (raw > INT32_MAX) {
         fail_msg(c, "frame from %s at stream byte %llu: size %d is negative", c->peer, (unsigned long long)at,
@@ -129,7 +124,7 @@ static bool ensure_room(km_net_conn *c)
         return true;
     if (c->h.on_bytes) /* stream mode: full only while the owner has paused us */
         return false;
-    size_t want = c->rcap * 2, need = 4 + (size_t)be32(c->rbuf); /* rlen == rcap >= 4 here */
+    size_t want = c->rcap * 2, need = 4 + (size_t)km_be32(c->rbuf); /* rlen == rcap >= 4 here */
     if (want > need)
         want = need;
     uint8_t *grown = realloc(c->rbuf, want);
@@ -174,7 +169,7 @@ static void peer_closed(km_net_conn *c)
                  c->peer, c->rlen, (unsigned long long)c->rx_offset);
     else
         fail_msg(c, "peer %s closed the connection mid-frame: %zu of %u payload bytes received (frame at stream byte %llu)",
-                 c->peer, c->rlen - 4, be32(c->rbuf), (unsigned long long)c->rx_offset);
+                 c->peer, c->rlen - 4, km_be32(c->rbuf), (unsigned long long)c->rx_offset);
 }
 
 void km_net__read_ready(km_net_conn *c)

@@ -19,7 +19,7 @@ bool q_stream_wanted(const km_quorum *q)
 /* The size a batch announces; p holds at least BATCH_LENGTH_END bytes of it. */
 static size_t announced_size(const uint8_t *p)
 {
-    uint32_t n = (uint32_t)p[8] << 24 | (uint32_t)p[9] << 16 | (uint32_t)p[10] << 8 | p[11];
+    uint32_t n = km_be32(p + 8);
     return BATCH_LENGTH_END + (size_t)n;
 }
 
