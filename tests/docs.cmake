@@ -1,0 +1,5 @@
+# The operator's documentation and monitoring files: generated docs are current (make docs), and the
+# Prometheus rules and Grafana dashboard name only metrics kmproxy exports.
+set(KM_DOCS_TESTS ${CMAKE_CURRENT_LIST_DIR}/docs)
+km_add_test(test_docs_config SOURCES ${KM_DOCS_TESTS}/test_docs_config.c ${KM_DOCS_TESTS}/docs_util.c)
+target_include_directories(test_docs_config PRIVATE ${KM_DOCS_TESTS})
