@@ -31,6 +31,10 @@ test: test-plain test-asan
 # daemon and proxy export); the test_docs_* tests fail while the committed files are stale.
 docs: build
 	$(BUILD)/kmproxy config docs > docs/configuration.md.new && mv docs/configuration.md.new docs/configuration.md
+	cmake --build $(BUILD) -j $(JOBS) --target test_docs_metrics
+	rm -f $(BUILD)/generated-docs/metrics.md
+	$(BUILD)/tests/test_docs_metrics --filter 'docs_metrics/metrics_md*' >/dev/null 2>&1 || true
+	cp $(BUILD)/generated-docs/metrics.md docs/metrics.md
 
 bench: build
 	cmake --build $(BUILD) -j $(JOBS) --target benches

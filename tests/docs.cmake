@@ -3,3 +3,9 @@
 set(KM_DOCS_TESTS ${CMAKE_CURRENT_LIST_DIR}/docs)
 km_add_test(test_docs_config SOURCES ${KM_DOCS_TESTS}/test_docs_config.c ${KM_DOCS_TESTS}/docs_util.c)
 target_include_directories(test_docs_config PRIVATE ${KM_DOCS_TESTS})
+# Scrapes a running daemon and proxy (ZooKeeper, kmproxy-raftsim as the quorum).
+km_add_test(test_docs_metrics SOURCES ${KM_DOCS_TESTS}/test_docs_metrics.c ${KM_DOCS_TESTS}/docs_metrics.c
+            ${KM_DOCS_TESTS}/docs_stack.c ${KM_DOCS_TESTS}/docs_util.c ${CMAKE_CURRENT_LIST_DIR}/ops/ops_daemon.c
+            ${CMAKE_CURRENT_LIST_DIR}/ops/ops_util.c TIMEOUT 300)
+target_include_directories(test_docs_metrics PRIVATE ${KM_DOCS_TESTS} ${CMAKE_CURRENT_LIST_DIR}/ops)
+add_dependencies(test_docs_metrics kmproxy-raftsim)

@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Prints the metric names every PromQL expression of a Grafana dashboard (.json) or a Prometheus
+rules file (.yml) refers to, one per line (sorted, unique).  Exits 2 when the file has none."""
+import json
+import re
+import sys
+
+import yaml
+
+KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "bool",
+            "offset", "inf", "nan", "atan2"}
+
+
+def dashboard_exprs(node):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "expr" and isinstance(value, str):
+                yield value
+            elif key == "query" and isinstance(value, str):  # templating variables
+                yield value
+            else:
+                yield from dashboard_exprs(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from dashboard_exprs(item)
+
+
+def rules_exprs(doc):
+    for group in doc.get("groups", []):
+        for rule in group.get("rules", []):
+            yield rule["expr"]
+
+
+def names(expr):
+    expr = re.sub(r'"(\\.|[^"\\])*"', '""', expr)          # strings
+    expr = re.sub(r"\{[^}]*\}", "", expr)                    # label matchers
+    expr = re.sub(r"\[[^\]]*\]", "", expr)                   # ranges
+    expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
+    expr = re.sub(r"label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*,[^)]*\)", r"\1", expr)  # Grafana
+    expr = re.sub(r"\$\{?\w+\}?", "", expr)                  # Grafana variables
+    for match in re.finditer(r"(?<![\w.])([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?", expr):
+        word, call = match.group(1), match.group(2)
+        if call or word in KEYWORDS:
+            continue
+        yield word
+
+
+def main():
+    path = sys.argv[1]
+    with open(path, encoding="utf-8") as f:
+        exprs = list(dashboard_exprs(json.load(f)) if path.endswith(".json") else rules_exprs(yaml.safe_load(f)))
+    found = sorted({n for e in exprs for n in names(e)})
+    if not found:
+        print(f"{path}: no expressions", file=sys.stderr)
+        return 2
+    print("\n".join(found))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
