@@ -13,13 +13,13 @@ KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_lef
 
 def dashboard_exprs(node):
     if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "expr" and isinstance(value, str):
-                yield value
-            elif key == "query" and isinstance(value, str):  # templating variables
-                yield value
-            else:
-                yield from dashboard_exprs(value)
+        if isinstance(node.get("expr"), str):
+            yield node["expr"]
+        if node.get("type") == "query":  # a templating variable: its query is PromQL (label_values)
+            query = node.get("query")
+            yield query.get("query", "") if isinstance(query, dict) else query
+        for value in node.values():
+            yield from dashboard_exprs(value)
     elif isinstance(node, list):
         for item in node:
             yield from dashboard_exprs(item)
