@@ -18,7 +18,12 @@ if(KM_PROMTOOL)
   add_test(NAME prometheus_rules_test COMMAND ${KM_PROMTOOL} test rules kmproxy-rules.test.yml
            WORKING_DIRECTORY ${KM_RULES_DIR})
 else()
-  foreach(t prometheus_rules_check prometheus_rules_test)
+  foreach(t prometheus_rules_check prometheus_rules_test grafana_dashboard_promql)
     add_test(NAME ${t} COMMAND sh -c "echo 'promtool not found: run deploy/install-deps.sh (package prometheus)'; exit 1")
   endforeach()
+endif()
+# Every expression of the Grafana dashboard parses as PromQL (written out as recording rules).
+if(KM_PROMTOOL)
+  add_test(NAME grafana_dashboard_promql COMMAND sh -c
+           "python3 '${CMAKE_CURRENT_LIST_DIR}/docs/metric_names.py' --as-rules '${CMAKE_CURRENT_BINARY_DIR}/dashboard-exprs.yml' '${CMAKE_SOURCE_DIR}/deploy/grafana/kmproxy-dashboard.json' && '${KM_PROMTOOL}' check rules '${CMAKE_CURRENT_BINARY_DIR}/dashboard-exprs.yml'")
 endif()
