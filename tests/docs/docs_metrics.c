@@ -156,7 +156,9 @@ char *docs_metrics_markdown(const docs_families *fs, const char *const *source_n
           "Prometheus text on `metrics.listen`, path `/metrics`. Every family kmproxy exports, with the\n"
           "`# TYPE` and `# HELP` it sends and the labels its samples carry (a dash: none; families whose samples\n"
           "appear only once an event happened show none sampled). Counters and histograms start at 0 when the\n"
-          "process starts. What the main ones mean for an operator:\n"
+          "process starts. The daemon exports `kmproxy_quorum_*` with `metadata.source=quorum` and\n"
+          "`kmproxy_inline_*` when it runs the inline proxy (`proxy.*` keys); the per-broker families have a\n"
+          "sample per migrating broker. What the main ones mean for an operator:\n"
           "[daemon.md](daemon.md#metrics), [inline-proxy.md](inline-proxy.md#metrics); alerts:\n"
           "[runbook.md](runbook.md#watch).\n\n"
           "| metric | type | labels | exported by | help |\n|---|---|---|---|---|\n",

@@ -112,6 +112,45 @@ Test(docs_config, every_documented_key_is_accepted)
     free(md);
 }
 
+/* The documented form of a key: proxy.broker.<id>.* and listener.name.<listener>.<mechanism>.* rows. */
+static void pattern_of(const char *key, char *out, size_t size)
+{
+    const char *tail;
+    if (!strncmp(key, "proxy.broker.", 13) && (tail = strchr(key + 13, '.')))
+        snprintf(out, size, "proxy.broker.<id>%s", tail);
+    else if (!strncmp(key, "listener.name.", 14) && strstr(key, ".sasl.jaas.config"))
+        snprintf(out, size, "listener.name.<listener>.<mechanism>.sasl.jaas.config");
+    else
+        snprintf(out, size, "%s", key);
+}
+
+/* deploy/kmproxy.properties.example shows keys set and commented out: each is accepted and documented. */
+Test(docs_config, every_key_of_the_example_config_is_accepted_and_documented)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/deploy/kmproxy.properties.example", km_test_source_dir());
+    char *example = docs_slurp(path), *md = config_md(), *save = NULL;
+    regex_t re;
+    cr_assert_eq(regcomp(&re, "^#?([a-z][a-z0-9-]*(\\.[a-z0-9-]+)+)=", REG_EXTENDED), 0);
+    int keys = 0;
+    for (char *line = strtok_r(example, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        regmatch_t m[2];
+        if (regexec(&re, line, 2, m, 0))
+            continue;
+        line[m[1].rm_eo] = '\0';
+        char pattern[256];
+        pattern_of(line + m[1].rm_so, pattern, sizeof pattern);
+        cr_expect(accepted(line + m[1].rm_so), "the example shows %s, which kmproxy refuses", line + m[1].rm_so);
+        cr_expect(documented(md, pattern), "the example shows %s, which docs/configuration.md does not document",
+                  line + m[1].rm_so);
+        keys++;
+    }
+    cr_assert_gt(keys, 60, "only %d keys in the example", keys);
+    regfree(&re);
+    free(example);
+    free(md);
+}
+
 /* The ```properties block of README's quick start loads and validates as `kmproxy run` would. */
 Test(docs_config, readme_quick_start_config_is_valid)
 {
