@@ -34,6 +34,7 @@ docs: build
 	cmake --build $(BUILD) -j $(JOBS) --target test_docs_metrics
 	rm -f $(BUILD)/generated-docs/metrics.md
 	$(BUILD)/tests/test_docs_metrics --filter 'docs_metrics/metrics_md*' >/dev/null 2>&1 || true
+	@test -s $(BUILD)/generated-docs/metrics.md || { echo "make docs: no metrics scrape: run $(BUILD)/tests/test_docs_metrics to see why"; exit 1; }
 	cp $(BUILD)/generated-docs/metrics.md docs/metrics.md
 
 bench: build
