@@ -128,6 +128,19 @@ bool docs_families_has_series(const docs_families *fs, const char *series)
     return family_of((docs_families *)fs, series) != NULL;
 }
 
+bool docs_families_has_label(const docs_families *fs, const char *series, const char *label)
+{
+    const docs_family *f = family_of((docs_families *)fs, series);
+    if (!f || !f->sampled)
+        return f != NULL;
+    if (!strcmp(label, "le") && !strcmp(f->type, "histogram"))
+        return true;
+    char padded[80], have[300];
+    snprintf(padded, sizeof padded, ", %s,", label);
+    snprintf(have, sizeof have, ", %s,", f->labels);
+    return strstr(have, padded) != NULL;
+}
+
 static int by_name(const void *a, const void *b)
 {
     return strcmp(((const docs_family *)a)->name, ((const docs_family *)b)->name);

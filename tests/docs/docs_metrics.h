@@ -26,6 +26,8 @@ void docs_families_add(docs_families *fs, const char *exposition, unsigned sourc
 /* True when `series` (a name in a PromQL expression) is one exported: a family, or a histogram's
  * _bucket/_sum/_count. */
 bool docs_families_has_series(const docs_families *fs, const char *series);
+/* True when the family of `series` has `label` on its samples, or has no sample to tell. */
+bool docs_families_has_label(const docs_families *fs, const char *series, const char *label);
 /* docs/metrics.md (malloc'd), families sorted by name; source_names name the source bits. */
 char *docs_metrics_markdown(const docs_families *fs, const char *const *source_names, size_t n_sources);
 

@@ -2,7 +2,9 @@
 """Prints the metric names every PromQL expression of a Grafana dashboard (.json) or a Prometheus
 rules file (.yml) refers to, one per line (sorted, unique).  Exits 2 when the file has none.
 With --as-rules OUT it writes the expressions instead as recording rules (Grafana's variables replaced
-by sample values), so that `promtool check rules OUT` parses every one of them."""
+by sample values), so that `promtool check rules OUT` parses every one of them.
+With --labels it prints, per expression, each label it uses (groupings, matchers, the legend or the
+alert's {{ $labels.x }}) followed by the metrics of that expression: "label metric metric ..."."""
 import json
 import re
 import sys
@@ -31,6 +33,35 @@ def rules_exprs(doc):
     for group in doc.get("groups", []):
         for rule in group.get("rules", []):
             yield rule["expr"]
+
+
+def dashboard_uses(node):
+    """(expression, text naming its labels): a target's expr with its legend."""
+    if isinstance(node, dict):
+        if isinstance(node.get("expr"), str):
+            yield node["expr"], node.get("legendFormat", "")
+        for value in node.values():
+            yield from dashboard_uses(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from dashboard_uses(item)
+
+
+def rules_uses(doc):
+    for group in doc.get("groups", []):
+        for rule in group.get("rules", []):
+            yield rule["expr"], " ".join(str(v) for v in rule.get("annotations", {}).values())
+
+
+def labels_used(expr, text):
+    found = set()
+    for group in re.findall(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)", expr):
+        found.update(x.strip() for x in group.split(",") if x.strip())
+    for matchers in re.findall(r"\{([^}]*)\}", re.sub(r'"(\\.|[^"\\])*"', '""', expr)):
+        found.update(re.findall(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)", matchers))
+    found.update(re.findall(r"\{\{\s*(?:\$labels\.)?([a-zA-Z_]\w*)\s*\}\}", text))
+    found.discard("__name__")
+    return found
 
 
 def names(expr):
@@ -67,9 +98,19 @@ def main():
     out = None
     if args[:1] == ["--as-rules"]:
         out, args = args[1], args[2:]
+    labels = args[:1] == ["--labels"]
+    if labels:
+        args = args[1:]
     path = args[0]
     with open(path, encoding="utf-8") as f:
-        exprs = list(dashboard_exprs(json.load(f)) if path.endswith(".json") else rules_exprs(yaml.safe_load(f)))
+        doc = json.load(f) if path.endswith(".json") else yaml.safe_load(f)
+    exprs = list(dashboard_exprs(doc) if path.endswith(".json") else rules_exprs(doc))
+    if labels:
+        uses = dashboard_uses(doc) if path.endswith(".json") else rules_uses(doc)
+        lines = sorted({f"{label} {' '.join(sorted(set(names(expr))))}"
+                        for expr, text in uses for label in labels_used(expr, text)})
+        print("\n".join(lines))
+        return 0 if lines else 2
     if out:
         write_as_rules(exprs, out)
         return 0 if exprs else 2

@@ -55,13 +55,16 @@ Test(docs_metrics, metrics_md_is_what_daemon_and_proxy_export, .timeout = 240)
     free(fs);
 }
 
-/* tests/docs/metric_names.py lists the metric names of every expression, one per line. */
-static char *names_in(const char *file)
+/* tests/docs/metric_names.py [--labels]: the metric names of every expression, one per line; or each
+ * label an expression uses followed by its metrics. */
+static char *names_in(const char *file, bool labels)
 {
     char script[1024], target[1024];
     snprintf(script, sizeof script, "%s/tests/docs/metric_names.py", km_test_source_dir());
     snprintf(target, sizeof target, "%s/%s", km_test_source_dir(), file);
-    char *argv[] = {"/usr/bin/python3", script, target, NULL}, *out = NULL, *err = NULL;
+    char *argv[] = {"/usr/bin/python3", script, labels ? "--labels" : target, target, NULL}, *out = NULL, *err = NULL;
+    if (!labels)
+        argv[3] = NULL;
     cr_assert_eq(km_test_run(argv, NULL, 0, &out, NULL, &err), 0, "metric_names.py %s: %s", file, err);
     free(err);
     return out;
@@ -69,7 +72,7 @@ static char *names_in(const char *file)
 
 static void assert_exported(const docs_families *fs, const char *file, int at_least)
 {
-    char *names = names_in(file), *save = NULL;
+    char *names = names_in(file, false), *save = NULL;
     int n = 0;
     for (char *name = strtok_r(names, "\n", &save); name; name = strtok_r(NULL, "\n", &save), n++)
         cr_expect(docs_families_has_series(fs, name), "%s names %s, which neither the daemon nor the proxy exports",
@@ -78,10 +81,29 @@ static void assert_exported(const docs_families *fs, const char *file, int at_le
     free(names);
 }
 
+/* A label an expression groups by, matches or shows is on one of its metrics (job and instance are
+ * the target's, added by Prometheus). */
+static void assert_labels_exist(const docs_families *fs, const char *file)
+{
+    char *lines = names_in(file, true), *save = NULL;
+    for (char *line = strtok_r(lines, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *rest = NULL, *label = strtok_r(line, " ", &rest);
+        if (!strcmp(label, "job") || !strcmp(label, "instance"))
+            continue;
+        bool found = false;
+        for (char *m = strtok_r(NULL, " ", &rest); m && !found; m = strtok_r(NULL, " ", &rest))
+            found = docs_families_has_label(fs, m, label);
+        cr_expect(found, "%s uses label %s on metrics that do not carry it", file, label);
+    }
+    free(lines);
+}
+
 Test(docs_metrics, dashboard_and_rules_name_only_exported_metrics, .timeout = 240)
 {
     docs_families *fs = scrape_families();
     assert_exported(fs, "deploy/grafana/kmproxy-dashboard.json", 30);
     assert_exported(fs, "deploy/prometheus/kmproxy-rules.yml", 8);
+    assert_labels_exist(fs, "deploy/grafana/kmproxy-dashboard.json");
+    assert_labels_exist(fs, "deploy/prometheus/kmproxy-rules.yml");
     free(fs);
 }
