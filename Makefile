@@ -3,7 +3,7 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build demo test test-plain test-asan bench fuzz clean
+.PHONY: all deps build demo test test-plain test-asan bench fuzz docs clean
 
 all: build
 
@@ -26,6 +26,16 @@ test-asan: deps
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 
 test: test-plain test-asan
+
+# Regenerates docs/configuration.md (from the key registry) and docs/metrics.md (from what a running
+# daemon and proxy export); the test_docs_* tests fail while the committed files are stale.
+docs: build
+	$(BUILD)/kmproxy config docs > docs/configuration.md.new && mv docs/configuration.md.new docs/configuration.md
+	cmake --build $(BUILD) -j $(JOBS) --target test_docs_metrics
+	rm -f $(BUILD)/generated-docs/metrics.md
+	$(BUILD)/tests/test_docs_metrics --filter 'docs_metrics/metrics_md*' >/dev/null 2>&1 || true
+	@test -s $(BUILD)/generated-docs/metrics.md || { echo "make docs: no metrics scrape: run $(BUILD)/tests/test_docs_metrics to see why"; exit 1; }
+	cp $(BUILD)/generated-docs/metrics.md docs/metrics.md
 
 bench: build
 	cmake --build $(BUILD) -j $(JOBS) --target benches

@@ -12,6 +12,7 @@ PACKAGES=(
   libcriterion-dev tshark curl   # curl: tests scrape /healthz, /readyz and /metrics as operators do
   haproxy                        # bench_inline: the TCP-mode proxy baseline
   default-jdk-headless           # test_zk_password checks the PasswordEncoder against the JDK's crypto
+  prometheus python3-yaml        # promtool checks and unit-tests deploy/prometheus; the docs tests read the rules
 )
 
 missing=()

@@ -353,6 +353,12 @@ void km_bprop_render_metrics(const km_bprop *p, km_buf *out)
                       (double)p->n);
     km_metrics_sample(out, "kmproxy_broker_fenced", "gauge", "A broker answered STALE_CONTROLLER_EPOCH", NULL, true,
                       p->fenced);
+    /* Error codes have samples only once a broker answered with one; the family is described anyway. */
+    static const char CODES_HEAD[] =
+        "# HELP kmproxy_broker_error_codes_total Responses' error codes, by broker and error name\n"
+        "# TYPE kmproxy_broker_error_codes_total counter\n";
+    if (p->n)
+        km_buf_put(out, CODES_HEAD, sizeof CODES_HEAD - 1);
     for (size_t i = 0; i < p->n; i++)
         chan_metrics(out, p->chans[i], i == 0);
 }

@@ -15,63 +15,132 @@ typedef struct key_def {
     key_kind kind;
     size_t offset;
     int64_t lo, hi;   /* K_INT bounds */
+    const char *doc;  /* its meaning, for docs/configuration.md (`kmproxy config docs`) */
 } key_def;
 
-#define STR(k, f) {k, K_STRING, offsetof(km_config, f), 0, 0}
-#define INT(k, f, lo, hi) {k, K_INT, offsetof(km_config, f), lo, hi}
-#define BOOL(k, f) {k, K_BOOL, offsetof(km_config, f), 0, 0}
-#define INT64(k, f, lo, hi) {k, K_INT64, offsetof(km_config, f), lo, hi}
+#define STR(k, f, doc) {k, K_STRING, offsetof(km_config, f), 0, 0, doc}
+#define INT(k, f, lo, hi, doc) {k, K_INT, offsetof(km_config, f), lo, hi, doc}
+#define BOOL(k, f, doc) {k, K_BOOL, offsetof(km_config, f), 0, 0, doc}
+#define INT64(k, f, lo, hi, doc) {k, K_INT64, offsetof(km_config, f), lo, hi, doc}
 
 static const key_def KEYS[] = {
-    STR("metadata.source", metadata_source),
-    STR("metadata.dir", metadata_dir),
-    STR("controller.quorum.bootstrap.servers", quorum_bootstrap_servers),
-    STR("controller.quorum.voters", quorum_voters),
-    INT("controller.quorum.request.timeout.ms", quorum_request_timeout_ms, 100, 600000),
-    STR("metadata.quorum.snapshot.dir", quorum_snapshot_dir),
-    STR("controller.listener.names", controller_listener_names),
-    STR("listener.security.protocol.map", listener_security_protocol_map),
-    STR("ssl.truststore.location", ssl_truststore_location),
-    STR("ssl.truststore.type", ssl_truststore_type),
-    STR("ssl.keystore.location", ssl_keystore_location),
-    STR("ssl.keystore.type", ssl_keystore_type),
-    STR("ssl.endpoint.identification.algorithm", ssl_endpoint_identification_algorithm),
-    STR("sasl.mechanism.controller.protocol", sasl_mechanism_controller_protocol),
-    STR("sasl.jaas.config", sasl_jaas_config),
-    STR("cluster.id", cluster_id),
-    INT("kraft.controller.id", kraft_controller_id, -1, INT32_MAX),
-    STR("zookeeper.connect", zk_connect),
-    INT("zookeeper.session.timeout.ms", zk_session_timeout_ms, 2000, 600000),
-    INT("zk.write.behind.max.records", zk_max_pending_records, 1, 10000000),
-    BOOL("zk.force", zk_force),
-    INT64("zk.max.deletes", zk_max_deletes, -1, INT64_MAX),
-    BOOL("brokers.enabled", brokers_enabled),
-    STR("broker.listener", broker_listener),
-    INT("broker.request.timeout.ms", broker_request_timeout_ms, 100, 3600000),
-    INT("broker.queue.max.requests", broker_max_queued, 1, 1000000),
-    BOOL("broker.tls.enabled", broker_tls),
-    STR("broker.tls.ca.file", broker_tls_ca),
-    STR("broker.tls.cert.file", broker_tls_cert),
-    STR("broker.tls.key.file", broker_tls_key),
-    STR("broker.tls.endpoint.identification", broker_tls_endpoint_identification),
-    STR("broker.security.protocol", broker_security_protocol),
-    STR("broker.sasl.mechanism", broker_sasl_mechanism),
-    STR("broker.sasl.jaas.config", broker_sasl_jaas_config),
-    STR("broker.sasl.username", broker_sasl_username),
-    STR("broker.sasl.password.file", broker_sasl_password_file),
-    STR("metrics.listen", metrics_listen),
-    STR("capture.pcapng", capture_pcapng),
-    STR("capture.jsonl", capture_jsonl),
-    {"log.level", K_LEVEL, offsetof(km_config, log_level), 0, 0},
-    STR("log.file", log_file),
-    INT("health.max.lag.records", health_max_lag_records, 0, INT32_MAX),
-    BOOL("ha.enabled", ha_enabled),
-    STR("kmproxy.election.path", election_path),
-    STR("password.encoder.secret", password_encoder_secret),
-    STR("password.encoder.keyfactory.algorithm", password_encoder_keyfactory_algorithm),
-    STR("password.encoder.cipher.algorithm", password_encoder_cipher_algorithm),
-    INT("password.encoder.key.length", password_encoder_key_length, 8, INT32_MAX),   /* Kafka's atLeast(8) */
-    INT("password.encoder.iterations", password_encoder_iterations, 1024, INT32_MAX), /* Kafka's atLeast(1024) */
+    STR("metadata.source", metadata_source,
+        "Where the KRaft metadata comes from: `quorum` joins the KRaft quorum as an observer and applies "
+        "committed records only; `dir` reads `metadata.dir` (records past the high watermark included: offline "
+        "use, tests, the demo). Each refuses the other's keys."),
+    STR("metadata.dir", metadata_dir,
+        "The `__cluster_metadata-0` directory to follow (read only) with `metadata.source=dir`; required there."),
+    STR("controller.quorum.bootstrap.servers", quorum_bootstrap_servers,
+        "The controllers to ask, HOST:PORT,... (Kafka's name); this or `controller.quorum.voters` with "
+        "`metadata.source=quorum`."),
+    STR("controller.quorum.voters", quorum_voters,
+        "The voters as ID@HOST:PORT,... (Kafka's name), instead of `controller.quorum.bootstrap.servers`."),
+    INT("controller.quorum.request.timeout.ms", quorum_request_timeout_ms, 100, 600000,
+        "A request to a controller not answered within this (beyond the Fetch wait of 500 ms) drops the "
+        "controller and finds the leader again."),
+    STR("metadata.quorum.snapshot.dir", quorum_snapshot_dir,
+        "Spool fetched snapshots to a file here and load them once whole; unset: each chunk is checked and "
+        "decoded into a staged image as it arrives."),
+    STR("controller.listener.names", controller_listener_names,
+        "The controller listener (the first name is used), as in the controllers' own config."),
+    STR("listener.security.protocol.map", listener_security_protocol_map,
+        "LISTENER:PROTOCOL,...: the controller listener's protocol, PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."),
+    STR("ssl.truststore.location", ssl_truststore_location,
+        "PEM file of the CA that signed the controllers' certificates (SSL, SASL_SSL)."),
+    STR("ssl.truststore.type", ssl_truststore_type,
+        "PEM (the only type read)."),
+    STR("ssl.keystore.location", ssl_keystore_location,
+        "PEM file with a client certificate chain and key, when the controllers require one."),
+    STR("ssl.keystore.type", ssl_keystore_type,
+        "PEM (the only type read)."),
+    STR("ssl.endpoint.identification.algorithm", ssl_endpoint_identification_algorithm,
+        "`https`: the controllers' names are always verified (the only value accepted)."),
+    STR("sasl.mechanism.controller.protocol", sasl_mechanism_controller_protocol,
+        "SASL mechanism towards the controllers: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; required with a SASL "
+        "protocol (GSSAPI and OAUTHBEARER are refused)."),
+    STR("sasl.jaas.config", sasl_jaas_config,
+        "The controller login (PlainLoginModule or ScramLoginModule line) when no "
+        "`listener.name.<listener>.<mechanism>.sasl.jaas.config` is set."),
+    STR("cluster.id", cluster_id,
+        "The cluster id; overrides `meta.properties` next to the log. ZooKeeper's `/cluster/id` must match it."),
+    INT("kraft.controller.id", kraft_controller_id, -1, INT32_MAX,
+        "The KRaft controller id written as ControllerId in broker RPCs and into `/controller`; -1: the raft "
+        "leader the log's LeaderChange records name."),
+    STR("zookeeper.connect", zk_connect,
+        "The ZooKeeper ZK-mode brokers read, HOST:PORT[,HOST:PORT][/chroot]: exactly their `zookeeper.connect`. "
+        "Required."),
+    INT("zookeeper.session.timeout.ms", zk_session_timeout_ms, 2000, 600000,
+        "ZooKeeper session timeout (Kafka's default); HA takeovers happen within it."),
+    INT("zk.write.behind.max.records", zk_max_pending_records, 1, 10000000,
+        "Records waiting for ZooKeeper before kmproxy stops reading the log until they drain "
+        "(`zk_blocking_kraft_ms`)."),
+    BOOL("zk.force", zk_force,
+        "Override the guards before a claim (migration state, image behind `/migration`, a live ZK-mode "
+        "controller); never a cluster id mismatch or an empty image."),
+    INT64("zk.max.deletes", zk_max_deletes, -1, INT64_MAX,
+        "Most znodes one full-sync pass may delete (more: exit 2 before writing); -1: no limit; unset: 0 on the "
+        "first sync of a cluster ZK-mode brokers wrote, no limit after."),
+    BOOL("brokers.enabled", brokers_enabled,
+        "Send LeaderAndIsr, UpdateMetadata and StopReplica to the ZK-mode brokers registered with "
+        "IsMigratingZkBroker."),
+    STR("broker.listener", broker_listener,
+        "The broker listener to dial (the brokers' inter-broker or control-plane listener); unset: the one named "
+        "after `broker.security.protocol`."),
+    INT("broker.request.timeout.ms", broker_request_timeout_ms, 100, 3600000,
+        "A broker request unanswered this long closes the connection; the same request is sent again once "
+        "reconnected (controller.socket.timeout.ms)."),
+    INT("broker.queue.max.requests", broker_max_queued, 1, 1000000,
+        "Requests waiting per broker; beyond it the queue is dropped for a full sync "
+        "(`kmproxy_broker_full_syncs_total`)."),
+    BOOL("broker.tls.enabled", broker_tls,
+        "TLS to the brokers; the same as `broker.security.protocol=SSL`."),
+    STR("broker.tls.ca.file", broker_tls_ca,
+        "PEM CA that signed the brokers' certificates (required for SSL and SASL_SSL)."),
+    STR("broker.tls.cert.file", broker_tls_cert,
+        "PEM client certificate, for broker listeners with ssl.client.auth=required."),
+    STR("broker.tls.key.file", broker_tls_key,
+        "PEM key of `broker.tls.cert.file`."),
+    STR("broker.tls.endpoint.identification", broker_tls_endpoint_identification,
+        "`true`: check the broker's certificate against the host it registered; `false`: the chain only. Unset: "
+        "true."),
+    STR("broker.security.protocol", broker_security_protocol,
+        "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL towards the brokers; unset: SSL with "
+        "`broker.tls.enabled=true`, else PLAINTEXT."),
+    STR("broker.sasl.mechanism", broker_sasl_mechanism,
+        "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 towards the brokers; the user needs ClusterAction (a super user)."),
+    STR("broker.sasl.jaas.config", broker_sasl_jaas_config,
+        "Broker credentials as Kafka's sasl.jaas.config (PlainLoginModule or ScramLoginModule)."),
+    STR("broker.sasl.username", broker_sasl_username,
+        "Broker SASL user, with `broker.sasl.password.file` (instead of the JAAS line)."),
+    STR("broker.sasl.password.file", broker_sasl_password_file,
+        "File whose first line is the broker SASL password (reloaded on SIGHUP)."),
+    STR("metrics.listen", metrics_listen,
+        "HOST:PORT for /metrics, /healthz, /readyz (and POST /capture/on|off); unset: no listener."),
+    STR("capture.pcapng", capture_pcapng,
+        "Capture every frame to and from the ZK-mode brokers into this pcapng file (truncated at start)."),
+    STR("capture.jsonl", capture_jsonl,
+        "The same capture as JSON lines, one per frame."),
+    {"log.level", K_LEVEL, offsetof(km_config, log_level), 0, 0, "error, warn, info or debug."},
+    STR("log.file", log_file,
+        "Append the log to this file (reopened on SIGHUP); unset: stderr."),
+    INT("health.max.lag.records", health_max_lag_records, 0, INT32_MAX,
+        "/readyz answers 503 while ZooKeeper is more than this many records behind the log."),
+    BOOL("ha.enabled", ha_enabled,
+        "Elect one active instance among several under `kmproxy.election.path`; the others follow the log and "
+        "take over."),
+    STR("kmproxy.election.path", election_path,
+        "Where the instances elect (inside the chroot); the claim record `active` lives beside it."),
+    STR("password.encoder.secret", password_encoder_secret,
+        "The controllers' password.encoder.secret: password-type configs are written encoded as Kafka's "
+        "PasswordEncoder does; unset: stored as they are."),
+    STR("password.encoder.keyfactory.algorithm", password_encoder_keyfactory_algorithm,
+        "PBKDF2WithHmacSHA512 (when unset), ...SHA384, ...SHA256, ...SHA224 or PBKDF2WithHmacSHA1."),
+    STR("password.encoder.cipher.algorithm", password_encoder_cipher_algorithm,
+        "AES/CBC/PKCS5Padding (when unset) or AES/GCM/NoPadding: the brokers' own."),
+    INT("password.encoder.key.length", password_encoder_key_length, 8, INT32_MAX,
+        "AES key bits: 128, 192 or 256."),   /* Kafka's atLeast(8) */
+    INT("password.encoder.iterations", password_encoder_iterations, 1024, INT32_MAX,
+        "PBKDF2 iterations."), /* Kafka's atLeast(1024) */
 };
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
 
@@ -298,6 +367,51 @@ int km_config_validate(const km_config *c, km_err *err)
     if (km_inline_config_enabled(&c->proxy) && km_inline_config_validate(&c->proxy, err))
         return -1;
     return validate_password_encoder(c, err);
+}
+
+static void key_type(const key_def *k, char *out, size_t size)
+{
+    switch (k->kind) {
+    case K_STRING: snprintf(out, size, "string"); break;
+    case K_BOOL: snprintf(out, size, "boolean"); break;
+    case K_LEVEL: snprintf(out, size, "error, warn, info or debug"); break;
+    case K_INT:
+    case K_INT64: snprintf(out, size, "integer in [%lld, %lld]", (long long)k->lo, (long long)k->hi); break;
+    }
+}
+
+/* The default as the parser would have set it: km_config_defaults is the one source. */
+static void key_default(const key_def *k, const km_config *defaults, char *out, size_t size)
+{
+    const void *slot = (const char *)defaults + k->offset;
+    const char *text = k->kind == K_STRING || k->kind == K_LEVEL ? *(char *const *)slot : NULL;
+    int64_t v = k->kind == K_INT ? *(const int32_t *)slot : k->kind == K_INT64 ? *(const int64_t *)slot : 0;
+    if (k->kind == K_BOOL)
+        snprintf(out, size, "%s", *(const bool *)slot ? "true" : "false");
+    else if (v == KM_CONFIG_UNSET && k->lo > KM_CONFIG_UNSET) /* a marker, not a value it could take */
+        snprintf(out, size, "%s", "");
+    else if (k->kind == K_INT || k->kind == K_INT64)
+        snprintf(out, size, "%lld", (long long)v);
+    else
+        snprintf(out, size, "%s", text ? text : "");
+}
+
+void km_config_each_key(km_config_key_fn fn, void *ud)
+{
+    km_config defaults;
+    km_config_defaults(&defaults);
+    char type[64], def[256];
+    for (size_t i = 0; i < N_KEYS; i++) {
+        key_type(&KEYS[i], type, sizeof type);
+        key_default(&KEYS[i], &defaults, def, sizeof def);
+        fn(KEYS[i].key, type, def, KEYS[i].doc, ud);
+    }
+    /* Parsed by set_listener_jaas, not the table. */
+    fn("listener.name.<listener>.<mechanism>.sasl.jaas.config", "string", "",
+       "The controller login for that listener and mechanism, both in lower case, as Kafka's "
+       "JaasContext.loadServerContext reads it (up to 8 such keys); preferred to `sasl.jaas.config`. One for "
+       "another listener or mechanism is refused by name.", ud);
+    km_config_free(&defaults);
 }
 
 void km_config_free(km_config *c)

@@ -80,6 +80,13 @@ int km_config_set(km_config *c, const char *key, const char *value, const char *
 int km_config_validate(const km_config *c, km_err *err);
 void km_config_free(km_config *c);
 
+/* The key registry's documentation (docs/configuration.md is `kmproxy config docs`): fn gets every
+ * key the daemon itself accepts (patterns such as listener.name.<listener>.<mechanism>.sasl.jaas.config
+ * included; proxy.* keys: km_inline_config_each_key) in the registry's order, with its type, its
+ * default as text ("" when unset) and its meaning. */
+typedef void (*km_config_key_fn)(const char *key, const char *type, const char *def, const char *doc, void *ud);
+void km_config_each_key(km_config_key_fn fn, void *ud);
+
 /* How the daemon reaches the KRaft controllers (config_quorum.c). */
 typedef struct km_config_quorum_security {
     char listener[128];              /* the first of controller.listener.names ("" when unset) */

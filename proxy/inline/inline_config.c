@@ -2,6 +2,7 @@
 #include "km_inline.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,40 +12,66 @@ typedef struct int_key {
     const char *key;
     size_t offset;
     int64_t lo, hi;
+    const char *doc; /* its meaning, for docs/configuration.md */
 } int_key;
 
 static const int_key INT_KEYS[] = {
-    {"proxy.port.base", offsetof(km_inline_config, port_base), 1, 65535},
-    {"proxy.max.frame.bytes", offsetof(km_inline_config, max_frame_bytes), 1024, INT32_MAX},
-    {"proxy.max.connections", offsetof(km_inline_config, max_connections), 1, 1000000},
-    {"proxy.max.connections.per.ip", offsetof(km_inline_config, max_connections_per_ip), 1, 1000000},
-    {"proxy.idle.timeout.ms", offsetof(km_inline_config, idle_timeout_ms), 10, INT32_MAX},
-    {"proxy.request.timeout.ms", offsetof(km_inline_config, request_timeout_ms), 10, INT32_MAX},
-    {"proxy.connection.buffer.bytes", offsetof(km_inline_config, buffer_bytes), 4096, 1 << 30},
+    {"proxy.port.base", offsetof(km_inline_config, port_base), 1, 65535,
+     "Dynamic routes: broker <id> is served on this + <id>, its listener opened the moment a response first names "
+     "it; needs `proxy.advertised.host`. Pick it below the kernel's ephemeral port range. -1: no dynamic listeners."},
+    {"proxy.max.frame.bytes", offsetof(km_inline_config, max_frame_bytes), 1024, INT32_MAX,
+     "Largest request frame a client may send (Kafka's socket.request.max.bytes)."},
+    {"proxy.max.connections", offsetof(km_inline_config, max_connections), 1, 1000000,
+     "Client connections at once over all listeners; more are refused."},
+    {"proxy.max.connections.per.ip", offsetof(km_inline_config, max_connections_per_ip), 1, 1000000,
+     "Client connections at once from one IP address."},
+    {"proxy.idle.timeout.ms", offsetof(km_inline_config, idle_timeout_ms), 10, INT32_MAX,
+     "A client with nothing in flight and no traffic for this long is closed (Kafka's connections.max.idle.ms)."},
+    {"proxy.request.timeout.ms", offsetof(km_inline_config, request_timeout_ms), 10, INT32_MAX,
+     "An upstream that does not answer the oldest request within this has its client cut."},
+    {"proxy.connection.buffer.bytes", offsetof(km_inline_config, buffer_bytes), 4096, 1 << 30,
+     "Bytes queued towards one side before the proxy stops reading the other (back-pressure)."},
 };
 
 typedef struct str_key {
     const char *key;
     size_t offset;
     bool address; /* HOST:PORT */
+    const char *doc;
 } str_key;
 
 static const str_key STR_KEYS[] = {
-    {"proxy.bootstrap.listen", offsetof(km_inline_config, bootstrap_listen), true},
-    {"proxy.bootstrap.upstream", offsetof(km_inline_config, bootstrap_upstream), true},
-    {"proxy.listen.host", offsetof(km_inline_config, listen_host), false},
-    {"proxy.advertised.host", offsetof(km_inline_config, advertised_host), false},
-    {"proxy.client.ssl.certificate.location", offsetof(km_inline_config, client_ssl_cert), false},
-    {"proxy.client.ssl.key.location", offsetof(km_inline_config, client_ssl_key), false},
-    {"proxy.client.ssl.ca.location", offsetof(km_inline_config, client_ssl_ca), false},
-    {"proxy.upstream.ssl.certificate.location", offsetof(km_inline_config, upstream_ssl_cert), false},
-    {"proxy.upstream.ssl.key.location", offsetof(km_inline_config, upstream_ssl_key), false},
-    {"proxy.upstream.ssl.ca.location", offsetof(km_inline_config, upstream_ssl_ca), false},
-    {"proxy.sni.listen", offsetof(km_inline_config, sni_listen), true},
-    {"proxy.sni.host.prefix", offsetof(km_inline_config, sni_prefix), false},
-    {"proxy.sni.host.suffix", offsetof(km_inline_config, sni_suffix), false},
-    {"proxy.capture.pcapng", offsetof(km_inline_config, capture_pcapng), false},
-    {"proxy.capture.jsonl", offsetof(km_inline_config, capture_jsonl), false},
+    {"proxy.bootstrap.listen", offsetof(km_inline_config, bootstrap_listen), true,
+     "Static route: HOST:PORT of the bootstrap listener (port 0: any free port)."},
+    {"proxy.bootstrap.upstream", offsetof(km_inline_config, bootstrap_upstream), true,
+     "HOST:PORT the bootstrap listener forwards to (with SNI, where unknown names go)."},
+    {"proxy.listen.host", offsetof(km_inline_config, listen_host), false,
+     "Dynamic routes: the address their listeners bind; unset: every address."},
+    {"proxy.advertised.host", offsetof(km_inline_config, advertised_host), false,
+     "The host clients are told for the proxy's listeners."},
+    {"proxy.client.ssl.certificate.location", offsetof(km_inline_config, client_ssl_cert), false,
+     "PEM certificate chain: TLS towards clients is on when set (TLS 1.2 at least; reloaded on SIGHUP)."},
+    {"proxy.client.ssl.key.location", offsetof(km_inline_config, client_ssl_key), false,
+     "PEM key of the client-side certificate."},
+    {"proxy.client.ssl.ca.location", offsetof(km_inline_config, client_ssl_ca), false,
+     "PEM CA that client certificates are checked against."},
+    {"proxy.upstream.ssl.certificate.location", offsetof(km_inline_config, upstream_ssl_cert), false,
+     "PEM client certificate towards the brokers."},
+    {"proxy.upstream.ssl.key.location", offsetof(km_inline_config, upstream_ssl_key), false,
+     "PEM key of that certificate."},
+    {"proxy.upstream.ssl.ca.location", offsetof(km_inline_config, upstream_ssl_ca), false,
+     "PEM CA that verifies the brokers' certificates; unset: the system store."},
+    {"proxy.sni.listen", offsetof(km_inline_config, sni_listen), true,
+     "HOST:PORT of one TLS listener for every broker: the SNI name <prefix><id><suffix> picks broker <id>; excludes "
+     "`proxy.port.base`."},
+    {"proxy.sni.host.prefix", offsetof(km_inline_config, sni_prefix), false,
+     "The SNI name's part before the broker id (names must resolve to the proxy)."},
+    {"proxy.sni.host.suffix", offsetof(km_inline_config, sni_suffix), false,
+     "The SNI name's part after the broker id."},
+    {"proxy.capture.pcapng", offsetof(km_inline_config, capture_pcapng), false,
+     "Capture of the client side as pcapng (truncated at start; tshark -d tcp.port==PORT,kafka)."},
+    {"proxy.capture.jsonl", offsetof(km_inline_config, capture_jsonl), false,
+     "The same capture as JSON lines (API, version, correlation id, client id, broker, size, latency, body)."},
 };
 
 static int parse_int(const char *value, int64_t lo, int64_t hi, int64_t *out);
@@ -281,6 +308,45 @@ int km_inline_config_validate(const km_inline_config *c, km_err *err)
         return km_fail(err, "the proxy has no listener: set proxy.bootstrap.listen/.upstream or "
                             "proxy.broker.<id>.listen/.upstream");
     return 0;
+}
+
+/* The keys set_choice and set_broker_key parse, documented here beside them. */
+static const struct {
+    const char *key, *type, *def, *doc;
+} OTHER_KEYS[] = {
+    {"proxy.broker.<id>.listen", "HOST:PORT", "",
+     "Static route: the listener for broker <id> (port 0: any free port); with `proxy.sni.listen` not needed."},
+    {"proxy.broker.<id>.upstream", "HOST:PORT", "", "Static route: where broker <id> really is."},
+    {"proxy.client.ssl.client.auth", "required, requested or none", "none",
+     "required: refuse clients without a valid certificate; requested: check one if sent (needs "
+     "`proxy.client.ssl.ca.location`)."},
+    {"proxy.upstream.security.protocol", "plaintext or ssl", "plaintext",
+     "TLS towards the brokers (SASL is passed through, not spoken); the broker's certificate is always verified."},
+    {"proxy.upstream.ssl.endpoint.identification.algorithm", "https, none or empty", "https",
+     "https: check the broker's host name against its certificate; none or empty: the chain only."},
+    {"proxy.capture.enabled", "boolean", "false",
+     "Capture from the start; false opens the files and waits for SIGUSR1 or POST /capture/on."},
+    {"proxy.capture.apis", "API names or keys, comma-separated", "",
+     "Capture only these APIs (PRODUCE, FETCH, ... or numeric keys); unset: every API."},
+    {"proxy.capture.brokers", "broker ids, comma-separated", "",
+     "Capture only these brokers' listeners (-1: bootstrap); unset: every broker."},
+};
+
+void km_inline_config_each_key(km_inline_key_fn fn, void *ud)
+{
+    km_inline_config d;
+    km_inline_config_defaults(&d);
+    char type[64], def[32];
+    for (size_t i = 0; i < sizeof INT_KEYS / sizeof INT_KEYS[0]; i++) {
+        snprintf(type, sizeof type, "integer in [%lld, %lld]", (long long)INT_KEYS[i].lo, (long long)INT_KEYS[i].hi);
+        snprintf(def, sizeof def, "%d", *(const int32_t *)((const char *)&d + INT_KEYS[i].offset));
+        fn(INT_KEYS[i].key, type, def, INT_KEYS[i].doc, ud);
+    }
+    for (size_t i = 0; i < sizeof STR_KEYS / sizeof STR_KEYS[0]; i++)
+        fn(STR_KEYS[i].key, STR_KEYS[i].address ? "HOST:PORT" : "string", "", STR_KEYS[i].doc, ud);
+    for (size_t i = 0; i < sizeof OTHER_KEYS / sizeof OTHER_KEYS[0]; i++)
+        fn(OTHER_KEYS[i].key, OTHER_KEYS[i].type, OTHER_KEYS[i].def, OTHER_KEYS[i].doc, ud);
+    km_inline_config_free(&d);
 }
 
 void km_inline_config_free(km_inline_config *c)

@@ -72,6 +72,10 @@ bool km_inline_config_enabled(const km_inline_config *c);
 /* Pairs that go together; at least one listener. */
 int km_inline_config_validate(const km_inline_config *c, km_err *err);
 void km_inline_config_free(km_inline_config *c);
+/* Every proxy.* key with its type, default as text ("" when unset) and meaning, for
+ * docs/configuration.md (`kmproxy config docs`); patterns such as proxy.broker.<id>.listen included. */
+typedef void (*km_inline_key_fn)(const char *key, const char *type, const char *def, const char *doc, void *ud);
+void km_inline_config_each_key(km_inline_key_fn fn, void *ud);
 
 typedef struct km_inline km_inline;
 struct km_buf;
