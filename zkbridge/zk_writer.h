@@ -107,6 +107,7 @@ struct km_zkw {
     int inflight;
     size_t pending_ops;
     bool recover_wanted;                   /* stop sending; verify once everything is back */
+    bool connected;                        /* the session's connection is up (not just the session alive) */
     bool verify_running;
     int probes_pending;                    /* recovery: existence checks outstanding */
     bool probe_failed;
