@@ -151,6 +151,9 @@ int km_zkw_read_controller_epoch(km_zkw *w, void (*cb)(int rc, int32_t epoch, vo
 /* The session's connection is up. False while the client reconnects (the session may still be
  * alive on the server, until its timeout) and before the first session. */
 bool km_zkw_connected(const km_zkw *w);
+/* The network to ZooKeeper is gone (another session of ours lost its connection): cuts this one's, so
+ * that freeing the writer does not block waiting for ZooKeeper to answer the close. */
+void km_zkw_abandon(km_zkw *w);
 /* The raw handle, for async reads by the bridge (never for writes); NULL without a session. */
 struct _zhandle *km_zkw_handle(km_zkw *w);
 

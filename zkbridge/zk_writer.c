@@ -208,6 +208,7 @@ int km_zkw_migration_version(const km_zkw *w) { return w->mig_version; }
 int32_t km_zkw_zk_controller_epoch(const km_zkw *w) { return w->zk_epoch; }
 struct _zhandle *km_zkw_handle(km_zkw *w) { return w->sess.zh; }
 bool km_zkw_connected(const km_zkw *w) { return w->connected; }
+void km_zkw_abandon(km_zkw *w) { zk_session_abandon(&w->sess); }
 size_t km_zkw_pending_ops(const km_zkw *w) { return w->pending_ops; }
 bool km_zkw_idle(const km_zkw *w) { return km_zkw_get_state(w) == KM_ZKW_READY && !w->head; }
 void km_zkw_cache_put(km_zkw *w, const char *path, int version) { zk_vcache_put(&w->cache, path, version); }

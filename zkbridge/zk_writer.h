@@ -29,6 +29,7 @@ int zk_session_open(zk_session *s, km_err *err);
 void zk_session_restart(zk_session *s); /* deferred: safe from inside callbacks */
 void zk_session_restart_now(zk_session *s);
 void zk_session_close(zk_session *s);
+void zk_session_abandon(zk_session *s); /* the network is gone: closing must not wait for an answer */
 
 typedef enum zkw_mstate { M_QUEUED, M_SENT, M_ACKED, M_UNKNOWN } zkw_mstate;
 

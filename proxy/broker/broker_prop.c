@@ -55,6 +55,7 @@ static void on_done(km_bchan *ch, int16_t api, uint64_t seq, int16_t top, void *
         km_bprop__stops_answered(&pc->p->stops, pc->id, (int64_t)seq);
     if (api == KM_API_UPDATE_METADATA && top == 0)
         km_bprop__stops_answered(&pc->p->uncached, pc->id, (int64_t)seq);
+    pc->answered = true;
     if (top != E_STALE_CONTROLLER_EPOCH)
         pc->rejected_epoch = -1; /* answered at our epoch (whatever else it said): it follows us again */
 }
@@ -416,7 +417,7 @@ size_t km_bprop_ready(const km_bprop *p)
 {
     size_t n = 0;
     for (size_t i = 0; i < p->n; i++)
-        n += km_bchan_ready(p->chans[i]->ch) && p->chans[i]->rejected_epoch < 0;
+        n += km_bchan_ready(p->chans[i]->ch) && p->chans[i]->answered && p->chans[i]->rejected_epoch < 0;
     return n;
 }
 

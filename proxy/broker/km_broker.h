@@ -294,7 +294,7 @@ bool km_bprop_fenced(const km_bprop *p);
 /* Requests queued or in flight over all channels; 0 when every broker has acked everything. */
 size_t km_bprop_pending(const km_bprop *p);
 /* Channels that are connected, negotiated and not waiting for a full sync to be queued, whose
- * broker did not answer the last request STALE_CONTROLLER_EPOCH. */
+ * broker has answered a request and did not answer the last one STALE_CONTROLLER_EPOCH. */
 size_t km_bprop_ready(const km_bprop *p);
 size_t km_bprop_channel_count(const km_bprop *p);
 /* Channel i (0 .. km_bprop_channel_count - 1), for health reports; false past the last. */

@@ -559,6 +559,8 @@ km_zkb *km_daemon_zkb(const km_daemon *d) { return d->consumers ? d->consumers->
 void km_daemon_stop_active(km_daemon *d)
 {
     km_daemon_consumers *c = d->consumers;
+    if (c->zkb && d->election && !km_zkel_connected(d->election)) /* stepping down for a lost network */
+        km_zkw_abandon(km_zkb_writer(c->zkb));
     ev_timer_stop(d->loop, &c->zk_watch);
     ev_timer_stop(d->loop, &c->resume);
     stop_all(c);
