@@ -442,8 +442,10 @@ static void check_listener(km_daemon *d, km_daemon_listener *l)
         bool has = false;
         for (int32_t i = 0; i < b->n_endpoints && !has; i++)
             has = !strcmp(b->endpoints[i].name, l->name);
-        if (!has && ++l->n_missing)
+        if (!has) {
+            l->n_missing++;
             describe_endpoints(b, l->missing, sizeof l->missing);
+        }
     }
 }
 

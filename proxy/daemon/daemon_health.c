@@ -140,7 +140,8 @@ static int readiness(km_daemon *d, km_buf *out, bool with_brokers)
     } else if (!km_zkel_connected(d->election)) { /* a standby is ready while it follows and can take over */
         add_reason(reasons, "zookeeper disconnected: no election session with %s", d->cfg.zk_connect);
     }
-    listener_reason(d, reasons);
+    if (with_brokers)
+        listener_reason(d, reasons);
     bool ready = json_array_size(reasons) == 0;
     json_object_set_new(body, "ready", json_boolean(ready));
     json_object_set_new(body, "image_offset", json_integer(km_image_offset(d->img)));
