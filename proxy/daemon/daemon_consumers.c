@@ -616,6 +616,8 @@ void km_daemon_reload_brokers(km_daemon *d)
         return;
     }
     km_daemon_log(d, KM_LOG_INFO, "SIGHUP: broker channels rebuilt with their TLS material read again");
-    if (was_active && c->zkb && km_zkb_get_phase(c->zkb) == KM_ZKB_DUAL_WRITE)
+    if (was_active && c->zkb && km_zkb_get_phase(c->zkb) == KM_ZKB_DUAL_WRITE) {
+        km_bprop_hold(c->bprop, false); /* a new propagator starts held: ZooKeeper is in sync already */
         release_brokers(d, c, c->zkb);
+    }
 }
