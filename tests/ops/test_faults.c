@@ -13,6 +13,7 @@
 
 #include <criterion/criterion.h>
 #include <ev.h>
+#include <jansson.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -170,71 +171,6 @@ Test(faults, a_silent_network_to_zookeeper_is_unready_within_the_session_timeout
     env_free(&e);
 }
 
-/* The readyz of one instance, as (ready, active). */
-static void role_of(inst *in, bool *ready, bool *active)
-{
-    char *body = NULL;
-    int st = ops_curl(in->port, "/readyz", &body);
-    *ready = st == 200;
-    *active = body && strstr(body, "\"role\":\"active\"");
-    free(body);
-}
-
-/* HA: the active instance's network to ZooKeeper goes silent. It must step down before its session
- * can expire - that is when the standby takes over - so that no two instances are ever active and
- * ready at once; once the network is back it stands by, ready. */
-Test(faults, ha_the_active_one_cut_from_zookeeper_steps_down_before_the_takeover)
-{
-    env e;
-    env_init(&e);
-    char perr[256] = "", zk_cut[128], zk_direct[128];
-    km_fp *fp = km_fp_start(km_zks_port(zs, 0), perr, sizeof perr);
-    cr_assert(fp, "%s", perr);
-    snprintf(zk_cut, sizeof zk_cut, "%s/ha-silent", km_fp_hosts(fp));
-    snprintf(zk_direct, sizeof zk_direct, "%s/ha-silent", km_zks_hosts(zs, 0));
-    const char *const settings[] = {"ha.enabled=true", "brokers.enabled=false", session_setting(), NULL};
-    inst in[2];
-    start(&in[0], &e, "ha-silent-a", zk_cut, settings);
-    readyz_until(&in[0], 200, "\"ready\":true,\"role\":\"active\"", 60);
-    start(&in[1], &e, "ha-silent-b", zk_direct, settings);
-    readyz_until(&in[1], 200, "\"ready\":true,\"role\":\"standby\"", 60);
-    km_fp_pause(fp, true);
-    double t0 = now_s(), a_down = -1, b_up = -1;
-    while (b_up < 0 && now_s() - t0 < SESSION_MS / 1000.0 * 3 + SLACK_S) {
-        bool a_ready, a_active, b_ready, b_active;
-        role_of(&in[0], &a_ready, &a_active);
-        role_of(&in[1], &b_ready, &b_active);
-        cr_assert(!(a_ready && a_active && b_ready && b_active), "both instances active and ready after %.1f s",
-                  now_s() - t0);
-        if (a_down < 0 && !(a_ready && a_active))
-            a_down = now_s() - t0;
-        if (b_ready && b_active)
-            b_up = now_s() - t0;
-        usleep(20000);
-    }
-    cr_assert(a_down >= 0 && a_down <= SESSION_MS / 1000.0 + SLACK_S, "the cut-off one did not step down in time "
-              "(%.1f s): %s", a_down, ops_slurp(in[0].log_file));
-    cr_assert(b_up >= 0, "the standby did not take over: %s", ops_slurp(in[1].log_file));
-    cr_expect(a_down < b_up, "the takeover (%.1f s) came before the step-down (%.1f s)", b_up, a_down);
-    cr_expect_eq(metric_of(&in[0], "kmproxy_zk_connected"), 0);
-    cr_expect_eq(metric_of(&in[0], "kmproxy_ha_active"), 0);
-    expect_logged(&in[0], "ha: stepping down to standby: lost the connection to ZooKeeper");
-    km_fp_pause(fp, false);
-    double t1 = now_s();
-    readyz_until(&in[0], 200, "\"ready\":true,\"role\":\"standby\"", RECOVER_S);
-    double back = now_s() - t1;
-    readyz_until(&in[1], 200, "\"ready\":true,\"role\":\"active\"", 10);
-    printf("fault figures: HA, active one's network to ZooKeeper silent: it stepped down after %.1f s, the standby "
-           "was active and ready after %.1f s\n", a_down, b_up);
-    figures("HA, active one's network to ZooKeeper silent (the old active one)", a_down, back);
-    stop_cleanly(&in[0]);
-    stop_cleanly(&in[1]);
-    km_fp_stop(fp);
-    env_free(&e);
-}
-
-/* ---- brokers (items 3, 4, 6, 11) ---- */
-
 static void rig_start(env *e, const char *tag)
 {
     brig_opts o = {.brokers = 3, .topics = 2, .partitions = 2, .replication = 3};
@@ -258,6 +194,99 @@ static const char *request_setting(void)
     snprintf(s, sizeof s, "broker.request.timeout.ms=%d", REQUEST_MS);
     return s;
 }
+
+/* The readyz of one instance, as (ready, active). */
+static void role_of(inst *in, bool *ready, bool *active)
+{
+    char *body = NULL;
+    int st = ops_curl(in->port, "/readyz", &body);
+    *ready = st == 200;
+    *active = body && strstr(body, "\"role\":\"active\"");
+    free(body);
+}
+
+/* No simulated broker ever answered STALE_CONTROLLER_EPOCH: the instance that stepped down sent
+ * nothing after the new one's claim reached them. */
+static void expect_no_stale_answers(void)
+{
+    for (int i = 0; i < R.nsims; i++) {
+        json_t *st = km_bsim_state_json(R.sims[i]);
+        json_t *stale = json_object_get(json_object_get(st, "errors"), "11");
+        cr_expect(!stale || !json_integer_value(stale), "broker %d answered STALE_CONTROLLER_EPOCH %lld times",
+                  km_bsim_broker_id(R.sims[i]), (long long)json_integer_value(stale));
+        json_decref(st);
+    }
+}
+
+/* HA: the active instance's network to ZooKeeper goes silent. It must step down before its session
+ * can expire - that is when the standby takes over - so that no two instances are ever active and
+ * ready at once; once the network is back it stands by, ready. With brokers, none of them may hear
+ * from both. */
+static void ha_silent(bool brokers)
+{
+    env e;
+    if (brokers)
+        rig_start(&e, "faults-ha-brokers");
+    else
+        env_init(&e);
+    char perr[256] = "", zk_cut[128], zk_direct[128];
+    km_fp *fp = km_fp_start(km_zks_port(zs, 0), perr, sizeof perr);
+    cr_assert(fp, "%s", perr);
+    snprintf(zk_cut, sizeof zk_cut, "%s/ha-silent", km_fp_hosts(fp));
+    snprintf(zk_direct, sizeof zk_direct, "%s/ha-silent", km_zks_hosts(zs, 0));
+    const char *const settings[] = {"ha.enabled=true", brokers ? "brokers.enabled=true" : "brokers.enabled=false",
+                                    session_setting(), request_setting(), NULL};
+    inst in[2];
+    start(&in[0], &e, "ha-silent-a", zk_cut, settings);
+    readyz_until(&in[0], 200, "\"ready\":true,\"role\":\"active\"", 60);
+    start(&in[1], &e, "ha-silent-b", zk_direct, settings);
+    readyz_until(&in[1], 200, "\"ready\":true,\"role\":\"standby\"", 60);
+    km_fp_pause(fp, true);
+    double t0 = now_s(), a_down = -1, b_up = -1;
+    while (b_up < 0 && now_s() - t0 < SESSION_MS / 1000.0 * 3 + SLACK_S) {
+        bool a_ready, a_active, b_ready, b_active;
+        role_of(&in[0], &a_ready, &a_active);
+        role_of(&in[1], &b_ready, &b_active);
+        cr_assert(!(a_ready && a_active && b_ready && b_active), "both instances active and ready after %.1f s",
+                  now_s() - t0);
+        if (a_down < 0 && !(a_ready && a_active))
+            a_down = now_s() - t0;
+        if (b_ready && b_active)
+            b_up = now_s() - t0;
+        pause_for(0.02);
+    }
+    cr_assert(a_down >= 0 && a_down <= SESSION_MS / 1000.0 + SLACK_S, "the cut-off one did not step down in time "
+              "(%.1f s): %s", a_down, ops_slurp(in[0].log_file));
+    cr_assert(b_up >= 0, "the standby did not take over: %s", ops_slurp(in[1].log_file));
+    cr_expect(a_down < b_up, "the takeover (%.1f s) came before the step-down (%.1f s)", b_up, a_down);
+    cr_expect_eq(metric_of(&in[0], "kmproxy_zk_connected"), 0);
+    cr_expect_eq(metric_of(&in[0], "kmproxy_ha_active"), 0);
+    expect_logged(&in[0], "ha: stepping down to standby: lost the connection to ZooKeeper");
+    km_fp_pause(fp, false);
+    double t1 = now_s();
+    readyz_until(&in[0], 200, "\"ready\":true,\"role\":\"standby\"", RECOVER_S);
+    double back = now_s() - t1;
+    readyz_until(&in[1], 200, "\"ready\":true,\"role\":\"active\"", 10);
+    if (brokers)
+        expect_no_stale_answers();
+    printf("fault figures: HA%s, active one's network to ZooKeeper silent: it stepped down after %.1f s, the "
+           "standby was active and ready after %.1f s\n", brokers ? " with brokers" : "", a_down, b_up);
+    figures(brokers ? "HA with brokers, active one's network to ZooKeeper silent (the old active one)"
+                    : "HA, active one's network to ZooKeeper silent (the old active one)", a_down, back);
+    stop_cleanly(&in[0]);
+    stop_cleanly(&in[1]);
+    km_fp_stop(fp);
+    if (brokers)
+        rig_stop(&e);
+    else
+        env_free(&e);
+}
+
+Test(faults, ha_the_active_one_cut_from_zookeeper_steps_down_before_the_takeover) { ha_silent(false); }
+
+Test(faults, ha_with_brokers_the_active_one_cut_from_zookeeper_steps_down_before_the_takeover) { ha_silent(true); }
+
+/* ---- brokers (items 3, 4, 6, 11) ---- */
 
 /* Datagrams on fd until one holds needle (all appended to got), serving the simulators meanwhile. */
 static bool notified(int fd, const char *needle, char *got, size_t cap, int timeout_s)
