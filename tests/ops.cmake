@@ -16,3 +16,9 @@ km_add_test(test_daemon_tls SOURCES ${KM_OPS_TESTS}/test_daemon_tls.c ${KM_OPS_T
             ${CMAKE_CURRENT_LIST_DIR}/test_tls_certs.c TIMEOUT 300)
 target_link_libraries(test_daemon_tls PRIVATE km_brokersim)
 target_include_directories(test_daemon_tls PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+# The fault suite (issue 18): readiness under injected faults, with the brokers simulated in the test.
+km_add_test(test_faults SOURCES ${KM_OPS_TESTS}/test_faults.c ${KM_OPS_TESTS}/ops_daemon.c ${KM_OPS_TESTS}/ops_util.c
+            ${CMAKE_CURRENT_LIST_DIR}/test_broker_rig.c ${CMAKE_CURRENT_LIST_DIR}/test_broker_check.c
+            ${CMAKE_CURRENT_LIST_DIR}/test_tls_certs.c TIMEOUT 600)
+target_link_libraries(test_faults PRIVATE km_brokersim)
+target_include_directories(test_faults PRIVATE ${CMAKE_CURRENT_LIST_DIR})

@@ -148,6 +148,12 @@ int32_t km_zkw_zk_controller_epoch(const km_zkw *w);
  * cb runs once from the loop: rc is ZooKeeper's (0, ZOK: epoch is what the znode holds; closing
  * the writer answers ZCLOSING).  -1 without a session. */
 int km_zkw_read_controller_epoch(km_zkw *w, void (*cb)(int rc, int32_t epoch, void *ctx), void *ctx, km_err *err);
+/* The session's connection is up. False while the client reconnects (the session may still be
+ * alive on the server, until its timeout) and before the first session. */
+bool km_zkw_connected(const km_zkw *w);
+/* The network to ZooKeeper is gone (another session of ours lost its connection): cuts this one's, so
+ * that freeing the writer does not block waiting for ZooKeeper to answer the close. */
+void km_zkw_abandon(km_zkw *w);
 /* The raw handle, for async reads by the bridge (never for writes); NULL without a session. */
 struct _zhandle *km_zkw_handle(km_zkw *w);
 
@@ -158,6 +164,7 @@ typedef struct km_zkw_metrics {
     int64_t write_snapshot_time_ms; /* ZkWriteSnapshotTimeMs: last full sync (set by the bridge) */
     km_zkw_state state;
     uint64_t multis_ok, multis_resent, lost_acks_adopted, sessions, claims;
+    uint64_t disconnects;           /* connections lost while the session lived (the client reconnects) */
     uint64_t znodes_created, znodes_updated, znodes_deleted;
 } km_zkw_metrics;
 void km_zkw_get_metrics(const km_zkw *w, km_zkw_metrics *m);
@@ -305,6 +312,8 @@ km_zkel *km_zkel_new(struct ev_loop *loop, const km_zkel_config *cfg, km_err *er
 /* Closes the session: the node goes at once, so a standby takes over without waiting for expiry. */
 void km_zkel_free(km_zkel *e);
 bool km_zkel_leader(const km_zkel *e);
+/* The session's connection is up. While it is not, km_zkel_leader is false (on_change says so):
+ * the session may expire any moment and another instance take over. */
 bool km_zkel_connected(const km_zkel *e);
 const char *km_zkel_node(const km_zkel *e); /* our node's name; "" while we have none */
 /* Leaves the lead (if held) and joins again at the back: how a fenced leader steps down. */

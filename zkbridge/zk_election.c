@@ -1,8 +1,11 @@
 /* Leader election on ZooKeeper (the recipe of the ZooKeeper documentation): an ephemeral-sequential
  * node per instance under the election path; the lowest leads; each other one watches only the node
  * just before its own, so a departure wakes one instance, not all. Leadership ends with our session:
- * on expiry we say so before anything else and join again with a new node, at the back. A mere
- * connection loss changes nothing - the writer's epoch checks fence a leader that is no longer one. */
+ * on expiry we say so before anything else and join again with a new node, at the back. A lost
+ * connection suspends the lead at once: the client notices it only after two thirds of the session
+ * timeout without a word from the server, so the session may expire - and the next instance take
+ * over - within the last third. Our node stays; if the connection is back in time and it is still
+ * the lowest, we lead again. */
 #include "zk_writer.h"
 
 #include <stdarg.h>
@@ -167,7 +170,16 @@ static void on_session(zk_session *s, int state)
         zk_session_restart(&e->sess);
         return;
     }
+    bool was = e->connected;
     e->connected = state == ZOO_CONNECTED_STATE;
+    if (was && !e->connected) {
+        el_log(e, KM_LOG_WARN, "election: lost the connection to ZooKeeper; %s until it is back (the session "
+               "expires if it is not back within %d ms)", e->leader ? "not leading" : "standing by",
+               e->sess.timeout_ms);
+        set_leader(e, false);
+    } else if (!was && e->connected && e->node[0]) {
+        el_log(e, KM_LOG_INFO, "election: connection to ZooKeeper back, same session");
+    }
     if (e->connected)
         e->node[0] ? check(e) : join(e);
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 static void zk_process(zk_session *s, int events)
 {
@@ -153,6 +154,17 @@ void zk_session_restart_now(zk_session *s)
     km_err err = {{0}};
     if (zk_session_open(s, &err) && s->on_state)
         s->on_state(s, ZOO_EXPIRED_SESSION_STATE);
+}
+
+/* zookeeper_close on a handle the client still thinks connected sends the close request and waits
+ * for its answer - seconds of a blocked loop when the network is gone. Shutting the socket first
+ * makes it fail at once; the server then ends the session by its timeout. */
+void zk_session_abandon(zk_session *s)
+{
+    int fd = -1, interest = 0;
+    struct timeval tv = {0, 0};
+    if (s->zh && zookeeper_interest(s->zh, &fd, &interest, &tv) == ZOK && fd >= 0)
+        shutdown(fd, SHUT_RDWR);
 }
 
 void zk_session_close(zk_session *s)

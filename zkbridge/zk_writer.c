@@ -98,9 +98,25 @@ void zkw_drop_pipeline(km_zkw *w)
     zk_vcache_clear(&w->cache); /* predictions for dropped writes are void */
 }
 
+/* The client reconnects on its own and says nothing: a lost connection is logged here, because
+ * until it is back nothing reaches ZooKeeper and the session may expire at any moment. */
+static void track_connection(km_zkw *w, int state)
+{
+    bool up = state == ZOO_CONNECTED_STATE;
+    if (w->connected && !up && state != ZOO_EXPIRED_SESSION_STATE) {
+        w->m.disconnects++;
+        zkw_log(w, KM_LOG_WARN, "lost the connection to ZooKeeper %s; the client reconnects, and the session "
+                "expires if none is back within %d ms", w->hosts, w->cfg.session_timeout_ms);
+    } else if (!w->connected && up && w->m.sessions > 0 && w->state != KM_ZKW_CONNECTING) {
+        zkw_log(w, KM_LOG_INFO, "connection to ZooKeeper %s back, same session", w->hosts);
+    }
+    w->connected = up;
+}
+
 static void on_session(zk_session *s, int state)
 {
     km_zkw *w = s->owner;
+    track_connection(w, state);
     if (w->state == KM_ZKW_FENCED || w->state == KM_ZKW_REFUSED || w->state == KM_ZKW_CLOSED)
         return;
     if (state == ZOO_EXPIRED_SESSION_STATE && w->cfg.fence_on_expiry) {
@@ -191,6 +207,8 @@ int32_t km_zkw_confirmed_epoch(const km_zkw *w) { return w->confirmed_epoch; }
 int km_zkw_migration_version(const km_zkw *w) { return w->mig_version; }
 int32_t km_zkw_zk_controller_epoch(const km_zkw *w) { return w->zk_epoch; }
 struct _zhandle *km_zkw_handle(km_zkw *w) { return w->sess.zh; }
+bool km_zkw_connected(const km_zkw *w) { return w->connected; }
+void km_zkw_abandon(km_zkw *w) { zk_session_abandon(&w->sess); }
 size_t km_zkw_pending_ops(const km_zkw *w) { return w->pending_ops; }
 bool km_zkw_idle(const km_zkw *w) { return km_zkw_get_state(w) == KM_ZKW_READY && !w->head; }
 void km_zkw_cache_put(km_zkw *w, const char *path, int version) { zk_vcache_put(&w->cache, path, version); }

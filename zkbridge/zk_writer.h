@@ -29,6 +29,7 @@ int zk_session_open(zk_session *s, km_err *err);
 void zk_session_restart(zk_session *s); /* deferred: safe from inside callbacks */
 void zk_session_restart_now(zk_session *s);
 void zk_session_close(zk_session *s);
+void zk_session_abandon(zk_session *s); /* the network is gone: closing must not wait for an answer */
 
 typedef enum zkw_mstate { M_QUEUED, M_SENT, M_ACKED, M_UNKNOWN } zkw_mstate;
 
@@ -107,6 +108,7 @@ struct km_zkw {
     int inflight;
     size_t pending_ops;
     bool recover_wanted;                   /* stop sending; verify once everything is back */
+    bool connected;                        /* the session's connection is up (not just the session alive) */
     bool verify_running;
     int probes_pending;                    /* recovery: existence checks outstanding */
     bool probe_failed;

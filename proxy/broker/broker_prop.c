@@ -7,6 +7,7 @@
 #include <string.h>
 
 #define SCRATCH_LIMIT (1024u * 1024u * 1024u)
+#define E_STALE_CONTROLLER_EPOCH 11
 
 prop_chan *km_bprop__find(const km_bprop *p, int32_t id)
 {
@@ -54,6 +55,9 @@ static void on_done(km_bchan *ch, int16_t api, uint64_t seq, int16_t top, void *
         km_bprop__stops_answered(&pc->p->stops, pc->id, (int64_t)seq);
     if (api == KM_API_UPDATE_METADATA && top == 0)
         km_bprop__stops_answered(&pc->p->uncached, pc->id, (int64_t)seq);
+    pc->answered = true;
+    if (top != E_STALE_CONTROLLER_EPOCH)
+        pc->rejected_epoch = -1; /* answered at our epoch (whatever else it said): it follows us again */
 }
 
 /* Kafka's controller logs STALE_CONTROLLER_EPOCH and goes on; ZooKeeper says whether another
@@ -63,8 +67,10 @@ static void on_stale_controller_epoch(km_bchan *ch, int32_t sent_epoch, void *ud
     (void)ch;
     prop_chan *pc = ud;
     km_bprop *p = pc->p;
-    km_bprop__log(p, 2, "broker %d: STALE_CONTROLLER_EPOCH for controller epoch %d; asking ZooKeeper", pc->id,
-                  sent_epoch);
+    if (pc->rejected_epoch != sent_epoch) /* once per epoch, not once per request */
+        km_bprop__log(p, 2, "broker %d: STALE_CONTROLLER_EPOCH for controller epoch %d; asking ZooKeeper", pc->id,
+                      sent_epoch);
+    pc->rejected_epoch = sent_epoch;
     p->cfg.stale_controller_epoch(p, pc->id, sent_epoch, p->cfg.ud);
 }
 
@@ -119,6 +125,7 @@ static int add_chan(km_bprop *p, const km_broker *b, const km_endpoint *ep, prop
     pc->id = b->id;
     pc->port = ep->port;
     pc->first = first;
+    pc->rejected_epoch = -1;
     km_bchan_hooks h = proto;
     h.ud = pc;
     if (p->cfg.stale_controller_epoch)
@@ -410,6 +417,16 @@ size_t km_bprop_ready(const km_bprop *p)
 {
     size_t n = 0;
     for (size_t i = 0; i < p->n; i++)
-        n += km_bchan_ready(p->chans[i]->ch);
+        n += km_bchan_ready(p->chans[i]->ch) && p->chans[i]->answered && p->chans[i]->rejected_epoch < 0;
     return n;
+}
+
+bool km_bprop_channel_status(const km_bprop *p, size_t i, km_bprop_chan_status *out)
+{
+    if (i >= p->n)
+        return false;
+    const prop_chan *pc = p->chans[i];
+    *out = (km_bprop_chan_status){.broker_id = pc->id, .connected = km_bchan_ready(pc->ch),
+                                  .rejected_epoch = pc->rejected_epoch};
+    return true;
 }

@@ -19,6 +19,8 @@ typedef struct prop_chan {
     char *host;                        /* the endpoint it dials, to notice changes */
     uint16_t port;
     prop_catch_up first;               /* what its first negotiation brings */
+    int32_t rejected_epoch;            /* its last answer was STALE_CONTROLLER_EPOCH to this epoch; -1: not */
+    bool answered;                     /* it answered a request: connected is not yet up to date */
 } prop_chan;
 
 /* A StopReplica the broker has not answered yet (partition, deletePartition, epoch). */

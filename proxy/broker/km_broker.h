@@ -293,9 +293,18 @@ bool km_bprop_active(const km_bprop *p);
 bool km_bprop_fenced(const km_bprop *p);
 /* Requests queued or in flight over all channels; 0 when every broker has acked everything. */
 size_t km_bprop_pending(const km_bprop *p);
-/* Channels that are connected, negotiated and not waiting for a full sync to be queued. */
+/* Channels that are connected, negotiated and not waiting for a full sync to be queued, whose
+ * broker has answered a request and did not answer the last one STALE_CONTROLLER_EPOCH. */
 size_t km_bprop_ready(const km_bprop *p);
 size_t km_bprop_channel_count(const km_bprop *p);
+/* Channel i (0 .. km_bprop_channel_count - 1), for health reports; false past the last. */
+typedef struct km_bprop_chan_status {
+    int32_t broker_id;
+    bool connected;                    /* connected, negotiated, no full sync waiting (km_bchan_ready) */
+    int32_t rejected_epoch;            /* its last answer: STALE_CONTROLLER_EPOCH to this epoch; -1: none
+                                        * (the broker has seen a newer controller epoch than ours) */
+} km_bprop_chan_status;
+bool km_bprop_channel_status(const km_bprop *p, size_t i, km_bprop_chan_status *out);
 km_bchan *km_bprop_channel(km_bprop *p, int32_t broker_id); /* NULL: none */
 /* Prometheus samples: per broker requests/acks/errors and per error code (librdkafka names). */
 void km_bprop_render_metrics(const km_bprop *p, km_buf *out);

@@ -28,6 +28,11 @@ typedef struct km_daemon_consumers {
     ev_timer zk_watch;                        /* reports a missing ZooKeeper session, with backoff */
     double zk_lost_since;                     /* ev_now when the session went missing; 0: have one */
     int zk_attempts;                          /* reports since then */
+    double stale_logged_at;                   /* the last "rejects our epoch" error (one a minute) */
+    int stale_unlogged;                       /* such rejections since, not logged */
+    bool caught_up_once;                      /* the log was read to its end once: start-up is over */
+    km_daemon_listener listener;              /* broker.listener against the image's registrations */
+    char listener_logged[KM_DAEMON_LISTENER_TEXT]; /* what was last logged about it */
 } km_daemon_consumers;
 
 static void bridge_log(km_log_level level, const char *msg, void *ctx)
@@ -125,6 +130,24 @@ static int32_t zk_controller_epoch(km_bprop *p, void *ud)
 
 typedef struct epoch_check { km_daemon *d; int32_t broker, sent; } epoch_check;
 
+/* The broker has seen a newer controller epoch than ZooKeeper's /controller_epoch, which is ours: it
+ * takes its controllers from another ZooKeeper ensemble or chroot (a typo in zookeeper.connect).
+ * Nothing we send it lands; /readyz says so while it lasts. Logged once a minute, with a count. */
+static void stale_but_ours(km_daemon *d, km_daemon_consumers *c, int32_t broker, int32_t sent)
+{
+    double now = ev_now(d->loop);
+    if (c->stale_logged_at && now - c->stale_logged_at < 60) {
+        c->stale_unlogged++;
+        return;
+    }
+    km_daemon_log(d, KM_LOG_ERROR, "brokers: broker %d rejects controller epoch %d as stale, yet /controller_epoch "
+                  "in %s is ours: the broker has seen a newer epoch from another ZooKeeper ensemble or chroot "
+                  "(is zookeeper.connect the brokers' own?); it applies nothing we send (%d more such answers in "
+                  "the last minute)", broker, sent, d->cfg.zk_connect, c->stale_unlogged);
+    c->stale_logged_at = now;
+    c->stale_unlogged = 0;
+}
+
 static void controller_epoch_read(int rc, int32_t epoch, void *ctx)
 {
     epoch_check *ec = ctx;
@@ -138,8 +161,7 @@ static void controller_epoch_read(int rc, int32_t epoch, void *ctx)
         if (epoch != ours)
             km_bprop_fence(c->bprop, ec->broker);
         else
-            km_daemon_log(d, KM_LOG_WARN, "brokers: broker %d answered STALE_CONTROLLER_EPOCH to epoch %d, but "
-                          "ZooKeeper's /controller_epoch is still ours (%d): going on", ec->broker, ec->sent, ours);
+            stale_but_ours(d, c, ec->broker, ec->sent);
     }
     free(ec);
 }
@@ -183,8 +205,8 @@ static void zk_watch_cb(struct ev_loop *loop, ev_timer *t, int revents)
     km_daemon_consumers *c = d->consumers;
     if (!c->zkb)
         return ev_timer_stop(loop, t); /* stepped down: nothing of ours is connecting */
-    bool connected = km_zkw_get_state(km_zkb_writer(c->zkb)) != KM_ZKW_CONNECTING;
-    if (connected) {
+    km_zkw *w = km_zkb_writer(c->zkb);
+    if (km_zkw_connected(w)) {
         if (c->zk_attempts)
             km_daemon_log(d, KM_LOG_INFO, "zk: session with %s established after %.0f s", d->cfg.zk_connect,
                           ev_now(loop) - c->zk_lost_since);
@@ -196,8 +218,9 @@ static void zk_watch_cb(struct ev_loop *loop, ev_timer *t, int revents)
             c->zk_lost_since = ev_now(loop) - t->repeat;
         c->zk_attempts++;
         double next = t->repeat * 2 < ZK_WATCH_MAX_SECONDS ? t->repeat * 2 : ZK_WATCH_MAX_SECONDS;
-        km_daemon_log(d, KM_LOG_WARN, "zk: no session with %s for %.0f s (check %d); the client keeps retrying, "
-                      "next check in %.0f s", d->cfg.zk_connect, ev_now(loop) - c->zk_lost_since, c->zk_attempts, next);
+        km_daemon_log(d, KM_LOG_WARN, "zk: no %s with %s for %.0f s (check %d); the client keeps retrying, "
+                      "next check in %.0f s", km_zkw_get_state(w) == KM_ZKW_CONNECTING ? "session" : "connection",
+                      d->cfg.zk_connect, ev_now(loop) - c->zk_lost_since, c->zk_attempts, next);
         t->repeat = next;
     }
     ev_timer_again(loop, t);
@@ -206,7 +229,7 @@ static void zk_watch_cb(struct ev_loop *loop, ev_timer *t, int revents)
 bool km_daemon_zk_connected(const km_daemon *d)
 {
     const km_daemon_consumers *c = d->consumers;
-    return c && c->zkb && km_zkw_get_state(km_zkb_writer(c->zkb)) != KM_ZKW_CONNECTING;
+    return c && c->zkb && km_zkw_connected(km_zkb_writer(c->zkb));
 }
 
 static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
@@ -384,11 +407,93 @@ void km_daemon_publish_delta(km_daemon *d, const km_delta *delta)
         km_daemon_fatal(d, "brokers: %s", err.msg);
 }
 
+/* "broker 1 has INTERNAL,EXTERNAL; " appended to out. */
+static void describe_endpoints(const km_broker *b, char *out, size_t cap)
+{
+    size_t len = strlen(out);
+    len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "broker %d has ", b->id);
+    for (int32_t i = 0; i < b->n_endpoints && len < cap; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%s", i ? "," : "", b->endpoints[i].name);
+    if (len < cap)
+        snprintf(out + len, cap - len, "%s; ", b->n_endpoints ? "" : "no listener");
+}
+
+/* Which registered brokers lack broker.listener (Kafka's inter.broker.listener.name): no channel is
+ * made to them, so they would hear nothing, silently. */
+static void check_listener(km_daemon *d, km_daemon_listener *l)
+{
+    if (!l->name[0]) {
+        km_config_broker_security sec;
+        memset(&sec, 0, sizeof sec);
+        km_err err = {{0}};
+        if (!km_config_resolve_broker_security(&d->cfg, &sec, &err)) /* if not, starting the channels says why */
+            snprintf(l->name, sizeof l->name, "%s", sec.listener);
+        km_config_broker_security_clear(&sec);
+        if (!l->name[0])
+            return;
+    }
+    l->zk_brokers = l->n_missing = 0;
+    l->missing[0] = '\0';
+    size_t it = 0;
+    for (const km_broker *b; (b = km_image_next_broker(d->img, &it));) {
+        if (!b->is_migrating_zk_broker || b->fenced)
+            continue;
+        l->zk_brokers++;
+        bool has = false;
+        for (int32_t i = 0; i < b->n_endpoints && !has; i++)
+            has = !strcmp(b->endpoints[i].name, l->name);
+        if (!has) {
+            l->n_missing++;
+            describe_endpoints(b, l->missing, sizeof l->missing);
+        }
+    }
+}
+
+/* At start-up the image says whether broker.listener can work: when no broker registered it, that
+ * is a configuration error (exit 2). Later a broker may register without it: a log line and a
+ * readiness reason. */
+static bool listener_usable(km_daemon *d, km_daemon_consumers *c)
+{
+    km_daemon_listener *l = &c->listener;
+    if (!d->cfg.brokers_enabled)
+        return true;
+    check_listener(d, l);
+    bool starting = !c->caught_up_once;
+    c->caught_up_once = true;
+    if (starting && l->n_missing && l->n_missing == l->zk_brokers) {
+        km_daemon_fatal_input(d, "broker.listener: none of the %d migrating ZK-mode brokers in the metadata log "
+                              "registered a listener named %s (%s): none would get any controller RPC; set "
+                              "broker.listener (or broker.security.protocol) to one they register", l->zk_brokers,
+                              l->name, l->missing);
+        return false;
+    }
+    if (strcmp(l->missing, c->listener_logged)) {
+        if (l->n_missing)
+            km_daemon_log(d, KM_LOG_ERROR, "brokers: %d of %d migrating ZK-mode brokers registered no listener named "
+                          "%s (%s): they get no controller RPC", l->n_missing, l->zk_brokers, l->name, l->missing);
+        else
+            km_daemon_log(d, KM_LOG_INFO, "brokers: every migrating ZK-mode broker registers listener %s again",
+                          l->name);
+        snprintf(c->listener_logged, sizeof c->listener_logged, "%s", l->missing);
+    }
+    return true;
+}
+
+const km_daemon_listener *km_daemon_listener_status(const km_daemon *d)
+{
+    const km_daemon_consumers *c = d->consumers;
+    return c && c->caught_up_once && d->cfg.brokers_enabled && c->listener.name[0] ? &c->listener : NULL;
+}
+
+const km_bprop *km_daemon_bprop(const km_daemon *d) { return d->consumers ? d->consumers->bprop : NULL; }
+
 void km_daemon_caught_up(km_daemon *d)
 {
     size_t it = 0;
     for (const km_broker *b; d->proxy && (b = km_image_next_broker(d->img, &it));) /* e.g. from a snapshot */
         proxy_broker(d, b);
+    if (!listener_usable(d, d->consumers))
+        return;
     if (d->cfg.zk_connect && km_image_offset(d->img) >= 0 && km_daemon_is_active(d))
         ensure_started(d);
 }
@@ -434,6 +539,9 @@ static void zk_metrics(const km_daemon *d, km_zkb *zkb, km_buf *out)
                       labels, true, 1);
     km_metrics_sample(out, "zk_fenced", "gauge", "1 once another writer owns ZooKeeper.", NULL, true,
                       m.state == KM_ZKW_FENCED);
+    km_metrics_sample(out, "zk_disconnects_total", "counter",
+                      "Connections to ZooKeeper lost while the session lived (the client reconnects).", NULL, true,
+                      (double)m.disconnects);
     km_metrics_sample(out, "zk_lost_acks_adopted_total", "counter",
                       "Writes whose ack was lost and that were found to have landed.", NULL, true,
                       (double)m.lost_acks_adopted);
@@ -453,6 +561,8 @@ km_zkb *km_daemon_zkb(const km_daemon *d) { return d->consumers ? d->consumers->
 void km_daemon_stop_active(km_daemon *d)
 {
     km_daemon_consumers *c = d->consumers;
+    if (c->zkb && d->election && !km_zkel_connected(d->election)) /* stepping down for a lost network */
+        km_zkw_abandon(km_zkb_writer(c->zkb));
     ev_timer_stop(d->loop, &c->zk_watch);
     ev_timer_stop(d->loop, &c->resume);
     stop_all(c);
@@ -506,6 +616,8 @@ void km_daemon_reload_brokers(km_daemon *d)
         return;
     }
     km_daemon_log(d, KM_LOG_INFO, "SIGHUP: broker channels rebuilt with their TLS material read again");
-    if (was_active && c->zkb && km_zkb_get_phase(c->zkb) == KM_ZKB_DUAL_WRITE)
+    if (was_active && c->zkb && km_zkb_get_phase(c->zkb) == KM_ZKB_DUAL_WRITE) {
+        km_bprop_hold(c->bprop, false); /* a new propagator starts held: ZooKeeper is in sync already */
         release_brokers(d, c, c->zkb);
+    }
 }

@@ -6,7 +6,9 @@
  * old one's next multi fails its epoch check and brokers answer its RPCs STALE_CONTROLLER_EPOCH.
  * Whatever tells an active instance it lost (the election's session expired, its writer was fenced
  * or its own writer session expired, a broker fenced it) makes it step down: drop the bridge and the
- * broker channels, join the election again at the back, keep following as a standby.
+ * broker channels, join the election again at the back, keep following as a standby. A lost
+ * connection to ZooKeeper steps down too, at once: the election session may expire before it is
+ * back, and then a standby claims; if it is back in time, this instance leads and claims again.
  *
  * Except a fence by a writer that is not one of us (a KRaft controller's migration driver, an
  * operator's tool): every claim writes, in its own multi, which /controller_epoch it took to
@@ -66,10 +68,12 @@ bool km_daemon_step_down(km_daemon *d, const char *why)
 
 static void on_election(km_zkel *e, bool leader, void *ctx)
 {
-    (void)e;
     km_daemon *d = ctx;
     if (leader && !d->stopping)
         become_active(d);
+    else if (!leader && d->active && !km_zkel_connected(e)) /* before its session can expire and a standby claim */
+        km_daemon_step_down(d, "lost the connection to ZooKeeper: the election session may expire and another "
+                            "instance take over");
     else if (!leader && d->active)
         km_daemon_step_down(d, "no longer the leader of the election");
 }

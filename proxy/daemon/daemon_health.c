@@ -3,9 +3,12 @@
  * Alive: the loop answers. Ready: this instance does its job now - as the active one, ZooKeeper
  * holds our claim, the full sync is done, the write-behind lag is within health.max.lag.records
  * and every broker channel is up; as a standby (ha.enabled), it follows the log and is in the
- * election, ready to take over.
+ * election, ready to take over. An instance that cannot reach ZooKeeper is never ready (a lost
+ * connection counts, not only a lost session), and brokers that get nothing from us - unreachable,
+ * rejecting our controller epoch, or without broker.listener - are each a reason of their own.
  * The JSON body lists every reason it is not, so an operator reads the cause, not just a 503. */
 #include "daemon_internal.h"
+#include "km_broker.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -41,6 +44,9 @@ static void zk_reasons(km_daemon *d, km_zkb *zkb, json_t *reasons, json_t *body)
         add_reason(reasons, "zookeeper mirror stopped: %s", km_zkb_error(zkb));
     else if (m.state == KM_ZKW_CONNECTING)
         add_reason(reasons, "zookeeper disconnected: no session with %s", d->cfg.zk_connect);
+    else if (!km_zkw_connected(w)) /* nothing we write lands, and the session may expire any moment */
+        add_reason(reasons, "zookeeper disconnected: lost the connection to %s; the client reconnects, the session "
+                   "expires if none is back within %d ms", d->cfg.zk_connect, d->cfg.zk_session_timeout_ms);
     else if (phase != KM_ZKB_DUAL_WRITE)
         add_reason(reasons, "not caught up: the full sync into ZooKeeper is still running");
     if (m.write_behind_lag > d->cfg.health_max_lag_records)
@@ -52,18 +58,72 @@ static void zk_reasons(km_daemon *d, km_zkb *zkb, json_t *reasons, json_t *body)
                                                      d->cfg.health_max_lag_records));
 }
 
+/* "1, 2, 3" (ids appended to out). */
+static void add_id(char *out, size_t cap, int32_t id)
+{
+    size_t len = strlen(out);
+    if (len < cap)
+        snprintf(out + len, cap - len, "%s%d", len ? ", " : "", id);
+}
+
+/* Channels that are down (not connected) and channels whose broker rejects our controller epoch. */
+typedef struct broker_faults {
+    int down, rejecting;
+    int32_t rejected_epoch;
+    char down_ids[200], rejecting_ids[200];
+} broker_faults;
+
+static void find_broker_faults(const km_bprop *p, broker_faults *f)
+{
+    memset(f, 0, sizeof *f);
+    km_bprop_chan_status cs;
+    for (size_t i = 0; p && km_bprop_channel_status(p, i, &cs); i++) {
+        if (cs.rejected_epoch >= 0) {
+            f->rejecting++;
+            f->rejected_epoch = cs.rejected_epoch;
+            add_id(f->rejecting_ids, sizeof f->rejecting_ids, cs.broker_id);
+        } else if (!cs.connected) {
+            f->down++;
+            add_id(f->down_ids, sizeof f->down_ids, cs.broker_id);
+        }
+    }
+}
+
+/* broker.listener names a listener some registered brokers lack: they get nothing (also on a standby:
+ * it would send them nothing either once it takes over). */
+static void listener_reason(km_daemon *d, json_t *reasons)
+{
+    const km_daemon_listener *l = km_daemon_listener_status(d);
+    if (l && l->n_missing)
+        add_reason(reasons, "brokers without broker.listener: %d of %d ZK-mode brokers registered no listener named "
+                   "%s (%s): they get no controller RPC", l->n_missing, l->zk_brokers, l->name, l->missing);
+}
+
 static void broker_reasons(km_daemon *d, json_t *reasons, json_t *body)
 {
     km_daemon_status st;
     km_daemon_get_status(d, &st);
-    if (d->cfg.brokers_enabled && st.brokers_total > 0 && st.brokers_in_sync < st.brokers_total)
-        add_reason(reasons, "brokers unreachable: %d of %d ZK-mode brokers up to date", st.brokers_total -
-                   st.brokers_in_sync, st.brokers_total);
-    json_object_set_new(body, "brokers", json_pack("{s:b,s:i,s:i}", "enabled", d->cfg.brokers_enabled, "total",
-                                                   st.brokers_total, "in_sync", st.brokers_in_sync));
+    broker_faults f;
+    find_broker_faults(km_daemon_bprop(d), &f);
+    if (d->cfg.brokers_enabled && f.down)
+        add_reason(reasons, "brokers unreachable: %d of %d ZK-mode brokers not connected (brokers %s); %d up to date",
+                   f.down, st.brokers_total, f.down_ids, st.brokers_in_sync);
+    if (d->cfg.brokers_enabled && f.rejecting)
+        add_reason(reasons, "brokers reject our controller epoch: %d of %d ZK-mode brokers (brokers %s) answer "
+                   "STALE_CONTROLLER_EPOCH to epoch %d: they have seen a newer one, from another ZooKeeper or chroot "
+                   "than zookeeper.connect=%s", f.rejecting, st.brokers_total, f.rejecting_ids, f.rejected_epoch,
+                   d->cfg.zk_connect);
+    if (d->cfg.brokers_enabled && !f.down && !f.rejecting && st.brokers_in_sync < st.brokers_total)
+        add_reason(reasons, "brokers not up to date: %d of %d ZK-mode brokers still getting their full sync",
+                   st.brokers_total - st.brokers_in_sync, st.brokers_total);
+    json_object_set_new(body, "brokers", json_pack("{s:b,s:i,s:i,s:i}", "enabled", d->cfg.brokers_enabled, "total",
+                                                   st.brokers_total, "in_sync", st.brokers_in_sync, "rejecting",
+                                                   f.rejecting));
 }
 
-static int readyz(km_daemon *d, km_buf *out)
+/* with_brokers false: whether this instance does its job (systemd's READY=1), brokers aside - a broker
+ * that is down is a reason on /readyz, not a reason to hold the service's start. */
+static int readiness(km_daemon *d, km_buf *out, bool with_brokers)
 {
     json_t *body = json_object(), *reasons = json_array();
     json_object_set_new(body, "ready", json_false()); /* first in the body: set for real below */
@@ -75,10 +135,13 @@ static int readyz(km_daemon *d, km_buf *out)
         add_reason(reasons, "shutting down");
     if (km_daemon_is_active(d)) {
         zk_reasons(d, km_daemon_zkb(d), reasons, body);
-        broker_reasons(d, reasons, body);
+        if (with_brokers)
+            broker_reasons(d, reasons, body);
     } else if (!km_zkel_connected(d->election)) { /* a standby is ready while it follows and can take over */
         add_reason(reasons, "zookeeper disconnected: no election session with %s", d->cfg.zk_connect);
     }
+    if (with_brokers)
+        listener_reason(d, reasons);
     bool ready = json_array_size(reasons) == 0;
     json_object_set_new(body, "ready", json_boolean(ready));
     json_object_set_new(body, "image_offset", json_integer(km_image_offset(d->img)));
@@ -109,7 +172,7 @@ static int route(const char *path, km_buf *out, void *ud)
         return 200;
     }
     if (!strcmp(path, "/readyz"))
-        return readyz(d, out);
+        return readiness(d, out, true);
     return 0;
 }
 
@@ -155,6 +218,49 @@ void km_daemon_sync_done(km_daemon *d, km_zkb *zkb)
                   p.znodes_read);
 }
 
+static bool ready_as(const km_daemon *d, bool with_brokers)
+{
+    km_buf b;
+    km_buf_init(&b);
+    bool ok = readiness((km_daemon *)d, &b, with_brokers) == 200;
+    km_buf_free(&b);
+    return ok;
+}
+
+bool km_daemon_ready(const km_daemon *d) { return ready_as(d, true); }
+
+bool km_daemon_does_its_job(const km_daemon *d) { return ready_as(d, false); }
+
+/* Every ZooKeeper session this instance needs has its connection: the election's (ha.enabled) and,
+ * while active, the writer's. */
+static bool zk_connected(const km_daemon *d)
+{
+    return (!d->election || km_zkel_connected(d->election)) && (!km_daemon_is_active(d) || km_daemon_zk_connected(d));
+}
+
+static void fault_metrics(const km_daemon *d, km_buf *out)
+{
+    km_metrics_sample(out, "kmproxy_zk_connected", "gauge",
+                      "1 while the ZooKeeper sessions this instance needs are connected (the election's with "
+                      "ha.enabled, the writer's while active).", NULL, true, zk_connected(d));
+    km_daemon_status st;
+    km_daemon_get_status(d, &st);
+    broker_faults f;
+    find_broker_faults(km_daemon_bprop(d), &f);
+    const km_daemon_listener *l = km_daemon_listener_status(d);
+    km_metrics_sample(out, "kmproxy_brokers_up_to_date", "gauge",
+                      "ZK-mode brokers connected, synced and accepting our controller epoch.", NULL, true,
+                      st.brokers_in_sync);
+    km_metrics_sample(out, "kmproxy_brokers_unreachable", "gauge", "ZK-mode broker channels not connected.", NULL,
+                      true, f.down);
+    km_metrics_sample(out, "kmproxy_brokers_rejecting_epoch", "gauge",
+                      "ZK-mode brokers whose last answer was STALE_CONTROLLER_EPOCH (they follow a newer controller "
+                      "epoch than ours).", NULL, true, f.rejecting);
+    km_metrics_sample(out, "kmproxy_brokers_without_listener", "gauge",
+                      "Migrating ZK-mode brokers that registered no listener named broker.listener.", NULL, true,
+                      l ? l->n_missing : 0);
+}
+
 void km_daemon_health_metrics(const km_daemon *d, km_buf *out)
 {
     km_zkb *zkb = km_daemon_zkb(d);
@@ -172,15 +278,7 @@ void km_daemon_health_metrics(const km_daemon *d, km_buf *out)
     km_metrics_sample(out, "kmproxy_zk_sync_eta_seconds", "gauge", "Seconds the running sync still needs (-1: unknown).",
                       NULL, true, d->sync_eta.eta_seconds);
     km_metrics_sample(out, "kmproxy_ready", "gauge", "1 while /readyz answers 200.", NULL, true, km_daemon_ready(d));
-}
-
-bool km_daemon_ready(const km_daemon *d)
-{
-    km_buf b;
-    km_buf_init(&b);
-    bool ok = readyz((km_daemon *)d, &b) == 200;
-    km_buf_free(&b);
-    return ok;
+    fault_metrics(d, out);
 }
 
 void km_daemon_start_health(km_daemon *d)

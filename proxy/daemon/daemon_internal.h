@@ -67,6 +67,15 @@ void km_daemon_read_log(km_daemon *d);
 /* A consumer has room again: resume reading if paused. */
 void km_daemon_kick(km_daemon *d);
 
+#define KM_DAEMON_LISTENER_TEXT 400
+/* broker.listener against the image's unfenced migrating ZK-mode brokers (daemon_consumers.c) */
+typedef struct km_daemon_listener {
+    char name[256];              /* the listener the channels dial; "" until resolved */
+    int zk_brokers;              /* unfenced migrating ZK-mode brokers in the image */
+    int n_missing;               /* of them, with no endpoint of that name: they get no RPC */
+    char missing[KM_DAEMON_LISTENER_TEXT]; /* "broker 1 has INTERNAL,EXTERNAL; ..." */
+} km_daemon_listener;
+
 /* daemon_consumers.c */
 int km_daemon_start_consumers(km_daemon *d, km_err *err);
 void km_daemon_stop_consumers(km_daemon *d);
@@ -78,6 +87,10 @@ void km_daemon_consumers_status(const km_daemon *d, km_daemon_status *st);
 /* The ZooKeeper bridge has a session (false before it starts). */
 bool km_daemon_zk_connected(const km_daemon *d);
 void km_daemon_consumers_metrics(const km_daemon *d, km_buf *out);
+/* NULL before the log was read to its end or with brokers.enabled=false. */
+const km_daemon_listener *km_daemon_listener_status(const km_daemon *d);
+/* The broker propagator (NULL while standby, before the claim or with brokers.enabled=false). */
+const struct km_bprop *km_daemon_bprop(const km_daemon *d);
 
 /* The bridge (NULL before the log names a KRaft leader). */
 km_zkb *km_daemon_zkb(const km_daemon *d);
@@ -87,6 +100,8 @@ void km_daemon_start_health(km_daemon *d);
 void km_daemon_stop_health(km_daemon *d);
 const char *km_daemon_role(const km_daemon *d);
 bool km_daemon_ready(const km_daemon *d);
+/* Ready except, perhaps, for the brokers (systemd's READY=1: a broker that is down does not hold start-up). */
+bool km_daemon_does_its_job(const km_daemon *d);
 /* A full sync has just finished: its final figures. */
 void km_daemon_sync_done(km_daemon *d, km_zkb *zkb);
 void km_daemon_health_metrics(const km_daemon *d, km_buf *out);

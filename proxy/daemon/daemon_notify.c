@@ -1,7 +1,8 @@
 /* systemd's notify protocol (sd_notify(3)) without libsystemd: one datagram of "KEY=value" lines to
  * the AF_UNIX socket named by $NOTIFY_SOCKET ('@' first: the abstract namespace). Type=notify units
- * learn from READY=1 that the daemon is ready (ZooKeeper in sync, brokers up to date), from STATUS=
- * what it is doing (shown by systemctl status) and from STOPPING=1 that it is shutting down. */
+ * learn from READY=1 that the daemon does its job (ZooKeeper in sync; the brokers are /readyz's
+ * concern), from STATUS= what it is doing (shown by systemctl status) and from STOPPING=1 that it is
+ * shutting down. */
 #include "daemon_internal.h"
 
 #include <errno.h>
@@ -42,17 +43,23 @@ void km_daemon_notify(km_daemon *d, const char *state)
         close(fd);
 }
 
-/* READY=1 once, the first time /readyz would answer 200. */
+/* READY=1 once, the first time this instance does its job: /readyz would answer 200 but for the
+ * brokers. A broker that is down is a reason on /readyz; holding `systemctl start` until every
+ * broker answers would hold it forever while one is down. */
 static void ready_check_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
     (void)revents;
     km_daemon *d = t->data;
-    if (!km_daemon_ready(d))
+    if (!km_daemon_does_its_job(d))
         return;
     ev_timer_stop(loop, t);
-    km_daemon_log(d, KM_LOG_INFO, "ready: %s", km_daemon_is_active(d) ? "active, ZooKeeper in sync"
-                                                                         : "standby, following the log");
-    km_daemon_notify(d, "READY=1\nSTATUS=ready: in sync with the metadata log");
+    bool brokers = km_daemon_ready(d);
+    km_daemon_log(d, KM_LOG_INFO, "ready: %s%s", km_daemon_is_active(d) ? "active, ZooKeeper in sync"
+                                                                          : "standby, following the log",
+                  brokers ? "" : "; not every ZK-mode broker is up to date yet (see /readyz)");
+    km_daemon_notify(d, brokers ? "READY=1\nSTATUS=ready: in sync with the metadata log"
+                                : "READY=1\nSTATUS=ready: ZooKeeper in sync; not every ZK-mode broker is up to date "
+                                  "(see /readyz)");
 }
 
 void km_daemon_start_notify(km_daemon *d)

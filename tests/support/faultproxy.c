@@ -42,7 +42,7 @@ struct km_fp {
     int wake[2];
     pthread_t thread;
     pthread_mutex_t mu;
-    bool stop, refuse, cut_requested;
+    bool stop, refuse, cut_requested, paused;
     bool armed, swallowing;
     km_fp_match match;
     km_fp_action action;
@@ -342,11 +342,14 @@ static void *run(void *arg)
     for (;;) {
         struct pollfd p[2 + 2 * FP_MAX_CONNS];
         int np = 0;
+        pthread_mutex_lock(&fp->mu);
+        bool paused = fp->paused; /* nothing is read, so nothing moves: poll ignores fd -1 */
+        pthread_mutex_unlock(&fp->mu);
         p[np++] = (struct pollfd){fp->wake[0], POLLIN, 0};
-        p[np++] = (struct pollfd){fp->lfd, POLLIN, 0};
+        p[np++] = (struct pollfd){paused ? -1 : fp->lfd, POLLIN, 0};
         for (int i = 0; i < FP_MAX_CONNS; i++) {
-            p[np++] = (struct pollfd){fp->conns[i].cfd, POLLIN, 0};
-            p[np++] = (struct pollfd){fp->conns[i].sfd, POLLIN, 0};
+            p[np++] = (struct pollfd){paused ? -1 : fp->conns[i].cfd, POLLIN, 0};
+            p[np++] = (struct pollfd){paused ? -1 : fp->conns[i].sfd, POLLIN, 0};
         }
         if (poll(p, (nfds_t)np, -1) < 0 && errno != EINTR)
             break;
@@ -477,4 +480,12 @@ void km_fp_refuse(km_fp *fp, bool refuse)
     pthread_mutex_lock(&fp->mu);
     fp->refuse = refuse;
     pthread_mutex_unlock(&fp->mu);
+}
+
+void km_fp_pause(km_fp *fp, bool paused)
+{
+    pthread_mutex_lock(&fp->mu);
+    fp->paused = paused;
+    pthread_mutex_unlock(&fp->mu);
+    wake(fp);
 }

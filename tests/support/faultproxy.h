@@ -51,5 +51,8 @@ int km_fp_log(km_fp *fp, km_fp_req *out, int max);
 void km_fp_cut_all(km_fp *fp);
 /* While refusing, new connections are closed as soon as they are accepted. */
 void km_fp_refuse(km_fp *fp, bool refuse);
+/* While paused nothing moves either way and nothing is closed: a network that silently drops every
+ * packet (no reset, no FIN). New connections wait in the listen backlog. Traffic flows again after. */
+void km_fp_pause(km_fp *fp, bool paused);
 
 #endif
