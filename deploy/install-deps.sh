@@ -12,6 +12,8 @@ PACKAGES=(
   libcriterion-dev tshark curl   # curl: tests scrape /healthz, /readyz and /metrics as operators do
   haproxy                        # bench_inline: the TCP-mode proxy baseline
   default-jdk-headless           # test_zk_password checks the PasswordEncoder against the JDK's crypto
+  openjdk-17-jdk-headless        # ../shared/realkafka (Kafka 3.9) needs Java 17; javac builds tests/java
+  libzstd-jni-java               # /usr/share/java/zstd-jni.jar: realkafka reads zstd batches with it
 )
 
 missing=()
