@@ -6,6 +6,7 @@
  * simulator, what the KRaft observer and `metadata quorum` (km_quorum_describe) send.  Skips, saying why, when
  * ../shared/realkafka or Java is absent. */
 #include "km_broker.h"
+#include "km_brokersim.h"
 #include "km_sasl.h"
 #include "km_testsupport.h"
 #include "realkafka_util.h"
@@ -519,6 +520,111 @@ Test(realkafka_requests, observer_and_metadata_quorum_on_the_wire, .timeout = 24
                                        "FETCH v13", "FETCH v14", "FETCH v15", "FETCH v16", "FETCH v17",
                                        "FETCH_SNAPSHOT v0", "FETCH_SNAPSHOT v1", "DESCRIBE_QUORUM v0",
                                        "DESCRIBE_QUORUM v1", "DESCRIBE_QUORUM v2"};
+    kafka_accepts(path, want, sizeof want / sizeof want[0]);
+    free(path);
+    km_test_rmtree(dir);
+    free(dir);
+}
+
+/* ---- the ZK-mode broker channel, on the wire ---------------------------------------------- */
+
+typedef struct chan_run { km_bchan *ch; int done; } chan_run;
+
+/* Once negotiated, the channel is asked for a full sync: one of each control request, at the version it chose. */
+static void chan_sync(km_bchan *ch, bool first, void *ud)
+{
+    (void)first;
+    (void)ud;
+    km_bp_part p[4];
+    parts4(p);
+    km_broker b[2];
+    const km_broker *bp[2];
+    brokers2(b, bp);
+    km_bp_ctl c = {3000, 4, -1, KM_CTL_TYPE_FULL, true};
+    km_bp_stop st[1] = {{"alpha", 0, 4, false}};
+    km_err err;
+    for (int i = 0; i < 3; i++) {
+        km_arena a;
+        km_arena_init(&a, 0);
+        int16_t api = i == 0 ? KM_API_LEADER_AND_ISR : i == 1 ? KM_API_UPDATE_METADATA : KM_API_STOP_REPLICA;
+        int16_t v = km_bchan_version(ch, api);
+        union { km_leader_and_isr_request l; km_update_metadata_request u; km_stop_replica_request s; } *rq =
+            km_arena_alloc(&a, sizeof *rq);
+        cr_assert(rq);
+        int rc = i == 0   ? km_bp_leader_and_isr(v, &c, p, 4, bp, 2, "INTERNAL", &a, &rq->l, &err)
+                 : i == 1 ? km_bp_update_metadata(v, &c, p, 4, bp, 2, &a, &rq->u, &err)
+                          : km_bp_stop_replica(v, &c, st, 1, &a, &rq->s, &err);
+        cr_assert_eq(rc, 0, "%s", err.msg);
+        cr_assert_gt(km_bchan_submit(ch, api, rq, &a, &err), 0, "%s", err.msg);
+        km_arena_free(&a);
+    }
+}
+
+static void chan_done(km_bchan *ch, int16_t api, uint64_t seq, int16_t top, void *ud)
+{
+    (void)ch;
+    (void)api;
+    (void)seq;
+    (void)top;
+    ((chan_run *)ud)->done++;
+}
+
+static void chan_tick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)revents;
+    if (((chan_run *)w->data)->done >= 3)
+        ev_break(loop, EVBREAK_ALL);
+}
+
+/* The broker channel against the broker simulator offering ApiVersions up to av_max (a lower one makes the channel
+ * fall back, as Kafka's NetworkClient does), through the tap, with a SASL login. */
+static void broker_channel_through_tap(FILE *out, int16_t av_max, km_sasl_mech mech)
+{
+    km_bsim_config bc;
+    km_bsim_config_init(&bc);
+    bc.broker_id = 1;
+    bc.max_api_versions = av_max;
+    bc.sasl_mechanisms = 1u << mech;
+    bc.sasl_users = "kmproxy:kmproxy-secret";
+    km_err err;
+    km_bsim *sim = km_bsim_start_thread(&bc, &err);
+    cr_assert(sim, "%s", err.msg);
+    tap t;
+    tap_start(&t, km_bsim_port(sim), out, -1, -1);
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    chan_run run = {0};
+    km_bchan_config cc = {.broker_id = 1, .host = "127.0.0.1", .port = t.port,
+                          .sasl = {mech, "kmproxy", "kmproxy-secret"}};
+    km_bchan_hooks h = {.need_full_sync = chan_sync, .done = chan_done, .ud = &run};
+    run.ch = km_bchan_new(loop, &cc, &h, &err);
+    cr_assert(run.ch, "%s", err.msg);
+    ev_timer tick, limit;
+    ev_timer_init(&tick, chan_tick, 0.02, 0.02);
+    tick.data = &run;
+    ev_timer_start(loop, &tick);
+    ev_timer_init(&limit, chan_tick, 30, 0);
+    limit.data = &run;
+    ev_timer_start(loop, &limit);
+    ev_run(loop, 0);
+    cr_assert_eq(run.done, 3, "ApiVersions v%d: %d of 3 requests answered", av_max, run.done);
+    km_bchan_free(run.ch);
+    ev_loop_destroy(loop);
+    tap_stop(&t);
+    km_bsim_stop_thread(sim);
+}
+
+Test(realkafka_requests, broker_channel_on_the_wire, .timeout = 120)
+{
+    need_kit();
+    char *dir = km_test_tmpdir("rk-chan"), *path = frames_path(dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    for (int16_t v = 3; v >= 0; v--)
+        broker_channel_through_tap(f, v, v % 2 ? KM_SASL_SCRAM_SHA_256 : KM_SASL_PLAIN);
+    fclose(f);
+    static const char *const want[] = {"API_VERSIONS v0", "API_VERSIONS v1", "API_VERSIONS v2", "API_VERSIONS v3",
+                                       "SASL_HANDSHAKE v1", "SASL_AUTHENTICATE v2", "LEADER_AND_ISR v7",
+                                       "UPDATE_METADATA v8", "STOP_REPLICA v4"};
     kafka_accepts(path, want, sizeof want / sizeof want[0]);
     free(path);
     km_test_rmtree(dir);
