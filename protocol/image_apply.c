@@ -98,23 +98,30 @@ static int change_broker(km_apply_ctx *c, const km_broker *cur, int fenced, int 
 {
     bool nf = fenced < 0 ? cur->fenced : fenced != 0;
     bool ns = shutdown < 0 ? cur->in_controlled_shutdown : shutdown != 0;
-    bool same_dirs = !dirs || (n_dirs == cur->log_dirs.n && !memcmp(dirs, cur->log_dirs.v, (size_t)n_dirs * 16));
-    if (nf == cur->fenced && ns == cur->in_controlled_shutdown && same_dirs)
+    km_uuid *d = NULL;
+    if (dirs) {
+        if (!(d = malloc((size_t)n_dirs * sizeof *d)))
+            return oom(c);
+        memcpy(d, dirs, (size_t)n_dirs * sizeof *d);
+        km_im_sort_log_dirs(d, n_dirs);
+    }
+    bool same_dirs = !d || (n_dirs == cur->log_dirs.n && !memcmp(d, cur->log_dirs.v, (size_t)n_dirs * 16));
+    km_broker *b = NULL;
+    if (nf == cur->fenced && ns == cur->in_controlled_shutdown && same_dirs) {
+        free(d);
         return 0;
-    km_broker *b = km_broker_clone(cur);
-    if (!b)
+    }
+    if (!(b = km_broker_clone(cur))) {
+        free(d);
         return oom(c);
+    }
     b->fenced = nf;
     b->in_controlled_shutdown = ns;
     if (!same_dirs) {
-        km_uuid *d = malloc((size_t)n_dirs * sizeof *d);
-        if (!d) {
-            km_obj_unref(b);
-            return oom(c);
-        }
-        memcpy(d, dirs, (size_t)n_dirs * sizeof *d);
         free((km_uuid *)b->log_dirs.v);
         b->log_dirs = (km_uuid_list){d, n_dirs};
+    } else {
+        free(d);
     }
     return swap_idvec(c, &c->st->brokers, KM_OBJ_BROKER, cur->id, b);
 }

@@ -3,9 +3,11 @@
 
 #include <stdio.h>
 
-const km_uuid KM_DIR_UNASSIGNED = {{0}};
-const km_uuid KM_DIR_LOST = {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}};
-const km_uuid KM_DIR_MIGRATING = {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2}};
+/* Kafka's org.apache.kafka.common.DirectoryId: MIGRATING is the all-zero uuid (a replica whose directory is
+ * not known yet: every pre-3.7 log), UNASSIGNED is 0...1, LOST is 0...2. */
+const km_uuid KM_DIR_MIGRATING = {{0}};
+const km_uuid KM_DIR_UNASSIGNED = {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}};
+const km_uuid KM_DIR_LOST = {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2}};
 
 /* ---- partitions ----------------------------------------------------------------------- */
 
@@ -207,7 +209,12 @@ int32_t km_image_epoch(const km_image *img) { return img->epoch; }
 int32_t km_image_raft_leader(const km_image *img) { return img->raft_leader; }
 int32_t km_image_raft_leader_epoch(const km_image *img) { return img->raft_leader_epoch; }
 bool km_image_in_transaction(const km_image *img) { return img->in_txn; }
-int16_t km_image_metadata_version(const km_image *img) { return km_istate_feature(img->st, "metadata.version"); }
+/* FeaturesImage.metadataVersion: a log with no FeatureLevelRecord (Kafka 3.0-3.2) is at MINIMUM_KRAFT_VERSION. */
+int16_t km_image_metadata_version(const km_image *img)
+{
+    int16_t level = km_istate_feature(img->st, "metadata.version");
+    return level ? level : KM_MV_3_0_IV1;
+}
 int16_t km_image_feature(const km_image *img, const char *name) { return km_istate_feature(img->st, name); }
 int km_image_zk_migration_state(const km_image *img) { return img->st->zk_state; }
 km_producer_ids km_image_producer_ids(const km_image *img) { return img->st->pids; }

@@ -85,6 +85,8 @@ bool km_obj_equal(const void *a, const void *b);  /* same kind and content */
 char *km_im_strdup(km_str s);             /* NULL for the null string; NULL+errno on OOM is not distinguished */
 char *km_im_cstrdup(const char *s);
 
+/* A broker's log dirs in the order Kafka's BrokerRegistration keeps them (Uuid.compareTo: signed halves). */
+void km_im_sort_log_dirs(km_uuid *dirs, int32_t n);
 km_broker *km_broker_from_record(const km_register_broker_record *r);
 km_broker *km_broker_clone(const km_broker *b);
 km_controller *km_controller_from_record(const km_register_controller_record *r);

@@ -217,6 +217,9 @@ static json_t *header_json(const km_image *img)
     int16_t level;
     while (feats && km_image_next_feature(img, &it, &name, &level))
         json_object_set_new(feats, name, json_integer(level));
+    /* FeaturesImage: without a FeatureLevelRecord the image is at 3.0-IV1; Kafka's image shows that level. */
+    if (feats && !json_object_get(feats, "metadata.version"))
+        json_object_set_new(feats, "metadata.version", json_integer(km_image_metadata_version(img)));
     km_producer_ids p = km_image_producer_ids(img);
     const char *zk = km_zk_migration_state_name(km_image_zk_migration_state(img));
     return json_pack("{s:o,s:I,s:i,s:{s:i,s:i},s:i,s:o,s:s,s:{s:i,s:I,s:I},s:I,s:I}", "clusterId",

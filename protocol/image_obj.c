@@ -63,6 +63,32 @@ char *km_im_strdup(km_str s)
     return c;
 }
 
+/* One signed 64-bit half of a uuid, as Kafka's Uuid holds it (big-endian on the wire). */
+static int64_t uuid_half(const km_uuid *u, int half)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | u->b[half * 8 + i];
+    return (int64_t)v;
+}
+
+static int cmp_uuid_kafka(const void *pa, const void *pb)
+{
+    const km_uuid *a = pa, *b = pb;
+    for (int half = 0; half < 2; half++) {
+        int64_t x = uuid_half(a, half), y = uuid_half(b, half);
+        if (x != y)
+            return x < y ? -1 : 1;
+    }
+    return 0;
+}
+
+void km_im_sort_log_dirs(km_uuid *dirs, int32_t n)
+{
+    if (n > 1)
+        qsort(dirs, (size_t)n, sizeof *dirs, cmp_uuid_kafka);
+}
+
 static void *dupmem(const void *p, size_t n)
 {
     if (!n)
@@ -239,6 +265,7 @@ km_broker *km_broker_from_record(const km_register_broker_record *r)
         b->log_dirs.v = dupmem(r->log_dirs.items, (size_t)r->log_dirs.count * sizeof(km_uuid));
         b->log_dirs.n = b->log_dirs.v ? r->log_dirs.count : 0;
         ok = ok && b->log_dirs.v;
+        km_im_sort_log_dirs((km_uuid *)b->log_dirs.v, b->log_dirs.n);
     }
     if (!ok) {
         km_obj_unref(b);

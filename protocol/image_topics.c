@@ -231,29 +231,6 @@ int km_apply_partition_record(km_apply_ctx *c, const void *msg)
     return note_topic(c, t, true, old_n, true);
 }
 
-/* DirectoryId.createDirectoriesFrom: each new replica keeps its directory, new ones are UNASSIGNED. */
-static int carry_dirs(km_apply_ctx *c, const km_part *old, const km_partition_change_record *r, uint32_t *id)
-{
-    uint32_t rl, dl;
-    const int32_t *orep = km_pool_data(&c->img->pool, old->replicas, &rl);
-    const km_uuid *odir = km_pool_data(&c->img->pool, old->dirs, &dl);
-    int32_t n = r->replicas.count;
-    km_uuid *d = n > 0 ? malloc((size_t)n * sizeof *d) : NULL;
-    if (n > 0 && !d)
-        return oom(c);
-    for (int32_t i = 0; i < n; i++) {
-        d[i] = KM_DIR_UNASSIGNED;
-        for (uint32_t j = 0; j < rl / 4 && j < dl / 16; j++)
-            if (orep[j] == r->replicas.items[i]) {
-                d[i] = odir[j];
-                break;
-            }
-    }
-    int rc = intern(c, d, n, 16, id);
-    free(d);
-    return rc;
-}
-
 static int change_list(km_apply_ctx *c, const void *items, int32_t count, size_t elem, uint32_t cur, uint32_t *out)
 {
     if (count < 0) {         /* null: no change */
@@ -264,31 +241,37 @@ static int change_list(km_apply_ctx *c, const void *items, int32_t count, size_t
     return intern(c, items, count, elem, out);
 }
 
+static bool all_migrating(const km_uuid *d, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (memcmp(&d[i], &KM_DIR_MIGRATING, sizeof d[i]))
+            return false;
+    return true;
+}
+
+/* PartitionRegistration.merge as of Kafka 3.7.1 (KAFKA-16583; 3.9 unchanged): the record's directories when it
+ * has the field, else the current ones; when those are empty or all MIGRATING (a replica set from before 3.7)
+ * they become MIGRATING for every new replica, so a reassignment resizes them instead of failing. Any other
+ * list whose length differs from the new replicas is an error (the PartitionRegistration constructor). */
 static int merge_dirs(km_apply_ctx *c, const km_part *old, const km_partition_change_record *r, km_part *p)
 {
-    uint32_t rl;
-    km_pool_data(&c->img->pool, old->replicas, &rl);
     if (r->replicas.count >= 0 && r->directories.count > 0 && r->replicas.count != r->directories.count)
         return km_apply_fail(c, "%" PRId32 " directories for %" PRId32 " replicas", r->directories.count,
                              r->replicas.count);
-    int rc;
-    if (r->directories.count > 0)
-        rc = intern(c, r->directories.items, r->directories.count, 16, &p->dirs);
-    else if (r->replicas.count >= 0)
-        rc = carry_dirs(c, old, r, &p->dirs);
-    else
-        rc = change_list(c, NULL, -1, 16, old->dirs, &p->dirs);
-    /* defaultToMigrating sizes by the *previous* replica count, as Kafka does. */
-    if (rc == 0 && p->dirs == 0 && rl)
-        rc = migrating_dirs(c, (int32_t)(rl / 4), &p->dirs);
-    if (rc < 0)
-        return -1;
     uint32_t nrl, dl;
     km_pool_data(&c->img->pool, p->replicas, &nrl);
-    km_pool_data(&c->img->pool, p->dirs, &dl);
-    if (dl && dl / 16 != nrl / 4)
+    const km_uuid *dirs = km_pool_data(&c->img->pool, old->dirs, &dl);
+    if (r->directories.count >= 0) {
+        dirs = r->directories.items;
+        dl = (uint32_t)r->directories.count * 16;
+    }
+    if (all_migrating(dirs, dl / 16))
+        return migrating_dirs(c, (int32_t)(nrl / 4), &p->dirs);
+    if (dl / 16 != nrl / 4)
         return km_apply_fail(c, "the lengths for replicas (%u) and directories (%u) do not match", nrl / 4, dl / 16);
-    return 0;
+    if (r->directories.count >= 0)
+        return intern(c, r->directories.items, r->directories.count, 16, &p->dirs);
+    return change_list(c, NULL, -1, 16, old->dirs, &p->dirs);
 }
 
 /* PartitionRegistration.merge. */

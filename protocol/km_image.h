@@ -16,8 +16,8 @@
  *     bumped by one iff Leader != -2 (PartitionRegistration.merge; the
  *     controller writes Leader = current leader to force a bump on ISR
  *     shrink / reassignment).  The partition epoch is bumped on every record.
- *     Directories: given -> taken; else if Replicas is given, carried over
- *     per replica (new replicas get UNASSIGNED); empty -> all MIGRATING.
+ *     Directories (3.7.1+, KAFKA-16583): the record's when it has them, else
+ *     the current ones; empty or all MIGRATING -> MIGRATING per new replica.
  *   - Fence/Unfence/BrokerRegistrationChange must name a registered broker
  *     at its current epoch; UnregisterBroker drops it unconditionally.
  *   - RemoveTopicRecord also deletes the topic's configs.
@@ -61,6 +61,7 @@ struct json_t;
 #define KM_NO_LEADER_CHANGE (-2)       /* LeaderConstants.NO_LEADER_CHANGE */
 #define KM_LRS_RECOVERED 0             /* LeaderRecoveryState */
 #define KM_LRS_RECOVERING 1
+#define KM_MV_3_0_IV1 1                /* MetadataVersion.MINIMUM_KRAFT_VERSION */
 #define KM_MV_3_9_IV0 21               /* metadata.version feature level of 3.9-IV0 */
 
 /* Limits that keep hostile input from exhausting memory (errors name them). */
@@ -82,7 +83,7 @@ const char *km_config_resource_name(int type);        /* "TOPIC", ... or NULL */
 /* MetadataRecordType name of a record api key ("TOPIC_RECORD") or NULL. */
 const char *km_metadata_record_type_name(int16_t type);
 
-/* DirectoryId.UNASSIGNED / LOST / MIGRATING. */
+/* DirectoryId.MIGRATING (all zeros) / UNASSIGNED (0...1) / LOST (0...2). */
 extern const km_uuid KM_DIR_UNASSIGNED, KM_DIR_LOST, KM_DIR_MIGRATING;
 
 /* ---- read-only views of image entities ------------------------------------------ */
@@ -220,11 +221,11 @@ int32_t km_image_epoch(const km_image *img);      /* batch leader epoch of that 
 int32_t km_image_raft_leader(const km_image *img);/* leaderId of the last LeaderChange, -1: unknown */
 int32_t km_image_raft_leader_epoch(const km_image *img);
 bool km_image_in_transaction(const km_image *img);
-/* metadata.version level; 0 when no FeatureLevelRecord set it (logs of
- * Kafka 3.0-3.2, for which Kafka assumes 3.0-IV1, level 1).  Levels newer
+/* metadata.version level; 3.0-IV1 (level 1) when no FeatureLevelRecord set it
+ * (logs of Kafka 3.0-3.2), as Kafka's FeaturesImage reads it.  Levels newer
  * than 3.9 knows (4.x logs) are accepted as they are. */
 int16_t km_image_metadata_version(const km_image *img);
-/* Finalized level of any feature (metadata.version included), 0 if absent. */
+/* Finalized level of any feature as recorded (metadata.version too), 0 if absent. */
 int16_t km_image_feature(const km_image *img, const char *name);
 int km_image_zk_migration_state(const km_image *img);  /* KM_ZKM_*; KM_ZKM_NONE until a record sets it */
 km_producer_ids km_image_producer_ids(const km_image *img);

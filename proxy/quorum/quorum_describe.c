@@ -54,6 +54,9 @@ static void on_ready(km_net_conn *c, void *ud)
     dq_ctx *d = ud;
     km_api_versions_request rq;
     km_api_versions_request_init(&rq);
+    /* v3+ must name the client: ApiVersionsRequest.isValid, or a controller answers INVALID_REQUEST. */
+    rq.client_software_name = km_cstr("kmproxy");
+    rq.client_software_version = km_cstr("0.1.0");
     km_err err;
     if (send_req(d, KM_API_API_VERSIONS, 3, &rq, &err) < 0)
         fail_server(d, err.msg);
