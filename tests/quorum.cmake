@@ -24,3 +24,6 @@ km_add_test(test_quorum_run SOURCES ${KM_QUORUM_TESTS}/test_quorum_run.c ${KM_QU
 target_link_libraries(test_quorum_run PRIVATE km_raftsim km_quorum)
 km_add_test(test_quorum_memlog SOURCES ${KM_QUORUM_TESTS}/test_quorum_memlog.c ${KM_QUORUM_TESTS}/test_quorum_util.c)
 target_link_libraries(test_quorum_memlog PRIVATE km_raftsim km_quorum)
+# The same observer scenarios against Kafka's own leader (../shared/realkafka bin/raft-leader); skips without it.
+km_add_test(test_quorum_real SOURCES ${KM_QUORUM_TESTS}/test_quorum_real.c ${KM_QUORUM_TESTS}/test_quorum_real_util.c
+            TIMEOUT 400)

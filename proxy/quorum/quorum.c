@@ -28,6 +28,26 @@ void q_log(const km_quorum *q, const char *fmt, ...)
         fprintf(stderr, "kmproxy quorum: %s\n", line);
 }
 
+const char *q_error_name(int16_t code)
+{
+    switch (code) {
+    case QE_NONE: return "NONE";
+    case QE_UNKNOWN_TOPIC_OR_PARTITION: return "UNKNOWN_TOPIC_OR_PARTITION";
+    case QE_NOT_LEADER_OR_FOLLOWER: return "NOT_LEADER_OR_FOLLOWER";
+    case QE_BROKER_NOT_AVAILABLE: return "BROKER_NOT_AVAILABLE";
+    case QE_TOPIC_AUTHORIZATION_FAILED: return "TOPIC_AUTHORIZATION_FAILED";
+    case QE_CLUSTER_AUTHORIZATION_FAILED: return "CLUSTER_AUTHORIZATION_FAILED";
+    case QE_UNSUPPORTED_VERSION: return "UNSUPPORTED_VERSION";
+    case QE_INVALID_REQUEST: return "INVALID_REQUEST";
+    case QE_FENCED_LEADER_EPOCH: return "FENCED_LEADER_EPOCH";
+    case QE_UNKNOWN_LEADER_EPOCH: return "UNKNOWN_LEADER_EPOCH";
+    case QE_SNAPSHOT_NOT_FOUND: return "SNAPSHOT_NOT_FOUND";
+    case QE_POSITION_OUT_OF_RANGE: return "POSITION_OUT_OF_RANGE";
+    case QE_INCONSISTENT_CLUSTER_ID: return "INCONSISTENT_CLUSTER_ID";
+    default: return "error";
+    }
+}
+
 double q_now(const km_quorum *q) { return ev_now(q->loop); }
 
 const km_struct_desc *q_sub(const km_struct_desc *sd, const char *field)
@@ -172,15 +192,21 @@ int q_send(km_quorum *q, int16_t api, int16_t version, const void *body, km_err 
     return 0;
 }
 
+void q_api_versions_request(km_api_versions_request *rq)
+{
+    km_api_versions_request_init(rq);
+    /* both must match [a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])? (ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN) */
+    rq->client_software_name = km_cstr("kmproxy");
+    rq->client_software_version = km_cstr("0.1.0");
+}
+
 static void send_api_versions(km_quorum *q)
 {
     km_api_versions_request rq;
-    km_api_versions_request_init(&rq);
-    rq.client_software_name = km_cstr("kmproxy");
-    rq.client_software_version = km_cstr("0.1.0");
+    q_api_versions_request(&rq);
     km_err err;
     q->phase = Q_VERSIONS;
-    if (q_send(q, KM_API_API_VERSIONS, 3, &rq, &err) < 0)
+    if (q_send(q, KM_API_API_VERSIONS, Q_API_VERSIONS_V, &rq, &err) < 0)
         q_retry(q, false, err.msg);
 }
 
@@ -219,7 +245,7 @@ static void on_api_versions(km_quorum *q, const uint8_t *body, size_t len)
     km_arena_init(&a, 1u << 20);
     km_api_versions_response rs;
     km_err err;
-    if (km_decode(&km_api_versions_response_desc, 3, body, len, &rs, &a, NULL, &err) < 0) {
+    if (km_decode(&km_api_versions_response_desc, Q_API_VERSIONS_V, body, len, &rs, &a, NULL, &err) < 0) {
         km_arena_free(&a);
         return q_retry(q, true, err.msg);
     }
@@ -555,7 +581,7 @@ static km_quorum *alloc_quorum(struct ev_loop *loop, const km_quorum_config *cfg
     q->h = *h;
     q->ud = ud;
     q->leader_id = -1;
-    q->hw = -1;
+    q->hw = q->leader_hw = -1;
     q->inflight_api = -1;
     q->spool_fd = -1;
     q->st = (km_quorum_stats){ .leader_id = -1, .leader_epoch = -1, .high_watermark = -1, .applied_offset = -1 };
@@ -664,10 +690,11 @@ void km_quorum_set_paused(km_quorum *q, bool paused)
 void km_quorum_get_stats(const km_quorum *q, km_quorum_stats *out)
 {
     *out = q->st;
-    out->high_watermark = q->hw;
+    out->high_watermark = q->leader_hw;
     out->fetched_offset = q_fetch_offset(q);
     out->applied_offset = km_image_offset(q->img);
-    /* Everything whole below the high watermark is applied (a batch it cuts waits). */
-    out->caught_up = q->hw >= 0 && q_fetch_offset(q) >= q->hw && !q->snap_active &&
-                     (q->n_batches == q->first_batch || q->batches[q->first_batch].last >= q->hw);
+    /* Everything whole below the leader's high watermark is applied (a batch it cuts waits).  A
+     * snapshot's end is not enough: the leader's log goes on after it (issue 17 item 2). */
+    bool cut_waits = q->n_batches > q->first_batch && q->batches[q->first_batch].last >= q->leader_hw;
+    out->caught_up = q->leader_hw >= 0 && !q->snap_active && (q->applied_next >= q->leader_hw || cut_waits);
 }

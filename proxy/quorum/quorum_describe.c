@@ -53,9 +53,9 @@ static void on_ready(km_net_conn *c, void *ud)
     (void)c;
     dq_ctx *d = ud;
     km_api_versions_request rq;
-    km_api_versions_request_init(&rq);
+    q_api_versions_request(&rq);
     km_err err;
-    if (send_req(d, KM_API_API_VERSIONS, 3, &rq, &err) < 0)
+    if (send_req(d, KM_API_API_VERSIONS, Q_API_VERSIONS_V, &rq, &err) < 0)
         fail_server(d, err.msg);
 }
 
@@ -151,6 +151,11 @@ static void on_api_versions(dq_ctx *d, const km_api_versions_response *rs)
 {
     km_err err;
     d->describe_v = dq_version(rs);
+    if (rs->error_code) {
+        char why[200];
+        snprintf(why, sizeof why, "ApiVersions refused with error %d (%s)", rs->error_code, q_error_name(rs->error_code));
+        return fail_server(d, why);
+    }
     if (d->describe_v < 0)
         return fail_server(d, "no DescribeQuorum in ApiVersions (not a KRaft controller?)");
     if (!d->login)
@@ -178,7 +183,7 @@ static void on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *u
         fail_server(d, err.msg);
     else if (d->api == KM_API_SASL_HANDSHAKE || d->api == KM_API_SASL_AUTHENTICATE)
         sasl_step(d, km_sasl_client_on_response(d->sasl, r.p + r.pos, km_reader_left(&r), &err), &err);
-    else if (km_decode(md, av ? 3 : d->dq_v, r.p + r.pos, km_reader_left(&r), &rs, &a, NULL, &err) < 0)
+    else if (km_decode(md, av ? Q_API_VERSIONS_V : d->dq_v, r.p + r.pos, km_reader_left(&r), &rs, &a, NULL, &err) < 0)
         fail_server(d, err.msg);
     else if (av)
         on_api_versions(d, &rs.av);

@@ -107,6 +107,10 @@ static void on_partition(km_quorum *q, const km_fetch_response_partition_data *p
         return q_retry(q, false, why);
     }
     q_healthy(q);
+    /* Every answer without error carries the leader's high watermark (KafkaRaftClient.buildFetchResponse),
+     * a SnapshotId or DivergingEpoch answer too: "caught up" is measured against it. */
+    if (p->high_watermark > q->leader_hw)
+        q->leader_hw = p->high_watermark;
     if (p->diverging_epoch.epoch >= 0) {
         km_err err;
         if (q_truncate_diverging(q, p->diverging_epoch.end_offset, p->diverging_epoch.epoch, &err) < 0)
