@@ -12,6 +12,7 @@ PACKAGES=(
   libcriterion-dev tshark curl   # curl: tests scrape /healthz, /readyz and /metrics as operators do
   haproxy                        # bench_inline: the TCP-mode proxy baseline
   default-jdk-headless           # test_zk_password checks the PasswordEncoder against the JDK's crypto
+  openjdk-17-jdk-headless libzstd-jni-java  # ../shared/realkafka (Kafka 3.9's own code) in the quorum tests
 )
 
 missing=()

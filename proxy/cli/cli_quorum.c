@@ -296,6 +296,7 @@ int km_cli_metadata_dump_quorum(int argc, char **argv)
     cfg.sasl = sec.login;
     cfg.snapshot_hold_whole = true; /* print no record of a snapshot refused later */
     cfg.quiet = true;
+    cfg.unauthorized_fatal = true; /* as Kafka's raft client: an ACL is missing, retrying cannot help */
     km_quorum_handlers h = { .on_record = on_record, .on_fatal = on_fatal };
     d.q = km_quorum_new(d.loop, &cfg, img, &h, &d, &d.err);
     if (d.q) {

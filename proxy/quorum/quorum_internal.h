@@ -90,6 +90,7 @@ struct km_quorum {
     bool reauth_due;                   /* ... passed: renew before the next Fetch/FetchSnapshot */
     bool reauthenticating;             /* the exchange in progress renews a session */
     km_quorum_stats st;
+    double answered_at;                /* loop time of the last answer taken whole (0: none yet) */
     bool fatal;
     bool paused, request_held;       /* km_quorum_set_paused; a request waits for the resume */
 };
@@ -107,7 +108,8 @@ int q_send(km_quorum *q, int16_t api, int16_t version, const void *body, km_err 
 /* A failed exchange: drop the connection, back off with jitter, then find the leader again
  * (forget_leader) or go back to the same one. */
 void q_retry(km_quorum *q, bool forget_leader, const char *why);
-/* A request succeeded: backoff and the retry lines start afresh. */
+/* An answer was taken whole: backoff and the retry lines start afresh.  Not before: an answer
+ * refused (a corrupt batch) must keep backing off and stay rate-limited in the log. */
 void q_healthy(km_quorum *q);
 /* Kafka's maybeHandleCommonResponse for Fetch/FetchSnapshot answers: 1 handled (a request
  * was re-issued or a retry scheduled), 0 go on with the answer. */

@@ -10,7 +10,7 @@
  *    currentLeaderEpoch; then tryCompleteFetchRequest -> validateLeaderOnlyRequest:
  *    epoch below ours FENCED_LEADER_EPOCH, above ours UNKNOWN_LEADER_EPOCH, equal but not
  *    the leader NOT_LEADER_OR_FOLLOWER; every partition response carries CurrentLeader
- *    (buildFetchResponse) and, from v16, the leader's NodeEndpoints;
+ *    (buildFetchResponse) and, from v17, the leader's NodeEndpoints (RaftUtil.fetchResponse);
  *  - ReplicatedLog.validateOffsetAndEpoch: (0, any) on a log starting at 0 is valid; a
  *    fetch below the log start offset, at it with another epoch than the snapshot's, or
  *    with an epoch below the snapshot's gets SnapshotId = the latest snapshot; otherwise
@@ -23,8 +23,15 @@
  *    POSITION_OUT_OF_RANGE unless 0 <= position < size, else at most min(MaxBytes, chunk
  *    limit) bytes from position, with Size and Position;
  *  - handleDescribeQuorumRequest: UNKNOWN_TOPIC_OR_PARTITION (partition level) for another
- *    partition, INVALID_REQUEST (top level) from a non-leader, else leader, epoch, high
- *    watermark, voters and observers (with their fetch offsets), and from v2 the nodes.
+ *    partition, NOT_LEADER_OR_FOLLOWER (partition level, naming no leader:
+ *    DescribeQuorumResponse.singletonErrorResponse) from a non-leader, else leader, epoch, high
+ *    watermark, voters and observers (with their fetch offsets), and from v2 the nodes;
+ *  - ControllerApis before the raft client: ApiVersions v3+ must pass ApiVersionsRequest.isValid
+ *    (ClientSoftwareName/Version non-empty, [a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?), else
+ *    INVALID_REQUEST (counted as a rejection too); with km_rsim_set_denied, Fetch and FetchSnapshot
+ *    (CLUSTER_ACTION on the cluster, handleRaftRequest) and DescribeQuorum (DESCRIBE,
+ *    handleDescribeQuorum) get the request's getErrorResponse: a top-level
+ *    CLUSTER_AUTHORIZATION_FAILED and no partitions.
  * Every request is decoded strictly (only advertised versions, no trailing bytes, sessions
  * unused as KRaft never uses them); anything it cannot accept closes the connection and is
  * counted as a rejection, so a test can assert there were none.
@@ -123,13 +130,18 @@ void km_rsim_set_silent(km_rsim *s, bool silent);
 void km_rsim_drop_connections(km_rsim *s);
 /* The next n FetchSnapshot answers carry one flipped byte in their chunk. */
 void km_rsim_corrupt_snapshot_chunks(km_rsim *s, int n);
+/* Fetch answers with records carry one flipped byte in their first batch (its CRC fails) while on. */
+void km_rsim_set_corrupt_records(km_rsim *s, bool on);
+/* The authorizer's refusals: no CLUSTER_ACTION (Fetch, FetchSnapshot) / no DESCRIBE (DescribeQuorum). */
+void km_rsim_set_denied(km_rsim *s, bool cluster_action, bool describe);
 
 /* ---- what happened ------------------------------------------------------------------ */
 
 typedef struct km_rsim_stats {
     uint64_t fetches, fetch_snapshots, describe_quorums, api_versions;
     uint64_t snapshot_ids_sent, diverging_sent, not_leader_sent, fenced_sent, unknown_epoch_sent;
-    uint64_t rejected;           /* requests that closed the connection */
+    uint64_t rejected;           /* requests that closed the connection, or invalid ApiVersions */
+    uint64_t denied;             /* requests refused CLUSTER_AUTHORIZATION_FAILED */
     uint64_t sasl_ok, sasl_failed, unauthenticated; /* logins; other requests before one (also rejected) */
     uint64_t sasl_reauth;        /* logins that renewed a session (also in sasl_ok) */
     uint64_t sasl_expired;       /* requests after a session expired (the connection closed; also rejected) */

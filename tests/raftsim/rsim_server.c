@@ -96,6 +96,9 @@ void rsim_wake_fetches(km_rsim *s)
 static int dispatch(rsim_conn *rc, const rsim_req *rq, km_buf *out, km_arena *a, km_err *err)
 {
     km_rsim *s = rc->s;
+    int denied = rsim_deny(s, rq, out, err);
+    if (denied != 0)
+        return denied < 0 ? -1 : 0;
     switch (rq->api) {
     case KM_API_API_VERSIONS:
         return rsim_serve_api_versions(s, rq, out, a, err);
@@ -359,6 +362,14 @@ void km_rsim_set_high_watermark(km_rsim *s, int64_t hw)
 {
     s->fixed_hw = hw;
     rsim_wake_fetches(s);
+}
+
+void km_rsim_set_corrupt_records(km_rsim *s, bool on) { s->corrupt_records = on; }
+
+void km_rsim_set_denied(km_rsim *s, bool cluster_action, bool describe)
+{
+    s->deny_cluster_action = cluster_action;
+    s->deny_describe = describe;
 }
 
 void km_rsim_set_silent(km_rsim *s, bool silent)

@@ -204,9 +204,11 @@ static int dq_partition(km_rsim *s, const rsim_req *rq, const km_describe_quorum
         p->error_code = RSIM_E_UNKNOWN_TOPIC_OR_PARTITION;
         return 0;
     }
-    if (s->leader_id != s->cfg.node_id) { /* only the leader describes the quorum */
-        rs->error_code = RSIM_E_INVALID_REQUEST;
-        rs->topics.count = 0;
+    if (s->leader_id != s->cfg.node_id) { /* singletonErrorResponse: the partition's error, no leader named */
+        p->error_code = RSIM_E_NOT_LEADER_OR_FOLLOWER;
+        p->leader_id = -1;
+        p->leader_epoch = -1;
+        p->high_watermark = -1;
         return 0;
     }
     p->leader_id = s->leader_id;
