@@ -1,14 +1,20 @@
 /* test_quorum_real.c - the observer scenarios against Kafka 3.9's own KRaft leader
  * (../shared/realkafka bin/raft-leader), the same ones test_quorum_cli/_fetch/_faults run against
  * raftsim: `metadata dump --bootstrap-server` without a snapshot, with the leader's snapshot at
- * several points and after a resignation, a wrong cluster id, and `metadata quorum`.  Each runs
+ * several points and after a resignation, a wrong cluster id, `metadata quorum`, and the daemon's
+ * readiness (never before the leader's high watermark; 503 while the leader is paused).  Each runs
  * RK_ROUNDS times in a row and every dump must equal what the leader holds record for record
  * (bin/compare-dump).  Skips, saying why, without the kit or Java. */
 #include "test_quorum_real_util.h"
 #include "km_testsupport.h"
+#include "ops_util.h"
+#include "zkserver.h"
 
 #include <criterion/criterion.h>
+#include <ev.h>
 #include <inttypes.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,5 +127,140 @@ Test(quorum_real, metadata_quorum)
         free(out);
         free(err);
     }
+    case_stop(&c);
+}
+
+/* ---- the daemon (kmproxy run, metadata.source=quorum) against Kafka's leader ------------------- */
+
+typedef struct rk_daemon { ops_proc p; int port; char log[700]; } rk_daemon;
+
+static void daemon_start(rk_daemon *dm, const rk_case *c, const char *zk, int round)
+{
+    char sets[6][760], tag[32];
+    dm->port = ops_dead_port();
+    snprintf(tag, sizeof tag, "daemon%d", round);
+    snprintf(dm->log, sizeof dm->log, "%s/%s.log", c->tmp, tag);
+    snprintf(sets[0], sizeof sets[0], "metadata.source=quorum");
+    snprintf(sets[1], sizeof sets[1], "controller.quorum.bootstrap.servers=127.0.0.1:%d", c->l.port);
+    snprintf(sets[2], sizeof sets[2], "zookeeper.connect=%s/kafka%d", zk, round); /* a fresh chroot per run */
+    snprintf(sets[3], sizeof sets[3], "brokers.enabled=false");
+    snprintf(sets[4], sizeof sets[4], "metrics.listen=127.0.0.1:%d", dm->port);
+    snprintf(sets[5], sizeof sets[5], "log.file=%s", dm->log);
+    const char *args[16] = { "run" };
+    int n = 1;
+    for (int i = 0; i < 6; i++) {
+        args[n++] = "--set";
+        args[n++] = sets[i];
+    }
+    args[n] = NULL;
+    ops_spawn(&dm->p, c->tmp, tag, args);
+    cr_assert(ops_wait_for(&dm->p, dm->log, "metrics on http://", 1, 60), "daemon did not start: %s",
+              ops_slurp(dm->p.err));
+}
+
+/* Polls /readyz every 50 ms until `status`, with needle in the body; the body (malloc'd) or NULL. */
+static char *readyz_until(const rk_daemon *dm, int status, const char *needle, double timeout_s, double *took)
+{
+    double t0 = ev_time();
+    while (ev_time() - t0 < timeout_s) {
+        char *body = NULL;
+        int st = ops_curl(dm->port, "/readyz", &body);
+        if (st == status && (!needle || strstr(body, needle))) {
+            *took = ev_time() - t0;
+            return body;
+        }
+        free(body);
+        usleep(50000);
+    }
+    return NULL;
+}
+
+/* Issue 17 item 2 for the daemon: readiness uses the same "caught up"; with the leader's snapshot
+ * halfway, /readyz is never 200 before the image reached the leader's high watermark. */
+Test(quorum_real, daemon_ready_only_at_the_leaders_high_watermark)
+{
+    const char *a[] = { "--snapshot-at", "0.5", NULL };
+    rk_case c;
+    case_start(&c, "rk-daemon", a);
+    char err[256];
+    km_zks *zk = km_zks_start(1, NULL, 0, err, sizeof err);
+    cr_assert(zk, "ZooKeeper: %s", err);
+    char want[64];
+    snprintf(want, sizeof want, "\"image_offset\":%" PRId64 "}", c.l.hw - 1);
+    for (int round = 1; round <= RK_ROUNDS; round++) {
+        rk_daemon dm;
+        daemon_start(&dm, &c, km_zks_hosts(zk, -1), round);
+        double t0 = ev_time(), took;
+        char *body = NULL;
+        int st = 0;
+        while (st != 200 && ev_time() - t0 < 60) { /* every answer until the first 200 */
+            free(body);
+            st = ops_curl(dm.port, "/readyz", &body);
+            cr_assert(st != 200 || strstr(body, want), "round %d: ready before the leader's high watermark %" PRId64
+                      ": %s", round, c.l.hw, body);
+            if (st != 200)
+                usleep(20000);
+        }
+        cr_assert_eq(st, 200, "round %d: never ready: %s", round, body);
+        (void)took;
+        free(body);
+        cr_assert_eq(ops_stop(&dm.p, SIGTERM), 0, "round %d: the daemon did not stop cleanly", round);
+    }
+    km_zks_stop(zk);
+    case_stop(&c);
+}
+
+/* The java process behind the raft-leader script (its only child). */
+static pid_t leader_jvm(const rk_leader *l)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)l->pid, (int)l->pid);
+    FILE *f = fopen(path, "r");
+    int pid = 0;
+    cr_assert(f && fscanf(f, "%d", &pid) == 1, "no JVM under raft-leader %d", (int)l->pid);
+    fclose(f);
+    return pid;
+}
+
+/* Issue 18 item 2 against Kafka's leader: SIGSTOP it (a paused controller); /readyz must say 503
+ * "quorum unreachable" within MaxWaitMs + the request timeout (0.5 + 2 s, plus the poll), with the
+ * metric and one log line; SIGCONT brings it back to 200. */
+Test(quorum_real, daemon_leader_paused_then_resumed)
+{
+    rk_case c;
+    case_start(&c, "rk-pause", NULL);
+    char err[256];
+    km_zks *zk = km_zks_start(1, NULL, 0, err, sizeof err);
+    cr_assert(zk, "ZooKeeper: %s", err);
+    rk_daemon dm;
+    daemon_start(&dm, &c, km_zks_hosts(zk, -1), 0);
+    double took;
+    char *body = readyz_until(&dm, 200, NULL, 60, &took);
+    cr_assert(body, "never ready");
+    free(body);
+    pid_t jvm = leader_jvm(&c.l);
+    cr_assert_eq(kill(jvm, SIGSTOP), 0);
+    body = readyz_until(&dm, 503, "quorum unreachable", 0.5 + 2.0 + 3.0, &took);
+    /* while it is still stopped: the log line (written on the daemon's next 0.2 s poll) and the metric */
+    bool logged = body && ops_wait_for(&dm.p, dm.log, "quorum unreachable", 1, 5);
+    char *metrics = NULL;
+    ops_curl(dm.port, "/metrics", &metrics);
+    kill(jvm, SIGCONT); /* before any assertion: a failed test must not leave it stopped */
+    cr_assert(body, "/readyz not 503 'quorum unreachable' within the bound");
+    cr_log_info("raft-leader paused: /readyz 503 after %.1f s: %s", took, body);
+    free(body);
+    cr_assert(logged, "no log line for the pause");
+    cr_assert(metrics && strstr(metrics, "\nkmproxy_quorum_reachable 0\n"), "%s", metrics);
+    free(metrics);
+    body = readyz_until(&dm, 200, NULL, 30, &took);
+    cr_assert(body, "did not recover after SIGCONT");
+    cr_log_info("raft-leader resumed: /readyz 200 after %.1f s", took);
+    free(body);
+    cr_assert(ops_wait_for(&dm.p, dm.log, "quorum: usable again", 1, 10));
+    char *log = ops_slurp(dm.log);
+    cr_assert_eq(ops_count(log, "quorum unreachable"), 1, "one WARN line for the pause:\n%s", log);
+    free(log);
+    cr_assert_eq(ops_stop(&dm.p, SIGTERM), 0);
+    km_zks_stop(zk);
     case_stop(&c);
 }

@@ -133,7 +133,7 @@ void rk_leader_start(rk_leader *l, const char *tmp, const char *tag, const char 
     cr_assert(l->pid >= 0);
     if (l->pid == 0) {
         km_test_die_with_parent(parent);
-        setenv("RUN_SECONDS", "300", 1); /* the JVM outlives a killed script at most this long */
+        setenv("RUN_SECONDS", "180", 1); /* a JVM orphaned by a crashed test ends by itself after this */
         dup2(out[1], 1);
         close(out[0]);
         execv(tool, (char *const *)argv);

@@ -91,7 +91,7 @@ bool km_daemon_quorum_unready(const km_daemon *d, char *why, size_t cap)
     km_quorum_stats st;
     km_quorum_get_stats(d->quorum, &st);
     double since_start = ev_now(d->loop) - d->started_at;
-    const char *last = st.last_error[0] ? st.last_error : "no answer yet";
+    const char *last = st.last_error[0] ? st.last_error : "no failure yet: the request in flight is unanswered";
     if (st.failed)
         return false; /* on_fatal: the daemon's own "stopping" reason says why */
     if (st.unauthorized)
