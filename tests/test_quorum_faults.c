@@ -413,3 +413,59 @@ Test(quorum_faults, another_clusters_quorum_stops_the_observer)
     km_buf_free(&log);
     tq_rig_free(&r);
 }
+
+static bool epoch_two_caught_up(tq_rig *r) { return stats(r).leader_epoch == 2 && tq_caught_up(r); }
+static bool never(tq_rig *r) { (void)r; return false; }
+
+/* Issue 17 item 6: the leader resigned and won again (FENCED_LEADER_EPOCH naming itself at a newer
+ * epoch): the observer asks it again at once, as KafkaRaftClient does after maybeTransition - no
+ * failed exchange, no reconnect, no backoff. */
+Test(quorum_faults, fenced_by_the_same_leader_at_a_newer_epoch_refetches_at_once)
+{
+    tq_rig r;
+    tq_rig_init(&r, 1, NULL);
+    km_buf log;
+    km_buf_init(&log);
+    batches(&log, 0, 10, 1, "a");
+    append(r.sims[0], &log, 0);
+    tq_rig_start(&r);
+    cr_assert(tq_run_until(&r, tq_caught_up, 30));
+    uint64_t errors = stats(&r).fetch_errors;
+    tq_set_leader(&r, 1, 2);
+    cr_assert(tq_run_until(&r, epoch_two_caught_up, 30));
+    cr_assert_eq(stats(&r).fetch_errors, errors, "the fence was handled as a failure (reconnect with backoff)");
+    km_rsim_stats st;
+    km_rsim_get_stats(r.sims[0], &st);
+    cr_assert_geq(st.fenced_sent, 1);
+    km_buf_free(&log);
+    tq_rig_free(&r);
+}
+
+/* Issue 17 item 2 and the simulator's rule: a leader elected at a newer epoch answers with an unknown
+ * high watermark (-1) until it commits in its epoch.  The observer applies nothing and is not caught
+ * up meanwhile, even though it holds the whole log; once the leader knows it, it catches up. */
+Test(quorum_faults, unknown_high_watermark_after_an_election_is_never_caught_up)
+{
+    km_rsim_config c;
+    km_rsim_config_init(&c);
+    c.unknown_hw_after_election = true;
+    tq_rig r;
+    tq_rig_init(&r, 1, &c);
+    km_buf log;
+    km_buf_init(&log);
+    batches(&log, 0, 10, 1, "a");
+    append(r.sims[0], &log, 0);
+    tq_set_leader(&r, 1, 2); /* elected again: nothing of epoch 2 committed yet */
+    cr_assert_eq(km_rsim_high_watermark(r.sims[0]), -1);
+    tq_rig_start(&r);
+    tq_run_until(&r, never, 1.5);
+    km_quorum_stats st = stats(&r);
+    cr_assert(!st.caught_up && st.applied_offset == -1 && st.high_watermark == -1,
+              "caught up %d, applied %lld, hw %lld with the leader's high watermark unknown", st.caught_up,
+              (long long)st.applied_offset, (long long)st.high_watermark);
+    km_rsim_set_high_watermark(r.sims[0], -1); /* known now: at the log end */
+    cr_assert(tq_run_until(&r, tq_caught_up, 30));
+    cr_assert_eq(stats(&r).applied_offset, 10 * PER_BATCH - 1);
+    km_buf_free(&log);
+    tq_rig_free(&r);
+}

@@ -17,8 +17,11 @@
  *    endOffsetForEpoch(lastFetchedEpoch) decides: another epoch, or an end offset below
  *    the fetch offset, is DivergingEpoch = that (end offset, epoch); else the records from
  *    fetchOffset (uncommitted too: Isolation.UNCOMMITTED) and the high watermark;
- *  - a fetch with nothing to return waits up to MaxWaitMs (the fetch purgatory) and is
- *    completed early when the log end or the high watermark moves;
+ *  - tryCompleteFetchRequest: a fetch at offset 0 gets the latest snapshot's id when there is one
+ *    (not the bootstrap snapshot 0-0), whatever the log holds;
+ *  - a fetch with nothing to return waits up to MaxWaitMs (the fetch purgatory), completed early
+ *    only when the log grows; at MaxWaitMs it gets the answer built on its arrival (handleFetchRequest),
+ *    so a high watermark moved meanwhile shows in the next fetch;
  *  - handleFetchSnapshotRequest: SNAPSHOT_NOT_FOUND for an unknown id,
  *    POSITION_OUT_OF_RANGE unless 0 <= position < size, else at most min(MaxBytes, chunk
  *    limit) bytes from position, with Size and Position;
@@ -81,6 +84,10 @@ typedef struct km_rsim_config {
      * lifetime; a connection whose session expired is closed on its next request (counted in
      * sasl_expired and rejected) unless it re-authenticated (KIP-368, see km_sasl.h).  0: never. */
     int64_t sasl_session_lifetime_ms;
+    /* After km_rsim_set_leader makes this node the leader of a newer epoch, its high watermark is
+     * unknown (-1 in answers) until the next append or km_rsim_set_high_watermark, as a Kafka leader's
+     * is until it commits in its own epoch.  Off: it stays at the log end (older tests). */
+    bool unknown_hw_after_election;
 } km_rsim_config;
 
 void km_rsim_config_init(km_rsim_config *cfg);

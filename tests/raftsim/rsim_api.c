@@ -269,7 +269,8 @@ static int fetch_error(km_rsim *s, const rsim_fetch *fr, int16_t code, km_buf *o
     return km_frame_response(KM_API_FETCH, fr->version, fr->correlation_id, &rs, out, err) < 0 ? -1 : 1;
 }
 
-/* handleFetchRequest's argument checks, then tryCompleteFetchRequest.  1: answered; 0: park. */
+/* handleFetchRequest's argument checks, then tryCompleteFetchRequest.  1: answered; 0: park (out
+ * then holds the answer built now, which a timeout sends). */
 int rsim_fetch_answer(km_rsim *s, const rsim_fetch *fr, bool may_park, km_buf *out, km_arena *a, km_err *err)
 {
     if (fr->max_wait_ms < 0 || fr->fetch_offset < 0 || fr->last_fetched_epoch < 0 ||
@@ -283,7 +284,14 @@ int rsim_fetch_answer(km_rsim *s, const rsim_fetch *fr, bool may_park, km_buf *o
     if (!p)
         return -1;
     rsim_oe oe;
+    bool park = false;
     rsim_valid v = rsim_validate(s, fr->fetch_offset, fr->last_fetched_epoch, &oe);
+    const rsim_snapshot *latest = rsim_latest_snapshot(s);
+    if (fr->fetch_offset == 0 && latest && !(latest->end == 0 && latest->epoch == 0)) {
+        /* tryCompleteFetchRequest: an empty follower gets the latest non-bootstrap snapshot */
+        oe = (rsim_oe){ latest->end, latest->epoch };
+        v = RSIM_SNAPSHOT;
+    }
     if (v == RSIM_SNAPSHOT) {
         p->snapshot_id.end_offset = oe.offset;
         p->snapshot_id.epoch = oe.epoch;
@@ -298,8 +306,7 @@ int rsim_fetch_answer(km_rsim *s, const rsim_fetch *fr, bool may_park, km_buf *o
         rsim_read(s, fr->fetch_offset, &recs, &len);
         rsim_note_observer(s, fr->replica_id, fr->fetch_offset);
         s->st.last_fetch_offset = fr->fetch_offset;
-        if (len == 0 && may_park && fr->max_wait_ms > 0)
-            return 0; /* the fetch purgatory: wait for data or MaxWaitMs */
+        park = len == 0 && may_park && fr->max_wait_ms > 0; /* the fetch purgatory: data or MaxWaitMs */
         if (len && s->corrupt_records) { /* one flipped byte in the first batch's records: its CRC fails */
             uint8_t *bad = km_arena_alloc(a, len);
             if (!bad)
@@ -311,5 +318,7 @@ int rsim_fetch_answer(km_rsim *s, const rsim_fetch *fr, bool may_park, km_buf *o
         if (len)
             p->records = (km_bytes){ recs, (int32_t)len };
     }
-    return km_frame_response(KM_API_FETCH, fr->version, fr->correlation_id, &rs, out, err) < 0 ? -1 : 1;
+    if (km_frame_response(KM_API_FETCH, fr->version, fr->correlation_id, &rs, out, err) < 0)
+        return -1;
+    return park ? 0 : 1; /* parked: out is the answer as built now, for a timeout */
 }

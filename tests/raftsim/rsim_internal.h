@@ -41,6 +41,7 @@ struct km_rsim {
     size_t n_batches, cap_batches, first; /* batches[first] is the first one at or above log_start */
     int64_t log_start, log_end;
     int64_t fixed_hw;            /* -1: the high watermark follows the log end */
+    bool hw_unknown;             /* elected, nothing committed in its epoch yet: answers carry -1 */
     rsim_snapshot *snaps;
     size_t n_snaps;
     rsim_observer observers[16];
