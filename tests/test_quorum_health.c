@@ -244,3 +244,29 @@ Test(quorum_health, corrupt_batch_backs_off_with_one_line_and_a_true_reason, .ti
     ready_at_the_log_end(&r);
     hrig_stop(&r);
 }
+
+/* Issue 17 item 4 in the daemon: the controller refuses CLUSTER_ACTION.  Not fatal (granting the ACL
+ * must be enough), but /readyz says it plainly, and it recovers once granted. */
+Test(quorum_health, not_authorized_says_so_then_recovers_when_granted, .timeout = 120)
+{
+    hrig r = {0};
+    hrig_start(&r);
+    ready_at_the_log_end(&r);
+    km_rsim_set_denied(r.sim, true, false);
+    km_buf more;
+    km_buf_init(&more);
+    tq_config_batch(&more, r.end, km_rsim_last_epoch(r.sim), 3, "after");
+    km_err e;
+    cr_assert_eq(km_rsim_append(r.sim, more.data, more.len, &e), 0, "%s", e.msg);
+    km_buf_free(&more);
+    r.end += 3;
+    get g;
+    double t = readyz_until(&r, " 503 ", "ALLOW CLUSTER_ACTION", BOUND_S + 2, &g);
+    cr_assert_geq(t, 0, "no 503 naming the ACL: %s", g.body);
+    cr_assert(strstr(g.body, "quorum: not authorized"), "%s", g.body);
+    km_rsim_set_denied(r.sim, false, false);
+    t = readyz_until(&r, " 200 ", NULL, 30, &g);
+    cr_assert_geq(t, 0, "did not recover once granted: %s", g.body);
+    ready_at_the_log_end(&r);
+    hrig_stop(&r);
+}
