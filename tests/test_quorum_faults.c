@@ -4,10 +4,14 @@
 #include "test_quorum_util.h"
 #include "km_testsupport.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define PER_BATCH 5
 
@@ -466,6 +470,33 @@ Test(quorum_faults, unknown_high_watermark_after_an_election_is_never_caught_up)
     km_rsim_set_high_watermark(r.sims[0], -1); /* known now: at the log end */
     cr_assert(tq_run_until(&r, tq_caught_up, 30));
     cr_assert_eq(stats(&r).applied_offset, 10 * PER_BATCH - 1);
+    km_buf_free(&log);
+    tq_rig_free(&r);
+}
+
+/* Issue 17 item 6: with controller.quorum.bootstrap.servers set, the voters' endpoints are not used
+ * to find the leader (KIP-853: the bootstrap servers replace them); here the only voter entry points
+ * at a port where nothing listens, and no exchange may fail on it. */
+Test(quorum_faults, bootstrap_servers_replace_the_voters_for_discovery)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof a;
+    cr_assert(fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) && !getsockname(fd, (struct sockaddr *)&a, &len));
+    close(fd); /* nothing listens there now */
+    char voters[64];
+    snprintf(voters, sizeof voters, "1@127.0.0.1:%u", ntohs(a.sin_port));
+    tq_rig r;
+    tq_rig_init(&r, 1, NULL);
+    km_buf log;
+    km_buf_init(&log);
+    batches(&log, 0, 4, 1, "a");
+    append(r.sims[0], &log, 0);
+    r.cfg.voters = voters;
+    r.cfg.bootstrap_servers = r.servers;
+    tq_rig_start(&r);
+    cr_assert(tq_run_until(&r, tq_caught_up, 30));
+    cr_assert_eq(stats(&r).fetch_errors, 0, "a voter's endpoint was dialled for discovery");
     km_buf_free(&log);
     tq_rig_free(&r);
 }
