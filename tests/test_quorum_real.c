@@ -2,16 +2,20 @@
  * (../shared/realkafka bin/raft-leader), the same ones test_quorum_cli/_fetch/_faults run against
  * raftsim: `metadata dump --bootstrap-server` without a snapshot, with the leader's snapshot at
  * several points and after a resignation, a wrong cluster id, `metadata quorum`, and the daemon's
- * readiness (never before the leader's high watermark; 503 while the leader is paused).  Each runs
+ * readiness (never before the leader's high watermark; 503 while the leader is paused); and the dumps
+ * against raftsim serving the same log and snapshot Kafka's writers made.  Each runs
  * RK_ROUNDS times in a row and every dump must equal what the leader holds record for record
  * (bin/compare-dump).  Skips, saying why, without the kit or Java. */
 #include "test_quorum_real_util.h"
+#include "test_quorum_util.h"
 #include "km_testsupport.h"
 #include "ops_util.h"
 #include "zkserver.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <ev.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <unistd.h>
@@ -263,4 +267,102 @@ Test(quorum_real, daemon_leader_paused_then_resumed)
     cr_assert_eq(ops_stop(&dm.p, SIGTERM), 0);
     km_zks_stop(zk);
     case_stop(&c);
+}
+
+/* ---- the same dump scenarios against raftsim, on the same log Kafka's writers made --------------- */
+
+typedef struct sim_thread { struct ev_loop *loop; km_rsim *sim; ev_async stop; pthread_t thread; int port; } sim_thread;
+
+static void sim_on_stop(struct ev_loop *loop, ev_async *w, int revents)
+{
+    (void)w;
+    (void)revents;
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static void *sim_run(void *arg)
+{
+    ev_run(((sim_thread *)arg)->loop, 0);
+    return NULL;
+}
+
+/* raftsim serving the seed log, and with snapshot (not NULL) that checkpoint too (its id is in its name). */
+static void sim_start(sim_thread *t, const char *snapshot)
+{
+    memset(t, 0, sizeof *t);
+    t->loop = ev_loop_new(EVFLAG_AUTO);
+    km_rsim *sims[1];
+    tq_make_sims(t->loop, 1, NULL, sims, NULL, 0);
+    t->sim = sims[0];
+    km_err err;
+    cr_assert_eq(km_rsim_append_path(t->sim, rk_seed_log(), &err), 0, "%s", err.msg);
+    if (snapshot)
+        cr_assert_eq(km_rsim_add_snapshot_file(t->sim, snapshot, false, &err), 0, "%s", err.msg);
+    km_rsim_set_leader(t->sim, 1, km_rsim_last_epoch(t->sim));
+    t->port = km_rsim_port(t->sim);
+    ev_async_init(&t->stop, sim_on_stop);
+    ev_async_start(t->loop, &t->stop);
+    cr_assert_eq(pthread_create(&t->thread, NULL, sim_run, t), 0);
+}
+
+static void sim_stop(sim_thread *t)
+{
+    ev_async_send(t->loop, &t->stop);
+    pthread_join(t->thread, NULL);
+    km_rsim_stats st;
+    km_rsim_get_stats(t->sim, &st);
+    km_rsim_free(t->sim);
+    ev_loop_destroy(t->loop);
+    cr_assert_eq(st.rejected, 0, "raftsim rejected a request: %s", st.last_rejection);
+}
+
+/* RK_ROUNDS dumps over the network from raftsim, each equal to kmproxy's offline dump of `file`. */
+static void sim_dumps_equal(const sim_thread *t, const char *file)
+{
+    const char *offline[] = { "metadata", "dump", file, NULL };
+    char *want = NULL, *err = NULL;
+    cr_assert_eq(rk_kmproxy(offline, &want, &err), 0, "metadata dump %s: %s", file, err);
+    free(err);
+    char server[64];
+    snprintf(server, sizeof server, "127.0.0.1:%d", t->port);
+    const char *net[] = { "metadata", "dump", "--bootstrap-server", server, "--timeout", "30", NULL };
+    for (int round = 1; round <= RK_ROUNDS; round++) {
+        char *out = NULL;
+        int rc = rk_kmproxy(net, &out, &err);
+        cr_assert(rc == 0 && !strcmp(out, want), "round %d: rc %d, %zu bytes where the file's dump has %zu: %s",
+                  round, rc, strlen(out), strlen(want), err);
+        free(out);
+        free(err);
+    }
+    free(want);
+}
+
+Test(quorum_real, raftsim_dump_without_snapshot)
+{
+    rk_kit_or_skip();
+    sim_thread t;
+    sim_start(&t, NULL);
+    sim_dumps_equal(&t, rk_seed_log());
+    sim_stop(&t);
+}
+
+/* raftsim holds gen-coverage's snapshot at the log's end: a fetch at offset 0 gets its id (Kafka's
+ * rule), so the dump is the snapshot's records. */
+Test(quorum_real, raftsim_dump_with_snapshot)
+{
+    rk_kit_or_skip();
+    char dir[4000], snap[4400] = "";
+    snprintf(dir, sizeof dir, "%s", rk_seed_log());
+    *strrchr(dir, '/') = 0;
+    DIR *d = opendir(dir);
+    cr_assert(d);
+    for (struct dirent *e; (e = readdir(d));)
+        if (strstr(e->d_name, ".checkpoint"))
+            snprintf(snap, sizeof snap, "%s/%.300s", dir, e->d_name);
+    closedir(d);
+    cr_assert(snap[0], "gen-coverage wrote no snapshot in %s", dir);
+    sim_thread t;
+    sim_start(&t, snap);
+    sim_dumps_equal(&t, snap);
+    sim_stop(&t);
 }
