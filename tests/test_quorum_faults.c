@@ -500,3 +500,35 @@ Test(quorum_faults, bootstrap_servers_replace_the_voters_for_discovery)
     km_buf_free(&log);
     tq_rig_free(&r);
 }
+
+/* Issue 17 item 6: POSITION_OUT_OF_RANGE in the middle of a snapshot download.  Asking the same
+ * position again would be refused again; the observer starts the download over (a Fetch names the
+ * snapshot anew, position 0), as it does on SNAPSHOT_NOT_FOUND, and loads it. */
+Test(quorum_faults, position_out_of_range_starts_the_snapshot_over)
+{
+    km_rsim_config c;
+    km_rsim_config_init(&c);
+    c.snapshot_chunk_bytes = 256;
+    tq_rig r;
+    tq_rig_init(&r, 1, &c);
+    km_buf log;
+    km_buf_init(&log);
+    batches(&log, 0, 20, 1, "snap");
+    size_t snap_len;
+    uint8_t *snap = tq_snapshot_of(log.data, log.len, &snap_len);
+    km_err err;
+    cr_assert_eq(km_rsim_add_snapshot(r.sims[0], snap, snap_len, 100, 1, true, &err), 0, "%s", err.msg);
+    size_t at = log.len;
+    batches(&log, 20, 23, 1, "tail");
+    append(r.sims[0], &log, at);
+    km_rsim_fail_snapshot_positions(r.sims[0], 3);
+    tq_rig_start(&r);
+    cr_assert(tq_run_until(&r, loaded_and_caught_up, 30), "fatal: %s", r.fatal ? r.fatal_why.msg : "no");
+    km_rsim_stats st;
+    km_rsim_get_stats(r.sims[0], &st);
+    cr_assert_eq(st.refused_position_asked_again, 0, "a refused position was asked for again");
+    cr_assert_eq(stats(&r).snapshot_loads, 1);
+    free(snap);
+    km_buf_free(&log);
+    tq_rig_free(&r);
+}

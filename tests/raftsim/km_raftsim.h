@@ -137,6 +137,9 @@ void km_rsim_set_silent(km_rsim *s, bool silent);
 void km_rsim_drop_connections(km_rsim *s);
 /* The next n FetchSnapshot answers carry one flipped byte in their chunk. */
 void km_rsim_corrupt_snapshot_chunks(km_rsim *s, int n);
+/* The next n FetchSnapshot requests at a position > 0 are refused POSITION_OUT_OF_RANGE (a leader whose
+ * snapshot of that id is not the one being downloaded). */
+void km_rsim_fail_snapshot_positions(km_rsim *s, int n);
 /* Fetch answers with records carry one flipped byte in their first batch (its CRC fails) while on. */
 void km_rsim_set_corrupt_records(km_rsim *s, bool on);
 /* The authorizer's refusals: no CLUSTER_ACTION (Fetch, FetchSnapshot) / no DESCRIBE (DescribeQuorum). */
@@ -149,6 +152,7 @@ typedef struct km_rsim_stats {
     uint64_t snapshot_ids_sent, diverging_sent, not_leader_sent, fenced_sent, unknown_epoch_sent;
     uint64_t rejected;           /* requests that closed the connection, or invalid ApiVersions */
     uint64_t denied;             /* requests refused CLUSTER_AUTHORIZATION_FAILED */
+    uint64_t refused_position_asked_again; /* FetchSnapshot at the very position refused just before */
     uint64_t sasl_ok, sasl_failed, unauthenticated; /* logins; other requests before one (also rejected) */
     uint64_t sasl_reauth;        /* logins that renewed a session (also in sasl_ok) */
     uint64_t sasl_expired;       /* requests after a session expired (the connection closed; also rejected) */

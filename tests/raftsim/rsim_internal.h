@@ -49,6 +49,8 @@ struct km_rsim {
     bool silent;
     int corrupt_chunks;
     bool corrupt_records;
+    int fail_positions;          /* FetchSnapshot answers at a position > 0 still to refuse POSITION_OUT_OF_RANGE */
+    int64_t refused_position;    /* the position the last FetchSnapshot answer refused, or -1 */
     bool deny_cluster_action, deny_describe;
     char *sasl_users;            /* the config's "user:password,...", copied and cut into: */
     const char *user_names[16], *user_passwords[16];

@@ -309,6 +309,7 @@ km_rsim *km_rsim_new(struct ev_loop *loop, const km_rsim_config *cfg, km_err *er
     s->cfg.sasl_users = NULL;
     s->leader_id = -1;
     s->fixed_hw = -1;
+    s->refused_position = -1;
     s->listener = km_net_listen(loop, cfg->host ? cfg->host : "127.0.0.1", cfg->port, on_accept, s, err);
     if (!s->listener) {
         free(s->sasl_users);
@@ -382,6 +383,7 @@ void km_rsim_set_high_watermark(km_rsim *s, int64_t hw)
 }
 
 void km_rsim_set_corrupt_records(km_rsim *s, bool on) { s->corrupt_records = on; }
+void km_rsim_fail_snapshot_positions(km_rsim *s, int n) { s->fail_positions = n; }
 
 void km_rsim_set_denied(km_rsim *s, bool cluster_action, bool describe)
 {

@@ -119,8 +119,12 @@ int rsim_serve_fetch_snapshot(km_rsim *s, const rsim_req *rq, km_buf *out, km_ar
     const rsim_snapshot *sn = NULL;
     if (code == RSIM_E_NONE && !(sn = rsim_find_snapshot(s, ps->snapshot_id.end_offset, ps->snapshot_id.epoch)))
         code = RSIM_E_SNAPSHOT_NOT_FOUND;
-    if (code == RSIM_E_NONE && (ps->position < 0 || ps->position >= (int64_t)sn->len))
+    if (code == RSIM_E_NONE && (ps->position < 0 || ps->position >= (int64_t)sn->len ||
+                                (ps->position > 0 && s->fail_positions > 0 && s->fail_positions--)))
         code = RSIM_E_POSITION_OUT_OF_RANGE;
+    if (s->refused_position >= 0 && ps->position == s->refused_position)
+        s->st.refused_position_asked_again++;
+    s->refused_position = code == RSIM_E_POSITION_OUT_OF_RANGE ? ps->position : -1;
     if (code == RSIM_E_NONE && snap_chunk(s, sn, ps->position, q.max_bytes, &c, a, err) < 0)
         return -1;
     c.p->error_code = code;
