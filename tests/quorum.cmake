@@ -24,3 +24,12 @@ km_add_test(test_quorum_run SOURCES ${KM_QUORUM_TESTS}/test_quorum_run.c ${KM_QU
 target_link_libraries(test_quorum_run PRIVATE km_raftsim km_quorum)
 km_add_test(test_quorum_memlog SOURCES ${KM_QUORUM_TESTS}/test_quorum_memlog.c ${KM_QUORUM_TESTS}/test_quorum_util.c)
 target_link_libraries(test_quorum_memlog PRIVATE km_raftsim km_quorum)
+# The same observer scenarios against Kafka's own leader (../shared/realkafka bin/raft-leader); skips without it.
+km_add_test(test_quorum_real SOURCES ${KM_QUORUM_TESTS}/test_quorum_real.c ${KM_QUORUM_TESTS}/test_quorum_real_util.c
+            ${KM_QUORUM_TESTS}/ops/ops_util.c ${KM_QUORUM_TESTS}/test_quorum_util.c TIMEOUT 400)
+target_include_directories(test_quorum_real PRIVATE ${KM_QUORUM_TESTS}/ops)
+target_link_libraries(test_quorum_real PRIVATE km_raftsim km_quorum)
+# /readyz, metrics and log of a quorum-mode daemon while the quorum fails (issue 18 items 2, 5).
+km_add_test(test_quorum_health SOURCES ${KM_QUORUM_TESTS}/test_quorum_health.c ${KM_QUORUM_TESTS}/test_quorum_util.c
+            TIMEOUT 300)
+target_link_libraries(test_quorum_health PRIVATE km_raftsim km_quorum)

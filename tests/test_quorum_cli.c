@@ -95,6 +95,65 @@ Test(quorum_cli, metadata_quorum_prints_the_leaders_status)
     km_buf_free(&log);
 }
 
+/* Issue 17 item 5: only a non-leader is named.  Kafka 3.9's non-leader answers DescribeQuorum with
+ * NOT_LEADER_OR_FOLLOWER naming no leader; the CLI learns the leader from a Fetch (FENCED_LEADER_EPOCH
+ * with CurrentLeader and the v17 endpoint) and asks it. */
+Test(quorum_cli, metadata_quorum_finds_the_leader_through_a_non_leader)
+{
+    sim_thread t;
+    sim_init(&t, 3);
+    km_buf log;
+    km_buf_init(&log);
+    tq_config_batch(&log, 0, 5, 5, "q");
+    km_err err;
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(km_rsim_append(t.sims[i], log.data, log.len, &err), 0, "%s", err.msg);
+        km_rsim_set_leader(t.sims[i], 2, 5);
+    }
+    char only[64];
+    snprintf(only, sizeof only, "127.0.0.1:%u", km_rsim_port(t.sims[2]));
+    sim_start(&t);
+    char *out = NULL, *errs = NULL;
+    int rc = run_kmproxy(&out, &errs, "quorum", "--bootstrap-server", only, NULL);
+    sim_stop(&t);
+    cr_assert_eq(rc, 0, "%s", errs);
+    cr_assert(strstr(out, "LeaderId:               2\n"), "%s", out);
+    cr_assert(strstr(out, "CurrentVoters:          [1,2,3]\n"), "%s", out);
+    free(out);
+    free(errs);
+    km_buf_free(&log);
+}
+
+/* Issue 17 item 4: a controller whose authorizer refuses says CLUSTER_AUTHORIZATION_FAILED; the CLI
+ * names the missing ACL and stops at once (Kafka's raft client treats it as fatal), for
+ * DescribeQuorum (DESCRIBE) and for the dump's Fetch (CLUSTER_ACTION). */
+Test(quorum_cli, not_authorized_says_which_acl_and_stops)
+{
+    sim_thread t;
+    sim_init(&t, 1);
+    km_buf log;
+    km_buf_init(&log);
+    tq_config_batch(&log, 0, 1, 5, "q");
+    km_err err;
+    cr_assert_eq(km_rsim_append(t.sims[0], log.data, log.len, &err), 0, "%s", err.msg);
+    km_rsim_set_leader(t.sims[0], 1, 1);
+    km_rsim_set_denied(t.sims[0], true, true);
+    sim_start(&t);
+    char *out = NULL, *errs = NULL;
+    int rc = run_kmproxy(&out, &errs, "quorum", "--bootstrap-server", t.servers, NULL);
+    cr_assert(rc == 1 && strstr(errs, "CLUSTER_AUTHORIZATION_FAILED") && strstr(errs, "ALLOW DESCRIBE") &&
+              !strstr(errs, "not the leader"), "rc %d: %s", rc, errs);
+    free(out);
+    free(errs);
+    rc = run_kmproxy(&out, &errs, "dump", "--bootstrap-server", t.servers, "--timeout=60");
+    sim_stop(&t);
+    cr_assert(rc == 1 && strstr(errs, "CLUSTER_AUTHORIZATION_FAILED") && strstr(errs, "ALLOW CLUSTER_ACTION") &&
+              !*out, "rc %d: %s", rc, errs);
+    free(out);
+    free(errs);
+    km_buf_free(&log);
+}
+
 Test(quorum_cli, metadata_dump_over_the_network_prints_the_committed_log_only)
 {
     char *dir = km_test_tmpdir("tqcli");

@@ -4,10 +4,14 @@
 #include "test_quorum_util.h"
 #include "km_testsupport.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define PER_BATCH 5
 
@@ -410,6 +414,121 @@ Test(quorum_faults, another_clusters_quorum_stops_the_observer)
     tq_rig_start(&r);
     cr_assert(tq_run_until(&r, tq_caught_up, 30));
     cr_assert_str_eq(km_image_cluster_id(r.img), "kmproxy-raftsim-cluster");
+    km_buf_free(&log);
+    tq_rig_free(&r);
+}
+
+static bool epoch_two_caught_up(tq_rig *r) { return stats(r).leader_epoch == 2 && tq_caught_up(r); }
+static bool never(tq_rig *r) { (void)r; return false; }
+
+/* Issue 17 item 6: the leader resigned and won again (FENCED_LEADER_EPOCH naming itself at a newer
+ * epoch): the observer asks it again at once, as KafkaRaftClient does after maybeTransition - no
+ * failed exchange, no reconnect, no backoff. */
+Test(quorum_faults, fenced_by_the_same_leader_at_a_newer_epoch_refetches_at_once)
+{
+    tq_rig r;
+    tq_rig_init(&r, 1, NULL);
+    km_buf log;
+    km_buf_init(&log);
+    batches(&log, 0, 10, 1, "a");
+    append(r.sims[0], &log, 0);
+    tq_rig_start(&r);
+    cr_assert(tq_run_until(&r, tq_caught_up, 30));
+    uint64_t errors = stats(&r).fetch_errors;
+    tq_set_leader(&r, 1, 2);
+    cr_assert(tq_run_until(&r, epoch_two_caught_up, 30));
+    cr_assert_eq(stats(&r).fetch_errors, errors, "the fence was handled as a failure (reconnect with backoff)");
+    km_rsim_stats st;
+    km_rsim_get_stats(r.sims[0], &st);
+    cr_assert_geq(st.fenced_sent, 1);
+    km_buf_free(&log);
+    tq_rig_free(&r);
+}
+
+/* Issue 17 item 2 and the simulator's rule: a leader elected at a newer epoch answers with an unknown
+ * high watermark (-1) until it commits in its epoch.  The observer applies nothing and is not caught
+ * up meanwhile, even though it holds the whole log; once the leader knows it, it catches up. */
+Test(quorum_faults, unknown_high_watermark_after_an_election_is_never_caught_up)
+{
+    km_rsim_config c;
+    km_rsim_config_init(&c);
+    c.unknown_hw_after_election = true;
+    tq_rig r;
+    tq_rig_init(&r, 1, &c);
+    km_buf log;
+    km_buf_init(&log);
+    batches(&log, 0, 10, 1, "a");
+    append(r.sims[0], &log, 0);
+    tq_set_leader(&r, 1, 2); /* elected again: nothing of epoch 2 committed yet */
+    cr_assert_eq(km_rsim_high_watermark(r.sims[0]), -1);
+    tq_rig_start(&r);
+    tq_run_until(&r, never, 1.5);
+    km_quorum_stats st = stats(&r);
+    cr_assert(!st.caught_up && st.applied_offset == -1 && st.high_watermark == -1,
+              "caught up %d, applied %lld, hw %lld with the leader's high watermark unknown", st.caught_up,
+              (long long)st.applied_offset, (long long)st.high_watermark);
+    km_rsim_set_high_watermark(r.sims[0], -1); /* known now: at the log end */
+    cr_assert(tq_run_until(&r, tq_caught_up, 30));
+    cr_assert_eq(stats(&r).applied_offset, 10 * PER_BATCH - 1);
+    km_buf_free(&log);
+    tq_rig_free(&r);
+}
+
+/* Issue 17 item 6: with controller.quorum.bootstrap.servers set, the voters' endpoints are not used
+ * to find the leader (KIP-853: the bootstrap servers replace them); here the only voter entry points
+ * at a port where nothing listens, and no exchange may fail on it. */
+Test(quorum_faults, bootstrap_servers_replace_the_voters_for_discovery)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof a;
+    cr_assert(fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) && !getsockname(fd, (struct sockaddr *)&a, &len));
+    close(fd); /* nothing listens there now */
+    char voters[64];
+    snprintf(voters, sizeof voters, "1@127.0.0.1:%u", ntohs(a.sin_port));
+    tq_rig r;
+    tq_rig_init(&r, 1, NULL);
+    km_buf log;
+    km_buf_init(&log);
+    batches(&log, 0, 4, 1, "a");
+    append(r.sims[0], &log, 0);
+    r.cfg.voters = voters;
+    r.cfg.bootstrap_servers = r.servers;
+    tq_rig_start(&r);
+    cr_assert(tq_run_until(&r, tq_caught_up, 30));
+    cr_assert_eq(stats(&r).fetch_errors, 0, "a voter's endpoint was dialled for discovery");
+    km_buf_free(&log);
+    tq_rig_free(&r);
+}
+
+/* Issue 17 item 6: POSITION_OUT_OF_RANGE in the middle of a snapshot download.  Asking the same
+ * position again would be refused again; the observer starts the download over (a Fetch names the
+ * snapshot anew, position 0), as it does on SNAPSHOT_NOT_FOUND, and loads it. */
+Test(quorum_faults, position_out_of_range_starts_the_snapshot_over)
+{
+    km_rsim_config c;
+    km_rsim_config_init(&c);
+    c.snapshot_chunk_bytes = 256;
+    tq_rig r;
+    tq_rig_init(&r, 1, &c);
+    km_buf log;
+    km_buf_init(&log);
+    batches(&log, 0, 20, 1, "snap");
+    size_t snap_len;
+    uint8_t *snap = tq_snapshot_of(log.data, log.len, &snap_len);
+    km_err err;
+    cr_assert_eq(km_rsim_add_snapshot(r.sims[0], snap, snap_len, 100, 1, true, &err), 0, "%s", err.msg);
+    size_t at = log.len;
+    batches(&log, 20, 23, 1, "tail");
+    append(r.sims[0], &log, at);
+    km_rsim_fail_snapshot_positions(r.sims[0], 3);
+    tq_rig_start(&r);
+    cr_assert(tq_run_until(&r, loaded_and_caught_up, 30), "fatal: %s", r.fatal ? r.fatal_why.msg : "no");
+    km_rsim_stats st;
+    km_rsim_get_stats(r.sims[0], &st);
+    cr_assert_eq(st.refused_position_asked_again, 0, "a refused position was asked for again");
+    cr_assert_eq(stats(&r).snapshot_loads, 1);
+    free(snap);
     km_buf_free(&log);
     tq_rig_free(&r);
 }

@@ -268,7 +268,11 @@ static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 {
     (void)revents;
     dump_ctx *d = w->data;
-    km_fail(&d->err, "did not reach the quorum's high watermark in time");
+    km_quorum_stats st;
+    km_quorum_get_stats(d->q, &st);
+    km_fail(&d->err, "did not reach the quorum's high watermark in time (applied up to %lld of high watermark %lld%s%s)",
+            (long long)st.applied_offset, (long long)st.high_watermark, st.last_error[0] ? "; last failure: " : "",
+            st.last_error);
     d->rc = 1;
     ev_break(loop, EVBREAK_ALL);
 }
@@ -296,6 +300,7 @@ int km_cli_metadata_dump_quorum(int argc, char **argv)
     cfg.sasl = sec.login;
     cfg.snapshot_hold_whole = true; /* print no record of a snapshot refused later */
     cfg.quiet = true;
+    cfg.unauthorized_fatal = true; /* as Kafka's raft client: an ACL is missing, retrying cannot help */
     km_quorum_handlers h = { .on_record = on_record, .on_fatal = on_fatal };
     d.q = km_quorum_new(d.loop, &cfg, img, &h, &d, &d.err);
     if (d.q) {

@@ -189,6 +189,13 @@ static int controller_identity(km_daemon *d, int32_t *id, int32_t *epoch, km_err
 {
     *id = d->cfg.kraft_controller_id >= 0 ? d->cfg.kraft_controller_id : km_image_raft_leader(d->img);
     *epoch = km_image_raft_leader_epoch(d->img) >= 0 ? km_image_raft_leader_epoch(d->img) : km_image_epoch(d->img);
+    km_quorum_stats qs;
+    if (*id < 0 && d->quorum) { /* a snapshot drops the LeaderChange records: the raft client's leader, as
+                                 * KRaftMigrationDriver.onControllerChange takes it */
+        km_quorum_get_stats(d->quorum, &qs);
+        *id = qs.leader_id;
+        *epoch = qs.leader_id >= 0 ? qs.leader_epoch : *epoch;
+    }
     if (*id < 0)
         return km_fail(err, "the log names no KRaft leader yet: set kraft.controller.id");
     if (*epoch < 0)

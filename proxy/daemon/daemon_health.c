@@ -133,6 +133,9 @@ static int readiness(km_daemon *d, km_buf *out, bool with_brokers)
         add_reason(reasons, "stopping: %s", d->fatal);
     if (d->stopping)
         add_reason(reasons, "shutting down");
+    char quorum_why[700]; /* active or standby: an instance that cannot follow the quorum does not do its job */
+    if (d->quorum && km_daemon_quorum_unready(d, quorum_why, sizeof quorum_why))
+        add_reason(reasons, "%s", quorum_why);
     if (km_daemon_is_active(d)) {
         zk_reasons(d, km_daemon_zkb(d), reasons, body);
         if (with_brokers)

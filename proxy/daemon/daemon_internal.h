@@ -20,6 +20,7 @@ struct km_daemon {
     km_image_follow *follow;     /* metadata.source=dir */
     km_quorum *quorum;           /* metadata.source=quorum */
     km_tls_ctx *quorum_tls;      /* its SSL controller listener's client context, or NULL */
+    bool quorum_unusable;        /* the quorum's /readyz reason was logged (once each way) */
     km_delta *delta;             /* reused for each batch */
     ev_io follow_io;             /* inotify fd of the follower (fd -1: none) */
     ev_timer follow_poll;
@@ -128,6 +129,8 @@ bool km_daemon_quorum_mode(const km_daemon *d);
 int km_daemon_open_quorum(km_daemon *d, km_err *err);
 void km_daemon_quorum_step(km_daemon *d);
 void km_daemon_quorum_metrics(const km_daemon *d, km_buf *out);
+/* Why this instance cannot follow the quorum now (its /readyz reason), or false. */
+bool km_daemon_quorum_unready(const km_daemon *d, char *why, size_t cap);
 
 /* daemon_metrics.c */
 int km_daemon_start_metrics(km_daemon *d, km_err *err);

@@ -73,6 +73,59 @@ int km_daemon_open_quorum(km_daemon *d, km_err *err)
     return d->quorum ? 0 : -1;
 }
 
+/* Records the observer has not applied below the leader's high watermark (-1: not known yet). */
+static int64_t lag_records(const km_quorum_stats *st)
+{
+    if (st->high_watermark < 0)
+        return -1;
+    int64_t lag = st->high_watermark - (st->applied_offset + 1);
+    return lag > 0 ? lag : 0;
+}
+
+/* A leader that works answers within MaxWaitMs + the request timeout (answer_bound), with
+ * something taken: a paused or unreachable leader, or one whose answers are refused (a corrupt
+ * batch), lets since_answer pass it.  Lag is against the leader's high watermark, never against
+ * what was fetched (issue 18 item 2). */
+bool km_daemon_quorum_unready(const km_daemon *d, char *why, size_t cap)
+{
+    km_quorum_stats st;
+    km_quorum_get_stats(d->quorum, &st);
+    double since_start = ev_now(d->loop) - d->started_at;
+    const char *last = st.last_error[0] ? st.last_error : "no failure yet: the request in flight is unanswered";
+    if (st.failed)
+        return false; /* on_fatal: the daemon's own "stopping" reason says why */
+    if (st.unauthorized)
+        snprintf(why, cap, "quorum: not authorized: %s", last);
+    else if (st.since_answer > st.answer_bound || (st.since_answer < 0 && since_start > st.answer_bound))
+        snprintf(why, cap, "quorum unreachable: no usable answer from the quorum leader for %.1f s (bound %.1f s: "
+                 "MaxWaitMs + controller.quorum.request.timeout.ms); last: %s",
+                 st.since_answer >= 0 ? st.since_answer : since_start, st.answer_bound, last);
+    else if (lag_records(&st) < 0)
+        snprintf(why, cap, "quorum: not caught up: the leader's high watermark is not known yet");
+    else if (lag_records(&st) > d->cfg.health_max_lag_records)
+        snprintf(why, cap, "quorum lag: %lld records behind the quorum's high watermark %lld, over "
+                 "health.max.lag.records=%d", (long long)lag_records(&st), (long long)st.high_watermark,
+                 d->cfg.health_max_lag_records);
+    else
+        return false;
+    return true;
+}
+
+/* One line when the quorum becomes unusable (WARN, with the reason) and one when it is back. */
+static void log_usability(km_daemon *d)
+{
+    char why[700];
+    bool unusable = km_daemon_quorum_unready(d, why, sizeof why) && strncmp(why, "quorum: not caught up", 21);
+    if (unusable == d->quorum_unusable)
+        return;
+    d->quorum_unusable = unusable;
+    if (unusable)
+        km_daemon_log(d, KM_LOG_WARN, "%s; /readyz is 503 until it is back", why);
+    else
+        km_daemon_log(d, KM_LOG_INFO, "quorum: usable again: the leader answers and the image is within "
+                      "health.max.lag.records of its high watermark");
+}
+
 /* The poll timer's turn in quorum mode: hold fetching while a consumer is full, and start the
  * bridge once everything committed so far is applied. */
 void km_daemon_quorum_step(km_daemon *d)
@@ -87,6 +140,7 @@ void km_daemon_quorum_step(km_daemon *d)
     km_quorum_get_stats(d->quorum, &st);
     if (st.caught_up)
         km_daemon_caught_up(d);
+    log_usability(d);
 }
 
 void km_daemon_quorum_metrics(const km_daemon *d, km_buf *out)
@@ -98,6 +152,17 @@ void km_daemon_quorum_metrics(const km_daemon *d, km_buf *out)
     km_metrics_sample(out, "kmproxy_quorum_leader_epoch", "gauge", "The quorum epoch.", NULL, true, st.leader_epoch);
     km_metrics_sample(out, "kmproxy_quorum_high_watermark", "gauge", "The leader's high watermark.", NULL, true,
                       (double)st.high_watermark);
+    char why[700];
+    km_metrics_sample(out, "kmproxy_quorum_reachable", "gauge",
+                      "1 while the quorum leader's answers are taken within MaxWaitMs + the request timeout.", NULL,
+                      true, !(km_daemon_quorum_unready(d, why, sizeof why) && strncmp(why, "quorum unreachable", 18)
+                              == 0));
+    km_metrics_sample(out, "kmproxy_quorum_seconds_since_answer", "gauge",
+                      "Seconds since the last answer of the quorum leader taken whole (-1: none yet).", NULL, true,
+                      st.since_answer);
+    km_metrics_sample(out, "kmproxy_quorum_lag_records", "gauge",
+                      "The leader's high watermark minus the next offset to apply (-1: not known yet).", NULL, true,
+                      (double)lag_records(&st));
     km_metrics_sample(out, "kmproxy_fetched_offset", "gauge", "Next offset to fetch (end of the records held).", NULL,
                       true, (double)st.fetched_offset);
     km_metrics_sample(out, "kmproxy_applied_offset", "gauge", "Last committed offset applied (= the image offset).",

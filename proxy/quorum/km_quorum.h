@@ -6,10 +6,14 @@
  * What it does, and the Kafka code each rule follows (raft/src/main/java/org/apache/kafka/raft/):
  *  - Finding the leader: it asks any bootstrap server (controller.quorum.bootstrap.servers)
  *    or voter (controller.quorum.voters) with a Fetch at its current epoch; the answer names
- *    the leader and epoch (CurrentLeader, and from Fetch v16 the leader's NodeEndpoints).
+ *    the leader and epoch (CurrentLeader, and from Fetch v17 the leader's NodeEndpoints:
+ *    RaftUtil.fetchResponse).  It starts at a random bootstrap server; bootstrap servers, when
+ *    given, replace the voters for discovery (KIP-853, QuorumConfig).  A DescribeQuorum at a
+ *    non-leader names no leader (3.9): km_quorum_describe then learns it with a Fetch.
  *    KafkaRaftClient.maybeHandleCommonResponse: an older epoch or UNKNOWN_LEADER_EPOCH is
  *    retried; a newer epoch, FENCED_LEADER_EPOCH or NOT_LEADER_OR_FOLLOWER moves to the
- *    leader named (maybeTransition); the leader of our own epoch, once learned, is used at once.
+ *    leader named (maybeTransition) and asks it at once, without backoff; the leader of our own
+ *    epoch, once learned, is used at once.  CLUSTER_AUTHORIZATION_FAILED: see unauthorized_fatal.
  *  - Fetching (handleFetchResponse): FetchOffset = end of what it holds, LastFetchedEpoch =
  *    the epoch of its last batch, CurrentLeaderEpoch = its epoch, sessionless.  Records are
  *    appended to a bounded buffer; a record is applied to the image only once the high
@@ -61,7 +65,8 @@ typedef struct km_quorum_config {
     const char *bootstrap_servers; /* "host:port,..." (controller.quorum.bootstrap.servers) */
     const char *voters;            /* "id@host:port,..." (controller.quorum.voters); one of the two */
     const char *cluster_id;        /* sent in requests and checked by the quorum; NULL: not sent */
-    int32_t node_id;               /* the observer's replica id; -1: none (Kafka's observer default) */
+    int32_t node_id;               /* the observer's replica id; -1: none (no voter has it; Kafka's brokers,
+                                    * observers too, send their node.id) */
     km_tls_ctx *tls;               /* SSL listener: a client context; NULL: PLAINTEXT */
     const char *tls_name;          /* name to verify; NULL: the host dialled */
     /* SASL_PLAINTEXT / SASL_SSL listener: after ApiVersions every connection authenticates
@@ -82,6 +87,11 @@ typedef struct km_quorum_config {
                                     * before any record of it reaches on_record or the image (a dump
                                     * must not print a snapshot refused later); default: streamed */
     bool quiet;                    /* no log lines on stderr */
+    /* CLUSTER_AUTHORIZATION_FAILED (the principal lacks CLUSTER_ACTION on the cluster: ControllerApis
+     * authorizes Fetch and FetchSnapshot so): true stops the observer (on_fatal), as KafkaRaftClient's
+     * handleTopLevelError throws ClusterAuthorizationException; false (the daemon) backs off at
+     * retry_backoff_max_ms, logging it once a minute, until the ACL is granted (stats.unauthorized). */
+    bool unauthorized_fatal;
 } km_quorum_config;
 
 void km_quorum_config_init(km_quorum_config *cfg);
@@ -119,8 +129,14 @@ typedef struct km_quorum_stats {
     uint64_t auth_failures;            /* SASL exchanges refused or failed */
     uint64_t reauthentications;        /* SASL sessions renewed on the same connection (KIP-368) */
     double fetch_latency_sum, fetch_latency_max; /* seconds, over `fetches` answered fetches */
-    bool caught_up;                    /* applied every batch wholly below the latest high watermark */
+    bool caught_up;                    /* applied every batch wholly below the leader's latest high watermark */
     bool failed;
+    bool unauthorized;                 /* the last answer was CLUSTER_AUTHORIZATION_FAILED (see docs/quorum.md) */
+    double since_answer;               /* seconds since the last answer taken whole (records, a snapshot chunk, an
+                                        * empty wait); -1 before the first.  A leader paused, unreachable or sending
+                                        * what is refused (a corrupt batch) lets it grow past answer_bound */
+    double answer_bound;               /* seconds a healthy leader takes at most: MaxWaitMs + the request timeout */
+    char last_error[256];              /* why the last exchange failed ("" once one succeeds again) */
 } km_quorum_stats;
 void km_quorum_get_stats(const km_quorum *q, km_quorum_stats *out);
 

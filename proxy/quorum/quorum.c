@@ -28,6 +28,26 @@ void q_log(const km_quorum *q, const char *fmt, ...)
         fprintf(stderr, "kmproxy quorum: %s\n", line);
 }
 
+const char *q_error_name(int16_t code)
+{
+    switch (code) {
+    case QE_NONE: return "NONE";
+    case QE_UNKNOWN_TOPIC_OR_PARTITION: return "UNKNOWN_TOPIC_OR_PARTITION";
+    case QE_NOT_LEADER_OR_FOLLOWER: return "NOT_LEADER_OR_FOLLOWER";
+    case QE_BROKER_NOT_AVAILABLE: return "BROKER_NOT_AVAILABLE";
+    case QE_TOPIC_AUTHORIZATION_FAILED: return "TOPIC_AUTHORIZATION_FAILED";
+    case QE_CLUSTER_AUTHORIZATION_FAILED: return "CLUSTER_AUTHORIZATION_FAILED";
+    case QE_UNSUPPORTED_VERSION: return "UNSUPPORTED_VERSION";
+    case QE_INVALID_REQUEST: return "INVALID_REQUEST";
+    case QE_FENCED_LEADER_EPOCH: return "FENCED_LEADER_EPOCH";
+    case QE_UNKNOWN_LEADER_EPOCH: return "UNKNOWN_LEADER_EPOCH";
+    case QE_SNAPSHOT_NOT_FOUND: return "SNAPSHOT_NOT_FOUND";
+    case QE_POSITION_OUT_OF_RANGE: return "POSITION_OUT_OF_RANGE";
+    case QE_INCONSISTENT_CLUSTER_ID: return "INCONSISTENT_CLUSTER_ID";
+    default: return "error";
+    }
+}
+
 double q_now(const km_quorum *q) { return ev_now(q->loop); }
 
 const km_struct_desc *q_sub(const km_struct_desc *sd, const char *field)
@@ -172,15 +192,21 @@ int q_send(km_quorum *q, int16_t api, int16_t version, const void *body, km_err 
     return 0;
 }
 
+void q_api_versions_request(km_api_versions_request *rq)
+{
+    km_api_versions_request_init(rq);
+    /* both must match [a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])? (ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN) */
+    rq->client_software_name = km_cstr("kmproxy");
+    rq->client_software_version = km_cstr("0.1.0");
+}
+
 static void send_api_versions(km_quorum *q)
 {
     km_api_versions_request rq;
-    km_api_versions_request_init(&rq);
-    rq.client_software_name = km_cstr("kmproxy");
-    rq.client_software_version = km_cstr("0.1.0");
+    q_api_versions_request(&rq);
     km_err err;
     q->phase = Q_VERSIONS;
-    if (q_send(q, KM_API_API_VERSIONS, 3, &rq, &err) < 0)
+    if (q_send(q, KM_API_API_VERSIONS, Q_API_VERSIONS_V, &rq, &err) < 0)
         q_retry(q, false, err.msg);
 }
 
@@ -219,7 +245,7 @@ static void on_api_versions(km_quorum *q, const uint8_t *body, size_t len)
     km_arena_init(&a, 1u << 20);
     km_api_versions_response rs;
     km_err err;
-    if (km_decode(&km_api_versions_response_desc, 3, body, len, &rs, &a, NULL, &err) < 0) {
+    if (km_decode(&km_api_versions_response_desc, Q_API_VERSIONS_V, body, len, &rs, &a, NULL, &err) < 0) {
         km_arena_free(&a);
         return q_retry(q, true, err.msg);
     }
@@ -339,6 +365,9 @@ void q_healthy(km_quorum *q)
 {
     km_backoff_reset(&q->backoff);
     memset(q->retry_notes, 0, sizeof q->retry_notes);
+    q->answered_at = q_now(q);
+    q->st.last_error[0] = '\0';
+    q->st.unauthorized = false;
 }
 
 /* Logs a retry line unless the same line went out less than a minute ago (then it is counted, and
@@ -387,6 +416,7 @@ void q_retry(km_quorum *q, bool forget_leader, const char *why)
         snprintf(line, sizeof line, "%s; retrying", why);
     }
     log_retry(q, line);
+    snprintf(q->st.last_error, sizeof q->st.last_error, "%s", why);
     q->phase = Q_IDLE;
     ev_timer_stop(q->loop, &q->backoff_timer);
     ev_timer_set(&q->backoff_timer, km_backoff_next(&q->backoff), 0.);
@@ -449,10 +479,12 @@ int q_common_response(km_quorum *q, int16_t error, int32_t leader_id, int32_t ep
         return 1;
     }
     if (epoch > q->epoch || error == QE_FENCED_LEADER_EPOCH || error == QE_NOT_LEADER_OR_FOLLOWER) {
-        if (epoch > q->epoch || (leader_id >= 0 && q->leader_id < 0))
+        bool newer = epoch > q->epoch;
+        if (newer || (leader_id >= 0 && q->leader_id < 0))
             become_follower(q, leader_id, epoch);
-        if (error == QE_NONE && leader_id >= 0 && q->target.id == leader_id) {
-            q_next_request(q); /* the leader itself moved on: ask it again at its epoch */
+        if ((error == QE_NONE || (error == QE_FENCED_LEADER_EPOCH && newer)) && leader_id >= 0 &&
+            q->target.id == leader_id) {
+            q_next_request(q); /* the leader itself moved on (it resigned and won again): ask it at once */
             return 1;
         }
         if (leader_id < 0 || q->target.id == leader_id) /* no leader elected yet, or it says it is not */
@@ -482,10 +514,26 @@ bool q_top_level_ok(km_quorum *q, const char *api, int16_t error, bool has_parti
                 q->cfg.cluster_id ? q->cfg.cluster_id : "(none)");
         return false;
     }
+    if (error == QE_CLUSTER_AUTHORIZATION_FAILED) {
+        char why[600];
+        snprintf(why, sizeof why, "%s:%u refuses %s: CLUSTER_AUTHORIZATION_FAILED: the controller listener's "
+                 "principal for kmproxy needs ALLOW CLUSTER_ACTION on the CLUSTER resource (see docs/quorum.md)",
+                 q->target.host, q->target.port, api);
+        if (q->cfg.unauthorized_fatal) {
+            q_fatal(q, "%s", why);
+            return false;
+        }
+        q_retry(q, false, why);
+        q->st.unauthorized = true;
+        ev_timer_stop(q->loop, &q->backoff_timer); /* no faster than the cap until the ACL is granted */
+        ev_timer_set(&q->backoff_timer, q->cfg.retry_backoff_max_ms / 1000.0, 0.);
+        ev_timer_start(q->loop, &q->backoff_timer);
+        return false;
+    }
     if (error != QE_NONE || !has_partition) {
         char why[300];
-        snprintf(why, sizeof why, "%s from %s:%u: top-level error %d or not exactly __cluster_metadata-0", api,
-                 q->target.host, q->target.port, error);
+        snprintf(why, sizeof why, "%s from %s:%u: top-level error %d (%s) or not exactly __cluster_metadata-0", api,
+                 q->target.host, q->target.port, error, q_error_name(error));
         q_retry(q, false, why);
         return false;
     }
@@ -555,7 +603,7 @@ static km_quorum *alloc_quorum(struct ev_loop *loop, const km_quorum_config *cfg
     q->h = *h;
     q->ud = ud;
     q->leader_id = -1;
-    q->hw = -1;
+    q->hw = q->leader_hw = -1;
     q->inflight_api = -1;
     q->spool_fd = -1;
     q->st = (km_quorum_stats){ .leader_id = -1, .leader_epoch = -1, .high_watermark = -1, .applied_offset = -1 };
@@ -620,8 +668,10 @@ km_quorum *km_quorum_new(struct ev_loop *loop, const km_quorum_config *cfg, km_i
     int rc = 0;
     if (cfg->voters && *cfg->voters)
         rc = parse_list(q, cfg->voters, true, err);
-    if (rc == 0 && cfg->bootstrap_servers && *cfg->bootstrap_servers)
-        rc = parse_list(q, cfg->bootstrap_servers, false, err); /* KIP-853: bootstrap servers win for discovery */
+    if (rc == 0 && cfg->bootstrap_servers && *cfg->bootstrap_servers) {
+        q->n_bootstrap = 0; /* KIP-853: bootstrap servers replace the voters for discovery (their endpoints stay known) */
+        rc = parse_list(q, cfg->bootstrap_servers, false, err);
+    }
     if (rc == 0 && q->n_bootstrap == 0)
         rc = km_fail(err, "neither controller.quorum.bootstrap.servers nor controller.quorum.voters names a server");
     if (rc == 0)
@@ -634,6 +684,8 @@ km_quorum *km_quorum_new(struct ev_loop *loop, const km_quorum_config *cfg, km_i
         km_quorum_free(q);
         return NULL;
     }
+    /* A random first server, as KafkaRaftClient picks one: instances do not all load the first. */
+    q->next_bootstrap = (int)(((uint64_t)time(NULL) ^ (uint64_t)getpid() ^ (uint64_t)(uintptr_t)q) % (uint64_t)q->n_bootstrap);
     connect_next(q);
     return q;
 }
@@ -664,10 +716,13 @@ void km_quorum_set_paused(km_quorum *q, bool paused)
 void km_quorum_get_stats(const km_quorum *q, km_quorum_stats *out)
 {
     *out = q->st;
-    out->high_watermark = q->hw;
+    out->high_watermark = q->leader_hw;
     out->fetched_offset = q_fetch_offset(q);
     out->applied_offset = km_image_offset(q->img);
-    /* Everything whole below the high watermark is applied (a batch it cuts waits). */
-    out->caught_up = q->hw >= 0 && q_fetch_offset(q) >= q->hw && !q->snap_active &&
-                     (q->n_batches == q->first_batch || q->batches[q->first_batch].last >= q->hw);
+    /* Everything whole below the leader's high watermark is applied (a batch it cuts waits).  A
+     * snapshot's end is not enough: the leader's log goes on after it (issue 17 item 2). */
+    out->since_answer = q->answered_at > 0 ? q_now(q) - q->answered_at : -1;
+    out->answer_bound = (q->cfg.fetch_max_wait_ms + q->cfg.request_timeout_ms) / 1000.0;
+    bool cut_waits = q->n_batches > q->first_batch && q->batches[q->first_batch].last >= q->leader_hw;
+    out->caught_up = q->leader_hw >= 0 && !q->snap_active && (q->applied_next >= q->leader_hw || cut_waits);
 }

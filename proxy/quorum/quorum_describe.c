@@ -12,6 +12,7 @@ typedef struct dq_ctx {
     const km_quorum_login *login;      /* NULL: no SASL */
     km_sasl_client *sasl;              /* the login in progress on conn */
     int16_t describe_v;                /* DescribeQuorum's version, from ApiVersions */
+    int16_t fetch_v;                   /* Fetch's (17: answers name the leader's endpoint), -1 none */
     q_node servers[Q_MAX_NODES];
     int n, idx;
     km_net_conn *conn;
@@ -19,6 +20,7 @@ typedef struct dq_ctx {
     km_quorum_description *out;
     km_err last;
     bool done;
+    bool give_up;                      /* an answer every server would give (not authorized): no more tries */
 } dq_ctx;
 
 static void try_next(dq_ctx *d);
@@ -53,12 +55,9 @@ static void on_ready(km_net_conn *c, void *ud)
     (void)c;
     dq_ctx *d = ud;
     km_api_versions_request rq;
-    km_api_versions_request_init(&rq);
-    /* v3+ must name the client: ApiVersionsRequest.isValid, or a controller answers INVALID_REQUEST. */
-    rq.client_software_name = km_cstr("kmproxy");
-    rq.client_software_version = km_cstr("0.1.0");
+    q_api_versions_request(&rq);
     km_err err;
-    if (send_req(d, KM_API_API_VERSIONS, 3, &rq, &err) < 0)
+    if (send_req(d, KM_API_API_VERSIONS, Q_API_VERSIONS_V, &rq, &err) < 0)
         fail_server(d, err.msg);
 }
 
@@ -71,16 +70,91 @@ static void take_replicas(km_quorum_replica *dst, int *n, int cap, const km_desc
                                            src[i].last_caught_up_timestamp };
 }
 
-static void on_describe(dq_ctx *d, const km_describe_quorum_response *rs)
+/* The leader's endpoint goes next in the list of servers to ask (unless it already is). */
+static void ask_next(dq_ctx *d, const q_node *leader)
 {
-    if (rs->error_code || rs->topics.count != 1 || rs->topics.items[0].partitions.count != 1) {
-        char why[1200];
-        snprintf(why, sizeof why, "DescribeQuorum error %d (not the leader?)", rs->error_code);
+    int at = d->idx + 1;
+    if (at < d->n && d->servers[at].port == leader->port && !strcmp(d->servers[at].host, leader->host))
+        return;
+    int n = d->n < Q_MAX_NODES ? d->n : Q_MAX_NODES - 1;
+    memmove(&d->servers[at + 1], &d->servers[at], sizeof d->servers[0] * (size_t)(n - at));
+    d->servers[at] = *leader;
+    d->n = n + 1;
+}
+
+/* A 3.9 non-leader's DescribeQuorum answer names no leader (singletonErrorResponse).  Learn it as an
+ * observer does: a Fetch at epoch 0 is older than any quorum's, so validateLeaderOnlyRequest answers
+ * FENCED_LEADER_EPOCH with CurrentLeader and, from v17, the leader's endpoint (RaftUtil.fetchResponse). */
+static void send_leader_probe(dq_ctx *d)
+{
+    if (d->fetch_v < 17)
+        return fail_server(d, "not the leader, and its Fetch answers cannot name the leader's endpoint (Fetch v17)");
+    km_fetch_request rq;
+    km_fetch_request_partition part;
+    km_fetch_request_topic topic;
+    km_fetch_request_init(&rq);
+    const km_struct_desc *tsd = q_sub(km_fetch_request_desc.root, "Topics");
+    km_init(tsd, &topic);
+    km_init(q_sub(tsd, "Partitions"), &part);
+    rq.replica_state.replica_id = -1;
+    rq.max_wait_ms = 0;
+    topic.topic_id.b[15] = 1; /* Uuid.METADATA_TOPIC_ID */
+    part.current_leader_epoch = 0;
+    part.last_fetched_epoch = 0;
+    part.partition_max_bytes = 1;
+    topic.partitions.count = 1;
+    topic.partitions.items = &part;
+    rq.topics.count = 1;
+    rq.topics.items = &topic;
+    km_err err;
+    if (send_req(d, KM_API_FETCH, d->fetch_v, &rq, &err) < 0)
+        fail_server(d, err.msg);
+}
+
+static void on_leader_probe(dq_ctx *d, const km_fetch_response *rs)
+{
+    const km_fetch_response_partition_data *p = rs->responses.count == 1 && rs->responses.items[0].partitions.count == 1
+                                                ? &rs->responses.items[0].partitions.items[0] : NULL;
+    int32_t leader = p ? p->current_leader.leader_id : -1;
+    char why[600];
+    for (int32_t i = 0; leader >= 0 && i < rs->node_endpoints.count; i++) {
+        const km_fetch_response_node_endpoint *e = &rs->node_endpoints.items[i];
+        if (e->node_id != leader || e->host.len <= 0 || e->host.len >= (int32_t)sizeof d->servers[0].host ||
+            e->port <= 0 || e->port > 65535)
+            continue;
+        q_node n = { .id = leader, .port = (uint16_t)e->port };
+        memcpy(n.host, e->host.ptr, (size_t)e->host.len);
+        ask_next(d, &n);
+        snprintf(why, sizeof why, "not the leader; it names leader %d at %s:%d (epoch %d)", leader, n.host, e->port,
+                 p->current_leader.leader_epoch);
         return fail_server(d, why);
     }
+    snprintf(why, sizeof why, "not the leader, and its Fetch answer (error %d, %s) names no leader endpoint",
+             rs->error_code ? rs->error_code : p ? p->error_code : -1,
+             q_error_name(rs->error_code ? rs->error_code : p ? p->error_code : -1));
+    fail_server(d, why);
+}
+
+static void on_describe(dq_ctx *d, const km_describe_quorum_response *rs)
+{
+    if (rs->error_code == QE_CLUSTER_AUTHORIZATION_FAILED) { /* every controller answers the same: stop */
+        d->give_up = true;
+        return fail_server(d, "DescribeQuorum refused: CLUSTER_AUTHORIZATION_FAILED: the principal needs ALLOW "
+                              "DESCRIBE on the CLUSTER resource (see docs/quorum.md)");
+    }
+    if (rs->error_code || rs->topics.count != 1 || rs->topics.items[0].partitions.count != 1) {
+        char why[1200];
+        snprintf(why, sizeof why, "DescribeQuorum error %d (%s)", rs->error_code, q_error_name(rs->error_code));
+        return rs->error_code == QE_NOT_LEADER_OR_FOLLOWER ? send_leader_probe(d) : fail_server(d, why);
+    }
     const km_describe_quorum_response_partition_data *p = &rs->topics.items[0].partitions.items[0];
-    if (p->error_code)
-        return fail_server(d, "DescribeQuorum partition error");
+    if (p->error_code == QE_NOT_LEADER_OR_FOLLOWER)
+        return send_leader_probe(d);
+    if (p->error_code) {
+        char why[200];
+        snprintf(why, sizeof why, "DescribeQuorum error %d (%s)", p->error_code, q_error_name(p->error_code));
+        return fail_server(d, why);
+    }
     km_quorum_description *o = d->out;
     memset(o, 0, sizeof *o);
     o->leader_id = p->leader_id;
@@ -154,6 +228,15 @@ static void on_api_versions(dq_ctx *d, const km_api_versions_response *rs)
 {
     km_err err;
     d->describe_v = dq_version(rs);
+    d->fetch_v = -1;
+    for (int32_t i = 0; i < rs->api_keys.count; i++)
+        if (rs->api_keys.items[i].api_key == KM_API_FETCH && rs->api_keys.items[i].max_version >= 17)
+            d->fetch_v = 17;
+    if (rs->error_code) {
+        char why[200];
+        snprintf(why, sizeof why, "ApiVersions refused with error %d (%s)", rs->error_code, q_error_name(rs->error_code));
+        return fail_server(d, why);
+    }
     if (d->describe_v < 0)
         return fail_server(d, "no DescribeQuorum in ApiVersions (not a KRaft controller?)");
     if (!d->login)
@@ -174,17 +257,20 @@ static void on_frame(km_net_conn *c, const uint8_t *payload, size_t len, void *u
     km_arena_init(&a, 16u << 20);
     km_err err;
     int32_t corr;
-    union { km_api_versions_response av; km_describe_quorum_response dq; } rs;
-    bool av = d->api == KM_API_API_VERSIONS;
-    const km_message_desc *md = av ? &km_api_versions_response_desc : &km_describe_quorum_response_desc;
+    union { km_api_versions_response av; km_describe_quorum_response dq; km_fetch_response f; } rs;
+    bool av = d->api == KM_API_API_VERSIONS, fetch = d->api == KM_API_FETCH;
+    const km_message_desc *md = av ? &km_api_versions_response_desc
+                                   : fetch ? &km_fetch_response_desc : &km_describe_quorum_response_desc;
     if (km_parse_response_header(&r, d->api, av ? 0 : d->dq_v, &corr, &err) < 0)
         fail_server(d, err.msg);
     else if (d->api == KM_API_SASL_HANDSHAKE || d->api == KM_API_SASL_AUTHENTICATE)
         sasl_step(d, km_sasl_client_on_response(d->sasl, r.p + r.pos, km_reader_left(&r), &err), &err);
-    else if (km_decode(md, av ? 3 : d->dq_v, r.p + r.pos, km_reader_left(&r), &rs, &a, NULL, &err) < 0)
+    else if (km_decode(md, av ? Q_API_VERSIONS_V : d->dq_v, r.p + r.pos, km_reader_left(&r), &rs, &a, NULL, &err) < 0)
         fail_server(d, err.msg);
     else if (av)
         on_api_versions(d, &rs.av);
+    else if (fetch)
+        on_leader_probe(d, &rs.f);
     else
         on_describe(d, &rs.dq);
     km_arena_free(&a);
@@ -201,7 +287,7 @@ static void on_close(km_net_conn *c, const km_err *why, void *ud)
 static void try_next(dq_ctx *d)
 {
     static const km_net_handlers h = { .on_ready = on_ready, .on_frame = on_frame, .on_close = on_close };
-    if (d->idx >= d->n) {
+    if (d->idx >= d->n || d->give_up) {
         ev_break(d->loop, EVBREAK_ALL);
         return;
     }
@@ -244,7 +330,7 @@ int km_quorum_describe(const char *bootstrap, km_tls_ctx *tls, const km_quorum_l
     ev_timer_start(d.loop, &deadline);
     km_fail(&d.last, "no answer within %.1f s", timeout_s);
     try_next(&d);
-    if (d.idx < d.n && !d.done)
+    if (d.idx < d.n && !d.done && !d.give_up)
         ev_run(d.loop, 0);
     if (d.conn)
         km_net_close(d.conn);

@@ -57,8 +57,13 @@ static const km_fetch_response_partition_data *only_partition(const km_fetch_res
 static void take_records(km_quorum *q, const km_fetch_response_partition_data *p)
 {
     km_err err;
-    if (p->records.len > 0 && q_buffer_records(q, p->records.ptr, (size_t)p->records.len, &err) < 0)
-        return q_retry(q, false, err.msg);
+    if (p->records.len > 0 && q_buffer_records(q, p->records.ptr, (size_t)p->records.len, &err) < 0) {
+        char why[1200]; /* e.g. a corrupt batch: backed off (q_healthy not called), logged once a minute */
+        snprintf(why, sizeof why, "leader %d at %s:%u sent records kmproxy refuses: %s", q->leader_id, q->target.host,
+                 q->target.port, err.msg);
+        return q_retry(q, false, why);
+    }
+    q_healthy(q);
     if (p->high_watermark >= 0 && p->high_watermark > q->hw)
         q->hw = p->high_watermark; /* updateFollowerHighWatermark: it never goes back */
     q->st.high_watermark = q->hw;
@@ -92,6 +97,7 @@ static void on_snapshot_id(km_quorum *q, const km_fetch_response_partition_data 
                        p->snapshot_id.end_offset, p->snapshot_id.epoch, q->applied_next - 1, q->applied_epoch);
     if (q_snapshot_begin(q, p->snapshot_id.end_offset, p->snapshot_id.epoch, &err) < 0)
         return q_fatal(q, "%s", err.msg);
+    q_healthy(q);
     q_next_request(q);
 }
 
@@ -106,11 +112,15 @@ static void on_partition(km_quorum *q, const km_fetch_response_partition_data *p
         snprintf(why, sizeof why, "Fetch from %s:%u: error %d", q->target.host, q->target.port, p->error_code);
         return q_retry(q, false, why);
     }
-    q_healthy(q);
+    /* Every answer without error carries the leader's high watermark (KafkaRaftClient.buildFetchResponse),
+     * a SnapshotId or DivergingEpoch answer too: "caught up" is measured against it. */
+    if (p->high_watermark > q->leader_hw)
+        q->leader_hw = p->high_watermark;
     if (p->diverging_epoch.epoch >= 0) {
         km_err err;
         if (q_truncate_diverging(q, p->diverging_epoch.end_offset, p->diverging_epoch.epoch, &err) < 0)
             return q_fatal(q, "%s", err.msg);
+        q_healthy(q);
         return q_next_request(q);
     }
     if (p->snapshot_id.epoch >= 0 || p->snapshot_id.end_offset >= 0)

@@ -9,9 +9,12 @@
 
 enum {
     QE_NONE = 0, QE_UNKNOWN_TOPIC_OR_PARTITION = 3, QE_NOT_LEADER_OR_FOLLOWER = 6, QE_BROKER_NOT_AVAILABLE = 8,
+    QE_TOPIC_AUTHORIZATION_FAILED = 29, QE_CLUSTER_AUTHORIZATION_FAILED = 31, QE_UNSUPPORTED_VERSION = 35,
     QE_INVALID_REQUEST = 42, QE_FENCED_LEADER_EPOCH = 74, QE_UNKNOWN_LEADER_EPOCH = 75,
     QE_SNAPSHOT_NOT_FOUND = 98, QE_POSITION_OUT_OF_RANGE = 99, QE_INCONSISTENT_CLUSTER_ID = 104
 };
+/* Kafka's name of an error code the quorum APIs answer (org.apache.kafka.common.protocol.Errors), or "error". */
+const char *q_error_name(int16_t code);
 
 #define Q_MAX_NODES 32
 #define Q_METADATA_TOPIC "__cluster_metadata"
@@ -56,7 +59,9 @@ struct km_quorum {
     /* the log as held: applied (image) + buffered (fetched, above the high watermark) */
     int64_t applied_next;              /* first offset not applied */
     int32_t applied_epoch;             /* epoch of the last applied batch (or snapshot) */
-    int64_t hw;
+    int64_t hw;                        /* what may be applied: the leader's high watermark or a snapshot's end */
+    int64_t leader_hw;                 /* the highest high watermark a leader reported (-1: none yet); "caught
+                                        * up" means applied to here, never to a snapshot's end alone */
     km_buf buf;                        /* buffered batches, back to back from buf_head */
     size_t buf_head;
     q_batch *batches;
@@ -85,11 +90,16 @@ struct km_quorum {
     bool reauth_due;                   /* ... passed: renew before the next Fetch/FetchSnapshot */
     bool reauthenticating;             /* the exchange in progress renews a session */
     km_quorum_stats st;
+    double answered_at;                /* loop time of the last answer taken whole (0: none yet) */
     bool fatal;
     bool paused, request_held;       /* km_quorum_set_paused; a request waits for the resume */
 };
 
 /* quorum.c */
+/* ApiVersions v3 as every kmproxy quorum connection sends it: a controller refuses an empty
+ * ClientSoftwareName/Version with INVALID_REQUEST (ApiVersionsRequest.isValid, ControllerApis). */
+#define Q_API_VERSIONS_V 3
+void q_api_versions_request(km_api_versions_request *rq);
 void q_log(const km_quorum *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 double q_now(const km_quorum *q);
 void q_fatal(km_quorum *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -98,7 +108,8 @@ int q_send(km_quorum *q, int16_t api, int16_t version, const void *body, km_err 
 /* A failed exchange: drop the connection, back off with jitter, then find the leader again
  * (forget_leader) or go back to the same one. */
 void q_retry(km_quorum *q, bool forget_leader, const char *why);
-/* A request succeeded: backoff and the retry lines start afresh. */
+/* An answer was taken whole: backoff and the retry lines start afresh.  Not before: an answer
+ * refused (a corrupt batch) must keep backing off and stay rate-limited in the log. */
 void q_healthy(km_quorum *q);
 /* Kafka's maybeHandleCommonResponse for Fetch/FetchSnapshot answers: 1 handled (a request
  * was re-issued or a retry scheduled), 0 go on with the answer. */

@@ -190,6 +190,7 @@ static void stream_chunk(km_quorum *q, const km_fetch_snapshot_response_partitio
             refuse(q, &err);
         return;
     }
+    q_healthy(q); /* only a chunk taken: a corrupt one keeps backing off */
     if (last)
         loaded(q);
 }
@@ -205,14 +206,18 @@ static void on_partition(km_quorum *q, const km_fetch_snapshot_response_partitio
     }
     if (p->error_code != QE_NONE) {
         char why[1200];
-        snprintf(why, sizeof why, "FetchSnapshot from %s:%u: error %d", q->target.host, q->target.port, p->error_code);
+        snprintf(why, sizeof why, "FetchSnapshot (%" PRId64 ", %d) at position %" PRId64 " from %s:%u: error %d (%s)",
+                 q->snap_end, q->snap_epoch, q->snap_received, q->target.host, q->target.port, p->error_code,
+                 q_error_name(p->error_code));
+        /* POSITION_OUT_OF_RANGE (or any refusal of this download): asking for the same position again
+         * would be refused again; start over from a Fetch, which names the snapshot anew, at position 0. */
+        q_snapshot_abandon(q);
         return q_retry(q, false, why);
     }
     if (check_chunk(q, p, &err) < 0) {
         q_snapshot_abandon(q);
         return q_retry(q, false, err.msg);
     }
-    q_healthy(q);
     if (q_stream_wanted(q))
         return stream_chunk(q, p);
     if (hold_chunk(q, p, &err) < 0) {
@@ -221,6 +226,7 @@ static void on_partition(km_quorum *q, const km_fetch_snapshot_response_partitio
     }
     if (check_batches(q, &err) < 0)
         return refuse(q, &err);
+    q_healthy(q);
     if (q_spool_flush(q, &err) < 0)
         return q_fatal(q, "%s", err.msg);
     if ((int64_t)(q->snap_base + q->snap.len) == q->snap_size)

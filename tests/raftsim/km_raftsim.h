@@ -10,21 +10,31 @@
  *    currentLeaderEpoch; then tryCompleteFetchRequest -> validateLeaderOnlyRequest:
  *    epoch below ours FENCED_LEADER_EPOCH, above ours UNKNOWN_LEADER_EPOCH, equal but not
  *    the leader NOT_LEADER_OR_FOLLOWER; every partition response carries CurrentLeader
- *    (buildFetchResponse) and, from v16, the leader's NodeEndpoints;
+ *    (buildFetchResponse) and, from v17, the leader's NodeEndpoints (RaftUtil.fetchResponse);
  *  - ReplicatedLog.validateOffsetAndEpoch: (0, any) on a log starting at 0 is valid; a
  *    fetch below the log start offset, at it with another epoch than the snapshot's, or
  *    with an epoch below the snapshot's gets SnapshotId = the latest snapshot; otherwise
  *    endOffsetForEpoch(lastFetchedEpoch) decides: another epoch, or an end offset below
  *    the fetch offset, is DivergingEpoch = that (end offset, epoch); else the records from
  *    fetchOffset (uncommitted too: Isolation.UNCOMMITTED) and the high watermark;
- *  - a fetch with nothing to return waits up to MaxWaitMs (the fetch purgatory) and is
- *    completed early when the log end or the high watermark moves;
+ *  - tryCompleteFetchRequest: a fetch at offset 0 gets the latest snapshot's id when there is one
+ *    (not the bootstrap snapshot 0-0), whatever the log holds;
+ *  - a fetch with nothing to return waits up to MaxWaitMs (the fetch purgatory), completed early
+ *    only when the log grows; at MaxWaitMs it gets the answer built on its arrival (handleFetchRequest),
+ *    so a high watermark moved meanwhile shows in the next fetch;
  *  - handleFetchSnapshotRequest: SNAPSHOT_NOT_FOUND for an unknown id,
  *    POSITION_OUT_OF_RANGE unless 0 <= position < size, else at most min(MaxBytes, chunk
  *    limit) bytes from position, with Size and Position;
  *  - handleDescribeQuorumRequest: UNKNOWN_TOPIC_OR_PARTITION (partition level) for another
- *    partition, INVALID_REQUEST (top level) from a non-leader, else leader, epoch, high
- *    watermark, voters and observers (with their fetch offsets), and from v2 the nodes.
+ *    partition, NOT_LEADER_OR_FOLLOWER (partition level, naming no leader:
+ *    DescribeQuorumResponse.singletonErrorResponse) from a non-leader, else leader, epoch, high
+ *    watermark, voters and observers (with their fetch offsets), and from v2 the nodes;
+ *  - ControllerApis before the raft client: ApiVersions v3+ must pass ApiVersionsRequest.isValid
+ *    (ClientSoftwareName/Version non-empty, [a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?), else
+ *    INVALID_REQUEST (counted as a rejection too); with km_rsim_set_denied, Fetch and FetchSnapshot
+ *    (CLUSTER_ACTION on the cluster, handleRaftRequest) and DescribeQuorum (DESCRIBE,
+ *    handleDescribeQuorum) get the request's getErrorResponse: a top-level
+ *    CLUSTER_AUTHORIZATION_FAILED and no partitions.
  * Every request is decoded strictly (only advertised versions, no trailing bytes, sessions
  * unused as KRaft never uses them); anything it cannot accept closes the connection and is
  * counted as a rejection, so a test can assert there were none.
@@ -74,6 +84,10 @@ typedef struct km_rsim_config {
      * lifetime; a connection whose session expired is closed on its next request (counted in
      * sasl_expired and rejected) unless it re-authenticated (KIP-368, see km_sasl.h).  0: never. */
     int64_t sasl_session_lifetime_ms;
+    /* After km_rsim_set_leader makes this node the leader of a newer epoch, its high watermark is
+     * unknown (-1 in answers) until the next append or km_rsim_set_high_watermark, as a Kafka leader's
+     * is until it commits in its own epoch.  Off: it stays at the log end (older tests). */
+    bool unknown_hw_after_election;
 } km_rsim_config;
 
 void km_rsim_config_init(km_rsim_config *cfg);
@@ -123,13 +137,22 @@ void km_rsim_set_silent(km_rsim *s, bool silent);
 void km_rsim_drop_connections(km_rsim *s);
 /* The next n FetchSnapshot answers carry one flipped byte in their chunk. */
 void km_rsim_corrupt_snapshot_chunks(km_rsim *s, int n);
+/* The next n FetchSnapshot requests at a position > 0 are refused POSITION_OUT_OF_RANGE (a leader whose
+ * snapshot of that id is not the one being downloaded). */
+void km_rsim_fail_snapshot_positions(km_rsim *s, int n);
+/* Fetch answers with records carry one flipped byte in their first batch (its CRC fails) while on. */
+void km_rsim_set_corrupt_records(km_rsim *s, bool on);
+/* The authorizer's refusals: no CLUSTER_ACTION (Fetch, FetchSnapshot) / no DESCRIBE (DescribeQuorum). */
+void km_rsim_set_denied(km_rsim *s, bool cluster_action, bool describe);
 
 /* ---- what happened ------------------------------------------------------------------ */
 
 typedef struct km_rsim_stats {
     uint64_t fetches, fetch_snapshots, describe_quorums, api_versions;
     uint64_t snapshot_ids_sent, diverging_sent, not_leader_sent, fenced_sent, unknown_epoch_sent;
-    uint64_t rejected;           /* requests that closed the connection */
+    uint64_t rejected;           /* requests that closed the connection, or invalid ApiVersions */
+    uint64_t denied;             /* requests refused CLUSTER_AUTHORIZATION_FAILED */
+    uint64_t refused_position_asked_again; /* FetchSnapshot at the very position refused just before */
     uint64_t sasl_ok, sasl_failed, unauthenticated; /* logins; other requests before one (also rejected) */
     uint64_t sasl_reauth;        /* logins that renewed a session (also in sasl_ok) */
     uint64_t sasl_expired;       /* requests after a session expired (the connection closed; also rejected) */

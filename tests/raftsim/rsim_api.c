@@ -75,6 +75,40 @@ bool rsim_cluster_id_ok(const km_rsim *s, km_str given)
 
 /* ---- ApiVersions ------------------------------------------------------------------------ */
 
+/* ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN: [a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])? */
+static bool software_token_ok(km_str t)
+{
+    if (t.len <= 0)
+        return false;
+    for (int32_t i = 0; i < t.len; i++) {
+        char c = t.ptr[i];
+        bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if (!alnum && ((c != '-' && c != '.') || i == 0 || i == t.len - 1))
+            return false;
+    }
+    return true;
+}
+
+int rsim_deny(km_rsim *s, const rsim_req *rq, km_buf *out, km_err *err)
+{
+    bool fetchy = rq->api == KM_API_FETCH || rq->api == KM_API_FETCH_SNAPSHOT;
+    if (!(fetchy && s->deny_cluster_action) && !(rq->api == KM_API_DESCRIBE_QUORUM && s->deny_describe))
+        return 0;
+    s->st.denied++;
+    union { km_fetch_response f; km_fetch_snapshot_response fs; km_describe_quorum_response dq; } rs;
+    if (rq->api == KM_API_FETCH) {
+        km_fetch_response_init(&rs.f); /* v13+: the top-level error only (FetchRequest.getErrorResponse) */
+        rs.f.error_code = RSIM_E_CLUSTER_AUTHORIZATION_FAILED;
+    } else if (rq->api == KM_API_FETCH_SNAPSHOT) {
+        km_fetch_snapshot_response_init(&rs.fs);
+        rs.fs.error_code = RSIM_E_CLUSTER_AUTHORIZATION_FAILED;
+    } else {
+        km_describe_quorum_response_init(&rs.dq);
+        rs.dq.error_code = RSIM_E_CLUSTER_AUTHORIZATION_FAILED;
+    }
+    return km_frame_response(rq->api, rq->version, rq->correlation_id, &rs, out, err) < 0 ? -1 : 1;
+}
+
 int rsim_serve_api_versions(km_rsim *s, const rsim_req *rq, km_buf *out, km_arena *a, km_err *err)
 {
     const int16_t keys[][3] = {
@@ -98,6 +132,17 @@ int rsim_serve_api_versions(km_rsim *s, const rsim_req *rq, km_buf *out, km_aren
         km_api_versions_request q;
         if (rsim_decode_body(&km_api_versions_request_desc, rq, &q, a, err) < 0)
             return -1;
+        if (v >= 3 && (!software_token_ok(q.client_software_name) || !software_token_ok(q.client_software_version))) {
+            /* ControllerApis.handleApiVersionsRequest: !isValid -> INVALID_REQUEST, no api keys */
+            s->st.rejected++;
+            snprintf(s->st.last_rejection, sizeof s->st.last_rejection,
+                     "ApiVersions v%d with ClientSoftwareName '%.*s' / Version '%.*s' fails isValid", v,
+                     (int)(q.client_software_name.len > 0 ? q.client_software_name.len : 0), q.client_software_name.ptr,
+                     (int)(q.client_software_version.len > 0 ? q.client_software_version.len : 0),
+                     q.client_software_version.ptr);
+            rs.error_code = RSIM_E_INVALID_REQUEST;
+            return km_frame_response(KM_API_API_VERSIONS, v, rq->correlation_id, &rs, out, err);
+        }
     }
     rs.api_keys.items = km_arena_alloc(a, sizeof *rs.api_keys.items * (size_t)n_keys);
     if (!rs.api_keys.items)
@@ -211,7 +256,7 @@ static km_fetch_response_partition_data *fetch_response(km_rsim *s, const rsim_f
     p->current_leader.leader_id = s->leader_id;
     p->current_leader.leader_epoch = s->epoch;
     p->records = (km_bytes){ (const uint8_t *)"", 0 };
-    if (fr->version >= 16 && add_fetch_endpoint(s, rs, a, err) < 0)
+    if (fr->version >= 17 && add_fetch_endpoint(s, rs, a, err) < 0) /* RaftUtil.fetchResponse: v17 */
         return NULL;
     return p;
 }
@@ -224,7 +269,8 @@ static int fetch_error(km_rsim *s, const rsim_fetch *fr, int16_t code, km_buf *o
     return km_frame_response(KM_API_FETCH, fr->version, fr->correlation_id, &rs, out, err) < 0 ? -1 : 1;
 }
 
-/* handleFetchRequest's argument checks, then tryCompleteFetchRequest.  1: answered; 0: park. */
+/* handleFetchRequest's argument checks, then tryCompleteFetchRequest.  1: answered; 0: park (out
+ * then holds the answer built now, which a timeout sends). */
 int rsim_fetch_answer(km_rsim *s, const rsim_fetch *fr, bool may_park, km_buf *out, km_arena *a, km_err *err)
 {
     if (fr->max_wait_ms < 0 || fr->fetch_offset < 0 || fr->last_fetched_epoch < 0 ||
@@ -238,7 +284,14 @@ int rsim_fetch_answer(km_rsim *s, const rsim_fetch *fr, bool may_park, km_buf *o
     if (!p)
         return -1;
     rsim_oe oe;
+    bool park = false;
     rsim_valid v = rsim_validate(s, fr->fetch_offset, fr->last_fetched_epoch, &oe);
+    const rsim_snapshot *latest = rsim_latest_snapshot(s);
+    if (fr->fetch_offset == 0 && latest && !(latest->end == 0 && latest->epoch == 0)) {
+        /* tryCompleteFetchRequest: an empty follower gets the latest non-bootstrap snapshot */
+        oe = (rsim_oe){ latest->end, latest->epoch };
+        v = RSIM_SNAPSHOT;
+    }
     if (v == RSIM_SNAPSHOT) {
         p->snapshot_id.end_offset = oe.offset;
         p->snapshot_id.epoch = oe.epoch;
@@ -253,10 +306,19 @@ int rsim_fetch_answer(km_rsim *s, const rsim_fetch *fr, bool may_park, km_buf *o
         rsim_read(s, fr->fetch_offset, &recs, &len);
         rsim_note_observer(s, fr->replica_id, fr->fetch_offset);
         s->st.last_fetch_offset = fr->fetch_offset;
-        if (len == 0 && may_park && fr->max_wait_ms > 0)
-            return 0; /* the fetch purgatory: wait for data or MaxWaitMs */
+        park = len == 0 && may_park && fr->max_wait_ms > 0; /* the fetch purgatory: data or MaxWaitMs */
+        if (len && s->corrupt_records) { /* one flipped byte in the first batch's records: its CRC fails */
+            uint8_t *bad = km_arena_alloc(a, len);
+            if (!bad)
+                return km_fail(err, "raftsim: out of memory");
+            memcpy(bad, recs, len);
+            bad[len > 70 ? 70 : len - 1] ^= 0x5a;
+            recs = bad;
+        }
         if (len)
             p->records = (km_bytes){ recs, (int32_t)len };
     }
-    return km_frame_response(KM_API_FETCH, fr->version, fr->correlation_id, &rs, out, err) < 0 ? -1 : 1;
+    if (km_frame_response(KM_API_FETCH, fr->version, fr->correlation_id, &rs, out, err) < 0)
+        return -1;
+    return park ? 0 : 1; /* parked: out is the answer as built now, for a timeout */
 }

@@ -10,7 +10,7 @@
 /* Kafka's Errors codes the raft APIs use. */
 enum {
     RSIM_E_NONE = 0, RSIM_E_UNKNOWN_TOPIC_OR_PARTITION = 3, RSIM_E_NOT_LEADER_OR_FOLLOWER = 6,
-    RSIM_E_BROKER_NOT_AVAILABLE = 8, RSIM_E_UNSUPPORTED_VERSION = 35, RSIM_E_INVALID_REQUEST = 42,
+    RSIM_E_BROKER_NOT_AVAILABLE = 8, RSIM_E_CLUSTER_AUTHORIZATION_FAILED = 31, RSIM_E_UNSUPPORTED_VERSION = 35, RSIM_E_INVALID_REQUEST = 42,
     RSIM_E_FENCED_LEADER_EPOCH = 74, RSIM_E_UNKNOWN_LEADER_EPOCH = 75, RSIM_E_SNAPSHOT_NOT_FOUND = 98,
     RSIM_E_POSITION_OUT_OF_RANGE = 99, RSIM_E_INCONSISTENT_CLUSTER_ID = 104
 };
@@ -41,12 +41,17 @@ struct km_rsim {
     size_t n_batches, cap_batches, first; /* batches[first] is the first one at or above log_start */
     int64_t log_start, log_end;
     int64_t fixed_hw;            /* -1: the high watermark follows the log end */
+    bool hw_unknown;             /* elected, nothing committed in its epoch yet: answers carry -1 */
     rsim_snapshot *snaps;
     size_t n_snaps;
     rsim_observer observers[16];
     int n_observers;
     bool silent;
     int corrupt_chunks;
+    bool corrupt_records;
+    int fail_positions;          /* FetchSnapshot answers at a position > 0 still to refuse POSITION_OUT_OF_RANGE */
+    int64_t refused_position;    /* the position the last FetchSnapshot answer refused, or -1 */
+    bool deny_cluster_action, deny_describe;
     char *sasl_users;            /* the config's "user:password,...", copied and cut into: */
     const char *user_names[16], *user_passwords[16];
     char *changed_passwords[16]; /* km_rsim_set_sasl_password's (owned); user_passwords point at them */
@@ -70,6 +75,9 @@ void rsim_wake_fetches(km_rsim *s);
 
 /* rsim_api.c: each fills out with a whole response frame, or returns -1 (connection closes). */
 typedef struct rsim_req { int16_t api, version; int32_t correlation_id; const uint8_t *body; size_t len; } rsim_req;
+/* ControllerApis' authorization of a raft request (km_rsim_set_denied): 1 answered with
+ * CLUSTER_AUTHORIZATION_FAILED, 0 allowed. */
+int rsim_deny(km_rsim *s, const rsim_req *rq, km_buf *out, km_err *err);
 int rsim_serve_api_versions(km_rsim *s, const rsim_req *rq, km_buf *out, km_arena *a, km_err *err);
 int rsim_serve_fetch_snapshot(km_rsim *s, const rsim_req *rq, km_buf *out, km_arena *a, km_err *err);
 int rsim_serve_describe_quorum(km_rsim *s, const rsim_req *rq, km_buf *out, km_arena *a, km_err *err);

@@ -13,6 +13,8 @@
 
 int64_t rsim_hw(const km_rsim *s)
 {
+    if (s->hw_unknown)
+        return -1;
     if (s->fixed_hw < 0 || s->fixed_hw > s->log_end)
         return s->log_end;
     return s->fixed_hw < s->log_start ? s->log_start : s->fixed_hw;
@@ -80,6 +82,8 @@ int km_rsim_append(km_rsim *s, const uint8_t *p, size_t len, km_err *err)
             return -1;
         pos += b.size;
     }
+    if (len)
+        s->hw_unknown = false; /* the leader's first batch of its epoch commits at once here */
     rsim_wake_fetches(s);
     return 0;
 }

@@ -16,6 +16,7 @@ struct rsim_conn {
     km_sasl_server *sasl;        /* this connection's login (without SASL: ILLEGAL_SASL_STATE to SASL requests) */
     bool parked;                 /* a Fetch waits in the purgatory */
     rsim_fetch fetch;
+    km_buf stale;                /* ... and the answer built on its arrival, sent as is if MaxWaitMs runs out */
     ev_timer wait;
 };
 
@@ -30,6 +31,7 @@ static void unlink_conn(rsim_conn *rc)
     if (rc->next)
         rc->next->prev = rc->prev;
     km_sasl_server_free(rc->sasl);
+    km_buf_free(&rc->stale);
     free(rc);
 }
 
@@ -55,7 +57,7 @@ static int send_out(rsim_conn *rc, km_buf *out)
     return 0;
 }
 
-/* Answers a parked fetch with what the log holds now. */
+/* Answers a parked fetch with what the log holds now (the purgatory completed: the log grew). */
 static void complete_parked(rsim_conn *rc)
 {
     km_arena a;
@@ -78,8 +80,13 @@ static void on_wait_timeout(struct ev_loop *loop, ev_timer *w, int revents)
     (void)loop;
     (void)revents;
     rsim_conn *rc = w->data;
-    if (!rc->s->silent) /* a hung controller never answers, not even when MaxWaitMs runs out */
-        complete_parked(rc);
+    if (rc->s->silent) /* a hung controller never answers, not even when MaxWaitMs runs out */
+        return;
+    /* handleFetchRequest: a fetch that timed out in the purgatory gets the response built when it
+     * arrived (its high watermark then), not a new one */
+    rc->parked = false;
+    send_out(rc, &rc->stale);
+    km_buf_reset(&rc->stale);
 }
 
 void rsim_wake_fetches(km_rsim *s)
@@ -96,6 +103,9 @@ void rsim_wake_fetches(km_rsim *s)
 static int dispatch(rsim_conn *rc, const rsim_req *rq, km_buf *out, km_arena *a, km_err *err)
 {
     km_rsim *s = rc->s;
+    int denied = rsim_deny(s, rq, out, err);
+    if (denied != 0)
+        return denied < 0 ? -1 : 0;
     switch (rq->api) {
     case KM_API_API_VERSIONS:
         return rsim_serve_api_versions(s, rq, out, a, err);
@@ -108,7 +118,10 @@ static int dispatch(rsim_conn *rc, const rsim_req *rq, km_buf *out, km_arena *a,
         if (r != 0)
             return r < 0 ? -1 : 0;
         r = rsim_fetch_answer(s, &rc->fetch, true, out, a, err);
-        if (r == 0) {
+        if (r == 0) { /* out holds the answer built now: kept for a timeout, nothing sent yet */
+            km_buf_reset(&rc->stale);
+            km_buf_put(&rc->stale, out->data, out->len);
+            km_buf_reset(out);
             rc->parked = true;
             ev_timer_set(&rc->wait, rc->fetch.max_wait_ms / 1000.0, 0.);
             ev_timer_start(s->loop, &rc->wait);
@@ -243,6 +256,7 @@ static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
     km_err err;
     rc->s = s;
     ev_timer_init(&rc->wait, on_wait_timeout, 1., 0.);
+    km_buf_init(&rc->stale);
     rc->wait.data = rc;
     km_net_opts o = { .tls = s->cfg.tls };
     if (!(rc->sasl = km_sasl_server_new(s->cfg.sasl_mechanisms, password_of, s, &err))) {
@@ -295,6 +309,7 @@ km_rsim *km_rsim_new(struct ev_loop *loop, const km_rsim_config *cfg, km_err *er
     s->cfg.sasl_users = NULL;
     s->leader_id = -1;
     s->fixed_hw = -1;
+    s->refused_position = -1;
     s->listener = km_net_listen(loop, cfg->host ? cfg->host : "127.0.0.1", cfg->port, on_accept, s, err);
     if (!s->listener) {
         free(s->sasl_users);
@@ -350,15 +365,30 @@ int km_rsim_set_voters(km_rsim *s, const km_rsim_voter *v, int n, km_err *err)
 
 void km_rsim_set_leader(km_rsim *s, int32_t leader_id, int32_t epoch)
 {
+    /* A new leader's high watermark is unknown until it commits in its own epoch (LeaderState:
+     * Optional.empty until a majority fetched past the epoch start): Fetch answers carry -1 */
+    if (epoch > s->epoch && leader_id == s->cfg.node_id && s->cfg.unknown_hw_after_election)
+        s->hw_unknown = true;
     s->leader_id = leader_id;
     s->epoch = epoch;
     rsim_wake_fetches(s);
 }
 
+/* No wake-up: Kafka's fetch purgatory completes on log growth only (appendAsLeader), so a waiting
+ * Fetch learns a new high watermark at its MaxWaitMs at the latest. */
 void km_rsim_set_high_watermark(km_rsim *s, int64_t hw)
 {
     s->fixed_hw = hw;
-    rsim_wake_fetches(s);
+    s->hw_unknown = false;
+}
+
+void km_rsim_set_corrupt_records(km_rsim *s, bool on) { s->corrupt_records = on; }
+void km_rsim_fail_snapshot_positions(km_rsim *s, int n) { s->fail_positions = n; }
+
+void km_rsim_set_denied(km_rsim *s, bool cluster_action, bool describe)
+{
+    s->deny_cluster_action = cluster_action;
+    s->deny_describe = describe;
 }
 
 void km_rsim_set_silent(km_rsim *s, bool silent)

@@ -119,8 +119,12 @@ int rsim_serve_fetch_snapshot(km_rsim *s, const rsim_req *rq, km_buf *out, km_ar
     const rsim_snapshot *sn = NULL;
     if (code == RSIM_E_NONE && !(sn = rsim_find_snapshot(s, ps->snapshot_id.end_offset, ps->snapshot_id.epoch)))
         code = RSIM_E_SNAPSHOT_NOT_FOUND;
-    if (code == RSIM_E_NONE && (ps->position < 0 || ps->position >= (int64_t)sn->len))
+    if (code == RSIM_E_NONE && (ps->position < 0 || ps->position >= (int64_t)sn->len ||
+                                (ps->position > 0 && s->fail_positions > 0 && s->fail_positions--)))
         code = RSIM_E_POSITION_OUT_OF_RANGE;
+    if (s->refused_position >= 0 && ps->position == s->refused_position)
+        s->st.refused_position_asked_again++;
+    s->refused_position = code == RSIM_E_POSITION_OUT_OF_RANGE ? ps->position : -1;
     if (code == RSIM_E_NONE && snap_chunk(s, sn, ps->position, q.max_bytes, &c, a, err) < 0)
         return -1;
     c.p->error_code = code;
@@ -204,9 +208,11 @@ static int dq_partition(km_rsim *s, const rsim_req *rq, const km_describe_quorum
         p->error_code = RSIM_E_UNKNOWN_TOPIC_OR_PARTITION;
         return 0;
     }
-    if (s->leader_id != s->cfg.node_id) { /* only the leader describes the quorum */
-        rs->error_code = RSIM_E_INVALID_REQUEST;
-        rs->topics.count = 0;
+    if (s->leader_id != s->cfg.node_id) { /* singletonErrorResponse: the partition's error, no leader named */
+        p->error_code = RSIM_E_NOT_LEADER_OR_FOLLOWER;
+        p->leader_id = -1;
+        p->leader_epoch = -1;
+        p->high_watermark = -1;
         return 0;
     }
     p->leader_id = s->leader_id;
