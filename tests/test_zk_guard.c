@@ -304,7 +304,10 @@ Test(zk_guard, not_migrating_image_needs_force_then_the_first_sync_delete_limit)
     cr_assert(strstr(r.out, "- /brokers/topics/legacy-3\n") && strstr(r.out, refusal), "%s", r.out);
     run_free(&r);
 
-    r = zk_sync(log, "--force", "--max-deletes=-1");
+    /* the refused pass had claimed /controller at the log's epoch: the next claim needs a newer one
+     * (KafkaZkClient.tryRegisterKRaftControllerAsActiveController) */
+    r = run_kmproxy("zk", "sync", "--zookeeper", km_zks_hosts(zs, 0), "--metadata", log, "--force", "--max-deletes=-1",
+                    "--controller-epoch", "2", NULL);
     cr_assert_eq(r.code, 0, "%s", r.err);
     run_free(&r);
     cr_assert_null(zkt_get(zc, "/brokers/topics/legacy-0", NULL));
