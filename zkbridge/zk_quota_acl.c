@@ -128,6 +128,15 @@ static void add_config(zk_tree *out, const char *path, kv_list *l)
     zk_tree_add(out, path, zs_take(&s), ZN_DATA, NOTIFY_CONFIG, zk_config_notify(path + strlen("/config/")));
 }
 
+/* The user znode above a per-client quota's path (malloc'd), or NULL when it is not one. */
+static char *user_of_client_quota(const char *path)
+{
+    if (strncmp(path, "/config/users/", 14))
+        return NULL;
+    const char *clients = strstr(path + 14, "/clients/");
+    return clients ? strndup(path, (size_t)(clients - path)) : NULL;
+}
+
 /* The user's znode above per-client quotas, and its /clients parent. The user's znode is an entity
  * in its own right: Kafka creates it with null data (createRecursive, in writeClientQuotas), and
  * when the user's own quotas and SCRAM credentials are all gone, writes it an empty config plus a
@@ -138,13 +147,13 @@ static void add_config(zk_tree *out, const char *path, kv_list *l)
  * then, and must not look unwanted. */
 static void add_user_client_dirs(zk_tree *out, const char *path, bool user_entity)
 {
-    const char *clients = strstr(path, "/clients/");
-    if (!clients)
-        return;
-    char *user = strndup(path, (size_t)(clients - path)), *dir = NULL, *entity = NULL;
-    if (user && asprintf(&dir, "%s/clients", user) >= 0 && asprintf(&entity, "%s", user + strlen("/config/")) >= 0) {
+    char *user = user_of_client_quota(path), *dir = NULL;
+    if (!user)
+        return; /* /config/clients/<c>, /config/ips/<ip>: their type directory is a root */
+    if (asprintf(&dir, "%s/clients", user) >= 0) {
         if (user_entity)
-            zk_tree_add(out, user, strdup(ZK_EMPTY_CONFIG), ZN_CONFIG_PARENT, NOTIFY_CONFIG, zk_config_notify(entity));
+            zk_tree_add(out, user, strdup(ZK_EMPTY_CONFIG), ZN_CONFIG_PARENT, NOTIFY_CONFIG,
+                        zk_config_notify(user + strlen("/config/")));
         else
             zk_tree_add(out, user, NULL, ZN_DIR, NOTIFY_NONE, NULL);
         zk_tree_add(out, dir, NULL, ZN_DIR, NOTIFY_NONE, NULL);
@@ -153,14 +162,6 @@ static void add_user_client_dirs(zk_tree *out, const char *path, bool user_entit
     }
     free(user);
     free(dir);
-    free(entity);
-}
-
-/* The user znode above a per-client quota's path (malloc'd), or NULL when it is not one. */
-static char *user_of_client_quota(const char *path)
-{
-    const char *clients = strstr(path, "/clients/");
-    return clients && !strncmp(path, "/config/users/", 14) ? strndup(path, (size_t)(clients - path)) : NULL;
 }
 
 static const km_client_quota *user_quota(const km_image *img, const char *user_path)
