@@ -231,9 +231,10 @@ static int check_controller(km_zkw *w, const char *json, bool handover)
 }
 
 /* Our own claim, made earlier by this writer, still stands (read again after a lost session, or a
- * retry after the claim landed): /controller holds exactly what we wrote and /controller_epoch has
- * not moved since. Kafka keeps such a claim across sessions (/controller is persistent in KRaft
- * mode) instead of claiming again; so do we. */
+ * retry after the claim landed): /controller holds exactly what we wrote (its timestamp included)
+ * and /controller_epoch has not moved since. Claiming over it again (a new /controller_epoch for the
+ * brokers after the session loss) takes nothing from another controller, so the epoch rule does not
+ * refuse it. */
 static bool still_ours(const km_zkw *w, const claim_call *c)
 {
     return w->m.claims > 0 && c->rc[R_CONTROLLER] == ZOK && c->rc[R_CONTROLLER_EPOCH] == ZOK &&
@@ -454,13 +455,10 @@ static void decide_claim(km_zkw *w, claim_call *c)
         return;
     if (guard_refuses(w, c))
         return;
-    if (still_ours(w, c)) {
-        zkw_log(w, KM_LOG_INFO, "zk claim: /controller and /controller_epoch %d are still our claim's", w->zk_epoch);
-        return sync_then(w, CL_MIG_READ);
-    }
     w->ctrl_exists = c->rc[0] == ZOK;
     w->ctrl_version = w->ctrl_exists ? c->st[0].version : -1;
-    bool handover = w->claim_record && c->rc[R_RECORD] == ZOK; /* foreign_since_last_claim said: ours */
+    /* the claim record (foreign_since_last_claim said: ours), or our own claim, still standing */
+    bool handover = (w->claim_record && c->rc[R_RECORD] == ZOK) || still_ours(w, c);
     if ((w->ctrl_exists && check_controller(w, c->data[0], handover)) || epoch_missing(w, c))
         return refuse_claim(w);
     w->epoch_exists = c->rc[1] == ZOK;
