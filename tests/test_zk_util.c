@@ -317,9 +317,10 @@ static bool check_quotas(km_zkc *c, const km_image *img, char *why, size_t whyle
         const char *user = NULL, *client = NULL, *ip = NULL;
         char names[3][256];
         for (int32_t i = 0; i < q->n_parts; i++) {
-            if (!strcmp(q->parts[i].type, "user")) user = znode_name(q->parts[i].name, names[0], sizeof names[0]);
-            else if (!strcmp(q->parts[i].type, "client-id")) client = znode_name(q->parts[i].name, names[1], sizeof names[1]);
-            else if (!strcmp(q->parts[i].type, "ip")) ip = znode_name(q->parts[i].name, names[2], sizeof names[2]);
+            const char *type = q->parts[i].type, *name = q->parts[i].name;
+            if (!strcmp(type, "user")) user = znode_name(name, names[0], sizeof names[0]);
+            else if (!strcmp(type, "client-id")) client = znode_name(name, names[1], sizeof names[1]);
+            else if (!strcmp(type, "ip")) ip = znode_name(name, names[2], sizeof names[2]);
         }
         char path[512];
         if (user && client) snprintf(path, sizeof path, "/config/users/%s/clients/%s", user, client);

@@ -93,6 +93,66 @@ static bool goes_with_its_topic(const zk_vcache *known, const char *path)
     return n > 0 && (size_t)n < sizeof topic && zk_vcache_slot(known, topic) != ZK_VCACHE_NONE;
 }
 
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* One znode name as Kafka names it: Sanitizer.sanitize(Sanitizer.desanitize(name)) (URLDecoder:
+ * %XX and '+' for a space), "<default>" as it is. */
+static void add_canonical_name(zstr *s, const char *name, size_t len)
+{
+    if (len == 9 && !strncmp(name, "<default>", 9)) {
+        zs_addn(s, name, len);
+        return;
+    }
+    char *plain = malloc(len + 1);
+    if (!plain) {
+        s->oom = true;
+        return;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        int hi = i + 2 < len && name[i] == '%' ? hex_value(name[i + 1]) : -1;
+        int lo = hi >= 0 ? hex_value(name[i + 2]) : -1;
+        if (hi >= 0 && lo >= 0) {
+            plain[n++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            plain[n++] = name[i] == '+' ? ' ' : name[i];
+        }
+    }
+    plain[n] = '\0';
+    zs_sanitized(s, plain);
+    free(plain);
+}
+
+/* The entity path of a quota znode (users/<u>[/clients/<c>], clients/<c>, ips/<ip>) with every name
+ * in Kafka's form. A znode an older writer named raw (/config/users/alice@X) is the same entity to
+ * ZK-mode brokers (UserConfigHandler desanitizes the name for SCRAM), so the notification of its
+ * deletion names the znode that holds the entity's config now: a raw name there would make the
+ * brokers read the deleted znode and drop alice@X's credentials. Other entity paths are as they are. */
+static void canonical_entity(zstr *s, const char *entity)
+{
+    bool quota = starts(entity, "users/") || starts(entity, "clients/") || starts(entity, "ips/");
+    if (!quota) {
+        zs_add(s, entity);
+        return;
+    }
+    const char *type_end = strchr(entity, '/');
+    zs_addn(s, entity, (size_t)(type_end - entity + 1));
+    const char *name = type_end + 1, *slash = strchr(name, '/');
+    add_canonical_name(s, name, slash ? (size_t)(slash - name) : strlen(name));
+    if (slash && starts(slash, "/clients/")) {
+        zs_add(s, "/clients/");
+        add_canonical_name(s, slash + 9, strlen(slash + 9));
+    }
+}
+
 /* The notification for deleting `path` (the deleted entity is no longer rendered). None for a
  * deleted topic's config: ZkTopicMigrationClient.deleteTopic writes none, and the deleteConfigs
  * that follows finds no znode (NONODE) and so writes none either. */
@@ -103,7 +163,11 @@ static zk_notify delete_notify(const zk_vcache *known, const char *path, zstr *p
         return NOTIFY_NONE;
     if (starts(path, "/config/") && !starts(path, "/config/changes") && d >= 3 &&
         !(starts(path, "/config/users/") && d == 4)) {
-        zk_render_config_notify(payload, path + strlen("/config/"));
+        zstr entity;
+        zs_init(&entity);
+        canonical_entity(&entity, path + strlen("/config/"));
+        zk_render_config_notify(payload, entity.p ? entity.p : "");
+        zs_free(&entity);
         return NOTIFY_CONFIG;
     }
     if (starts(path, "/delegation_token/tokens/") && d == 3) {
