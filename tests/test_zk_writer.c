@@ -122,22 +122,6 @@ Test(zk_writer, claim_refused_at_the_epoch_in_controller_even_from_the_same_node
     zkt_writer_free(t);
 }
 
-/* ... and it fails when /controller_epoch is missing from ZooKeeper that holds a Kafka cluster: a new
- * one would restart the epochs its brokers have seen. */
-Test(zk_writer, claim_fails_when_a_clusters_controller_epoch_is_missing)
-{
-    cr_assert_eq(km_zkc_mkdirs(zc, "/cluster"), ZOK);
-    cr_assert_eq(km_zkc_create(zc, "/cluster/id", "{\"version\":\"1\",\"id\":\"x1FLYyWrSQqo2FHD0lXnCg\"}", 0), ZOK);
-    cr_assert_eq(km_zkc_create(zc, "/controller", "{\"version\":1,\"brokerid\":1,\"timestamp\":\"1\"}", 0), ZOK);
-    zkt_writer *t = zkt_writer_new(km_zks_hosts(zs, 0), 3000, 5, NULL);
-    cr_assert(zkt_wait_state(t, KM_ZKW_REFUSED, 30000), "state %s", km_zkw_state_name(km_zkw_get_state(t->w)));
-    cr_assert(strstr(km_zkw_fence_reason(t->w), "/controller_epoch is missing while ZooKeeper holds a Kafka cluster"),
-              "%s", km_zkw_fence_reason(t->w));
-    cr_assert_null(zkt_get(zc, "/controller_epoch", NULL), "the claim created /controller_epoch");
-    cr_assert_null(zkt_get(zc, "/migration", NULL));
-    zkt_writer_free(t);
-}
-
 /* Batches of creates then updates; /migration must end at the last batch, one zkVersion per batch. */
 Test(zk_writer, pipelined_batches_land_in_order)
 {

@@ -4,7 +4,7 @@
  * stale /migration version is what wedged Kafka in KAFKA-16667. The version we finally trust comes
  * from our own conditional write of /migration. A write whose ack was lost is verified by reading
  * back (after sync) and comparing with exactly what we wrote. */
-#include "zk_bridge.h"
+#include "zk_writer.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -344,6 +344,7 @@ static void found_from_reads(const claim_call *c, km_zk_found *f)
         zk_found_cluster_id(f, c->data[R_CLUSTER_ID]);
     if (c->rc[R_CONTROLLER] == ZOK)
         zk_found_controller(f, c->data[R_CONTROLLER], c->st[R_CONTROLLER].ephemeralOwner);
+    f->has_controller_epoch = c->rc[R_CONTROLLER_EPOCH] == ZOK;
     if (c->rc[R_MIGRATION] == ZOK)
         zk_found_migration(f, c->data[R_MIGRATION]);
     f->brokers = c->rc[R_BROKER_IDS] == ZOK ? c->st[R_BROKER_IDS].numChildren : 0;
@@ -420,27 +421,6 @@ static void refuse_claim(km_zkw *w)
     zkw_emit(w, KM_ZKW_EV_REFUSED);
 }
 
-/* KafkaZkClient.tryRegisterKRaftControllerAsActiveController fails (IllegalStateException) when
- * /controller_epoch is missing: a ZK-mode cluster always has one (its first controller created it),
- * and a new one would restart the epochs its brokers have seen, which then reject our requests as
- * from a stale controller. A ZooKeeper that holds no Kafka cluster at all (no /cluster/id, no broker
- * registered: a new cluster, the demo) has no epoch history to lose: the claim creates it there. */
-static bool epoch_missing(km_zkw *w, const claim_call *c)
-{
-    if (c->rc[R_CONTROLLER_EPOCH] == ZOK)
-        return false;
-    km_zk_found f;
-    found_from_reads(c, &f);
-    if (!km_zk_holds_cluster(&f))
-        return false;
-    snprintf(w->fence_reason, sizeof w->fence_reason,
-             "/controller_epoch is missing while ZooKeeper holds a Kafka cluster (%s): cannot register KRaft "
-             "controller %d as the active controller without the ZK controller epoch (restore /controller_epoch "
-             "with the epoch the brokers last saw)",
-             f.has_cluster_id ? "/cluster/id is set" : "brokers are registered", w->cfg.controller_id);
-    return true;
-}
-
 static void decide_claim(km_zkw *w, claim_call *c)
 {
     for (int i = 0; i < CLAIM_READS; i++)
@@ -459,7 +439,7 @@ static void decide_claim(km_zkw *w, claim_call *c)
     w->ctrl_version = w->ctrl_exists ? c->st[0].version : -1;
     /* the claim record (foreign_since_last_claim said: ours), or our own claim, still standing */
     bool handover = (w->claim_record && c->rc[R_RECORD] == ZOK) || still_ours(w, c);
-    if ((w->ctrl_exists && check_controller(w, c->data[0], handover)) || epoch_missing(w, c))
+    if (w->ctrl_exists && check_controller(w, c->data[0], handover))
         return refuse_claim(w);
     w->epoch_exists = c->rc[1] == ZOK;
     w->ctrl_epoch_version = w->epoch_exists ? c->st[1].version : -1;
