@@ -104,6 +104,53 @@ Test(broker_chan, tls_to_every_broker, .fini = fini, .timeout = 120)
     km_test_pki_free(&pki);
 }
 
+static uint64_t requests_before;
+static bool one_muted_in_flight(brig *r) { return km_bsim_requests(brig_sim(r, 1)) > requests_before; }
+
+/* Issue 19 item 9: new TLS material (SIGHUP) reconfigures the channels in place. Broker 1 sits on an
+ * unanswered request; the old client context is freed as soon as km_bprop_reconfigure returns (the
+ * sanitizer build sees any use of it after); every channel connects again with the new one, the
+ * request in flight is resent as it was, and no broker gets a full sync. */
+Test(broker_chan, new_tls_material_reconnects_and_resends_what_was_in_flight, .fini = fini, .timeout = 120)
+{
+    km_test_pki pki;
+    cr_assert(!km_test_pki_make(&pki));
+    km_err err;
+    km_tls_config sc = { .cert_file = pki.server_cert, .key_file = pki.server_key };
+    km_tls_config cc = { .ca_file = pki.ca };
+    km_tls_ctx *server = km_tls_server_ctx_new(&sc, &err), *client = km_tls_client_ctx_new(&cc, &err);
+    cr_assert(server && client, "%s", err.msg);
+    brig_opts o = { .brokers = 3, .topics = 2, .partitions = 3, .replication = 3, .tls_server = server,
+                    .tls_client = client };
+    cr_assert(brig_init(&R, &o), "%s", R.why);
+    cr_assert(brig_activate(&R), "%s", R.why);
+    cr_assert(brig_run_until(&R, brig_converged, 30), "%s", R.why);
+    km_bsim_mute(brig_sim(&R, 1), 1);
+    requests_before = km_bsim_requests(brig_sim(&R, 1));
+    leader_changes(3);
+    cr_assert(brig_run_until(&R, one_muted_in_flight, 30), "%s", R.why);
+    km_tls_ctx *rotated = km_tls_client_ctx_new(&cc, &err);
+    cr_assert(rotated, "%s", err.msg);
+    cr_assert_eq(km_bprop_reconfigure(R.prop, &(km_net_opts){ .tls = rotated }, &(km_bchan_sasl){ 0 }, &err), 0,
+                 "%s", err.msg);
+    km_tls_ctx_free(client);
+    cr_assert(brig_run_until(&R, brig_converged, 30), "%s", R.why);
+    for (int32_t b = 1; b <= 3; b++) {
+        km_bchan_stats s;
+        km_bchan_get_stats(km_bprop_channel(R.prop, b), &s);
+        cr_assert_geq(s.connects, 2, "broker %d: no new connection with the new material", b);
+        cr_assert_eq(s.full_syncs, 0, "broker %d", b);
+        cr_assert_eq(brig_lisr_count(&R, b, 2), 1, "broker %d: only activation's FULL LeaderAndIsr", b);
+        if (b == 1)
+            cr_assert_geq(s.resent, 1, "the muted request was not resent");
+    }
+    brig_free(&R);
+    memset(&R, 0, sizeof R);
+    km_tls_ctx_free(rotated);
+    km_tls_ctx_free(server);
+    km_test_pki_free(&pki);
+}
+
 /* ---- per-partition errors ------------------------------------------------------------------- */
 
 typedef struct seed { km_bchan *ch; int done; const km_topic *t; } seed;

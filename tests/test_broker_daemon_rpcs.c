@@ -16,6 +16,7 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,36 @@ Test(broker_daemon_rpcs, a_topic_deleted_while_a_broker_is_unreachable_is_stoppe
     cr_assert_gt(stop_replicas_seen(1), 0);
     cr_assert_eq(broker_metric("kmproxy_broker_full_syncs_total", 1), 0);
     cr_assert_eq(full_lisrs(1), 1, "a reconnect brought a FULL LeaderAndIsr");
+    no_pending_stops();
+}
+
+/* Issue 19 item 9: SIGHUP (security material read again) while broker 1 still owes the answer to a
+ * deletion. The channels are reconfigured in place, as Kafka reconfigures its channel builder: each
+ * reconnects with the material and resends what it had in flight, so broker 1 still gets its
+ * StopReplica and the deletion's UpdateMetadata entry (a 3.4 broker's cache keeps the topic
+ * otherwise), and no broker gets a FULL LeaderAndIsr (stray-log detection on 3.6.2+). */
+Test(broker_daemon_rpcs, sighup_keeps_pending_deletions_and_sends_no_full_leader_and_isr, .fini = fini,
+     .timeout = 240)
+{
+    start(KM_BSIM_KAFKA_IBP_3_4, NULL);
+    km_bsim_set_unreachable(brig_sim(&G.r, 1), true);
+    reconnects_before = broker_metric("kmproxy_broker_reconnects_total", 1);
+    cr_assert(brig_remove_topic(&G.r, topic_at(0)), "%s", G.r.why);
+    cr_assert(brig_run_until(&G.r, broker1_retried_with_the_deletion, DRIG_GUARD), "%s", G.r.why);
+    cr_assert_gt(broker_metric("kmproxy_broker_pending_stops", 1), 0);
+    reconnects_before = broker_metric("kmproxy_broker_reconnects_total", 2);
+    cr_assert_eq(raise(SIGHUP), 0);
+    brig_run_until(&G.r, drig_never, 2.0); /* the signal is handled on the loop */
+    cr_assert_gt(broker_metric("kmproxy_broker_pending_stops", 1), 0, "SIGHUP dropped broker 1's pending stops");
+    km_bsim_set_unreachable(brig_sim(&G.r, 1), false);
+    drig_converge(&G, "after SIGHUP and broker 1 came back");
+    cr_assert_gt(stop_replicas_seen(1), 0);
+    cr_assert_gt(broker_metric("kmproxy_broker_reconnects_total", 2), reconnects_before,
+                 "broker 2's channel did not reconnect with the material read again");
+    for (int32_t b = 1; b <= 3; b++) {
+        cr_assert_eq(full_lisrs(b), 1, "SIGHUP brought broker %d a FULL LeaderAndIsr", b);
+        cr_assert_eq(broker_metric("kmproxy_broker_full_syncs_total", b), 0, "broker %d", b);
+    }
     no_pending_stops();
 }
 

@@ -374,6 +374,29 @@ Test(broker_e2e, a_changed_broker_still_gets_the_deltas_stops, .fini = fini, .ti
     cr_assert_eq(km_bprop_pending_stops(R.prop, 2), 0);
 }
 
+/* A broker whose registration changed in the delta of a topic deletion (here a new broker epoch,
+ * its metadata cache kept) still gets that delta's UpdateMetadata entries with leader -2
+ * (LeaderDuringDelete): a catch-up lists only live partitions, and a 3.4-3.6.1 broker drops a deleted
+ * topic from its cache only on such an entry. Kafka's MigrationPropagator sends them to the
+ * unchanged brokers only (oldZkBrokers). */
+Test(broker_e2e, a_changed_broker_still_learns_the_deltas_deletions, .fini = fini, .timeout = 120)
+{
+    brig_opts o = { .brokers = 3, .topics = 3, .partitions = 4, .replication = 3, .kafka = KM_BSIM_KAFKA_IBP_3_4 };
+    cr_assert(brig_init(&R, &o), "%s", R.why);
+    cr_assert(brig_activate(&R), "%s", R.why);
+    converge("activation");
+    km_register_broker_record_broker_endpoint ep;
+    km_register_broker_record reg = registration(2, 2002, &ep);
+    km_remove_topic_record rm;
+    km_remove_topic_record_init(&rm);
+    rm.topic_id = km_topic_id(topic_at(1));
+    const km_message_desc *mds[] = { &km_register_broker_record_desc, &km_remove_topic_record_desc };
+    const void *msgs[] = { &reg, &rm };
+    cr_assert(brig_append_batch(&R, mds, msgs, 2), "%s", R.why);
+    converge("after broker 2 registered again while a topic was deleted");
+    cr_assert(brig_no_strays(&R), "%s", R.why);
+}
+
 /* Deleted and re-created under the same name in one delta: the brokers end with the new id,
  * and the old log's StopReplica comes before the new LeaderAndIsr (it names no topic id). */
 Test(broker_e2e, a_topic_recreated_in_one_delta_gets_the_new_id, .fini = fini, .timeout = 120)

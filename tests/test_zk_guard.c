@@ -114,7 +114,8 @@ static void zk_state_read(zk_state *s)
     s->controller = NULL;
     s->controller_owner = km_zkc_get(zc, "/controller", &s->controller, NULL, &st) == ZOK ? st.ephemeralOwner : -1;
     s->migration = zkt_get(zc, "/migration", NULL);
-    zkt_get(zc, "/controller_epoch", &s->controller_epoch_version);
+    s->controller_epoch_version = -1; /* absent */
+    free(zkt_get(zc, "/controller_epoch", &s->controller_epoch_version));
 }
 
 static void zk_state_free(zk_state *s)
@@ -304,7 +305,10 @@ Test(zk_guard, not_migrating_image_needs_force_then_the_first_sync_delete_limit)
     cr_assert(strstr(r.out, "- /brokers/topics/legacy-3\n") && strstr(r.out, refusal), "%s", r.out);
     run_free(&r);
 
-    r = zk_sync(log, "--force", "--max-deletes=-1");
+    /* the refused pass had claimed /controller at the log's epoch: the next claim needs a newer one
+     * (KafkaZkClient.tryRegisterKRaftControllerAsActiveController) */
+    r = run_kmproxy("zk", "sync", "--zookeeper", km_zks_hosts(zs, 0), "--metadata", log, "--force", "--max-deletes=-1",
+                    "--controller-epoch", "2", NULL);
     cr_assert_eq(r.code, 0, "%s", r.err);
     run_free(&r);
     cr_assert_null(zkt_get(zc, "/brokers/topics/legacy-0", NULL));
@@ -333,6 +337,27 @@ Test(zk_guard, an_image_behind_migration_is_refused)
     snprintf(want, sizeof want, "the image (offset %lld epoch 1) is behind what /migration records (offset %lld epoch 1)",
              (long long)end, (long long)end + 100);
     refused_untouched(log, NULL, want);
+    free(log);
+}
+
+/* KafkaZkClient.tryRegisterKRaftControllerAsActiveController fails when /controller_epoch is missing
+ * (a new one would restart the epochs the brokers have seen); --force creates it. */
+Test(zk_guard, a_cluster_without_controller_epoch_is_refused)
+{
+    write_zk_mode_cluster(-1);
+    char *log = gen_log("no-epoch", ZK_CLUSTER_ID, true);
+    write_migration(5, 1);
+    cr_assert_eq(km_zkc_delete(zc, "/controller_epoch", -1), ZOK);
+    refused_untouched(log, NULL, "/controller_epoch is missing while ZooKeeper holds a cluster (/cluster/id is set): "
+                                 "Kafka's KRaft controller cannot register as the active controller without it");
+    cr_assert_null(zkt_get(zc, "/controller_epoch", NULL), "the refused claim created /controller_epoch");
+    run_out r = zk_sync(log, "--force", NULL);
+    cr_assert_eq(r.code, 0, "%s", r.err);
+    cr_assert(strstr(r.err, "/controller_epoch is missing") && strstr(r.err, "(overridden by --force)"), "%s", r.err);
+    run_free(&r);
+    char *epoch = zkt_get(zc, "/controller_epoch", NULL);
+    cr_assert_str_eq(epoch ? epoch : "(absent)", "1");
+    free(epoch);
     free(log);
 }
 

@@ -1,6 +1,7 @@
 /* Helpers for the zkbridge suites (see test_zk_util.h). */
 #include "test_zk_util.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,6 +290,24 @@ static bool check_acls(km_zkc *c, const km_image *img, char *why, size_t whylen)
     return true;
 }
 
+/* A quota or SCRAM entity's znode name as Kafka's Sanitizer.sanitize makes it (java.net.URLEncoder,
+ * UTF-8: letters, digits and ".-*_" stay, space becomes "+"; then "*" -> %2A, "+" -> %20); the default
+ * entity (no name) is "<default>". Written here from the JDK's rules, not from the renderer. */
+static const char *znode_name(const char *name, char *out, size_t cap)
+{
+    if (!name)
+        return snprintf(out, cap, "<default>"), out;
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p && o + 4 < cap; p++) {
+        if ((*p < 0x80 && isalnum(*p)) || (*p && strchr(".-_", *p)))
+            out[o++] = (char)*p;
+        else
+            o += (size_t)snprintf(out + o, cap - o, "%%%02X", *p); /* '*' and ' ' included */
+    }
+    out[o] = '\0';
+    return out;
+}
+
 /* Quota znodes: every value of the image, as a number ZK brokers parse back to the same double. */
 static bool check_quotas(km_zkc *c, const km_image *img, char *why, size_t whylen)
 {
@@ -296,11 +315,12 @@ static bool check_quotas(km_zkc *c, const km_image *img, char *why, size_t whyle
     const km_client_quota *q;
     while ((q = km_image_next_quota(img, &it))) {
         const char *user = NULL, *client = NULL, *ip = NULL;
+        char names[3][256];
         for (int32_t i = 0; i < q->n_parts; i++) {
-            const char *name = q->parts[i].name ? q->parts[i].name : "<default>";
-            if (!strcmp(q->parts[i].type, "user")) user = name;
-            else if (!strcmp(q->parts[i].type, "client-id")) client = name;
-            else if (!strcmp(q->parts[i].type, "ip")) ip = name;
+            const char *type = q->parts[i].type, *name = q->parts[i].name;
+            if (!strcmp(type, "user")) user = znode_name(name, names[0], sizeof names[0]);
+            else if (!strcmp(type, "client-id")) client = znode_name(name, names[1], sizeof names[1]);
+            else if (!strcmp(type, "ip")) ip = znode_name(name, names[2], sizeof names[2]);
         }
         char path[512];
         if (user && client) snprintf(path, sizeof path, "/config/users/%s/clients/%s", user, client);
@@ -338,8 +358,8 @@ static bool check_rest(km_zkc *c, const km_image *img, char *why, size_t whylen)
     it = 0;
     const km_scram *s;
     while ((s = km_image_next_scram(img, &it))) {
-        char path[512];
-        snprintf(path, sizeof path, "/config/users/%s", s->user);
+        char path[512], name[256];
+        snprintf(path, sizeof path, "/config/users/%s", znode_name(s->user, name, sizeof name));
         json_t *j = get_json(c, path);
         const char *v = json_string_value(json_object_get(json_object_get(j, "config"),
                                                           s->mechanism == 1 ? "SCRAM-SHA-256" : "SCRAM-SHA-512"));

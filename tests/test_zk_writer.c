@@ -98,6 +98,30 @@ Test(zk_writer, claim_refused_when_a_higher_kraft_epoch_holds_controller)
     zkt_writer_free(t);
 }
 
+/* KafkaZkClient.tryRegisterKRaftControllerAsActiveController: a KRaft epoch in /controller that is not
+ * older than ours refuses the claim, even when our own node id wrote it (a restarted controller, a
+ * second `zk sync` of one log); a newer epoch claims. */
+Test(zk_writer, claim_refused_at_the_epoch_in_controller_even_from_the_same_node)
+{
+    zkt_writer *t = claimed_writer(3000, 5, NULL);
+    zkt_writer_free(t);
+    char *held = zkt_get(zc, "/controller", NULL);
+    t = zkt_writer_new(km_zks_hosts(zs, 0), 3000, 5, NULL);
+    cr_assert(zkt_wait_state(t, KM_ZKW_REFUSED, 30000), "state %s", km_zkw_state_name(km_zkw_get_state(t->w)));
+    cr_assert(strstr(km_zkw_fence_reason(t->w), "KRaft controller 3000 at epoch 5, not lower than our epoch 5"),
+              "%s", km_zkw_fence_reason(t->w));
+    char *epoch = zkt_get(zc, "/controller_epoch", NULL), *ctrl = zkt_get(zc, "/controller", NULL);
+    cr_assert_str_eq(epoch, "1", "a refused claim writes nothing");
+    cr_assert_str_eq(ctrl, held);
+    free(epoch); free(ctrl);
+    zkt_writer_free(t);
+    t = claimed_writer(3000, 6, NULL);
+    epoch = zkt_get(zc, "/controller_epoch", NULL);
+    cr_assert_str_eq(epoch, "2");
+    free(epoch); free(held);
+    zkt_writer_free(t);
+}
+
 /* Batches of creates then updates; /migration must end at the last batch, one zkVersion per batch. */
 Test(zk_writer, pipelined_batches_land_in_order)
 {

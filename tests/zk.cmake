@@ -9,3 +9,4 @@ km_add_test(test_zk_sync SOURCES ${KM_ZK_TESTS}/test_zk_sync.c ${KM_ZK_TESTS}/te
 km_add_test(test_zk_chaos SOURCES ${KM_ZK_TESTS}/test_zk_chaos.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 900
             SERIAL JOBS 1)
 km_add_test(test_zk_guard SOURCES ${KM_ZK_TESTS}/test_zk_guard.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 600)
+km_add_test(test_zk_fidelity SOURCES ${KM_ZK_TESTS}/test_zk_fidelity.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 600)

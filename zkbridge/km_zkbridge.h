@@ -54,6 +54,7 @@ typedef struct km_zk_found {
     bool has_cluster_id;            /* /cluster/id (ZK-mode brokers write it at their first start) */
     char cluster_id[128];           /* its "id", or its raw data when unreadable */
     bool has_controller;            /* /controller */
+    bool has_controller_epoch;      /* /controller_epoch (a ZK-mode cluster's first controller made it) */
     bool controller_ephemeral;      /* held by a live session (a ZK-mode controller's registration) */
     int32_t controller_id;          /* its brokerid, -1 when unreadable */
     int32_t controller_kraft_epoch; /* its kraftControllerEpoch; -1: a ZK-mode controller */

@@ -508,7 +508,7 @@ int km_zkb_delta(km_zkb *b, const km_delta *d, km_err *err)
     zk_tree want = {0}, cands = {0};
     zk_delta_render(b->img, d, b->cfg.zk.controller_epoch, b->pw, &want, &cands);
     zk_ops ops = {0};
-    zk_reconcile(&b->known, &cands, &want, b->img, b->pw, &ops);
+    zk_reconcile(&b->known, &cands, &want, b->pw, &ops);
     zk_tree_free(&want);
     zk_tree_free(&cands);
     b->sum.created += ops.created;
@@ -530,7 +530,7 @@ int km_zk_full_sync_ops(const km_image *img, int32_t controller_epoch, km_zop **
         zk_tree_free(&want);
         return -1;
     }
-    zk_reconcile(&known, &none, &want, img, NULL, &o);
+    zk_reconcile(&known, &none, &want, NULL, &o);
     zk_tree_free(&want);
     zk_vcache_clear(&known);
     if (o.oom) {

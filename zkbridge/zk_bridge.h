@@ -50,7 +50,12 @@ typedef enum zk_nkind {
     ZN_ACLS,      /* ACL list: compared as a set */
     ZN_RAW,       /* compared byte for byte (/controller_epoch-like plain values) */
     ZN_CONFIG,    /* a config entity: compared as JSON with password values decoded (fresh salts and IVs) */
+    ZN_CONFIG_PARENT, /* a user's config znode holding only per-client quotas below it: its config must be
+                       * empty; null data (created as a parent) is as good; created with null data */
 } zk_nkind;
+
+/* ConfigEntityZNode.encode of no properties. */
+#define ZK_EMPTY_CONFIG "{\"version\":1,\"config\":{}}"
 
 /* What kind of change notification a write to this znode needs (written in the same multi). */
 typedef enum zk_notify {
@@ -133,13 +138,13 @@ typedef struct zk_ops {
 void zk_ops_free(zk_ops *o);
 /* known: our model of ZooKeeper (path -> data); cands: every path that may need deleting (sorted);
  * want: what should exist (sorted). Appends ops and updates known to the outcome. */
-void zk_reconcile(zk_vcache *known, const zk_tree *cands, const zk_tree *want, const km_image *img,
-                  const km_zk_pwenc *pw, zk_ops *o);
+void zk_reconcile(zk_vcache *known, const zk_tree *cands, const zk_tree *want, const km_zk_pwenc *pw,
+                  zk_ops *o);
 /* Its parts, for a pass over the whole image in slices (zk_plan.c): the writes of one sorted slice,
  * marking each wanted path's entry in known with `pass`; whether a znode is ours to delete; the
  * delete of one (with its change notification). */
 void zk_reconcile_writes(zk_vcache *known, const zk_tree *want, int pass, const km_zk_pwenc *pw, zk_ops *o);
-bool zk_deletable(const char *path, const km_image *img);
+bool zk_deletable(const char *path);
 void zk_reconcile_delete(zk_vcache *known, const char *path, zk_ops *o);
 int zk_path_depth(const char *path);
 

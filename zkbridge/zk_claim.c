@@ -201,9 +201,12 @@ int zkw_failed_op(const zoo_op_result_t *res, int n)
     return -1;
 }
 
-/* Kafka's rule: any KRaft epoch beats a ZK epoch; among KRaft controllers the higher epoch wins,
- * and the same epoch belongs to one node only. */
-static int check_controller(km_zkw *w, const char *json)
+/* Kafka's rule (KafkaZkClient.tryRegisterKRaftControllerAsActiveController, 3.9): a KRaft epoch in
+ * /controller that is not older than ours - the same epoch included, whichever node wrote it -
+ * refuses the claim (ControllerMovedException). One exception, HA: `handover` says the claim record
+ * proves /controller was written by a claim of this kmproxy cluster for our node id (the instances
+ * act as one controller, so a takeover at the same KRaft epoch continues that claim). */
+static int check_controller(km_zkw *w, const char *json, bool handover)
 {
     json_error_t jerr;
     json_t *root = json_loads(json, 0, &jerr);
@@ -214,17 +217,30 @@ static int check_controller(km_zkw *w, const char *json)
     int refuse = 0;
     if (json_is_integer(ke)) {
         json_int_t epoch = json_integer_value(ke);
-        if (epoch > w->cfg.controller_epoch ||
-            (epoch == w->cfg.controller_epoch && json_is_integer(id) && json_integer_value(id) != w->cfg.controller_id))
-            refuse = 1;
+        bool same_node = json_is_integer(id) && json_integer_value(id) == w->cfg.controller_id;
+        refuse = epoch > w->cfg.controller_epoch || (epoch == w->cfg.controller_epoch && !(handover && same_node));
         if (refuse)
             snprintf(w->fence_reason, sizeof w->fence_reason,
-                     "/controller is held by KRaft controller %lld at epoch %lld, not lower than our epoch %d (node %d)",
+                     "/controller is held by KRaft controller %lld at epoch %lld, not lower than our epoch %d "
+                     "(node %d): a KRaft controller claims ZooKeeper only with a newer epoch",
                      json_is_integer(id) ? (long long)json_integer_value(id) : -1LL, (long long)epoch,
                      w->cfg.controller_epoch, w->cfg.controller_id);
     }
     json_decref(root);
     return refuse;
+}
+
+/* Our own claim, made earlier by this writer, still stands (read again after a lost session, or a
+ * retry after the claim landed): /controller holds exactly what we wrote (its timestamp included)
+ * and /controller_epoch has not moved since. Claiming over it again (a new /controller_epoch for the
+ * brokers after the session loss) takes nothing from another controller, so the epoch rule does not
+ * refuse it. */
+static bool still_ours(const km_zkw *w, const claim_call *c)
+{
+    return w->m.claims > 0 && c->rc[R_CONTROLLER] == ZOK && c->rc[R_CONTROLLER_EPOCH] == ZOK &&
+           c->data[R_CONTROLLER] && !strcmp(c->data[R_CONTROLLER], w->ctrl_json) &&
+           c->st[R_CONTROLLER_EPOCH].version == w->ctrl_epoch_version && c->data[R_CONTROLLER_EPOCH] &&
+           strtol(c->data[R_CONTROLLER_EPOCH], NULL, 10) == w->zk_epoch;
 }
 
 static void on_claim_multi(int rc, const void *data);
@@ -328,6 +344,7 @@ static void found_from_reads(const claim_call *c, km_zk_found *f)
         zk_found_cluster_id(f, c->data[R_CLUSTER_ID]);
     if (c->rc[R_CONTROLLER] == ZOK)
         zk_found_controller(f, c->data[R_CONTROLLER], c->st[R_CONTROLLER].ephemeralOwner);
+    f->has_controller_epoch = c->rc[R_CONTROLLER_EPOCH] == ZOK;
     if (c->rc[R_MIGRATION] == ZOK)
         zk_found_migration(f, c->data[R_MIGRATION]);
     f->brokers = c->rc[R_BROKER_IDS] == ZOK ? c->st[R_BROKER_IDS].numChildren : 0;
@@ -397,6 +414,13 @@ static bool foreign_since_last_claim(km_zkw *w, const claim_call *c)
     return foreign;
 }
 
+static void refuse_claim(km_zkw *w)
+{
+    w->state = KM_ZKW_REFUSED;
+    zkw_log(w, KM_LOG_ERROR, "zk claim refused: %s", w->fence_reason);
+    zkw_emit(w, KM_ZKW_EV_REFUSED);
+}
+
 static void decide_claim(km_zkw *w, claim_call *c)
 {
     for (int i = 0; i < CLAIM_READS; i++)
@@ -413,11 +437,10 @@ static void decide_claim(km_zkw *w, claim_call *c)
         return;
     w->ctrl_exists = c->rc[0] == ZOK;
     w->ctrl_version = w->ctrl_exists ? c->st[0].version : -1;
-    if (w->ctrl_exists && check_controller(w, c->data[0])) {
-        w->state = KM_ZKW_REFUSED;
-        zkw_log(w, KM_LOG_ERROR, "zk claim refused: %s", w->fence_reason);
-        return zkw_emit(w, KM_ZKW_EV_REFUSED);
-    }
+    /* the claim record (foreign_since_last_claim said: ours), or our own claim, still standing */
+    bool handover = (w->claim_record && c->rc[R_RECORD] == ZOK) || still_ours(w, c);
+    if (w->ctrl_exists && check_controller(w, c->data[0], handover))
+        return refuse_claim(w);
     w->epoch_exists = c->rc[1] == ZOK;
     w->ctrl_epoch_version = w->epoch_exists ? c->st[1].version : -1;
     w->zk_epoch = w->epoch_exists ? (int32_t)strtol(c->data[1], NULL, 10) : 0;

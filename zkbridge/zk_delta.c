@@ -17,15 +17,12 @@ static void topics(const km_image *img, const km_delta *d, int32_t epoch, const 
     while (km_delta_next_topic(d, &it, &tc)) {
         int32_t n = tc.old_partitions > tc.new_partitions ? tc.old_partitions : tc.new_partitions;
         zk_topic_paths(tc.name, n, cands);
+        /* A deleted topic's znodes just go: ZkTopicMigrationClient.deleteTopic writes no
+         * /admin/delete_topics marker (the KRaft controller deletes the replicas with StopReplica;
+         * a marker would make a ZK controller after a rollback delete a re-created topic). */
         const km_topic *t = km_image_topic_by_id(img, tc.id);
-        if (t) {
+        if (t)
             zk_render_topic_nodes(img, t, epoch, pw, want);
-        } else {
-            /* ZK brokers expect the marker while a deletion is pending */
-            char buf[1024];
-            snprintf(buf, sizeof buf, "/admin/delete_topics/%s", tc.name);
-            add_path(want, buf);
-        }
     }
 }
 

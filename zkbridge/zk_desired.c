@@ -46,12 +46,14 @@ void zk_tree_add(zk_tree *t, const char *path, char *data, zk_nkind kind, zk_not
     t->v[t->n++] = (zk_node){p, data, kind, notify, notify_data, -1};
 }
 
+static int parent_rank(zk_nkind k) { return k == ZN_DIR ? 2 : k == ZN_CONFIG_PARENT ? 1 : 0; }
+
 static int cmp_node(const void *a, const void *b)
 {
     const zk_node *x = a, *y = b;
     int c = strcmp(x->path, y->path);
-    /* duplicates: a real node wins over a structural parent added for a sibling */
-    return c ? c : (int)(x->kind == ZN_DIR) - (int)(y->kind == ZN_DIR);
+    /* duplicates: a real node wins over a parent added for a sibling (an entity parent over a plain one) */
+    return c ? c : parent_rank(x->kind) - parent_rank(y->kind);
 }
 
 void zk_tree_sort(zk_tree *t)
@@ -139,8 +141,6 @@ void zk_topic_paths(const char *name, int32_t partitions, zk_tree *paths)
         add_dir(paths, buf);
     }
     snprintf(buf, sizeof buf, "/config/topics/%s", name);
-    add_dir(paths, buf);
-    snprintf(buf, sizeof buf, "/admin/delete_topics/%s", name);
     add_dir(paths, buf);
 }
 

@@ -162,6 +162,18 @@ static void check_controller(const km_image *img, const km_zk_found *f, verdict 
                "(it is not registered with KRaft as a migrating ZK broker)", f->controller_id);
 }
 
+/* KafkaZkClient.tryRegisterKRaftControllerAsActiveController fails (IllegalStateException) when
+ * /controller_epoch is missing: a ZK-mode cluster always has one, and creating it anew restarts the
+ * epochs its brokers have seen, which then reject our requests as from a stale controller. A
+ * ZooKeeper holding no cluster (a new one, the demo) has no such history: the claim creates it. */
+static void check_controller_epoch(const km_zk_found *f, verdict *v)
+{
+    if (!f->has_controller_epoch && km_zk_holds_cluster(f))
+        broken(v, true, "/controller_epoch is missing while ZooKeeper holds a cluster (%s): Kafka's KRaft "
+               "controller cannot register as the active controller without it (restore it with the epoch the "
+               "brokers last saw)", f->has_cluster_id ? "/cluster/id is set" : "brokers are registered");
+}
+
 int km_zk_guard_check(const km_image *img, const km_zk_found *f, const km_zk_guard *g, bool *forceable, char *why,
                       size_t cap)
 {
@@ -178,6 +190,7 @@ int km_zk_guard_check(const km_image *img, const km_zk_found *f, const km_zk_gua
         check_migration_state(img, f, &v);
     check_position(img, f, &v);
     check_controller(img, f, &v);
+    check_controller_epoch(f, &v);
     if (forceable)
         *forceable = v.forceable;
     return v.refused ? -1 : 0;

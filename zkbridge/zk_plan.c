@@ -66,7 +66,7 @@ static int scan_slice(zk_plan *p)
     for (; p->it < end; p->it++) {
         const char *path = p->cands.v[p->it].path;
         size_t slot = zk_vcache_slot(p->known, path);
-        if (slot == ZK_VCACHE_NONE || p->known->vals[slot] == p->pass || !zk_deletable(path, p->img))
+        if (slot == ZK_VCACHE_NONE || p->known->vals[slot] == p->pass || !zk_deletable(path))
             continue;
         if (p->n_doomed == p->cap_doomed) {
             size_t cap = p->cap_doomed ? p->cap_doomed * 2 : 256;
@@ -85,7 +85,8 @@ static int deepest_first(const void *a, const void *b)
 {
     const char *x = *(const char *const *)a, *y = *(const char *const *)b;
     int dx = zk_path_depth(x), dy = zk_path_depth(y);
-    return dx != dy ? (dx < dy) - (dx > dy) : strcmp(x, y);
+    /* at one depth in reverse path order, as zk_reconcile's delta deletes go (see goes_with_its_topic) */
+    return dx != dy ? (dx < dy) - (dx > dy) : strcmp(y, x);
 }
 
 /* A password someone else encoded costs a PBKDF2 run to compare (its own salt): as much as a

@@ -18,23 +18,63 @@ static const char *part(const km_client_quota *q, const char *type, bool *presen
     return NULL;
 }
 
+/* A quota entity's component as a znode name: ZkConfigMigrationClient.getSanitizedClientQuotaZNodeName
+ * (Kafka 3.9) writes the default entity (a null name) as "<default>" and every other name through
+ * Sanitizer.sanitize, so "alice@EXAMPLE.COM" lives at /config/users/alice%40EXAMPLE.COM, where ZK-mode
+ * brokers (ZkAdminManager, the quota managers) look for it. A user literally named "<default>" is
+ * %3Cdefault%3E there. */
+static void add_znode_name(zstr *s, const km_client_quota *q, const char *type)
+{
+    for (int32_t i = 0; i < q->n_parts; i++)
+        if (!strcmp(q->parts[i].type, type)) {
+            if (q->parts[i].name)
+                zs_sanitized(s, q->parts[i].name);
+            else
+                zs_add(s, "<default>");
+            return;
+        }
+}
+
 char *zk_quota_path(const km_client_quota *q)
 {
     bool has_u, has_c, has_ip;
-    const char *u = part(q, "user", &has_u), *c = part(q, "client-id", &has_c), *ip = part(q, "ip", &has_ip);
-    char *p = NULL;
-    int rc = -1;
-    if (has_u && has_c && !has_ip) rc = asprintf(&p, "/config/users/%s/clients/%s", u, c);
-    else if (has_u && !has_ip) rc = asprintf(&p, "/config/users/%s", u);
-    else if (has_c && !has_ip) rc = asprintf(&p, "/config/clients/%s", c);
-    else if (has_ip && !has_u && !has_c) rc = asprintf(&p, "/config/ips/%s", ip);
-    return rc < 0 ? NULL : p;
+    part(q, "user", &has_u);
+    part(q, "client-id", &has_c);
+    part(q, "ip", &has_ip);
+    zstr s;
+    zs_init(&s);
+    if (has_u && !has_ip) {
+        zs_add(&s, "/config/users/");
+        add_znode_name(&s, q, "user");
+        if (has_c) {
+            zs_add(&s, "/clients/");
+            add_znode_name(&s, q, "client-id");
+        }
+    } else if (has_c && !has_ip) {
+        zs_add(&s, "/config/clients/");
+        add_znode_name(&s, q, "client-id");
+    } else if (has_ip && !has_u && !has_c) {
+        zs_add(&s, "/config/ips/");
+        add_znode_name(&s, q, "ip");
+    } else {
+        zs_free(&s);
+        return NULL;
+    }
+    return zs_take(&s);
 }
 
+/* KRaftMigrationZkWriter writes a user's SCRAM credentials through writeClientQuotas with the
+ * entity {user: name}: the same sanitized znode name as the user's quotas. */
 char *zk_scram_user_path(const char *user)
 {
-    char *p = NULL;
-    return asprintf(&p, "/config/users/%s", user && *user ? user : "<default>") < 0 ? NULL : p;
+    zstr s;
+    zs_init(&s);
+    zs_add(&s, "/config/users/");
+    if (user && *user)
+        zs_sanitized(&s, user);
+    else
+        zs_add(&s, "<default>");
+    return zs_take(&s);
 }
 
 typedef struct kv_list {
@@ -88,18 +128,40 @@ static void add_config(zk_tree *out, const char *path, kv_list *l)
     zk_tree_add(out, path, zs_take(&s), ZN_DATA, NOTIFY_CONFIG, zk_config_notify(path + strlen("/config/")));
 }
 
-/* Parents that only exist to hold a user's per-client quotas (Kafka's createRecursive). */
-static void add_user_client_dirs(zk_tree *out, const char *path)
+/* The user znode above a per-client quota's path (malloc'd), or NULL when it is not one. */
+static char *user_of_client_quota(const char *path)
 {
-    char buf[1024];
-    const char *clients = strstr(path, "/clients/");
-    if (!clients || (size_t)(clients - path) >= sizeof buf - 16)
-        return;
-    memcpy(buf, path, (size_t)(clients - path));
-    buf[clients - path] = '\0';
-    zk_tree_add(out, buf, NULL, ZN_DIR, NOTIFY_NONE, NULL);
-    strcat(buf, "/clients");
-    zk_tree_add(out, buf, NULL, ZN_DIR, NOTIFY_NONE, NULL);
+    if (strncmp(path, "/config/users/", 14))
+        return NULL;
+    const char *clients = strstr(path + 14, "/clients/");
+    return clients ? strndup(path, (size_t)(clients - path)) : NULL;
+}
+
+/* The user's znode above per-client quotas, and its /clients parent. The user's znode is an entity
+ * in its own right: Kafka creates it with null data (createRecursive, in writeClientQuotas), and
+ * when the user's own quotas and SCRAM credentials are all gone, writes it an empty config plus a
+ * change notification (KRaftMigrationZkWriter.handleClientQuotasDelta calls writeClientQuotas
+ * with empty maps) instead of deleting it - which its children would forbid. render_user adds
+ * the real config when there is one; it wins over this in zk_tree_sort. Rendering one client's
+ * quota alone (a delta), the user's znode is only a parent: the user's own config is not rendered
+ * then, and must not look unwanted. */
+static void add_user_client_dirs(zk_tree *out, const char *path, bool user_entity)
+{
+    char *user = user_of_client_quota(path), *dir = NULL;
+    if (!user)
+        return; /* /config/clients/<c>, /config/ips/<ip>: their type directory is a root */
+    if (asprintf(&dir, "%s/clients", user) >= 0) {
+        if (user_entity)
+            zk_tree_add(out, user, strdup(ZK_EMPTY_CONFIG), ZN_CONFIG_PARENT, NOTIFY_CONFIG,
+                        zk_config_notify(user + strlen("/config/")));
+        else
+            zk_tree_add(out, user, NULL, ZN_DIR, NOTIFY_NONE, NULL);
+        zk_tree_add(out, dir, NULL, ZN_DIR, NOTIFY_NONE, NULL);
+    } else {
+        out->oom = true;
+    }
+    free(user);
+    free(dir);
 }
 
 static const km_client_quota *user_quota(const km_image *img, const char *user_path)
@@ -180,7 +242,12 @@ void zk_render_quotas(const km_image *img, const char *only_path, zk_tree *out)
             add_quota_values(&l, q);
             add_config(out, p, &l);
             kv_free(&l);
-            add_user_client_dirs(out, p);
+            add_user_client_dirs(out, p, !only_path);
+        } else if (p && q->n > 0) { /* rendering only its user's znode: which still holds this one */
+            char *user = user_of_client_quota(p);
+            if (user && !strcmp(user, only_path))
+                add_user_client_dirs(out, p, true);
+            free(user);
         }
         free(p);
     }

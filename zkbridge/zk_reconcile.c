@@ -52,7 +52,7 @@ int zk_path_depth(const char *path)
 static bool starts(const char *s, const char *prefix) { return !strncmp(s, prefix, strlen(prefix)); }
 
 /* Only entity znodes are ours to delete; type directories and anything else stay. */
-bool zk_deletable(const char *path, const km_image *img)
+bool zk_deletable(const char *path)
 {
     int d = zk_path_depth(path);
     if (starts(path, "/brokers/topics/")) return d >= 3;
@@ -63,8 +63,10 @@ bool zk_deletable(const char *path, const km_image *img)
     if (starts(path, "/kafka-acl/")) return d == 3;
     if (starts(path, "/kafka-acl-extended/prefixed/")) return d == 4;
     if (starts(path, "/delegation_token/tokens/")) return d == 3;
-    /* a pending-deletion marker goes once the topic exists again (a re-created topic) */
-    if (starts(path, "/admin/delete_topics/")) return d == 3 && km_image_topic_by_name(img, path + 21);
+    /* Pending-deletion markers a ZK controller left: the full sync clears them all, as
+     * KRaftMigrationZkWriter.handleTopicsSnapshot does (clearPendingTopicDeletions). Deltas never
+     * name them (zk_topic_paths). */
+    if (starts(path, "/admin/delete_topics/")) return d == 3;
     return false;
 }
 
@@ -79,13 +81,93 @@ static const char *notify_path(zk_notify n)
     }
 }
 
-/* The notification for deleting `path` (the deleted entity is no longer rendered). */
-static zk_notify delete_notify(const char *path, zstr *payload)
+/* A topic config deleted while its topic's znode is still there goes with the topic: deletes run
+ * children first and, at one depth, in reverse path order, so /config/topics/<t> goes before
+ * /brokers/topics/<t>, the order of ZkTopicMigrationClient.deleteTopic. */
+static bool goes_with_its_topic(const zk_vcache *known, const char *path)
+{
+    if (!starts(path, "/config/topics/") || zk_path_depth(path) != 3)
+        return false;
+    char topic[1024];
+    int n = snprintf(topic, sizeof topic, "/brokers/topics/%s", path + strlen("/config/topics/"));
+    return n > 0 && (size_t)n < sizeof topic && zk_vcache_slot(known, topic) != ZK_VCACHE_NONE;
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* One znode name as Kafka names it: Sanitizer.sanitize(Sanitizer.desanitize(name)) (URLDecoder:
+ * %XX and '+' for a space), "<default>" as it is. */
+static void add_canonical_name(zstr *s, const char *name, size_t len)
+{
+    if (len == 9 && !strncmp(name, "<default>", 9)) {
+        zs_addn(s, name, len);
+        return;
+    }
+    char *plain = malloc(len + 1);
+    if (!plain) {
+        s->oom = true;
+        return;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        int hi = i + 2 < len && name[i] == '%' ? hex_value(name[i + 1]) : -1;
+        int lo = hi >= 0 ? hex_value(name[i + 2]) : -1;
+        if (hi >= 0 && lo >= 0) {
+            plain[n++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            plain[n++] = name[i] == '+' ? ' ' : name[i];
+        }
+    }
+    plain[n] = '\0';
+    zs_sanitized(s, plain);
+    free(plain);
+}
+
+/* The entity path of a quota znode (users/<u>[/clients/<c>], clients/<c>, ips/<ip>) with every name
+ * in Kafka's form. A znode an older writer named raw (/config/users/alice@X) is the same entity to
+ * ZK-mode brokers (UserConfigHandler desanitizes the name for SCRAM), so the notification of its
+ * deletion names the znode that holds the entity's config now: a raw name there would make the
+ * brokers read the deleted znode and drop alice@X's credentials. Other entity paths are as they are. */
+static void canonical_entity(zstr *s, const char *entity)
+{
+    bool quota = starts(entity, "users/") || starts(entity, "clients/") || starts(entity, "ips/");
+    if (!quota) {
+        zs_add(s, entity);
+        return;
+    }
+    const char *type_end = strchr(entity, '/');
+    zs_addn(s, entity, (size_t)(type_end - entity + 1));
+    const char *name = type_end + 1, *slash = strchr(name, '/');
+    add_canonical_name(s, name, slash ? (size_t)(slash - name) : strlen(name));
+    if (slash && starts(slash, "/clients/")) {
+        zs_add(s, "/clients/");
+        add_canonical_name(s, slash + 9, strlen(slash + 9));
+    }
+}
+
+/* The notification for deleting `path` (the deleted entity is no longer rendered). None for a
+ * deleted topic's config: ZkTopicMigrationClient.deleteTopic writes none, and the deleteConfigs
+ * that follows finds no znode (NONODE) and so writes none either. */
+static zk_notify delete_notify(const zk_vcache *known, const char *path, zstr *payload)
 {
     int d = zk_path_depth(path);
+    if (goes_with_its_topic(known, path))
+        return NOTIFY_NONE;
     if (starts(path, "/config/") && !starts(path, "/config/changes") && d >= 3 &&
         !(starts(path, "/config/users/") && d == 4)) {
-        zk_render_config_notify(payload, path + strlen("/config/"));
+        zstr entity;
+        zs_init(&entity);
+        canonical_entity(&entity, path + strlen("/config/"));
+        zk_render_config_notify(payload, entity.p ? entity.p : "");
+        zs_free(&entity);
         return NOTIFY_CONFIG;
     }
     if (starts(path, "/delegation_token/tokens/") && d == 3) {
@@ -136,7 +218,7 @@ void zk_reconcile_delete(zk_vcache *known, const char *path, zk_ops *o)
 {
     zstr payload;
     zs_init(&payload);
-    zk_notify n = delete_notify(path, &payload);
+    zk_notify n = delete_notify(known, path, &payload);
     add_with_notify(o, KM_ZOP_DELETE, path, NULL, n, payload.p);
     zs_free(&payload);
     diff_line(o, '-', path);
@@ -144,12 +226,11 @@ void zk_reconcile_delete(zk_vcache *known, const char *path, zk_ops *o)
     zk_vcache_del(known, path);
 }
 
-static void reconcile_deletes(zk_vcache *known, const zk_tree *cands, const zk_tree *want, const km_image *img,
-                              zk_ops *o)
+static void reconcile_deletes(zk_vcache *known, const zk_tree *cands, const zk_tree *want, zk_ops *o)
 {
     for (size_t i = cands->n; i-- > 0;) {
         const char *p = cands->v[i].path, *kdata;
-        if (!zk_tree_find(want, p) && zk_vcache_get_data(known, p, &kdata) >= 0 && zk_deletable(p, img))
+        if (!zk_tree_find(want, p) && zk_vcache_get_data(known, p, &kdata) >= 0 && zk_deletable(p))
             zk_reconcile_delete(known, p, o);
     }
 }
@@ -172,10 +253,15 @@ static void reconcile_writes(zk_vcache *known, const zk_tree *want, const km_zk_
             if (w->kind == ZN_DIR || zk_same_data(w->kind, kdata, kdata ? (int)strlen(kdata) : 0, w->data, pw))
                 continue;
         }
-        add_with_notify(o, present ? KM_ZOP_SET : KM_ZOP_CREATE, w->path, w->data, w->notify, w->notify_data);
+        /* A new user parent is created as ZkConfigMigrationClient's createRecursive does: null data,
+         * no notification (brokers read nothing there, as from an empty config). */
+        bool bare = !present && w->kind == ZN_CONFIG_PARENT;
+        const char *data = bare ? NULL : w->data;
+        add_with_notify(o, present ? KM_ZOP_SET : KM_ZOP_CREATE, w->path, data, bare ? NOTIFY_NONE : w->notify,
+                        w->notify_data);
         diff_line(o, present ? '~' : '+', w->path);
         if (present) o->updated++; else o->created++;
-        if (zk_vcache_put_data(known, w->path, mark, w->data ? strdup(w->data) : NULL))
+        if (zk_vcache_put_data(known, w->path, mark, data ? strdup(data) : NULL))
             o->oom = true;
     }
 }
@@ -186,9 +272,8 @@ void zk_reconcile_writes(zk_vcache *known, const zk_tree *want, int pass, const 
     reconcile_writes(known, want, pw, o, false, pass);
 }
 
-void zk_reconcile(zk_vcache *known, const zk_tree *cands, const zk_tree *want, const km_image *img,
-                  const km_zk_pwenc *pw, zk_ops *o)
+void zk_reconcile(zk_vcache *known, const zk_tree *cands, const zk_tree *want, const km_zk_pwenc *pw, zk_ops *o)
 {
-    reconcile_deletes(known, cands, want, img, o);
+    reconcile_deletes(known, cands, want, o);
     zk_reconcile_writes(known, want, 0, pw, o);
 }

@@ -243,6 +243,8 @@ bool zk_same_data(zk_nkind kind, const char *have, int have_len, const char *wan
 {
     if (kind == ZN_DIR)
         return true;
+    if (kind == ZN_CONFIG_PARENT && (!have || have_len == 0))
+        return true; /* created as a parent (null data): brokers read no config there, as from an empty one */
     if (!have || !want)
         return !have && !want;
     if (kind == ZN_RAW)

@@ -238,6 +238,37 @@ void km_bchan_free(km_bchan *ch)
     free(ch);
 }
 
+/* Kafka reconfigures the controller's channel builder in place (DynamicBrokerConfig ->
+ * SslFactory.reconfigure): connections made from then on use the new material. Here the connection
+ * the channel has (or is making) is made again at once with it, so a rotated certificate or
+ * password takes effect now: the request in flight is resent as it was and the queue goes on, as
+ * after any reconnect (no full sync unless the broker's versions changed). */
+int km_bchan_reconfigure(km_bchan *ch, const km_net_opts *net, const km_bchan_sasl *sasl, km_err *err)
+{
+    bool on = sasl->mechanism != KM_SASL_NONE;
+    if (on && (!sasl->username || !sasl->password))
+        return km_fail(err, "broker %d: SASL %s needs a user name and a password", ch->cfg.broker_id,
+                       km_sasl_mech_name(sasl->mechanism));
+    char *user = on ? strdup(sasl->username) : NULL, *pass = on ? strdup(sasl->password) : NULL;
+    if (on && (!user || !pass)) {
+        free(user);
+        free(pass);
+        return km_fail(err, "broker %d: out of memory reconfiguring the channel", ch->cfg.broker_id);
+    }
+    if (ch->sasl_pass)
+        explicit_bzero(ch->sasl_pass, strlen(ch->sasl_pass));
+    free(ch->sasl_user);
+    free(ch->sasl_pass);
+    ch->sasl_user = user;
+    ch->sasl_pass = pass;
+    ch->cfg.sasl.mechanism = sasl->mechanism;
+    ch->cfg.net.tls = net->tls;
+    ch->cfg.net.tls_name = net->tls_name;
+    if (ch->state != CH_WAITING && ch->state != CH_STOPPED)
+        km_bchan__disconnect(ch, "security material reloaded: connecting again with it");
+    return 0;
+}
+
 int32_t km_bchan_broker_id(const km_bchan *ch) { return ch->cfg.broker_id; }
 /* Renewing the SASL session is not a loss of readiness: the connection and its versions stay. */
 bool km_bchan_ready(const km_bchan *ch)

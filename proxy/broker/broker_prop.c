@@ -379,6 +379,18 @@ int km_bprop_activate(km_bprop *p, const km_image *img, int32_t zk_controller_ep
     return km_bprop__sync_channels(p, CATCH_UP_FULL, err);
 }
 
+int km_bprop_reconfigure(km_bprop *p, const km_net_opts *net, const km_bchan_sasl *sasl, km_err *err)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (km_bchan_reconfigure(p->chans[i]->ch, net, sasl, err))
+            return -1;
+    p->cfg.net.tls = net->tls;
+    p->cfg.net.tls_name = net->tls_name;
+    p->cfg.sasl = *sasl;
+    km_bprop__log(p, 3, "%zu broker channels reconfigured", p->n);
+    return 0;
+}
+
 void km_bprop_zk_holds(km_bprop *p, int64_t offset)
 {
     if (offset <= p->zk_holds)

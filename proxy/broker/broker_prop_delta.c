@@ -213,6 +213,20 @@ static size_t channel_stops(const prop_chan *pc, const delta_view *dv, km_bp_sto
     return ns;
 }
 
+/* A changed broker's catch-up lists the live partitions only: the delta's deleted ones (leader -2)
+ * join its pending UpdateMetadata entries, which the catch-up sends (km_bprop__uncached_parts), or
+ * its cache would keep them - for good on 3.4-3.6.1, whose caches drop a partition only so. Kafka's
+ * MigrationPropagator.sendRPCsToBrokersFromMetadataDelta sends them to oldZkBrokers only. */
+static int deletions_pending(km_bprop *p, prop_chan *pc, const delta_view *dv)
+{
+    for (size_t i = 0; i < dv->numr; i++) {
+        km_bp_stop x = { dv->umr[i].topic, dv->umr[i].partition, KM_EPOCH_DURING_DELETE, true };
+        if (dv->umr[i].leader == KM_LEADER_DURING_DELETE && km_bprop__stops_add(p, &p->uncached, pc->id, &x, 1, 0))
+            return -1;
+    }
+    return 0;
+}
+
 /* One channel's share of batch 2.  Its stops go first (Kafka sends them last): StopReplica names
  * partitions without topic ids, so a topic deleted and re-created under the same name must be
  * stopped before its new LeaderAndIsr, or the stop deletes the new log.  A changed broker gets
@@ -226,8 +240,9 @@ static int per_channel(km_bprop *p, prop_chan *pc, const delta_view *dv, bool ch
     size_t ns = channel_stops(pc, dv, stops), nl = 0;
     km_bp_ctl ctl = km_bprop__ctl(p, pc->id, KM_CTL_TYPE_INCREMENTAL);
     if (changed) /* kept pending: the catch-up sends them before its LeaderAndIsr */
-        return km_bprop__stops_add(p, &p->stops, pc->id, stops, ns, 0) ? km_fail(err, "out of memory")
-                                                                        : km_bprop__catch_up(p, pc, err);
+        return km_bprop__stops_add(p, &p->stops, pc->id, stops, ns, 0) || deletions_pending(p, pc, dv)
+                   ? km_fail(err, "broker %d: out of memory keeping a delta's deletions", pc->id)
+                   : km_bprop__catch_up(p, pc, err);
     if (km_bprop__send_stop(p, pc, &ctl, stops, ns, err) < 0)
         return -1;
     for (size_t i = 0; i < dv->npc; i++) {

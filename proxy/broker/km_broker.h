@@ -161,6 +161,12 @@ km_bchan *km_bchan_new(struct ev_loop *loop, const km_bchan_config *cfg, const k
                        km_err *err);
 void km_bchan_free(km_bchan *ch);      /* NULL is fine; no hook runs */
 int32_t km_bchan_broker_id(const km_bchan *ch);
+/* New security material (TLS context, SASL mechanism and credentials, copied): the connection it
+ * has or is making is made again with it at once; the request in flight is resent as it was, the
+ * queue kept. Afterwards no connection of the channel uses the old TLS context. -1 (channel
+ * unchanged) on a bad SASL setting or out of memory. */
+int km_bchan_reconfigure(km_bchan *ch, const km_net_opts *net, const km_bchan_sasl *sasl, km_err *err);
+
 /* Connected, negotiated, and no full sync waiting to be queued. */
 bool km_bchan_ready(const km_bchan *ch);
 /* Version to build `api` at (highest both sides support, as last negotiated: requests queue
@@ -279,6 +285,11 @@ int km_bprop_activate(km_bprop *p, const km_image *img, int32_t zk_controller_ep
 int km_bprop_publish(km_bprop *p, const km_delta *delta, km_err *err);
 /* Stop: every channel closes (leadership lost or shutting down). */
 void km_bprop_deactivate(km_bprop *p);
+/* SIGHUP: every channel, and each made later, takes the new material (km_bchan_reconfigure; the
+ * strings of sasl must outlive the propagator). Pending stops, deletions and queues are kept; no
+ * full sync. Once it returns 0 the old TLS context is no longer used. */
+int km_bprop_reconfigure(km_bprop *p, const km_net_opts *net, const km_bchan_sasl *sasl, km_err *err);
+
 /* zk_ordered: ZooKeeper is confirmed to hold the image up to `offset`: requests built for it
  * may go. */
 void km_bprop_zk_holds(km_bprop *p, int64_t offset);

@@ -580,24 +580,25 @@ void km_daemon_stop_active(km_daemon *d)
 
 /* The broker channels' security material (CA, certificate, key, SASL password file), read again and
  * checked before anything changes: a bad file leaves the channels as they are. */
-static int check_broker_material(km_daemon *d, km_err *err)
+static int read_broker_material(km_daemon *d, km_config_broker_security *sec, km_tls_ctx **fresh, km_err *err)
 {
-    km_config_broker_security sec;
-    memset(&sec, 0, sizeof sec);
-    km_tls_ctx *fresh = NULL;
-    int rc = km_config_resolve_broker_security(&d->cfg, &sec, err);
-    if (!rc && sec.tls) {
+    memset(sec, 0, sizeof *sec);
+    *fresh = NULL;
+    int rc = km_config_resolve_broker_security(&d->cfg, sec, err);
+    if (!rc && sec->tls) {
         km_tls_config tc = {.ca_file = d->cfg.broker_tls_ca, .cert_file = d->cfg.broker_tls_cert,
-                            .key_file = d->cfg.broker_tls_key, .no_name_check = !sec.verify_name};
-        rc = (fresh = km_tls_client_ctx_new(&tc, err)) ? 0 : -1;
+                            .key_file = d->cfg.broker_tls_key, .no_name_check = !sec->verify_name};
+        rc = (*fresh = km_tls_client_ctx_new(&tc, err)) ? 0 : -1;
     }
-    km_tls_ctx_free(fresh);
-    km_config_broker_security_clear(&sec);
+    if (rc)
+        km_config_broker_security_clear(sec);
     return rc;
 }
 
-/* SIGHUP: rotated certificates or keys take effect. The channels are rebuilt with the material read
- * again: each reconnects with it and gets a full sync at the controller epoch we hold. */
+/* SIGHUP: rotated certificates or keys take effect. The channels are reconfigured in place, as
+ * Kafka reconfigures its channel builder: each connects again with the material read again and
+ * resends what it had in flight; pending StopReplicas, deletions and queues stay, and no broker
+ * gets a full sync (a FULL LeaderAndIsr triggers stray-log detection on 3.6.2+). */
 void km_daemon_reload_brokers(km_daemon *d)
 {
     km_daemon_consumers *c = d->consumers;
@@ -607,24 +608,27 @@ void km_daemon_reload_brokers(km_daemon *d)
                       "start", !d->cfg.brokers_enabled ? "brokers.enabled=false" : "not active");
         return;
     }
-    if (check_broker_material(d, &err)) {
+    km_config_broker_security sec;
+    km_tls_ctx *fresh;
+    if (read_broker_material(d, &sec, &fresh, &err)) {
         km_daemon_log(d, KM_LOG_ERROR, "SIGHUP: broker TLS material: %s; the channels keep the material they had",
                       err.msg);
         return;
     }
-    bool was_active = km_bprop_active(c->bprop);
-    km_bprop_free(c->bprop);
-    km_tls_ctx_free(c->broker_tls);
-    km_config_broker_security_clear(&c->sec);
-    c->bprop = NULL;
-    c->broker_tls = NULL;
-    if (start_brokers(d, c, &err)) {
+    km_bchan_sasl sasl = {.mechanism = sec.mechanism, .username = sec.username, .password = sec.password};
+    if (km_bprop_reconfigure(c->bprop, &(km_net_opts){.tls = fresh}, &sasl, &err)) {
+        /* some channels may hold the new context already: none may outlive either */
+        km_bprop_free(c->bprop);
+        c->bprop = NULL;
+        km_tls_ctx_free(fresh);
+        km_config_broker_security_clear(&sec);
         km_daemon_fatal(d, "SIGHUP: brokers: %s", err.msg);
         return;
     }
-    km_daemon_log(d, KM_LOG_INFO, "SIGHUP: broker channels rebuilt with their TLS material read again");
-    if (was_active && c->zkb && km_zkb_get_phase(c->zkb) == KM_ZKB_DUAL_WRITE) {
-        km_bprop_hold(c->bprop, false); /* a new propagator starts held: ZooKeeper is in sync already */
-        release_brokers(d, c, c->zkb);
-    }
+    km_tls_ctx_free(c->broker_tls); /* no connection uses it any more */
+    km_config_broker_security_clear(&c->sec);
+    c->broker_tls = fresh;
+    c->sec = sec;
+    km_daemon_log(d, KM_LOG_INFO, "SIGHUP: broker channels reconfigured with their TLS material read again (each "
+                  "connects again with it and resends what it had in flight; nothing pending is dropped)");
 }

@@ -82,7 +82,7 @@ Test(daemon_tls, sighup_reloads_the_broker_tls_material, .timeout = 240)
     kill(d.p.pid, SIGHUP);
     cr_assert(serve_until(&d, 200, "\"ready\":true", 60), "the rotated CA was not taken: %s", ops_slurp(d.log_file));
     char *log = ops_slurp(d.log_file);
-    cr_expect(strstr(log, "SIGHUP: broker channels rebuilt with their TLS material read again"), "%s", log);
+    cr_expect(strstr(log, "SIGHUP: broker channels reconfigured with their TLS material read again"), "%s", log);
     free(log);
     copy_file(pki.garbage, ca);
     kill(d.p.pid, SIGHUP);
