@@ -12,16 +12,19 @@ PACKAGES=(
   libcriterion-dev tshark curl   # curl: tests scrape /healthz, /readyz and /metrics as operators do
   haproxy                        # bench_inline: the TCP-mode proxy baseline
   default-jdk-headless           # test_zk_password checks the PasswordEncoder against the JDK's crypto
+  libsasl2-dev libsasl2-modules dpkg-dev  # ZooKeeper C client with SASL + OpenSSL (deploy/zookeeper-c)
 )
 
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "install-deps: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# Debian's ZooKeeper C client with SASL and OpenSSL (skipped when already built): see its script.
+"$(dirname "$0")/zookeeper-c/build.sh"

@@ -63,6 +63,35 @@ typedef struct km_zk_found {
     int32_t brokers, topics;        /* children of /brokers/ids and /brokers/topics (0 when absent) */
 } km_zk_found;
 
+/* ---- a secured ZooKeeper (Kafka's zookeeper.* client keys; docs/zookeeper-security.md) ----
+ * Whatever is configured here is required: a session that cannot authenticate or cannot complete
+ * its TLS handshake is refused (the writer stops REFUSED, saying why), never downgraded. */
+typedef struct km_zk_security {
+    const char *sasl_mechanism;     /* NULL: no SASL; "DIGEST-MD5" (GSSAPI is refused: not built) */
+    const char *sasl_username, *sasl_password;
+    const char *sasl_service;       /* zookeeper.sasl.client.username; NULL: "zookeeper" */
+    const char *digest_auth;        /* "user:password" added with zoo_add_auth("digest"); NULL: none */
+    bool tls;                       /* zookeeper.ssl.client.enable */
+    const char *keystore_location, *keystore_password, *keystore_type;      /* type PEM or PKCS12 */
+    const char *truststore_location, *truststore_password, *truststore_type;
+    bool verify_host;               /* zookeeper.ssl.endpoint.identification.algorithm=HTTPS */
+    bool set_acl;                   /* zookeeper.set.acl: create znodes with Kafka's ACLs */
+} km_zk_security;
+
+/* Reads the login section (`Client` unless named) of a JAAS file as ZooKeeper's Java client does
+ * (java.security.auth.login.config): DigestLoginModule's username/password mean DIGEST-MD5.
+ * Fills sec's SASL fields with strings owned by *owned (free with free()). */
+int km_zk_security_from_jaas(km_zk_security *sec, const char *path, const char *section, char **owned,
+                             km_err *err);
+/* Checks a configuration before any session: files readable, types known, SASL complete. */
+int km_zk_security_check(const km_zk_security *sec, km_err *err);
+
+/* Kafka's ACL for a znode it creates (ZkData.defaultAcls): NULL without set_acl (world-all). */
+struct ACL_vector;
+const struct ACL_vector *km_zk_acl_for(const km_zk_security *sec, const char *path);
+/* Kafka's ZkData.isSensitivePath */
+bool km_zk_is_sensitive_path(const char *path);
+
 typedef struct km_zkw_config {
     const char *hosts;              /* "h1:p1,h2:p2[/chroot]" */
     int session_timeout_ms;         /* 0: 10000 */
@@ -87,6 +116,7 @@ typedef struct km_zkw_config {
     void (*on_event)(km_zkw *w, km_zkw_event ev, void *ctx);
     void (*log)(km_log_level level, const char *msg, void *ctx); /* NULL: stderr, WARN and up */
     void *ctx;
+    const km_zk_security *security; /* NULL: plain, unauthenticated, world-open ACLs */
 } km_zkw_config;
 
 km_zkw *km_zkw_new(struct ev_loop *loop, const km_zkw_config *cfg, km_err *err);
@@ -300,6 +330,7 @@ typedef struct km_zkel_config {
     void (*on_change)(km_zkel *e, bool leader, void *ctx);
     void (*log)(km_log_level level, const char *msg, void *ctx);
     void *ctx;
+    const km_zk_security *security; /* as for the writer */
 } km_zkel_config;
 km_zkel *km_zkel_new(struct ev_loop *loop, const km_zkel_config *cfg, km_err *err);
 /* Closes the session: the node goes at once, so a standby takes over without waiting for expiry. */

@@ -72,6 +72,21 @@ static const key_def KEYS[] = {
     STR("password.encoder.cipher.algorithm", password_encoder_cipher_algorithm),
     INT("password.encoder.key.length", password_encoder_key_length, 8, INT32_MAX),   /* Kafka's atLeast(8) */
     INT("password.encoder.iterations", password_encoder_iterations, 1024, INT32_MAX), /* Kafka's atLeast(1024) */
+    BOOL("zookeeper.set.acl", zk_set_acl),
+    BOOL("zookeeper.ssl.client.enable", zk_ssl_client_enable),
+    STR("zookeeper.clientCnxnSocket", zk_client_cnxn_socket),
+    STR("zookeeper.ssl.keystore.location", zk_ssl_keystore_location),
+    STR("zookeeper.ssl.keystore.password", zk_ssl_keystore_password),
+    STR("zookeeper.ssl.keystore.type", zk_ssl_keystore_type),
+    STR("zookeeper.ssl.truststore.location", zk_ssl_truststore_location),
+    STR("zookeeper.ssl.truststore.password", zk_ssl_truststore_password),
+    STR("zookeeper.ssl.truststore.type", zk_ssl_truststore_type),
+    STR("zookeeper.ssl.endpoint.identification.algorithm", zk_ssl_endpoint_identification_algorithm),
+    STR("java.security.auth.login.config", zk_jaas_file),
+    STR("zookeeper.sasl.clientconfig", zk_sasl_clientconfig),
+    BOOL("zookeeper.sasl.client", zk_sasl_client),
+    STR("zookeeper.sasl.client.username", zk_sasl_client_username),
+    STR("zookeeper.auth.digest.file", zk_auth_digest_file),
 };
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
 
@@ -92,6 +107,7 @@ void km_config_defaults(km_config *c)
     c->quorum_request_timeout_ms = 2000;   /* Kafka's controller.quorum.request.timeout.ms */
     c->password_encoder_key_length = 128;  /* Kafka's password.encoder.* defaults */
     c->password_encoder_iterations = 4096;
+    c->zk_sasl_client = true;              /* ZooKeeper's zookeeper.sasl.client default */
     km_inline_config_defaults(&c->proxy);
 }
 
@@ -297,6 +313,13 @@ int km_config_validate(const km_config *c, km_err *err)
         return km_fail(err, "zookeeper.connect is required (HOST:PORT[,HOST:PORT][/chroot])");
     if (km_inline_config_enabled(&c->proxy) && km_inline_config_validate(&c->proxy, err))
         return -1;
+    km_config_zk_security zs;
+    rc = km_config_resolve_zk_security(c, &zs, err);
+    if (!rc)
+        rc = km_zk_security_check(&zs.sec, err);
+    km_config_zk_security_clear(&zs);
+    if (rc)
+        return -1;
     return validate_password_encoder(c, err);
 }
 
@@ -304,7 +327,8 @@ void km_config_free(km_config *c)
 {
     if (c->password_encoder_secret)
         explicit_bzero(c->password_encoder_secret, strlen(c->password_encoder_secret));
-    char *secrets[] = { c->broker_sasl_jaas_config, c->sasl_jaas_config };
+    char *secrets[] = { c->broker_sasl_jaas_config, c->sasl_jaas_config, c->zk_ssl_keystore_password,
+                        c->zk_ssl_truststore_password };
     for (size_t i = 0; i < sizeof secrets / sizeof secrets[0]; i++)
         if (secrets[i])
             explicit_bzero(secrets[i], strlen(secrets[i]));

@@ -89,7 +89,7 @@ int km_daemon_start_ha(km_daemon *d, km_err *err)
              slash ? (int)(slash - d->cfg.election_path) : 0, d->cfg.election_path);
     km_zkel_config ec = {.hosts = d->cfg.zk_connect, .session_timeout_ms = d->cfg.zk_session_timeout_ms,
                          .path = d->cfg.election_path, .data = d->instance, .on_change = on_election, .log = ha_log,
-                         .ctx = d};
+                         .ctx = d, .security = &d->zk_security.sec};
     d->election = km_zkel_new(d->loop, &ec, err);
     if (!d->election)
         return -1;
