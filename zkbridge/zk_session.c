@@ -24,14 +24,19 @@ static void auth_failed(zk_session *s, const char *fmt, const char *detail)
 }
 
 /* The client retries a failed TLS handshake forever; a refused server certificate will not change
- * by retrying, so it ends the session like a failed authentication. */
-static void check_tls(zk_session *s)
+ * by retrying, so it ends the session like a failed authentication. A failed SASL exchange moves
+ * the handle to ZOO_AUTH_FAILED_STATE without any watcher event, so it is read here too. */
+static void check_security(zk_session *s)
 {
     int verify_failed = 0;
     const char *why = s->zh ? zoo_ssl_error(s->zh, &verify_failed) : "";
     if (verify_failed)
         auth_failed(s, "zookeeper TLS handshake failed: the server's certificate was refused: %s "
                     "(zookeeper.ssl.truststore.*, zookeeper.ssl.endpoint.identification.algorithm)", why);
+    else if (s->zh && zoo_state(s->zh) == ZOO_AUTH_FAILED_STATE)
+        auth_failed(s, "zookeeper refused the authentication of %s (SASL or digest credentials wrong or unknown "
+                    "to the server)", s->security && s->security->sasl_username ? s->security->sasl_username
+                    : "this client");
 }
 
 static void zk_process(zk_session *s, int events)
@@ -41,7 +46,7 @@ static void zk_process(zk_session *s, int events)
     s->in_process = true;
     zookeeper_process(s->zh, events);
     s->in_process = false;
-    check_tls(s);
+    check_security(s);
 }
 
 const struct ACL_vector *zk_session_acl(const zk_session *s, const char *path)
@@ -74,7 +79,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
     int fd = -1, interest = 0;
     struct timeval tv = {0, 0};
     zookeeper_interest(s->zh, &fd, &interest, &tv); /* runs the TLS handshake, if any */
-    check_tls(s);
+    check_security(s);
     if (!s->zh)
         return;
     int events = ((interest & ZOOKEEPER_READ) ? EV_READ : 0) | ((interest & ZOOKEEPER_WRITE) ? EV_WRITE : 0);
@@ -96,9 +101,7 @@ static void on_watch(zhandle_t *zh, int type, int state, const char *path, void 
     (void)zh; (void)path;
     zk_session *s = ctx;
     if (type == ZOO_SESSION_EVENT && state == ZOO_AUTH_FAILED_STATE)
-        auth_failed(s, "zookeeper refused the authentication of %s (SASL or digest credentials wrong or "
-                    "unknown to the server)", s->security && s->security->sasl_username ? s->security->sasl_username
-                    : "this client");
+        check_security(s);
     else if (type == ZOO_SESSION_EVENT && s->on_state)
         s->on_state(s, state);
 }

@@ -1,0 +1,294 @@
+/* A secured ZooKeeper (issue 19, items 1 and 2): real servers that require SASL DIGEST-MD5, that
+ * speak TLS only and ask for client certificates, and a tree pre-populated with the ACLs Kafka's
+ * brokers write (zookeeper.set.acl=true). The mirror syncs into each; getAcl shows Kafka's ACLs
+ * (kafka.zk.ZkData.defaultAcls, restated here from Kafka 3.9's source as the oracle), existing
+ * znodes keep theirs, an unauthenticated client reads no secret, and a configured authentication
+ * that fails is refused, never retried without it. */
+#include "test_tls_certs.h"
+#include "test_zk_util.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KAFKA_USERS "user_kafka=\"kafka-secret\" user_other=\"other-secret\""
+
+static km_image *gen_image(void)
+{
+    char *dir = km_test_tmpdir("zksec"), log[600];
+    snprintf(log, sizeof log, "%s/log", dir);
+    km_image *img = km_image_new();
+    km_gen_opts o = {.brokers = 3, .topics = 2, .partitions = 2, .seed = 7, .zk_migration = true};
+    km_err err = {{0}};
+    cr_assert_geq(km_gen_write(log, &o, img, &err), 0, "%s", err.msg);
+    km_test_rmtree(dir);
+    free(dir);
+    return img;
+}
+
+/* "scheme:id=perms,..." in the server's order. */
+static char *acl_text(km_zkc *c, const char *path, char *out, size_t cap)
+{
+    struct ACL_vector acl;
+    int rc = km_zkc_get_acl(c, path, &acl);
+    size_t len = (size_t)snprintf(out, cap, rc == ZOK ? "" : "rc=%d", rc);
+    for (int i = 0; rc == ZOK && i < acl.count; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%s:%s=%d", i ? "," : "", acl.data[i].id.scheme,
+                                acl.data[i].id.id, acl.data[i].perms);
+    deallocate_ACL_vector(&acl);
+    return out;
+}
+
+/* Kafka 3.9's ZkData.SensitiveRootPaths, matched with startsWith as ZkData.sensitivePath does. */
+static bool kafka_sensitive(const char *path)
+{
+    return !strncmp(path, "/config/users", 13) || !strncmp(path, "/config/brokers", 15) ||
+           !strncmp(path, "/delegation_token/tokens", 24);
+}
+
+/* What ZkData.defaultAcls(isSecure=true, path) gives for a creator known as `who`. */
+static void kafka_acl(const char *who, const char *path, char *out, size_t cap)
+{
+    if (!strcmp(path, "/consumers"))
+        snprintf(out, cap, "world:anyone=31");
+    else
+        snprintf(out, cap, kafka_sensitive(path) ? "%s=31" : "%s=31,world:anyone=1", who);
+}
+
+/* As a ZK-mode broker with zookeeper.set.acl=true leaves ZooKeeper before any migration: its
+ * persistent paths (ZkData.PersistentZkPaths and their parents), each with defaultAcls. */
+static const char *const BROKER_PATHS[] = {
+    "/consumers", "/brokers", "/brokers/ids", "/brokers/topics", "/brokers/seqid", "/config", "/config/changes",
+    "/config/topics", "/config/clients", "/config/users", "/config/brokers", "/config/ips", "/admin",
+    "/admin/delete_topics", "/isr_change_notification", "/latest_producer_id_block", "/log_dir_event_notification",
+};
+
+static void populate_as_kafka(km_zkc *kafka, const char *who)
+{
+    enum { ALL = 0x1f, READ = 1 };
+    char expect[256];
+    for (size_t i = 0; i < sizeof BROKER_PATHS / sizeof BROKER_PATHS[0]; i++) {
+        const char *p = BROKER_PATHS[i];
+        kafka_acl(who, p, expect, sizeof expect);
+        struct ACL open[] = {{ALL, {"world", "anyone"}}};
+        struct ACL creator_read[] = {{ALL, {"auth", ""}}, {READ, {"world", "anyone"}}};
+        struct ACL creator[] = {{ALL, {"auth", ""}}};
+        struct ACL_vector v = !strcmp(p, "/consumers") ? (struct ACL_vector){1, open}
+                            : kafka_sensitive(p) ? (struct ACL_vector){1, creator} : (struct ACL_vector){2, creator_read};
+        cr_assert_eq(km_zkc_create_acl(kafka, p, NULL, &v), ZOK, "creating %s", p);
+    }
+    /* An operator's own ACL on a znode the mirror will update: it must survive the update. */
+    struct ACL custom[] = {{ALL, {"auth", ""}}, {READ, {"sasl", "ops"}}};
+    cr_assert_eq(km_zkc_create_acl(kafka, "/config/topics/topic-0", "{\"version\":1,\"config\":{}}",
+                                   &(struct ACL_vector){2, custom}), ZOK);
+}
+
+/* Every znode under path (itself included) into the callback. */
+static void walk(km_zkc *c, const char *path, void (*fn)(km_zkc *, const char *, void *), void *ctx)
+{
+    if (!strcmp(path, "/zookeeper"))
+        return;
+    fn(c, path, ctx);
+    char **kids = NULL;
+    int n = 0;
+    if (km_zkc_children(c, path, &kids, &n) != ZOK)
+        return;
+    for (int i = 0; i < n; i++) {
+        char child[1024];
+        snprintf(child, sizeof child, "%s/%s", strcmp(path, "/") ? path : "", kids[i]);
+        walk(c, child, fn, ctx);
+    }
+    km_zkc_free_strings(kids, n);
+}
+
+typedef struct acl_check {
+    const char *who;
+    int checked, sensitive;
+    char first_bad[1200];
+} acl_check;
+
+static void check_kafka_acl(km_zkc *c, const char *path, void *ctx)
+{
+    acl_check *k = ctx;
+    if (!strcmp(path, "/") || !strcmp(path, "/config/topics/topic-0") || k->first_bad[0])
+        return;
+    char got[512], want[256];
+    acl_text(c, path, got, sizeof got);
+    kafka_acl(k->who, path, want, sizeof want);
+    k->checked++;
+    k->sensitive += kafka_sensitive(path);
+    if (strcmp(got, want))
+        snprintf(k->first_bad, sizeof k->first_bad, "%s: getAcl %s, Kafka writes %s", path, got, want);
+}
+
+/* Every znode of the mirror carries Kafka's ACL; the operator's custom one was kept. */
+static void assert_kafka_acls(km_zkc *kafka, const char *who)
+{
+    acl_check k = {.who = who};
+    walk(kafka, "/", check_kafka_acl, &k);
+    cr_assert_str_empty(k.first_bad, "%s", k.first_bad);
+    cr_assert_gt(k.sensitive, 3, "too few sensitive znodes checked (%d of %d)", k.sensitive, k.checked);
+    char got[256], want[256];
+    snprintf(want, sizeof want, "%s=31,sasl:ops=1", who);
+    cr_assert_str_eq(acl_text(kafka, "/config/topics/topic-0", got, sizeof got), want,
+                     "an existing znode's ACL was not preserved");
+    char *data = zkt_get(kafka, "/config/topics/topic-0", NULL);
+    cr_assert(data && strstr(data, "cleanup.policy"), "the mirror did not update /config/topics/topic-0: %s", data);
+    free(data);
+}
+
+typedef struct secret_check {
+    km_zkc *stranger;
+    int denied, readable;
+    char leaked[512];
+} secret_check;
+
+/* Walked with an authenticated client (a stranger cannot even list a sensitive parent's children);
+ * each znode is then read as the stranger. */
+static void try_read(km_zkc *owner, const char *path, void *ctx)
+{
+    (void)owner;
+    secret_check *s = ctx;
+    km_zkc *c = s->stranger;
+    char *data = NULL;
+    int len = 0;
+    int rc = km_zkc_get(c, path, &data, &len, NULL);
+    free(data);
+    if (kafka_sensitive(path) && strcmp(path, "/config/users") && strcmp(path, "/config/brokers") &&
+        strcmp(path, "/delegation_token/tokens")) {
+        if (rc == ZNOAUTH)
+            s->denied++;
+        else if (!s->leaked[0])
+            snprintf(s->leaked, sizeof s->leaked, "%s: rc %d for an unauthenticated client", path, rc);
+    } else if (rc == ZOK) {
+        s->readable++;
+    }
+}
+
+static void sync_secured(const char *hosts, const km_image *img, const km_zk_security *sec)
+{
+    km_zkb_config cfg = {.zk = {.security = sec}};
+    zkt_bridge *t = zkt_bridge_new(hosts, img, 3000, 1, &cfg);
+    cr_assert(t);
+    cr_assert(zkt_bridge_wait_idle(t, 60000), "bridge %d: %s", (int)km_zkb_get_phase(t->b), km_zkb_error(t->b));
+    zkt_bridge_free(t);
+}
+
+static const km_zk_security KAFKA_SASL = {.sasl_mechanism = "DIGEST-MD5", .sasl_username = "kafka",
+                                          .sasl_password = "kafka-secret", .set_acl = true};
+
+/* SASL enabled, not required: the brokers' tree, the mirror's sync, and what a stranger sees. */
+Test(zk_secure, sasl_sync_writes_kafka_acls_and_an_unauthenticated_client_reads_no_secret, .timeout = 240)
+{
+    char err[512] = "";
+    km_zks *zs = km_zks_start_opts(1, &(km_zks_options){.sasl_users = KAFKA_USERS}, err, sizeof err);
+    cr_assert(zs, "%s", err);
+    const char *hosts = km_zks_hosts(zs, 0);
+    km_zkc *kafka = km_zkc_open_auth(hosts, &(km_zkc_auth){.sasl_user = "kafka", .sasl_password = "kafka-secret"},
+                                     10000);
+    cr_assert(kafka, "SASL session as kafka");
+    populate_as_kafka(kafka, "sasl:kafka");
+    km_image *img = gen_image();
+    sync_secured(hosts, img, &KAFKA_SASL);
+    char why[512];
+    cr_assert(zkt_zk_equals_image(kafka, img, 1, why, sizeof why), "%s", why);
+    assert_kafka_acls(kafka, "sasl:kafka");
+
+    km_zkc *stranger = km_zkc_open(hosts, NULL, 10000);
+    cr_assert(stranger);
+    secret_check s = {.stranger = stranger};
+    walk(kafka, "/", try_read, &s);
+    cr_assert_str_empty(s.leaked, "%s", s.leaked);
+    cr_assert_geq(s.denied, 3, "SCRAM credentials, user quotas and broker configs must be unreadable");
+    cr_assert_gt(s.readable, 10, "ordinary znodes stay world-readable, as Kafka leaves them");
+    km_zkc_close(stranger);
+    km_zkc_close(kafka);
+    km_image_free(img);
+    km_zks_stop(zs);
+}
+
+static bool writer_stopped(void *ctx)
+{
+    km_zkw_state st = km_zkw_get_state(((zkt_writer *)ctx)->w);
+    return st == KM_ZKW_REFUSED || st == KM_ZKW_READY;
+}
+
+/* requireClientAuthScheme=sasl: the mirror syncs as kafka; a client without SASL gets nothing; a
+ * wrong password is refused, with the reason, and never retried without SASL. */
+Test(zk_secure, required_sasl_syncs_and_a_wrong_password_is_refused, .timeout = 240)
+{
+    char err[512] = "";
+    km_zks *zs = km_zks_start_opts(1, &(km_zks_options){.sasl_users = KAFKA_USERS, .require_sasl = true}, err,
+                                   sizeof err);
+    cr_assert(zs, "%s", err);
+    const char *hosts = km_zks_hosts(zs, 0);
+    km_image *img = gen_image();
+    sync_secured(hosts, img, &KAFKA_SASL);
+    km_zkc *kafka = km_zkc_open_auth(hosts, &(km_zkc_auth){.sasl_user = "kafka", .sasl_password = "kafka-secret"},
+                                     10000);
+    cr_assert(kafka);
+    char why[512];
+    cr_assert(zkt_zk_equals_image(kafka, img, 1, why, sizeof why), "%s", why);
+    km_zkc_close(kafka);
+
+    km_zkc *plain = km_zkc_open(hosts, NULL, 10000);
+    char *data = NULL;
+    int len = 0;
+    cr_assert(!plain || km_zkc_get(plain, "/brokers/topics", &data, &len, NULL) != ZOK,
+              "a session without SASL read /brokers/topics from a server requiring SASL");
+    free(data);
+    km_zkc_close(plain);
+
+    km_zk_security wrong = KAFKA_SASL;
+    wrong.sasl_password = "not-the-secret";
+    zkt_writer *t = zkt_writer_new(hosts, 3000, 2, &(km_zkw_config){.security = &wrong});
+    cr_assert(t);
+    zkt_run_until(t->loop, writer_stopped, t, 30000);
+    cr_assert_eq(km_zkw_get_state(t->w), KM_ZKW_REFUSED, "state %s", km_zkw_state_name(km_zkw_get_state(t->w)));
+    cr_assert(strstr(km_zkw_fence_reason(t->w), "refused the authentication of kafka"), "%s",
+              km_zkw_fence_reason(t->w));
+    cr_assert_eq(t->claimed, 0);
+    zkt_writer_free(t);
+    km_image_free(img);
+    km_zks_stop(zs);
+}
+
+/* Digest auth (zoo_add_auth "digest"): the creator is digest:user:hash; the stranger reads no secret. */
+Test(zk_secure, digest_auth_sync_writes_kafka_acls, .timeout = 240)
+{
+    char err[512] = "";
+    km_zks *zs = km_zks_start(1, NULL, 0, err, sizeof err);
+    cr_assert(zs, "%s", err);
+    const char *hosts = km_zks_hosts(zs, 0);
+    km_image *img = gen_image();
+    km_zk_security sec = {.digest_auth = "kafka:kafka-secret", .set_acl = true};
+    sync_secured(hosts, img, &sec);
+    km_zkc *stranger = km_zkc_open(hosts, NULL, 10000);
+    km_zkc *kafka = km_zkc_open_auth(hosts, &(km_zkc_auth){.digest = "kafka:kafka-secret"}, 10000);
+    cr_assert(stranger && kafka);
+    char got[512];
+    acl_text(kafka, "/config/users/alice", got, sizeof got);
+    cr_assert(!strncmp(got, "digest:kafka:", 13) && strstr(got, "=31") && !strstr(got, "world"), "%s", got);
+    acl_text(kafka, "/brokers/topics/topic-1", got, sizeof got);
+    cr_assert(!strncmp(got, "digest:kafka:", 13) && strstr(got, "=31,world:anyone=1"), "%s", got);
+    secret_check s = {.stranger = stranger};
+    walk(kafka, "/", try_read, &s);
+    cr_assert_str_empty(s.leaked, "%s", s.leaked);
+    cr_assert_geq(s.denied, 3);
+    km_zkc_close(kafka);
+    km_zkc_close(stranger);
+    km_image_free(img);
+    km_zks_stop(zs);
+}
+
+/* set.acl without any authentication would create znodes nobody can own: refused up front. */
+Test(zk_secure, set_acl_without_authentication_is_refused)
+{
+    km_err err = {{0}};
+    cr_assert_eq(km_zk_security_check(&(km_zk_security){.set_acl = true}, &err), -1);
+    cr_assert(strstr(err.msg, "zookeeper.set.acl=true needs an authenticated session"), "%s", err.msg);
+    cr_assert_eq(km_zk_security_check(&(km_zk_security){.sasl_mechanism = "GSSAPI", .sasl_username = "k",
+                                                        .sasl_password = "p"}, &err), -1);
+    cr_assert(strstr(err.msg, "GSSAPI is not built"), "%s", err.msg);
+}
