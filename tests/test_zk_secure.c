@@ -292,3 +292,119 @@ Test(zk_secure, set_acl_without_authentication_is_refused)
                                                         .sasl_password = "p"}, &err), -1);
     cr_assert(strstr(err.msg, "GSSAPI is not built"), "%s", err.msg);
 }
+
+/* ---- TLS: a secureClientPort only, client certificates required (ssl.clientAuth=need) ---- */
+
+/* A PEM keystore as ZooKeeper's PEMFileLoader and Kafka read it: the key and the chain in one file. */
+static void pem_keystore(const char *key, const char *cert, const char *out)
+{
+    char cmd[3 * PATH_MAX + 32];
+    snprintf(cmd, sizeof cmd, "cat '%s' '%s' > '%s'", key, cert, out);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static km_zks *start_tls(const km_test_pki *p, const char *cert, const char *key, const char *client_cert,
+                         const char *client_key)
+{
+    char err[512] = "";
+    km_zks *zs = km_zks_start_opts(1, &(km_zks_options){.tls_ca = p->ca, .tls_cert = cert, .tls_key = key,
+                                                        .tls_client_cert = client_cert, .tls_client_key = client_key},
+                                   err, sizeof err);
+    cr_assert(zs, "%s", err);
+    return zs;
+}
+
+static void wait_refused(zkt_writer *t, const char *why)
+{
+    zkt_run_until(t->loop, writer_stopped, t, 30000);
+    cr_assert_eq(km_zkw_get_state(t->w), KM_ZKW_REFUSED, "state %s", km_zkw_state_name(km_zkw_get_state(t->w)));
+    cr_assert(strstr(km_zkw_fence_reason(t->w), why), "%s", km_zkw_fence_reason(t->w));
+}
+
+Test(zk_secure, tls_only_server_with_client_certificates_pem_and_pkcs12_stores, .timeout = 240)
+{
+    km_test_pki p;
+    cr_assert_eq(km_test_pki_make(&p), 0);
+    km_zks *zs = start_tls(&p, p.server_cert, p.server_key, p.client_cert, p.client_key);
+    const char *hosts = km_zks_hosts(zs, 0);
+    char ks[PATH_MAX + 16], p12[PATH_MAX + 16], t12[PATH_MAX + 16], cmd[6 * PATH_MAX];
+    snprintf(ks, sizeof ks, "%s/client-keystore.pem", p.dir);
+    pem_keystore(p.client_key, p.client_cert, ks);
+    km_zk_security sec = {.tls = true, .keystore_location = ks, .truststore_location = p.ca, .verify_host = true,
+                          .set_acl = true};
+    km_image *img = gen_image();
+    sync_secured(hosts, img, &sec);
+
+    km_zkc *tls = km_zkc_open_auth(hosts, &(km_zkc_auth){.tls_ca = p.ca, .tls_cert = p.client_cert,
+                                                        .tls_key = p.client_key}, 10000);
+    cr_assert(tls, "TLS test client");
+    char why[512], got[512];
+    cr_assert(zkt_zk_equals_image(tls, img, 1, why, sizeof why), "%s", why);
+    /* The x509 identity is the client certificate's: the session really was TLS with it. */
+    cr_assert_str_eq(acl_text(tls, "/config/users/alice", got, sizeof got), "x509:CN=km-test-client=31");
+    cr_assert_str_eq(acl_text(tls, "/brokers/topics/topic-0", got, sizeof got),
+                     "x509:CN=km-test-client=31,world:anyone=1");
+
+    /* Kafka's other store type: PKCS12 keystore and truststore, password protected. */
+    snprintf(p12, sizeof p12, "%s/client.p12", p.dir);
+    snprintf(t12, sizeof t12, "%s/trust.p12", p.dir);
+    snprintf(cmd, sizeof cmd, "openssl pkcs12 -export -in '%s' -inkey '%s' -out '%s' -passout pass:ks-pass && "
+             "openssl pkcs12 -export -nokeys -in '%s' -out '%s' -passout pass:ts-pass", p.client_cert, p.client_key,
+             p12, p.ca, t12);
+    cr_assert_eq(system(cmd), 0);
+    km_zk_security p12sec = {.tls = true, .keystore_location = p12, .keystore_password = "ks-pass",
+                             .keystore_type = "PKCS12", .truststore_location = t12, .truststore_password = "ts-pass",
+                             .truststore_type = "PKCS12", .verify_host = true, .set_acl = true};
+    zkt_writer *t = zkt_writer_new(hosts, 3000, 2, &(km_zkw_config){.security = &p12sec});
+    cr_assert(t);
+    cr_assert(zkt_wait_state(t, KM_ZKW_READY, 30000), "PKCS12 stores: %s", km_zkw_fence_reason(t->w));
+    zkt_writer_free(t);
+
+    /* A truststore that does not hold the server's CA: refused, saying so, never plaintext. */
+    km_zk_security wrong = sec;
+    wrong.truststore_location = p.other_ca;
+    t = zkt_writer_new(hosts, 3000, 3, &(km_zkw_config){.security = &wrong});
+    cr_assert(t);
+    wait_refused(t, "the server's certificate was refused");
+    zkt_writer_free(t);
+
+    km_err err = {{0}};
+    km_zk_security bad_pass = p12sec;
+    bad_pass.keystore_password = "nope";
+    cr_assert_eq(km_zk_security_check(&bad_pass, &err), -1);
+    cr_assert(strstr(err.msg, "cannot read") && strstr(err.msg, "client.p12"), "%s", err.msg);
+    km_zk_security jks = sec;
+    jks.keystore_type = "JKS";
+    cr_assert_eq(km_zk_security_check(&jks, &err), -1);
+    cr_assert(strstr(err.msg, "keytool -importkeystore"), "%s", err.msg);
+    km_zkc_close(tls);
+    km_image_free(img);
+    km_zks_stop(zs);
+    km_test_pki_free(&p);
+}
+
+/* Host name verification (zookeeper.ssl.endpoint.identification.algorithm=HTTPS): a server whose
+ * certificate names neither 127.0.0.1 nor what it resolves back to is refused; with the check
+ * switched off (the algorithm set empty) the same server is accepted. */
+Test(zk_secure, tls_host_name_verification, .timeout = 240)
+{
+    km_test_pki p;
+    cr_assert_eq(km_test_pki_make(&p), 0);
+    /* the CA's "km-test-client" certificate as the server's, and the server's as the client's */
+    km_zks *zs = start_tls(&p, p.client_cert, p.client_key, p.server_cert, p.server_key);
+    const char *hosts = km_zks_hosts(zs, 0);
+    char ks[PATH_MAX + 16];
+    snprintf(ks, sizeof ks, "%s/keystore.pem", p.dir);
+    pem_keystore(p.server_key, p.server_cert, ks);
+    km_zk_security sec = {.tls = true, .keystore_location = ks, .truststore_location = p.ca, .verify_host = true};
+    zkt_writer *t = zkt_writer_new(hosts, 3000, 1, &(km_zkw_config){.security = &sec});
+    cr_assert(t);
+    wait_refused(t, "hostname mismatch");
+    zkt_writer_free(t);
+    sec.verify_host = false;
+    t = zkt_writer_new(hosts, 3000, 1, &(km_zkw_config){.security = &sec});
+    cr_assert(zkt_wait_state(t, KM_ZKW_READY, 30000), "%s", km_zkw_fence_reason(t->w));
+    zkt_writer_free(t);
+    km_zks_stop(zs);
+    km_test_pki_free(&p);
+}

@@ -97,6 +97,7 @@ static int four_letter(int port, const char *cmd, char *buf, size_t buflen)
 /* The same over TLS, presenting the harness's client certificate (a TLS-only server has no other port). */
 static int four_letter_tls(const km_zks *zs, int port, const char *cmd, char *buf, size_t buflen)
 {
+    signal(SIGPIPE, SIG_IGN); /* a server closing while it starts must not kill the test */
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
     SSL *ssl = NULL;
     int fd = -1, rc = -1;
@@ -234,7 +235,9 @@ static void exec_server(km_zks *zs, int idx)
                     maxbuf, "-Dzookeeper.admin.enableServer=false", zs->opt.sasl_users ? jaas : "-Dkm.nojaas=1",
                     "-cp",
                     "/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:"
-                    "/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar",
+                    "/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar:"
+                    /* the TLS port's Netty pipeline (Debian's libnetty-java, a zookeeper dependency) */
+                    "/usr/share/java/netty-codec.jar:/usr/share/java/netty-handler.jar",
                     (char *)main_class, cfg, NULL};
     execvp("java", argv);
     _exit(127);
