@@ -14,17 +14,55 @@
 
 #define KAFKA_USERS "user_kafka=\"kafka-secret\" user_other=\"other-secret\""
 
-static km_image *gen_image(void)
+/* A generated cluster's image; its log stays under *dir (caller removes) when dir is not NULL. */
+static km_image *gen_image_in(char **dir)
 {
-    char *dir = km_test_tmpdir("zksec"), log[600];
-    snprintf(log, sizeof log, "%s/log", dir);
+    char *tmp = km_test_tmpdir("zksec"), log[600];
+    snprintf(log, sizeof log, "%s/log", tmp);
     km_image *img = km_image_new();
     km_gen_opts o = {.brokers = 3, .topics = 2, .partitions = 2, .seed = 7, .zk_migration = true};
     km_err err = {{0}};
     cr_assert_geq(km_gen_write(log, &o, img, &err), 0, "%s", err.msg);
-    km_test_rmtree(dir);
-    free(dir);
+    if (dir)
+        return *dir = tmp, img;
+    km_test_rmtree(tmp);
+    free(tmp);
     return img;
+}
+
+static km_image *gen_image(void) { return gen_image_in(NULL); }
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert(f && fputs(text, f) >= 0 && fclose(f) == 0, "writing %s", path);
+}
+
+/* `kmproxy zk diff --zk-config` as an operator runs it: the daemon's keys, the JAAS Client section
+ * as Kafka's brokers have it; lists the one znode whose ACL is not Kafka's. */
+static void cli_diff_lists_foreign_acl(const char *dir, const char *hosts)
+{
+    char jaas[700], props[700], log[700], cfg[2000];
+    snprintf(jaas, sizeof jaas, "%s/jaas.conf", dir);
+    snprintf(props, sizeof props, "%s/zk.properties", dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    write_text(jaas, "// as kafka_server_jaas.conf\nKafkaServer {\n  org.apache.kafka.common.security.plain.PlainLoginModule "
+                     "required username=\"a\" password=\"b\";\n};\nClient {\n"
+                     "  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+                     "  username=\"kafka\"\n  password=\"kafka-secret\";\n};\n");
+    snprintf(cfg, sizeof cfg, "java.security.auth.login.config=%s\nzookeeper.set.acl=true\n", jaas);
+    write_text(props, cfg);
+    char *argv[] = {(char *)km_test_binary(), "zk", "diff", "--zookeeper", (char *)hosts, "--metadata", log,
+                    "--zk-config", props, NULL};
+    char *out = NULL, *errs = NULL;
+    int rc = km_test_run(argv, NULL, 0, &out, NULL, &errs);
+    cr_assert_eq(rc, 1, "an ACL difference exits 1: %s %s", out, errs);
+    cr_assert(strstr(out, "! /config/topics/topic-0: ACL sasl:kafka=31,sasl:ops=1; Kafka writes creator-all plus "
+                          "world:anyone=READ\n"), "%s", out);
+    cr_assert(strstr(out, "zk diff: 0 missing in ZooKeeper, 0 different, 0 only in ZooKeeper\n"), "%s", out);
+    cr_assert(strstr(out, "zk diff: 1 znodes with ACLs other than Kafka's"), "%s", out);
+    free(out);
+    free(errs);
 }
 
 /* "scheme:id=perms,..." in the server's order. */
@@ -189,11 +227,15 @@ Test(zk_secure, sasl_sync_writes_kafka_acls_and_an_unauthenticated_client_reads_
                                      10000);
     cr_assert(kafka, "SASL session as kafka");
     populate_as_kafka(kafka, "sasl:kafka");
-    km_image *img = gen_image();
+    char *dir = NULL;
+    km_image *img = gen_image_in(&dir);
     sync_secured(hosts, img, &KAFKA_SASL);
     char why[512];
     cr_assert(zkt_zk_equals_image(kafka, img, 1, why, sizeof why), "%s", why);
     assert_kafka_acls(kafka, "sasl:kafka");
+    cli_diff_lists_foreign_acl(dir, hosts);
+    km_test_rmtree(dir);
+    free(dir);
 
     km_zkc *stranger = km_zkc_open(hosts, NULL, 10000);
     cr_assert(stranger);

@@ -262,7 +262,10 @@ typedef struct km_zkb_config {
 typedef struct km_zkb_summary {
     size_t created, updated, deleted;   /* znodes, summed over every sync and delta */
     size_t full_syncs, deltas;
-    const char *diff;                   /* diff_only: "+ path" / "~ path" / "- path" lines */
+    const char *diff;                   /* diff_only: "+ path" / "~ path" / "- path" lines, and "! path"
+                                         * for an ACL that is not Kafka's (zookeeper.set.acl=true) */
+    size_t acl_differences;             /* diff_only: those "! path" lines */
+    bool acls_checked;                  /* diff_only: the ACLs were compared (set.acl, all read) */
 } km_zkb_summary;
 
 /* The image must outlive the bridge; the caller applies records to it and hands each delta over. */
