@@ -6,6 +6,7 @@
  * that fails is refused, never retried without it. */
 #include "test_tls_certs.h"
 #include "test_zk_util.h"
+#include "km_config.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -449,4 +450,58 @@ Test(zk_secure, tls_host_name_verification, .timeout = 240)
     zkt_writer_free(t);
     km_zks_stop(zs);
     km_test_pki_free(&p);
+}
+
+/* ---- the daemon's keys, as Kafka's brokers spell them ---- */
+
+static int resolve(const char *const *kv, km_config_zk_security *zs, km_err *err)
+{
+    km_config c;
+    km_config_defaults(&c);
+    int rc = 0;
+    for (int i = 0; kv[i] && !rc; i += 2)
+        rc = km_config_set(&c, kv[i], kv[i + 1], "test", err);
+    if (!rc)
+        rc = km_config_resolve_zk_security(&c, zs, err);
+    if (!rc)
+        rc = km_zk_security_check(&zs->sec, err);
+    km_config_zk_security_clear(zs);
+    km_config_free(&c);
+    return rc;
+}
+
+Test(zk_secure, config_keys_are_refused_clearly_when_they_cannot_be_honoured)
+{
+    char *dir = km_test_tmpdir("zkseccfg"), krb[600], other[600], named[600];
+    snprintf(krb, sizeof krb, "%s/krb.conf", dir);
+    snprintf(other, sizeof other, "%s/other.conf", dir);
+    snprintf(named, sizeof named, "%s/named.conf", dir);
+    write_text(krb, "Client { com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true "
+                    "keyTab=\"/k.keytab\" principal=\"kafka/h@R\"; };\n");
+    write_text(other, "KafkaServer { org.apache.zookeeper.server.auth.DigestLoginModule required "
+                      "username=\"u\" password=\"p\"; };\n");
+    write_text(named, "ZkClient { org.apache.zookeeper.server.auth.DigestLoginModule required "
+                      "username=\"u\" password=\"p\"; };\n");
+    km_config_zk_security zs;
+    km_err err = {{0}};
+    cr_assert_eq(resolve((const char *[]){"java.security.auth.login.config", krb, NULL}, &zs, &err), -1);
+    cr_assert(strstr(err.msg, "Krb5LoginModule is not supported") && strstr(err.msg, "GSSAPI"), "%s", err.msg);
+    cr_assert_eq(resolve((const char *[]){"java.security.auth.login.config", other, NULL}, &zs, &err), -1);
+    cr_assert(strstr(err.msg, "no 'Client' section"), "%s", err.msg);
+    cr_assert_eq(resolve((const char *[]){"java.security.auth.login.config", named,
+                                          "zookeeper.sasl.clientconfig", "ZkClient", NULL}, &zs, &err), 0, "%s", err.msg);
+    /* zookeeper.sasl.client=false: the JAAS file is not used for ZooKeeper (ZooKeeper's own switch) */
+    cr_assert_eq(resolve((const char *[]){"java.security.auth.login.config", krb, "zookeeper.sasl.client", "false",
+                                          NULL}, &zs, &err), 0, "%s", err.msg);
+    cr_assert_eq(resolve((const char *[]){"zookeeper.ssl.client.enable", "true", "zookeeper.clientCnxnSocket",
+                                          "org.apache.zookeeper.ClientCnxnSocketNIO", NULL}, &zs, &err), -1);
+    cr_assert(strstr(err.msg, "ClientCnxnSocketNetty"), "%s", err.msg);
+    cr_assert_eq(resolve((const char *[]){"zookeeper.ssl.client.enable", "true", NULL}, &zs, &err), -1);
+    cr_assert(strstr(err.msg, "zookeeper.ssl.keystore.location"), "%s", err.msg);
+    cr_assert_eq(resolve((const char *[]){"zookeeper.set.acl", "true", NULL}, &zs, &err), -1);
+    cr_assert(strstr(err.msg, "needs an authenticated session"), "%s", err.msg);
+    cr_assert_eq(resolve((const char *[]){"zookeeper.ssl.enabled.protocols", "TLSv1.2", NULL}, &zs, &err), -1,
+                 "a Kafka key kmproxy does not honour is an error, not silently ignored");
+    km_test_rmtree(dir);
+    free(dir);
 }
