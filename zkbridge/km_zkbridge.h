@@ -124,6 +124,8 @@ km_zkw *km_zkw_new(struct ev_loop *loop, const km_zkw_config *cfg, km_err *err);
 void km_zkw_free(km_zkw *w);
 km_zkw_state km_zkw_get_state(const km_zkw *w);
 const char *km_zkw_fence_reason(const km_zkw *w);
+/* REFUSED because ZooKeeper refused the configured authentication or TLS (a configuration error). */
+bool km_zkw_auth_refused(const km_zkw *w);
 /* Fenced because /controller_epoch moved past the claim record (claim_record): a foreign writer. */
 bool km_zkw_fenced_by_foreign(const km_zkw *w);
 
@@ -274,7 +276,7 @@ void km_zkb_free(km_zkb *b);
 km_zkb_phase km_zkb_get_phase(const km_zkb *b);
 const char *km_zkb_error(const km_zkb *b);
 /* Stopped by a guard (the image may not take this ZooKeeper over, or a pass would delete more than
- * the limit): bad input rather than a runtime failure. */
+ * the limit), or ZooKeeper refused the configured credentials: bad input rather than a runtime failure. */
 bool km_zkb_refused(const km_zkb *b);
 /* diff_only, once the diff is done: why a sync of this image would be refused, "" when it would not. */
 const char *km_zkb_sync_verdict(const km_zkb *b);

@@ -383,6 +383,7 @@ static void on_writer_event(km_zkw *w, km_zkw_event ev, void *ctx)
         break;
     case KM_ZKW_EV_FENCED:
     case KM_ZKW_EV_REFUSED:
+        b->refused |= km_zkw_auth_refused(b->w); /* wrong credentials: bad input, retrying cannot help */
         stop(b, km_zkw_fence_reason(b->w));
         break;
     }

@@ -57,6 +57,8 @@ void zkw_fence(km_zkw *w, const char *fmt, ...)
     zkw_emit(w, KM_ZKW_EV_FENCED);
 }
 
+bool km_zkw_auth_refused(const km_zkw *w) { return w->state == KM_ZKW_REFUSED && w->sess.auth_failed; }
+
 const char *km_zkw_state_name(km_zkw_state s)
 {
     static const char *names[] = {"CONNECTING", "BECOME_CONTROLLER", "DUAL_WRITE", "RECOVERING",

@@ -694,3 +694,41 @@ Test(ha, a_foreign_writer_moving_only_migration_stops_both_instances)
 {
     foreign_writer_stops_every_instance(2, "ha-foreign-mig", true);
 }
+
+/* A configured ZooKeeper authentication that fails stops the daemon at once, exit 2 (bad
+ * configuration: systemd does not restart it), naming the user ZooKeeper refused. It never
+ * retries without SASL, so nothing was written. */
+Test(ha, a_wrong_zookeeper_password_stops_the_daemon_with_exit_2)
+{
+    char err[512] = "";
+    km_zks *sec = km_zks_start_opts(1, &(km_zks_options){.sasl_users = "user_kafka=\"kafka-secret\""}, err,
+                                    sizeof err);
+    cr_assert(sec, "%s", err);
+    env e;
+    env_init(&e);
+    char jaas[600], jaas_key[700];
+    snprintf(jaas, sizeof jaas, "%s/jaas.conf", e.dir);
+    FILE *f = fopen(jaas, "w");
+    cr_assert(f);
+    fputs("Client { org.apache.zookeeper.server.auth.DigestLoginModule required "
+          "username=\"kafka\" password=\"wrong\"; };\n", f);
+    fclose(f);
+    snprintf(jaas_key, sizeof jaas_key, "java.security.auth.login.config=%s", jaas);
+    const char *settings[] = {"brokers.enabled=false", jaas_key, "zookeeper.set.acl=true", NULL};
+    inst in;
+    start(&in, &e, "wrong-pw", km_zks_hosts(sec, 0), settings);
+    int status = wait_exit(&in, 60);
+    char *log = ops_slurp(in.log_file);
+    cr_expect(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 2, "status %d: %s", status, log);
+    cr_expect(strstr(log, "zookeeper refused the authentication of kafka"), "%s", log);
+    free(log);
+    km_zkc *c = km_zkc_open(km_zks_hosts(sec, 0), NULL, 10000);
+    cr_assert(c);
+    char *data = NULL;
+    int len = 0;
+    cr_expect_eq(km_zkc_get(c, "/controller", &data, &len, NULL), ZNONODE, "something was claimed without SASL");
+    free(data);
+    km_zkc_close(c);
+    env_free(&e);
+    km_zks_stop(sec);
+}
