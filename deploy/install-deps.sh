@@ -13,6 +13,7 @@ PACKAGES=(
   haproxy                        # bench_inline: the TCP-mode proxy baseline
   default-jdk-headless           # test_zk_password checks the PasswordEncoder against the JDK's crypto
   libsasl2-dev libsasl2-modules dpkg-dev  # ZooKeeper C client with SASL + OpenSSL (deploy/zookeeper-c)
+  libsasl2-modules-gssapi-mit krb5-kdc krb5-admin-server  # Kerberos to ZooKeeper; a KDC in test_zk_secure
 )
 
 missing=()

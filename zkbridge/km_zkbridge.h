@@ -67,8 +67,9 @@ typedef struct km_zk_found {
  * Whatever is configured here is required: a session that cannot authenticate or cannot complete
  * its TLS handshake is refused (the writer stops REFUSED, saying why), never downgraded. */
 typedef struct km_zk_security {
-    const char *sasl_mechanism;     /* NULL: no SASL; "DIGEST-MD5" (GSSAPI is refused: not built) */
-    const char *sasl_username, *sasl_password;
+    const char *sasl_mechanism;     /* NULL: no SASL; "DIGEST-MD5" or "GSSAPI" (Kerberos) */
+    const char *sasl_username, *sasl_password;          /* DIGEST-MD5 */
+    const char *sasl_keytab;        /* GSSAPI: the client keytab (NULL: the default credential cache) */
     const char *sasl_service;       /* zookeeper.sasl.client.username; NULL: "zookeeper" */
     const char *digest_auth;        /* "user:password" added with zoo_add_auth("digest"); NULL: none */
     bool tls;                       /* zookeeper.ssl.client.enable */
@@ -79,7 +80,8 @@ typedef struct km_zk_security {
 } km_zk_security;
 
 /* Reads the login section (`Client` unless named) of a JAAS file as ZooKeeper's Java client does
- * (java.security.auth.login.config): DigestLoginModule's username/password mean DIGEST-MD5.
+ * (java.security.auth.login.config): DigestLoginModule's username/password mean DIGEST-MD5,
+ * Krb5LoginModule (useKeyTab, keyTab, principal, ...) GSSAPI.
  * Fills sec's SASL fields with strings owned by *owned (free with free()). */
 int km_zk_security_from_jaas(km_zk_security *sec, const char *path, const char *section, char **owned,
                              km_err *err);

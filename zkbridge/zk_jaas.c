@@ -1,7 +1,8 @@
 /* The JAAS login section ZooKeeper's Java client reads (java.security.auth.login.config, section
  * `Client` or zookeeper.sasl.clientconfig), as Kafka's brokers configure it:
  *   Client { org.apache.zookeeper.server.auth.DigestLoginModule required username="u" password="p"; };
- * Only what a DIGEST-MD5 client needs is accepted; anything else is refused by name. */
+ * or Krb5LoginModule (GSSAPI). Only what those clients need is accepted; anything else is refused
+ * by name. */
 #include "zk_internal.h"
 
 #include <ctype.h>
@@ -74,39 +75,83 @@ static char *quoted(jaas_cursor *c, km_err *err)
     return out;
 }
 
-/* One login module entry up to its ';': DigestLoginModule with username and password. */
-static int module_entry(jaas_cursor *c, km_zk_security *sec, char **owned, km_err *err)
+/* An option's value: "quoted" or a bare word (useKeyTab=true). */
+static char *value(jaas_cursor *c, km_err *err)
 {
-    char cls[256], flag[32], name[64];
-    if (word(c, cls, sizeof cls, err) || word(c, flag, sizeof flag, err))
-        return -1;
-    if (strcmp(cls, "org.apache.zookeeper.server.auth.DigestLoginModule"))
-        return km_fail(err, "%s: login module %s is not supported (DigestLoginModule only: Kerberos/GSSAPI is "
-                       "not built into this kmproxy)", c->path, cls);
-    if (strcmp(flag, "required"))
-        return km_fail(err, "%s: control flag '%s': only 'required' is supported", c->path, flag);
+    skip_space(c);
+    if (*c->p == '"')
+        return quoted(c, err);
+    char word_buf[256];
+    if (word(c, word_buf, sizeof word_buf, err))
+        return NULL;
+    char *v = strdup(word_buf);
+    return v ? v : (km_fail(err, "%s: out of memory", c->path), NULL);
+}
+
+/* The options a login module entry may carry, each into its slot of owned (NULL: read, unused). */
+typedef struct jaas_opt {
+    const char *name;
+    int slot;      /* index into owned, or -1: accepted and checked below, not kept */
+} jaas_opt;
+
+static const jaas_opt DIGEST_OPTS[] = {{"username", 0}, {"password", 1}, {NULL, 0}};
+/* Krb5LoginModule as Kafka's docs configure it for ZooKeeper clients */
+static const jaas_opt KRB5_OPTS[] = {{"principal", 0}, {"keyTab", 1}, {"useKeyTab", -1}, {"storeKey", -1},
+                                     {"useTicketCache", -1}, {"doNotPrompt", -1}, {"debug", -1}, {NULL, 0}};
+
+static int options(jaas_cursor *c, const jaas_opt *opts, const char *cls, char **owned, bool *keytab, km_err *err)
+{
+    char name[64];
     for (skip_space(c); *c->p && *c->p != ';'; skip_space(c)) {
         if (word(c, name, sizeof name, err) || expect(c, '=', err))
             return -1;
-        char *v = quoted(c, err);
+        char *v = value(c, err);
         if (!v)
             return -1;
-        if (!strcmp(name, "username") || !strcmp(name, "password")) {
-            bool user = name[0] == 'u';
-            free(owned[user ? 0 : 1]);
-            owned[user ? 0 : 1] = v;
+        const jaas_opt *o = opts;
+        while (o->name && strcmp(o->name, name))
+            o++;
+        if (!o->name) {
+            free(v);
+            return km_fail(err, "%s: option '%s' of %s is not supported", c->path, name, cls);
+        }
+        if (!strcmp(name, "useKeyTab"))
+            *keytab = !strcmp(v, "true");
+        if (o->slot >= 0) {
+            free(owned[o->slot]);
+            owned[o->slot] = v;
         } else {
             free(v);
-            return km_fail(err, "%s: option '%s' of DigestLoginModule is not supported", c->path, name);
         }
     }
-    if (expect(c, ';', err))
+    return expect(c, ';', err);
+}
+
+/* One login module entry up to its ';': DigestLoginModule (DIGEST-MD5) or Krb5LoginModule (GSSAPI). */
+static int module_entry(jaas_cursor *c, km_zk_security *sec, char **owned, km_err *err)
+{
+    char cls[256], flag[32];
+    if (word(c, cls, sizeof cls, err) || word(c, flag, sizeof flag, err))
         return -1;
-    if (!owned[0] || !owned[1])
+    bool digest = !strcmp(cls, "org.apache.zookeeper.server.auth.DigestLoginModule");
+    bool krb5 = !strcmp(cls, "com.sun.security.auth.module.Krb5LoginModule");
+    if (!digest && !krb5)
+        return km_fail(err, "%s: login module %s is not supported (DigestLoginModule or Krb5LoginModule)",
+                       c->path, cls);
+    if (strcmp(flag, "required"))
+        return km_fail(err, "%s: control flag '%s': only 'required' is supported", c->path, flag);
+    bool keytab = false;
+    if (options(c, digest ? DIGEST_OPTS : KRB5_OPTS, cls, owned, &keytab, err))
+        return -1;
+    if (digest && (!owned[0] || !owned[1]))
         return km_fail(err, "%s: DigestLoginModule needs both username and password", c->path);
-    sec->sasl_mechanism = "DIGEST-MD5";
+    if (krb5 && keytab != (owned[1] != NULL))
+        return km_fail(err, "%s: Krb5LoginModule: useKeyTab=true and keyTab go together (without them the "
+                       "default credential cache is used)", c->path);
+    sec->sasl_mechanism = digest ? "DIGEST-MD5" : "GSSAPI";
     sec->sasl_username = owned[0];
-    sec->sasl_password = owned[1];
+    sec->sasl_password = digest ? owned[1] : NULL;
+    sec->sasl_keytab = krb5 ? owned[1] : NULL;
     return 0;
 }
 

@@ -152,12 +152,14 @@ static int check_pem(const zk_secure *z, km_err *err)
     return rc;
 }
 
+/* DIGEST-MD5: the user authenticates and is authorized as itself. GSSAPI: no authorization id (the
+ * server takes the Kerberos principal, as from ZooKeeper's Java client). */
 static int sasl_simple(void *ctx, int id, const char **result, unsigned *len)
 {
     zk_secure *z = ctx;
     if (id != SASL_CB_USER && id != SASL_CB_AUTHNAME)
         return SASL_BADPARAM;
-    *result = z->sec->sasl_username;
+    *result = strcmp(z->sec->sasl_mechanism, "GSSAPI") ? z->sec->sasl_username : "";
     if (len)
         *len = (unsigned)strlen(*result);
     return SASL_OK;
@@ -175,19 +177,36 @@ static int sasl_pass(sasl_conn_t *conn, void *ctx, int id, sasl_secret_t **out)
 
 typedef int (*sasl_cb_fn)(void);
 
+/* Kerberos through MIT's GSS-API, which reads its credentials from the environment: the keytab as
+ * the client keytab (initial credentials are acquired from it, and renewed, as Krb5LoginModule's
+ * useKeyTab does), kept in a private in-memory cache unless one is configured. krb5.conf is
+ * KRB5_CONFIG's (the JVM's java.security.krb5.conf). One identity per process, as per JVM. */
+static int prepare_gssapi(const km_zk_security *s, km_err *err)
+{
+    if (s->sasl_keytab && access(s->sasl_keytab, R_OK))
+        return km_fail(err, "zookeeper SASL GSSAPI: cannot read the keytab %s", s->sasl_keytab);
+    if (s->sasl_keytab && setenv("KRB5_CLIENT_KTNAME", s->sasl_keytab, 1))
+        return km_fail(err, "zookeeper SASL GSSAPI: cannot set KRB5_CLIENT_KTNAME");
+    if (s->sasl_keytab && setenv("KRB5CCNAME", "MEMORY:kmproxy-zookeeper", 0))
+        return km_fail(err, "zookeeper SASL GSSAPI: cannot set KRB5CCNAME");
+    return 0;
+}
+
 static int prepare_sasl(zk_secure *z, km_err *err)
 {
     const km_zk_security *s = z->sec;
-    if (strcmp(s->sasl_mechanism, "DIGEST-MD5"))
-        return km_fail(err, "zookeeper SASL mechanism %s is not supported (DIGEST-MD5 only: Kerberos/GSSAPI "
-                       "is not built into this kmproxy)", s->sasl_mechanism);
-    if (!s->sasl_username || !s->sasl_password)
+    bool gssapi = !strcmp(s->sasl_mechanism, "GSSAPI");
+    if (!gssapi && strcmp(s->sasl_mechanism, "DIGEST-MD5"))
+        return km_fail(err, "zookeeper SASL mechanism %s is not supported (DIGEST-MD5 or GSSAPI)", s->sasl_mechanism);
+    if (gssapi && prepare_gssapi(s, err))
+        return -1;
+    if (!gssapi && (!s->sasl_username || !s->sasl_password))
         return km_fail(err, "zookeeper SASL DIGEST-MD5 needs a username and a password (JAAS Client section)");
-    size_t n = strlen(s->sasl_password);
+    size_t n = s->sasl_password ? strlen(s->sasl_password) : 0;
     if (!(z->secret = malloc(sizeof *z->secret + n)))
         return km_fail(err, "zk sasl: out of memory");
     z->secret->len = n;
-    memcpy(z->secret->data, s->sasl_password, n);
+    memcpy(z->secret->data, s->sasl_password ? s->sasl_password : "", n);
     if (sasl_client_init(NULL) != SASL_OK)
         return km_fail(err, "zk sasl: Cyrus SASL failed to initialise (libsasl2-modules installed?)");
     z->sasl_started = true;
@@ -240,10 +259,14 @@ zk_secure *zk_secure_new(const km_zk_security *sec, km_err *err)
 zhandle_t *zk_secure_init(zk_secure *z, const char *hosts, watcher_fn fn, int timeout_ms, void *ctx)
 {
     const km_zk_security *s = z->sec;
+    bool gssapi = s && s->sasl_mechanism && !strcmp(s->sasl_mechanism, "GSSAPI");
     zoo_sasl_params_t sasl = {
         .service = s && s->sasl_service ? s->sasl_service : "zookeeper",
-        .host = "zk-sasl-md5", /* the server name ZooKeeper's DIGEST-MD5 server answers as */
-        .mechlist = "DIGEST-MD5",
+        /* DIGEST-MD5: the name ZooKeeper's server answers as. GSSAPI: NULL, each server's address,
+         * which Kerberos canonicalizes (krb5.conf rdns) to its host name: zookeeper/<host>, as
+         * ZooKeeper's Java client (zookeeper.sasl.client.canonicalize.hostname) asks for it. */
+        .host = gssapi ? NULL : "zk-sasl-md5",
+        .mechlist = gssapi ? "GSSAPI" : "DIGEST-MD5",
         .callbacks = z->cbs,
     };
     bool tls = s && s->tls;

@@ -194,7 +194,7 @@ static int write_config(km_zks *zs, int idx)
                         "ssl.trustStore.location=%s\nssl.trustStore.type=PEM\nssl.clientAuth=need\n"
                         "authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider\n",
                         zs->root, zs->opt.tls_ca);
-    if (zs->opt.sasl_users)
+    if (zs->opt.sasl_users || zs->opt.server_jaas)
         len += snprintf(cfg + len, sizeof cfg - (size_t)len,
                         "authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n");
     if (zs->opt.require_sasl)
@@ -216,7 +216,7 @@ static int write_config(km_zks *zs, int idx)
 static void exec_server(km_zks *zs, int idx)
 {
     km_zks_one *o = &zs->s[idx];
-    char cfg[1024], log[1024], maxbuf[64], heap[64], jaas[1100];
+    char cfg[1024], log[1024], maxbuf[64], heap[64], jaas[1100], krb5[1100];
     snprintf(cfg, sizeof cfg, "%s/zoo.cfg", o->dir);
     snprintf(log, sizeof log, "%s/server.log", o->dir);
     snprintf(maxbuf, sizeof maxbuf, "-Djute.maxbuffer=%d", zs->maxbuffer > 0 ? zs->maxbuffer : 1048575);
@@ -229,10 +229,12 @@ static void exec_server(km_zks *zs, int idx)
         dup2(fd, 2);
     }
     snprintf(jaas, sizeof jaas, "-Djava.security.auth.login.config=%s/jaas.conf", zs->root);
+    snprintf(krb5, sizeof krb5, "-Djava.security.krb5.conf=%s", zs->opt.krb5_conf ? zs->opt.krb5_conf : "");
     const char *main_class = zs->n > 1 ? "org.apache.zookeeper.server.quorum.QuorumPeerMain"
                                        : "org.apache.zookeeper.server.ZooKeeperServerMain";
     char *argv[] = {"java", heap, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
-                    maxbuf, "-Dzookeeper.admin.enableServer=false", zs->opt.sasl_users ? jaas : "-Dkm.nojaas=1",
+                    maxbuf, "-Dzookeeper.admin.enableServer=false", zs->opt.sasl_users || zs->opt.server_jaas ? jaas : "-Dkm.nojaas=1",
+                    zs->opt.krb5_conf ? krb5 : "-Dkm.nokrb5=1",
                     "-cp",
                     "/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:"
                     "/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar:"
@@ -306,7 +308,11 @@ static int prepare_dirs(km_zks *zs, const char *snapshot, char *err, size_t errl
 static int write_security_files(km_zks *zs)
 {
     char path[1024], text[4096];
-    if (zs->opt.sasl_users) {
+    if (zs->opt.server_jaas) {
+        snprintf(path, sizeof path, "%s/jaas.conf", zs->root);
+        if (write_file(path, zs->opt.server_jaas))
+            return -1;
+    } else if (zs->opt.sasl_users) {
         snprintf(path, sizeof path, "%s/jaas.conf", zs->root);
         snprintf(text, sizeof text, "Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
                  "  %s;\n};\n", zs->opt.sasl_users);
@@ -450,6 +456,7 @@ struct km_zkc {
     zhandle_t *zh;
     int state;
     const char *sasl_user;     /* the SASL callbacks' answers (owned below) */
+    bool sasl_started;
     sasl_callback_t cbs[4];
     sasl_secret_t *secret;
     pthread_mutex_t lock;
@@ -556,7 +563,7 @@ static int zkc_sasl_name(void *ctx, int id, const char **result, unsigned *len)
 {
     if (id != SASL_CB_USER && id != SASL_CB_AUTHNAME)
         return SASL_BADPARAM;
-    *result = ((km_zkc *)ctx)->sasl_user;
+    *result = ((km_zkc *)ctx)->sasl_user ? ((km_zkc *)ctx)->sasl_user : "";
     if (len)
         *len = (unsigned)strlen(*result);
     return SASL_OK;
@@ -577,21 +584,23 @@ km_zkc *km_zkc_open_auth(const char *hosts, const km_zkc_auth *a, int timeout_ms
     if (!c)
         return NULL;
     zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
-    zoo_sasl_params_t sasl = {"zookeeper", "zk-sasl-md5", "DIGEST-MD5", c->cbs};
-    if (a->sasl_user) {
+    bool gssapi = a->sasl_mech && !strcmp(a->sasl_mech, "GSSAPI");
+    zoo_sasl_params_t sasl = {"zookeeper", gssapi ? NULL : "zk-sasl-md5", gssapi ? "GSSAPI" : "DIGEST-MD5", c->cbs};
+    if (a->sasl_user || gssapi) {
+        c->sasl_started = true;
         sasl_client_init(NULL);
-        size_t n = strlen(a->sasl_password);
-        c->sasl_user = a->sasl_user;
+        size_t n = a->sasl_password ? strlen(a->sasl_password) : 0;
+        c->sasl_user = gssapi ? NULL : a->sasl_user;
         c->secret = malloc(sizeof *c->secret + n);
         c->secret->len = n;
-        memcpy(c->secret->data, a->sasl_password, n);
+        memcpy(c->secret->data, a->sasl_password ? a->sasl_password : "", n);
         c->cbs[0] = (sasl_callback_t){SASL_CB_USER, (zkc_sasl_fn)(void (*)(void))zkc_sasl_name, c};
         c->cbs[1] = (sasl_callback_t){SASL_CB_AUTHNAME, (zkc_sasl_fn)(void (*)(void))zkc_sasl_name, c};
         c->cbs[2] = (sasl_callback_t){SASL_CB_PASS, (zkc_sasl_fn)(void (*)(void))zkc_sasl_pass, c};
         c->cbs[3] = (sasl_callback_t){SASL_CB_LIST_END, NULL, NULL};
     }
     c->zh = zookeeper_init_secure(hosts, a->tls_ca, a->tls_cert, a->tls_key, NULL, 0, zkc_watcher, timeout_ms,
-                                  NULL, c, 0, NULL, a->sasl_user ? &sasl : NULL);
+                                  NULL, c, 0, NULL, c->sasl_started ? &sasl : NULL);
     if (c->zh && a->digest)
         zoo_add_auth(c->zh, "digest", a->digest, (int)strlen(a->digest), NULL, NULL);
     return zkc_connect(c);
@@ -610,7 +619,7 @@ void km_zkc_close(km_zkc *c)
     if (c->zh)
         zookeeper_close(c->zh);
     pthread_mutex_destroy(&c->lock);
-    if (c->sasl_user)
+    if (c->sasl_started)
         sasl_client_done();
     free(c->secret);
     free(c);

@@ -28,6 +28,8 @@ typedef struct km_zks_options {
     const char *snapshot;
     int maxbuffer;
     const char *sasl_users;
+    const char *server_jaas;  /* instead of sasl_users: the whole JAAS file (e.g. a Kerberos Server section) */
+    const char *krb5_conf;    /* java.security.krb5.conf for a Kerberos server */
     bool require_sasl;
     const char *tls_ca, *tls_cert, *tls_key, *tls_client_cert, *tls_client_key;
 } km_zks_options;
@@ -58,6 +60,7 @@ void km_zkc_close(km_zkc *c);
 /* An authenticated client: SASL DIGEST-MD5 (sasl_user), digest auth ("user:password") and/or TLS
  * (tls_ca; tls_cert/tls_key: the client certificate, PEM). NULL when the session did not open. */
 typedef struct km_zkc_auth {
+    const char *sasl_mech;    /* NULL: DIGEST-MD5 with sasl_user; "GSSAPI": the environment's Kerberos credentials */
     const char *sasl_user, *sasl_password;
     const char *digest;
     const char *tls_ca, *tls_cert, *tls_key;
