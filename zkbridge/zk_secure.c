@@ -22,7 +22,6 @@ struct zk_secure {
     char dir[64];                       /* private temp dir for converted PKCS12 stores; "" if none */
     char ca[512], cert[512], key[512];  /* PEM files given to the client */
     char pass[128];                     /* the key's passphrase in `key` */
-    bool sasl_started;
     sasl_callback_t cbs[4];
     sasl_secret_t *secret;
 };
@@ -209,7 +208,6 @@ static int prepare_sasl(zk_secure *z, km_err *err)
     memcpy(z->secret->data, s->sasl_password ? s->sasl_password : "", n);
     if (sasl_client_init(NULL) != SASL_OK)
         return km_fail(err, "zk sasl: Cyrus SASL failed to initialise (libsasl2-modules installed?)");
-    z->sasl_started = true;
     z->cbs[0] = (sasl_callback_t){SASL_CB_USER, (sasl_cb_fn)(void (*)(void))sasl_simple, z};
     z->cbs[1] = (sasl_callback_t){SASL_CB_AUTHNAME, (sasl_cb_fn)(void (*)(void))sasl_simple, z};
     z->cbs[2] = (sasl_callback_t){SASL_CB_PASS, (sasl_cb_fn)(void (*)(void))sasl_pass, z};
@@ -229,8 +227,9 @@ void zk_secure_free(zk_secure *z)
         unlink(p);
         rmdir(z->dir);
     }
-    if (z->sasl_started)
-        sasl_client_done();
+    /* No sasl_client_done(): Cyrus SASL's plugins are process-wide (sasl_client_init only counts
+     * after the first call); unloading them when a session ends would lose memory the GSSAPI
+     * plugin still holds, and load them all again for the next session. */
     if (z->secret)
         OPENSSL_cleanse(z->secret->data, z->secret->len);
     free(z->secret);

@@ -619,8 +619,7 @@ void km_zkc_close(km_zkc *c)
     if (c->zh)
         zookeeper_close(c->zh);
     pthread_mutex_destroy(&c->lock);
-    if (c->sasl_started)
-        sasl_client_done();
+    /* no sasl_client_done(): the plugins stay loaded for the process, as in zk_secure.c */
     free(c->secret);
     free(c);
 }
