@@ -338,6 +338,8 @@ typedef struct km_zkel_config {
     void (*log)(km_log_level level, const char *msg, void *ctx);
     void *ctx;
     const km_zk_security *security; /* as for the writer */
+    /* Optional: ZooKeeper refused the configured credentials or TLS; the election has stopped. */
+    void (*on_refused)(km_zkel *e, const char *why, void *ctx);
 } km_zkel_config;
 km_zkel *km_zkel_new(struct ev_loop *loop, const km_zkel_config *cfg, km_err *err);
 /* Closes the session: the node goes at once, so a standby takes over without waiting for expiry. */

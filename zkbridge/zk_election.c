@@ -161,6 +161,8 @@ static void on_session(zk_session *s, int state)
         el_log(e, KM_LOG_ERROR, "election: %s; not taking part", s->auth_error);
         e->connected = false;
         set_leader(e, false);
+        if (e->cfg.on_refused)
+            e->cfg.on_refused(e, s->auth_error, e->cfg.ctx);
         return;
     }
     if (state == ZOO_EXPIRED_SESSION_STATE) {

@@ -714,14 +714,17 @@ Test(ha, a_wrong_zookeeper_password_stops_the_daemon_with_exit_2)
           "username=\"kafka\" password=\"wrong\"; };\n", f);
     fclose(f);
     snprintf(jaas_key, sizeof jaas_key, "java.security.auth.login.config=%s", jaas);
-    const char *settings[] = {"brokers.enabled=false", jaas_key, "zookeeper.set.acl=true", NULL};
-    inst in;
-    start(&in, &e, "wrong-pw", km_zks_hosts(sec, 0), settings);
-    int status = wait_exit(&in, 60);
-    char *log = ops_slurp(in.log_file);
-    cr_expect(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 2, "status %d: %s", status, log);
-    cr_expect(strstr(log, "zookeeper refused the authentication of kafka"), "%s", log);
-    free(log);
+    const char *single[] = {"brokers.enabled=false", jaas_key, "zookeeper.set.acl=true", NULL};
+    const char *ha[] = {"ha.enabled=true", "brokers.enabled=false", jaas_key, "zookeeper.set.acl=true", NULL};
+    for (int i = 0; i < 2; i++) { /* alone (the writer is refused) and in HA (the election is) */
+        inst in;
+        start(&in, &e, i ? "wrong-pw-ha" : "wrong-pw", km_zks_hosts(sec, 0), i ? ha : single);
+        int status = wait_exit(&in, 60);
+        char *log = ops_slurp(in.log_file);
+        cr_expect(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 2, "%d: status %d: %s", i, status, log);
+        cr_expect(strstr(log, "zookeeper refused the authentication of kafka"), "%s", log);
+        free(log);
+    }
     km_zkc *c = km_zkc_open(km_zks_hosts(sec, 0), NULL, 10000);
     cr_assert(c);
     char *data = NULL;
