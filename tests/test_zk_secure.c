@@ -653,3 +653,46 @@ Test(zk_secure, kerberos_gssapi_sync_with_a_keytab_from_the_jaas_client_section,
     unsetenv("KRB5_CONFIG");
     kdc_stop(&k);
 }
+
+typedef struct ticks {
+    int n;
+} ticks;
+
+static void on_tick(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop; (void)revents;
+    ((ticks *)t->data)->n++;
+}
+
+/* A server that accepts TCP and never answers the TLS handshake: the client's handshake blocks
+ * the event loop at most a session timeout at a time (upstream waited forever), so the daemon's
+ * other work goes on and the writer keeps trying, never connected, never plaintext. */
+Test(zk_secure, a_stalled_tls_handshake_does_not_block_the_loop_for_good, .timeout = 120)
+{
+    km_test_pki p;
+    cr_assert_eq(km_test_pki_make(&p), 0);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    cr_assert(!bind(fd, (struct sockaddr *)&a, sizeof a) && !listen(fd, 16) &&
+              !getsockname(fd, (struct sockaddr *)&a, &len));
+    char hosts[64], ks[PATH_MAX + 16];
+    snprintf(hosts, sizeof hosts, "127.0.0.1:%d", ntohs(a.sin_port));
+    snprintf(ks, sizeof ks, "%s/keystore.pem", p.dir);
+    pem_keystore(p.client_key, p.client_cert, ks);
+    km_zk_security sec = {.tls = true, .keystore_location = ks, .truststore_location = p.ca, .verify_host = true};
+    zkt_writer *t = zkt_writer_new(hosts, 3000, 1, &(km_zkw_config){.security = &sec, .session_timeout_ms = 1500});
+    cr_assert(t);
+    ticks k = {0};
+    ev_timer tick;
+    ev_timer_init(&tick, on_tick, 0.5, 0.5);
+    tick.data = &k;
+    ev_timer_start(t->loop, &tick);
+    zkt_spin(t->loop, 8000);
+    ev_timer_stop(t->loop, &tick);
+    cr_assert_geq(k.n, 3, "the loop ran its timers only %d times in 8 s", k.n);
+    cr_assert_eq(km_zkw_get_state(t->w), KM_ZKW_CONNECTING);
+    zkt_writer_free(t);
+    close(fd);
+    km_test_pki_free(&p);
+}
