@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config python3
   librdkafka-dev kcat            # error names, mock cluster, real Kafka peer in tests
-  libzookeeper-st-dev zookeeper  # single-threaded ZK client (driven from libev); real servers for tests
+  zookeeper libzookeeper-java    # real servers for tests; the jute compiler for the client (deploy/zookeeper-c)
   libev-dev libssl-dev openssl libjansson-dev
   zlib1g-dev libsnappy-dev liblz4-dev libzstd-dev   # compressed record batches
   libcriterion-dev tshark curl   # curl: tests scrape /healthz, /readyz and /metrics as operators do
