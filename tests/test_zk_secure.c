@@ -418,6 +418,17 @@ Test(zk_secure, tls_only_server_with_client_certificates_pem_and_pkcs12_stores, 
     wait_refused(t, "the server's certificate was refused");
     zkt_writer_free(t);
 
+    /* A client certificate the servers do not accept (expired): refused by them, and said so. */
+    char expired[PATH_MAX + 16];
+    snprintf(expired, sizeof expired, "%s/expired-keystore.pem", p.dir);
+    pem_keystore(p.expired_key, p.expired_cert, expired);
+    km_zk_security theirs = sec;
+    theirs.keystore_location = expired;
+    t = zkt_writer_new(hosts, 3000, 3, &(km_zkw_config){.security = &theirs});
+    cr_assert(t);
+    wait_refused(t, "the server refused our certificate");
+    zkt_writer_free(t);
+
     km_err err = {{0}};
     km_zk_security bad_pass = p12sec;
     bad_pass.keystore_password = "nope";

@@ -23,16 +23,19 @@ static void auth_failed(zk_session *s, const char *fmt, const char *detail)
         s->on_state(s, ZOO_AUTH_FAILED_STATE);
 }
 
-/* The client retries a failed TLS handshake forever; a refused server certificate will not change
- * by retrying, so it ends the session like a failed authentication. A failed SASL exchange moves
+/* The client retries a failed TLS handshake forever; a refused certificate (theirs or ours) will
+ * not change by retrying, so it ends the session like a failed authentication. A failed SASL exchange moves
  * the handle to ZOO_AUTH_FAILED_STATE without any watcher event, so it is read here too. */
 static void check_security(zk_session *s)
 {
     int verify_failed = 0;
     const char *why = s->zh ? zoo_ssl_error(s->zh, &verify_failed) : "";
-    if (verify_failed)
+    if (verify_failed == 1)
         auth_failed(s, "zookeeper TLS handshake failed: the server's certificate was refused: %s "
                     "(zookeeper.ssl.truststore.*, zookeeper.ssl.endpoint.identification.algorithm)", why);
+    else if (verify_failed == 2)
+        auth_failed(s, "zookeeper TLS: the server refused our certificate: %s (zookeeper.ssl.keystore.*, "
+                    "the servers' ssl.trustStore)", why);
     else if (s->zh && zoo_state(s->zh) == ZOO_AUTH_FAILED_STATE)
         auth_failed(s, "zookeeper refused the authentication of %s (SASL or digest credentials wrong or unknown "
                     "to the server)", s->security && s->security->sasl_username ? s->security->sasl_username
