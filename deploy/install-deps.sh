@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config python3
   librdkafka-dev kcat            # error names, mock cluster, real Kafka peer in tests
-  libzookeeper-st-dev zookeeper  # single-threaded ZK client (driven from libev); real servers for tests
+  zookeeper libzookeeper-java    # real servers for tests; the jute compiler for the client (deploy/zookeeper-c)
   libev-dev libssl-dev openssl libjansson-dev
   zlib1g-dev libsnappy-dev liblz4-dev libzstd-dev   # compressed record batches
   libcriterion-dev tshark curl   # curl: tests scrape /healthz, /readyz and /metrics as operators do
@@ -15,16 +15,20 @@ PACKAGES=(
   prometheus python3-yaml        # promtool checks and unit-tests deploy/prometheus; the docs tests read the rules
   openjdk-17-jdk-headless        # ../shared/realkafka (Kafka 3.9) needs Java 17; javac builds tests/java
   libzstd-jni-java               # /usr/share/java/zstd-jni.jar: realkafka reads zstd batches with it
+  libsasl2-dev libsasl2-modules dpkg-dev  # ZooKeeper C client with SASL + OpenSSL (deploy/zookeeper-c)
+  libsasl2-modules-gssapi-mit krb5-kdc krb5-admin-server  # Kerberos to ZooKeeper; a KDC in test_zk_secure
 )
 
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "install-deps: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# Debian's ZooKeeper C client with SASL and OpenSSL (skipped when already built): see its script.
+"$(dirname "$0")/zookeeper-c/build.sh"

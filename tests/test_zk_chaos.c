@@ -1,6 +1,7 @@
 /* The mirror under trouble: a session expired mid-batch, ZooKeeper restarted mid-sync, lost acks
  * during a full sync, and a stale follower (KAFKA-16667) on a 3-server ensemble. Each ends with
  * ZooKeeper equal to the image. */
+#include "test_tls_certs.h"
 #include "test_zk_util.h"
 
 #include <criterion/criterion.h>
@@ -94,6 +95,71 @@ Test(zk_chaos, zookeeper_restarted_mid_sync, .timeout = 240)
     km_test_rmtree(dir);
     free(dir);
     km_zks_stop(zs);
+}
+
+/* The same on a secured ZooKeeper (zookeeper.set.acl=true): the new connection authenticates (or
+ * completes its TLS handshake) again before anything is sent, and the znodes written after the
+ * restart carry Kafka's ACLs like those before it; `who` is the creator's ACL id. */
+static void restart_mid_sync_secured(const km_zks_options *opt, const km_zk_security *sec, const km_zkc_auth *auth,
+                                     const char *scheme, const char *who)
+{
+    char err[512] = "", *dir;
+    km_zks *zs = km_zks_start_opts(1, opt, err, sizeof err);
+    cr_assert(zs, "%s", err);
+    km_image *img = gen_image(&dir, 40, 40);
+    km_zkb_config cfg = SLOW;
+    cfg.zk.security = sec;
+    zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, 2, &cfg);
+    progress p = {t, 10};
+    cr_assert(zkt_run_until(t->loop, multis_at_least, &p, 60000));
+    cr_assert_not(km_zkb_idle(t->b));
+    cr_assert_eq(km_zks_restart(zs, 0), 0, "ZooKeeper did not come back");
+    cr_assert(zkt_bridge_wait_idle(t, 120000), "%s", km_zkb_error(t->b));
+    km_zkc *c = km_zkc_open_auth(km_zks_hosts(zs, 0), auth, 10000);
+    cr_assert(c);
+    char why[512];
+    cr_assert(zkt_zk_equals_image(c, img, 2, why, sizeof why), "%s", why);
+    const char *paths[] = {"/brokers/topics/topic-39/partitions/39/state", "/config/users/alice"};
+    for (int i = 0; i < 2; i++) {
+        struct ACL_vector acl;
+        cr_assert_eq(km_zkc_get_acl(c, paths[i], &acl), ZOK, "%s", paths[i]);
+        cr_assert_eq(acl.count, 2 - i, "%s: %d ACL entries", paths[i], acl.count);
+        cr_assert_str_eq(acl.data[0].id.scheme, scheme);
+        cr_assert_str_eq(acl.data[0].id.id, who);
+        deallocate_ACL_vector(&acl);
+    }
+    km_zkc_close(c);
+    zkt_bridge_free(t);
+    km_image_free(img);
+    km_test_rmtree(dir);
+    free(dir);
+    km_zks_stop(zs);
+}
+
+Test(zk_chaos, zookeeper_restarted_mid_sync_on_a_sasl_server_with_kafka_acls, .timeout = 240)
+{
+    km_zk_security sec = {.sasl_mechanism = "DIGEST-MD5", .sasl_username = "kafka", .sasl_password = "kafka-secret",
+                          .set_acl = true};
+    restart_mid_sync_secured(&(km_zks_options){.sasl_users = "user_kafka=\"kafka-secret\"", .require_sasl = true},
+                             &sec, &(km_zkc_auth){.sasl_user = "kafka", .sasl_password = "kafka-secret"}, "sasl", "kafka");
+}
+
+Test(zk_chaos, zookeeper_restarted_mid_sync_on_a_tls_only_server_with_kafka_acls, .timeout = 240)
+{
+    km_test_pki pki;
+    cr_assert_eq(km_test_pki_make(&pki), 0);
+    char ks[PATH_MAX + 16], cmd[3 * PATH_MAX + 64];
+    snprintf(ks, sizeof ks, "%s/keystore.pem", pki.dir);
+    snprintf(cmd, sizeof cmd, "cat '%s' '%s' > '%s'", pki.client_key, pki.client_cert, ks);
+    cr_assert_eq(system(cmd), 0);
+    km_zk_security sec = {.tls = true, .keystore_location = ks, .truststore_location = pki.ca, .verify_host = true,
+                          .set_acl = true};
+    restart_mid_sync_secured(&(km_zks_options){.tls_ca = pki.ca, .tls_cert = pki.server_cert,
+                                               .tls_key = pki.server_key, .tls_client_cert = pki.client_cert,
+                                               .tls_client_key = pki.client_key},
+                             &sec, &(km_zkc_auth){.tls_ca = pki.ca, .tls_cert = pki.client_cert,
+                                                  .tls_key = pki.client_key}, "x509", "CN=km-test-client");
+    km_test_pki_free(&pki);
 }
 
 Test(zk_chaos, lost_acks_during_full_sync, .timeout = 240)

@@ -6,7 +6,8 @@ km_add_test(test_zk_faults SOURCES ${KM_ZK_TESTS}/test_zk_faults.c ${KM_ZK_TESTS
 km_add_test(test_zk_sync SOURCES ${KM_ZK_TESTS}/test_zk_sync.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 900)
 # Alone and one test at a time: its 3-server ensemble with a paused follower must not compete for the
 # two cores with other ZooKeeper JVMs (under ASan a starved quorum looked like a wedged writer).
-km_add_test(test_zk_chaos SOURCES ${KM_ZK_TESTS}/test_zk_chaos.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 900
+km_add_test(test_zk_chaos SOURCES ${KM_ZK_TESTS}/test_zk_chaos.c ${KM_ZK_TESTS}/test_zk_util.c
+            ${KM_ZK_TESTS}/test_tls_certs.c TIMEOUT 900
             SERIAL JOBS 1)
 km_add_test(test_zk_guard SOURCES ${KM_ZK_TESTS}/test_zk_guard.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 600)
 km_add_test(test_zk_fidelity SOURCES ${KM_ZK_TESTS}/test_zk_fidelity.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 600)

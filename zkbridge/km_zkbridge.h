@@ -64,6 +64,37 @@ typedef struct km_zk_found {
     int32_t brokers, topics;        /* children of /brokers/ids and /brokers/topics (0 when absent) */
 } km_zk_found;
 
+/* ---- a secured ZooKeeper (Kafka's zookeeper.* client keys; docs/zookeeper-security.md) ----
+ * Whatever is configured here is required: a session that cannot authenticate or cannot complete
+ * its TLS handshake is refused (the writer stops REFUSED, saying why), never downgraded. */
+typedef struct km_zk_security {
+    const char *sasl_mechanism;     /* NULL: no SASL; "DIGEST-MD5" or "GSSAPI" (Kerberos) */
+    const char *sasl_username, *sasl_password;          /* DIGEST-MD5 */
+    const char *sasl_keytab;        /* GSSAPI: the client keytab (NULL: the default credential cache) */
+    const char *sasl_service;       /* zookeeper.sasl.client.username; NULL: "zookeeper" */
+    const char *digest_auth;        /* "user:password" added with zoo_add_auth("digest"); NULL: none */
+    bool tls;                       /* zookeeper.ssl.client.enable */
+    const char *keystore_location, *keystore_password, *keystore_type;      /* type PEM or PKCS12 */
+    const char *truststore_location, *truststore_password, *truststore_type;
+    bool verify_host;               /* zookeeper.ssl.endpoint.identification.algorithm=HTTPS */
+    bool set_acl;                   /* zookeeper.set.acl: create znodes with Kafka's ACLs */
+} km_zk_security;
+
+/* Reads the login section (`Client` unless named) of a JAAS file as ZooKeeper's Java client does
+ * (java.security.auth.login.config): DigestLoginModule's username/password mean DIGEST-MD5,
+ * Krb5LoginModule (useKeyTab, keyTab, principal, ...) GSSAPI.
+ * Fills sec's SASL fields with strings owned by *owned (free with free()). */
+int km_zk_security_from_jaas(km_zk_security *sec, const char *path, const char *section, char **owned,
+                             km_err *err);
+/* Checks a configuration before any session: files readable, types known, SASL complete. */
+int km_zk_security_check(const km_zk_security *sec, km_err *err);
+
+/* Kafka's ACL for a znode it creates (ZkData.defaultAcls): NULL without set_acl (world-all). */
+struct ACL_vector;
+const struct ACL_vector *km_zk_acl_for(const km_zk_security *sec, const char *path);
+/* Kafka's ZkData.isSensitivePath */
+bool km_zk_is_sensitive_path(const char *path);
+
 typedef struct km_zkw_config {
     const char *hosts;              /* "h1:p1,h2:p2[/chroot]" */
     int session_timeout_ms;         /* 0: 10000 */
@@ -88,6 +119,7 @@ typedef struct km_zkw_config {
     void (*on_event)(km_zkw *w, km_zkw_event ev, void *ctx);
     void (*log)(km_log_level level, const char *msg, void *ctx); /* NULL: stderr, WARN and up */
     void *ctx;
+    const km_zk_security *security; /* NULL: plain, unauthenticated, world-open ACLs */
 } km_zkw_config;
 
 km_zkw *km_zkw_new(struct ev_loop *loop, const km_zkw_config *cfg, km_err *err);
@@ -95,6 +127,8 @@ km_zkw *km_zkw_new(struct ev_loop *loop, const km_zkw_config *cfg, km_err *err);
 void km_zkw_free(km_zkw *w);
 km_zkw_state km_zkw_get_state(const km_zkw *w);
 const char *km_zkw_fence_reason(const km_zkw *w);
+/* REFUSED because ZooKeeper refused the configured authentication or TLS (a configuration error). */
+bool km_zkw_auth_refused(const km_zkw *w);
 /* Fenced because /controller_epoch moved past the claim record (claim_record): a foreign writer. */
 bool km_zkw_fenced_by_foreign(const km_zkw *w);
 
@@ -240,7 +274,10 @@ typedef struct km_zkb_config {
 typedef struct km_zkb_summary {
     size_t created, updated, deleted;   /* znodes, summed over every sync and delta */
     size_t full_syncs, deltas;
-    const char *diff;                   /* diff_only: "+ path" / "~ path" / "- path" lines */
+    const char *diff;                   /* diff_only: "+ path" / "~ path" / "- path" lines, and "! path"
+                                         * for an ACL that is not Kafka's (zookeeper.set.acl=true) */
+    size_t acl_differences;             /* diff_only: those "! path" lines */
+    bool acls_checked;                  /* diff_only: the ACLs were compared (set.acl, all read) */
 } km_zkb_summary;
 
 /* The image must outlive the bridge; the caller applies records to it and hands each delta over. */
@@ -249,7 +286,7 @@ void km_zkb_free(km_zkb *b);
 km_zkb_phase km_zkb_get_phase(const km_zkb *b);
 const char *km_zkb_error(const km_zkb *b);
 /* Stopped by a guard (the image may not take this ZooKeeper over, or a pass would delete more than
- * the limit): bad input rather than a runtime failure. */
+ * the limit), or ZooKeeper refused the configured credentials: bad input rather than a runtime failure. */
 bool km_zkb_refused(const km_zkb *b);
 /* diff_only, once the diff is done: why a sync of this image would be refused, "" when it would not. */
 const char *km_zkb_sync_verdict(const km_zkb *b);
@@ -308,6 +345,9 @@ typedef struct km_zkel_config {
     void (*on_change)(km_zkel *e, bool leader, void *ctx);
     void (*log)(km_log_level level, const char *msg, void *ctx);
     void *ctx;
+    const km_zk_security *security; /* as for the writer */
+    /* Optional: ZooKeeper refused the configured credentials or TLS; the election has stopped. */
+    void (*on_refused)(km_zkel *e, const char *why, void *ctx);
 } km_zkel_config;
 km_zkel *km_zkel_new(struct ev_loop *loop, const km_zkel_config *cfg, km_err *err);
 /* Closes the session: the node goes at once, so a standby takes over without waiting for expiry. */

@@ -47,6 +47,7 @@ struct km_zkb {
     int64_t delete_limit;  /* the most znodes a pass may delete now; -1: no limit */
     char *refused_deletes; /* "- path" lines of the pass that was refused */
     char verdict[600];     /* diff_only: why a sync would be refused ("" when it would not) */
+    zk_acl_diff acl_diff;  /* diff_only with zookeeper.set.acl: the ACLs of what was read */
 };
 
 static void set_phase(km_zkb *b, km_zkb_phase p)
@@ -239,9 +240,23 @@ static size_t hand_over_ops(const km_zkb *b)
     return b->cfg.sync_chunk_ops ? b->cfg.sync_chunk_ops : 4 * (size_t)b->w->cfg.max_multi_ops;
 }
 
+static void on_acl_diff_done(zk_acl_diff *d, void *ctx)
+{
+    km_zkb *b = ctx;
+    b->sum.acl_differences = d->differ;
+    b->sum.acls_checked = d->rc == ZOK;
+    if (d->rc != ZOK)
+        zkw_log(b->w, KM_LOG_WARN, "zk diff: the ACLs could not all be read (%s): not compared", zerror(d->rc));
+    zk_acl_diff_free(d);
+    set_phase(b, KM_ZKB_DUAL_WRITE);
+}
+
 static void finish_diff(km_zkb *b)
 {
     count_ops(b, &b->pass_ops);
+    bool acls = b->cfg.zk.security && b->cfg.zk.security->set_acl;
+    if (acls) /* the plan still holds what was read */
+        zk_acl_diff_start(&b->acl_diff, km_zkw_handle(b->w), &b->plan.cands, &b->diff, on_acl_diff_done, b);
     abort_pass(b);
     b->sum.full_syncs++;
     if (!b->verdict[0] && b->delete_limit >= 0 && b->sum.deleted > (size_t)b->delete_limit)
@@ -250,7 +265,8 @@ static void finish_diff(km_zkb *b)
                  b->cfg.guard.max_deletes_set ? "" : " (the default for the first sync of a cluster ZK-mode brokers wrote)");
     zkw_log(b->w, KM_LOG_INFO, "zk diff: %zu missing, %zu different, %zu only in ZooKeeper after %lld ms",
             b->sum.created, b->sum.updated, b->sum.deleted, (long long)(zk_now_ms() - b->sync_started_ms));
-    set_phase(b, KM_ZKB_DUAL_WRITE);
+    if (!acls)
+        set_phase(b, KM_ZKB_DUAL_WRITE);
 }
 
 /* The scan has just counted the pass's deletions (none is planned yet): more than allowed? */
@@ -367,6 +383,7 @@ static void on_writer_event(km_zkw *w, km_zkw_event ev, void *ctx)
         break;
     case KM_ZKW_EV_FENCED:
     case KM_ZKW_EV_REFUSED:
+        b->refused |= km_zkw_auth_refused(b->w); /* wrong credentials: bad input, retrying cannot help */
         stop(b, km_zkw_fence_reason(b->w));
         break;
     }
@@ -438,6 +455,7 @@ void km_zkb_free(km_zkb *b)
     b->phase = KM_ZKB_STOPPED;
     km_zkw_free(b->w); /* fires outstanding walk replies (ZCLOSING) while the walk still exists */
     zk_walk_free(&b->walk);
+    zk_acl_diff_free(&b->acl_diff);
     zk_tree_free(&b->actual);
     zk_vcache_clear(&b->known);
     km_zk_pwenc_free(b->pw);

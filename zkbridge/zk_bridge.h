@@ -127,6 +127,23 @@ struct zk_walk {
 int zk_walk_start(zk_walk *wk, zhandle_t *zh, zk_tree *out, void (*done)(zk_walk *, int, void *), void *ctx);
 void zk_walk_free(zk_walk *wk);
 
+/* zk_acl.c: zk diff's check of the ACLs of what was read (with zookeeper.set.acl=true): one
+ * "! path: ACL ...; Kafka writes ..." line into out per znode not shaped as ZkData.defaultAcls. */
+typedef struct zk_acl_diff zk_acl_diff;
+struct zk_acl_diff {
+    zhandle_t *zh;
+    char **paths;
+    size_t n, next, differ;
+    int inflight, rc;
+    bool finished;
+    zstr *out;
+    void (*done)(zk_acl_diff *d, void *ctx);
+    void *ctx;
+};
+void zk_acl_diff_start(zk_acl_diff *d, zhandle_t *zh, const zk_tree *read, zstr *out,
+                       void (*done)(zk_acl_diff *, void *), void *ctx);
+void zk_acl_diff_free(zk_acl_diff *d);
+
 /* zk_reconcile.c */
 typedef struct zk_ops {
     km_zop *v;          /* paths/data owned */

@@ -260,7 +260,7 @@ static int record_op(km_zkw *w, claim_call *c, zoo_op_t *op)
     if (w->record_version >= 0)
         zoo_set_op_init(op, w->claim_record, c->record, len, w->record_version, &c->record_stat);
     else
-        zoo_create_op_init(op, w->claim_record, c->record, len, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+        zoo_create_op_init(op, w->claim_record, c->record, len, zk_session_acl(&w->sess, w->claim_record), 0, NULL, 0);
     return 1;
 }
 
@@ -279,11 +279,11 @@ static void send_claim(km_zkw *w)
                         w->ctrl_epoch_version, &c->set_stat);
     else
         zoo_create_op_init(&c->ops[n++], "/controller_epoch", c->payload, (int)strlen(c->payload),
-                           &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+                           zk_session_acl(&w->sess, "/controller_epoch"), 0, NULL, 0);
     if (w->ctrl_exists)
         zoo_delete_op_init(&c->ops[n++], "/controller", w->ctrl_version);
     zoo_create_op_init(&c->ops[n++], "/controller", w->ctrl_json, (int)strlen(w->ctrl_json),
-                       &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+                       zk_session_acl(&w->sess, "/controller"), 0, NULL, 0);
     if (w->claim_record)
         n += record_op(w, c, &c->ops[n]);
     c->waiting = n; /* op count, kept for on_claim_multi */
@@ -488,7 +488,8 @@ static void send_mig(km_zkw *w, bool create, int64_t offset, int32_t epoch, int 
     w->confirmed_epoch = epoch;
     zoo_check_op_init(&c->ops[0], "/controller_epoch", w->ctrl_epoch_version);
     if (create)
-        zoo_create_op_init(&c->ops[1], "/migration", w->mig, w->mig_len, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0);
+        zoo_create_op_init(&c->ops[1], "/migration", w->mig, w->mig_len, zk_session_acl(&w->sess, "/migration"),
+                           0, NULL, 0);
     else
         zoo_set_op_init(&c->ops[1], "/migration", w->mig, w->mig_len, version, &c->set_stat);
     c->rc[1] = create;

@@ -147,11 +147,11 @@ static void join(km_zkel *e)
             continue;
         char prefix[512];
         snprintf(prefix, sizeof prefix, "%.*s", (int)i, e->path);
-        zoo_acreate(e->sess.zh, prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, on_parent, e);
+        zoo_acreate(e->sess.zh, prefix, NULL, -1, zk_session_acl(&e->sess, prefix), 0, on_parent, e);
     }
     char node[600];
     snprintf(node, sizeof node, "%s/n_", e->path);
-    e->joining = zoo_acreate(e->sess.zh, node, e->data, (int)strlen(e->data), &ZOO_OPEN_ACL_UNSAFE,
+    e->joining = zoo_acreate(e->sess.zh, node, e->data, (int)strlen(e->data), zk_session_acl(&e->sess, node),
                              ZOO_EPHEMERAL | ZOO_SEQUENCE, on_created, e) == ZOK;
 }
 
@@ -160,6 +160,14 @@ static void on_session(zk_session *s, int state)
     km_zkel *e = s->owner;
     if (e->closing)
         return;
+    if (state == ZOO_AUTH_FAILED_STATE) { /* never retried without the configured security */
+        el_log(e, KM_LOG_ERROR, "election: %s; not taking part", s->auth_error);
+        e->connected = false;
+        set_leader(e, false);
+        if (e->cfg.on_refused)
+            e->cfg.on_refused(e, s->auth_error, e->cfg.ctx);
+        return;
+    }
     if (state == ZOO_EXPIRED_SESSION_STATE) {
         el_log(e, KM_LOG_WARN, "election: session expired: %s; joining again with a new node",
                e->leader ? "no longer leading" : "standing by");
@@ -222,6 +230,7 @@ km_zkel *km_zkel_new(struct ev_loop *loop, const km_zkel_config *cfg, km_err *er
     }
     e->sess.hosts = e->hosts;
     e->sess.timeout_ms = cfg->session_timeout_ms ? cfg->session_timeout_ms : 10000;
+    e->sess.security = cfg->security;
     e->sess.on_state = on_session;
     e->sess.owner = e;
     if (zk_session_start(&e->sess, loop, err)) {

@@ -253,7 +253,7 @@ static int send_multi(km_zkw *w, zkw_multi *m)
         zkw_op *o = &m->ops[i];
         zoo_op_t *z = &m->zops[i + 2];
         if (o->kind == KM_ZOP_CREATE || o->kind == KM_ZOP_CREATE_SEQ)
-            zoo_create_op_init(z, o->path, o->data, o->len, &ZOO_OPEN_ACL_UNSAFE,
+            zoo_create_op_init(z, o->path, o->data, o->len, zk_session_acl(&w->sess, o->path),
                                o->kind == KM_ZOP_CREATE_SEQ ? ZOO_PERSISTENT_SEQUENTIAL : ZOO_PERSISTENT, NULL, 0);
         else if (o->kind == KM_ZOP_SET)
             zoo_set_op_init(z, o->path, o->data, o->len, o->version, &m->stats[i + 2]);

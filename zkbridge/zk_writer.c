@@ -57,6 +57,8 @@ void zkw_fence(km_zkw *w, const char *fmt, ...)
     zkw_emit(w, KM_ZKW_EV_FENCED);
 }
 
+bool km_zkw_auth_refused(const km_zkw *w) { return w->state == KM_ZKW_REFUSED && w->sess.auth_failed; }
+
 const char *km_zkw_state_name(km_zkw_state s)
 {
     static const char *names[] = {"CONNECTING", "BECOME_CONTROLLER", "DUAL_WRITE", "RECOVERING",
@@ -119,6 +121,13 @@ static void on_session(zk_session *s, int state)
     track_connection(w, state);
     if (w->state == KM_ZKW_FENCED || w->state == KM_ZKW_REFUSED || w->state == KM_ZKW_CLOSED)
         return;
+    if (state == ZOO_AUTH_FAILED_STATE) { /* configured security failed: never retried without it */
+        w->state = KM_ZKW_REFUSED;
+        snprintf(w->fence_reason, sizeof w->fence_reason, "%s", s->auth_error);
+        zkw_log(w, KM_LOG_ERROR, "REFUSED: %s", w->fence_reason);
+        zkw_emit(w, KM_ZKW_EV_REFUSED);
+        return;
+    }
     if (state == ZOO_EXPIRED_SESSION_STATE && w->cfg.fence_on_expiry) {
         w->state = KM_ZKW_FENCED;
         snprintf(w->fence_reason, sizeof w->fence_reason,
@@ -174,6 +183,7 @@ km_zkw *km_zkw_new(struct ev_loop *loop, const km_zkw_config *cfg, km_err *err)
     w->confirmed_offset = -1;
     w->sess.hosts = w->hosts;
     w->sess.timeout_ms = w->cfg.session_timeout_ms;
+    w->sess.security = cfg->security;
     w->sess.on_state = on_session;
     w->sess.owner = w;
     if (zk_session_start(&w->sess, loop, err)) {

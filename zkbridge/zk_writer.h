@@ -7,6 +7,12 @@
 #include <ev.h>
 #include <zookeeper/zookeeper.h>
 
+/* zk_secure.c: TLS files, SASL callbacks and the handle built from them */
+typedef struct zk_secure zk_secure;
+zk_secure *zk_secure_new(const km_zk_security *sec, km_err *err); /* sec NULL: plain */
+zhandle_t *zk_secure_init(zk_secure *z, const char *hosts, watcher_fn fn, int timeout_ms, void *ctx);
+void zk_secure_free(zk_secure *z);
+
 typedef struct zk_session zk_session;
 struct zk_session {
     struct ev_loop *loop;
@@ -22,6 +28,10 @@ struct zk_session {
     ev_prepare prepare;
     void (*on_state)(zk_session *s, int state);
     void *owner;
+    const km_zk_security *security; /* NULL: plain */
+    zk_secure *secure;              /* built at the first open, kept across new handles */
+    bool auth_failed;               /* terminal: on_state got ZOO_AUTH_FAILED_STATE, auth_error says why */
+    char auth_error[400];
 };
 
 int zk_session_start(zk_session *s, struct ev_loop *loop, km_err *err);
@@ -30,6 +40,8 @@ void zk_session_restart(zk_session *s); /* deferred: safe from inside callbacks 
 void zk_session_restart_now(zk_session *s);
 void zk_session_close(zk_session *s);
 void zk_session_abandon(zk_session *s); /* the network is gone: closing must not wait for an answer */
+/* ACL for a create at path (Kafka's defaultAcls when zookeeper.set.acl=true) */
+const struct ACL_vector *zk_session_acl(const zk_session *s, const char *path);
 
 typedef enum zkw_mstate { M_QUEUED, M_SENT, M_ACKED, M_UNKNOWN } zkw_mstate;
 

@@ -4,6 +4,7 @@
  *   diff   reads only: prints "+ path" (missing in ZooKeeper), "~ path" (differs), "- path"
  *          (ZooKeeper has it, the image does not). */
 #include "km_cli.h"
+#include "km_config.h"
 #include "km_image.h"
 #include "km_zkbridge.h"
 
@@ -26,6 +27,8 @@ typedef struct zk_cli {
     const char *secret;       /* from --password-encoder-secret-file; NULL: passwords stored as they are */
     char secret_buf[4096];
     km_zk_password_config pw; /* the other password.encoder.* settings (0/NULL: Kafka's defaults) */
+    km_config zk_cfg;         /* --zk-config: the daemon's zookeeper.* security keys */
+    km_config_zk_security zk_sec;
     struct ev_loop *loop;
     km_image *img;
     km_image_follow *fol;
@@ -49,9 +52,9 @@ static int usage(FILE *to, int code)
                 "                       [--controller-id N] [--controller-epoch N] [--max-pending N] [-v]\n"
                 "                       [--zookeeper-connect-timeout-ms MS]\n"
                 "                       [--password-encoder-secret-file FILE [ENCODER OPTIONS]]\n"
-                "                       [--cluster-id ID] [--max-deletes N] [--force]\n"
+                "                       [--cluster-id ID] [--max-deletes N] [--force] [--zk-config FILE]\n"
                 "       kmproxy zk diff --zookeeper HOST:PORT[/chroot] --metadata PATH\n"
-                "                       [--zookeeper-connect-timeout-ms MS]\n"
+                "                       [--zookeeper-connect-timeout-ms MS] [--zk-config FILE]\n"
                 "                       [--password-encoder-secret-file FILE [ENCODER OPTIONS]]\n"
                 "PATH is a log segment, a .checkpoint file or a __cluster_metadata-0 directory; its cluster\n"
                 "id comes from meta.properties beside it, or --cluster-id.\n"
@@ -63,6 +66,9 @@ static int usage(FILE *to, int code)
                 "(diff lists them too, and says why a sync would refuse); the default is 0 on the first\n"
                 "sync of a cluster ZK-mode brokers wrote (/migration absent or never written), no limit after.\n"
                 "diff exits 0 when ZooKeeper equals the image, 1 when they differ, 2 on bad input.\n"
+                "--zk-config FILE: the daemon's zookeeper.* keys (TLS, the JAAS file for SASL, digest,\n"
+                "zookeeper.set.acl); with zookeeper.set.acl=true diff also lists \"! path\" for every znode\n"
+                "whose ACL is not the one Kafka gives it (ZkData.defaultAcls).\n"
                 "The controller id/epoch default to the raft leader and epoch seen in the log.\n"
                 "Without a ZooKeeper session after MS (default: the 10000 ms session timeout) the\n"
                 "command exits 1; progress goes to stderr every few seconds. Interrupted (SIGINT,\n"
@@ -146,6 +152,18 @@ static int check_encoder(zk_cli *c)
     return 0;
 }
 
+/* --zk-config FILE: a .properties file with the daemon's zookeeper.* security keys (TLS, SASL's
+ * JAAS file, digest, zookeeper.set.acl), as Kafka's tools take --zk-tls-config-file. */
+static int load_zk_config(zk_cli *c, const char *path)
+{
+    km_err err = {{0}};
+    km_config_defaults(&c->zk_cfg);
+    if (km_config_load(&c->zk_cfg, path, &err) || km_config_resolve_zk_security(&c->zk_cfg, &c->zk_sec, &err) ||
+        km_zk_security_check(&c->zk_sec.sec, &err))
+        return fprintf(stderr, "kmproxy zk: --zk-config %s: %s\n", path, err.msg), -1;
+    return 0;
+}
+
 static int parse(zk_cli *c, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -159,7 +177,8 @@ static int parse(zk_cli *c, int argc, char **argv)
         {"password-encoder-key-length", required_argument, NULL, 'L'},
         {"password-encoder-iterations", required_argument, NULL, 'I'}, {"force", no_argument, NULL, 'F'},
         {"max-deletes", required_argument, NULL, 'D'}, {"cluster-id", required_argument, NULL, 'c'},
-        {"zookeeper-connect-timeout-ms", required_argument, NULL, 'T'}, {0}};
+        {"zookeeper-connect-timeout-ms", required_argument, NULL, 'T'},
+        {"zk-config", required_argument, NULL, 'Z'}, {0}};
     int ch;
     int64_t num;
     optind = 1;
@@ -182,6 +201,7 @@ static int parse(zk_cli *c, int argc, char **argv)
         case 'F': c->guard.force = true; break;
         case 'D': if (parse_max_deletes(c, optarg)) return -1; break;
         case 'c': c->cluster_id = optarg; break;
+        case 'Z': if (load_zk_config(c, optarg)) return -1; break;
         case 'h': return usage(stdout, 0) ? 1 : 1;
         default: return -1;
         }
@@ -353,6 +373,13 @@ static void print_summary(zk_cli *c)
         if (km_zkb_sync_verdict(c->b)[0])
             printf("zk diff: a sync would refuse: %s\n", km_zkb_sync_verdict(c->b));
         c->exit_code = s.created + s.updated + s.deleted ? 1 : 0; /* as diff(1) */
+        if (c->zk_sec.sec.set_acl && !s.acls_checked) {
+            printf("zk diff: the ACLs could not all be read: not compared\n");
+            c->exit_code = 2;
+        } else if (c->zk_sec.sec.set_acl) {
+            printf("zk diff: %zu znodes with ACLs other than Kafka's (zookeeper.set.acl=true)\n", s.acl_differences);
+            c->exit_code |= s.acl_differences ? 1 : 0;
+        }
         return;
     }
     printf("zk sync: %zu znodes created, %zu updated, %zu deleted; /migration at offset %lld epoch %d "
@@ -376,6 +403,7 @@ static int run(zk_cli *c)
     cfg.zk.max_pending_ops = (size_t)c->max_pending;
     cfg.zk.log = cli_log;
     cfg.zk.ctx = c;
+    cfg.zk.security = &c->zk_sec.sec;
     cfg.diff_only = c->diff;
     cfg.guard = c->guard;
     cfg.passwords = c->pw;
@@ -425,11 +453,16 @@ int km_cli_zk(int argc, char **argv)
     else if (strcmp(argv[1], "sync"))
         return fprintf(stderr, "kmproxy zk: unknown subcommand '%s'\n", argv[1]), usage(stderr, 2);
     int p = parse(&c, argc - 1, argv + 1);
-    if (p)
+    if (p) {
+        km_config_zk_security_clear(&c.zk_sec);
+        km_config_free(&c.zk_cfg);
         return p > 0 ? 0 : usage(stderr, 2);
+    }
     int rc = load_image(&c) ? 2 : run(&c);
     km_image_follow_close(c.fol);
     km_delta_free(c.delta);
     km_image_free(c.img);
+    km_config_zk_security_clear(&c.zk_sec);
+    km_config_free(&c.zk_cfg);
     return rc;
 }

@@ -141,6 +141,38 @@ static const key_def KEYS[] = {
         "AES key bits: 128, 192 or 256."),   /* Kafka's atLeast(8) */
     INT("password.encoder.iterations", password_encoder_iterations, 1024, INT32_MAX,
         "PBKDF2 iterations."), /* Kafka's atLeast(1024) */
+    BOOL("zookeeper.set.acl", zk_set_acl,
+         "Create znodes with Kafka's ACLs (ZkData.defaultAcls: creator-all plus world-read, creator-only on "
+         "sensitive paths); needs an authenticated session (SASL or digest)."),
+    BOOL("zookeeper.ssl.client.enable", zk_ssl_client_enable,
+         "TLS to ZooKeeper (its secureClientPort); never falls back to plaintext."),
+    STR("zookeeper.clientCnxnSocket", zk_client_cnxn_socket,
+        "Unset or `org.apache.zookeeper.ClientCnxnSocketNetty` (Kafka requires Netty for TLS)."),
+    STR("zookeeper.ssl.keystore.location", zk_ssl_keystore_location,
+        "Client certificate and key for ZooKeeper TLS (PEM or PKCS12; JKS is refused with the keytool command)."),
+    STR("zookeeper.ssl.keystore.password", zk_ssl_keystore_password,
+        "Password of `zookeeper.ssl.keystore.location`."),
+    STR("zookeeper.ssl.keystore.type", zk_ssl_keystore_type,
+        "PEM or PKCS12; unset: guessed from the file extension."),
+    STR("zookeeper.ssl.truststore.location", zk_ssl_truststore_location,
+        "The CA(s) ZooKeeper's certificate must chain to (PEM or PKCS12); only these are trusted."),
+    STR("zookeeper.ssl.truststore.password", zk_ssl_truststore_password,
+        "Password of `zookeeper.ssl.truststore.location`."),
+    STR("zookeeper.ssl.truststore.type", zk_ssl_truststore_type,
+        "PEM or PKCS12; unset: guessed from the file extension."),
+    STR("zookeeper.ssl.endpoint.identification.algorithm", zk_ssl_endpoint_identification_algorithm,
+        "HTTPS (when unset): ZooKeeper's host name is verified; empty turns that off."),
+    STR("java.security.auth.login.config", zk_jaas_file,
+        "The brokers' JAAS file: its `Client` section (DigestLoginModule: SASL DIGEST-MD5; Krb5LoginModule with a "
+        "keytab: GSSAPI) authenticates to ZooKeeper."),
+    STR("zookeeper.sasl.clientconfig", zk_sasl_clientconfig,
+        "The JAAS section to read (when unset: Client)."),
+    BOOL("zookeeper.sasl.client", zk_sasl_client,
+         "false ignores the JAAS file for ZooKeeper (default true)."),
+    STR("zookeeper.sasl.client.username", zk_sasl_client_username,
+        "ZooKeeper's SASL service name (when unset: zookeeper)."),
+    STR("zookeeper.auth.digest.file", zk_auth_digest_file,
+        "File whose first line is `user:password` for ZooKeeper digest auth (added before any request)."),
 };
 #define N_KEYS (sizeof KEYS / sizeof KEYS[0])
 
@@ -161,6 +193,7 @@ void km_config_defaults(km_config *c)
     c->quorum_request_timeout_ms = 2000;   /* Kafka's controller.quorum.request.timeout.ms */
     c->password_encoder_key_length = 128;  /* Kafka's password.encoder.* defaults */
     c->password_encoder_iterations = 4096;
+    c->zk_sasl_client = true;              /* ZooKeeper's zookeeper.sasl.client default */
     km_inline_config_defaults(&c->proxy);
 }
 
@@ -366,6 +399,13 @@ int km_config_validate(const km_config *c, km_err *err)
         return km_fail(err, "zookeeper.connect is required (HOST:PORT[,HOST:PORT][/chroot])");
     if (km_inline_config_enabled(&c->proxy) && km_inline_config_validate(&c->proxy, err))
         return -1;
+    km_config_zk_security zs;
+    rc = km_config_resolve_zk_security(c, &zs, err);
+    if (!rc)
+        rc = km_zk_security_check(&zs.sec, err);
+    km_config_zk_security_clear(&zs);
+    if (rc)
+        return -1;
     return validate_password_encoder(c, err);
 }
 
@@ -418,7 +458,8 @@ void km_config_free(km_config *c)
 {
     if (c->password_encoder_secret)
         explicit_bzero(c->password_encoder_secret, strlen(c->password_encoder_secret));
-    char *secrets[] = { c->broker_sasl_jaas_config, c->sasl_jaas_config };
+    char *secrets[] = { c->broker_sasl_jaas_config, c->sasl_jaas_config, c->zk_ssl_keystore_password,
+                        c->zk_ssl_truststore_password };
     for (size_t i = 0; i < sizeof secrets / sizeof secrets[0]; i++)
         if (secrets[i])
             explicit_bzero(secrets[i], strlen(secrets[i]));

@@ -9,6 +9,7 @@
 #include "km_codec.h" /* km_err */
 #include "km_inline.h" /* the proxy.* keys */
 #include "km_sasl.h"  /* km_sasl_mech, KM_SASL_NAME_MAX */
+#include "km_zkbridge.h" /* km_zk_security */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -69,6 +70,18 @@ typedef struct km_config {
     int32_t password_encoder_key_length;
     int32_t password_encoder_iterations;
     km_inline_config proxy;          /* every proxy.* key, parsed strictly by km_inline */
+    /* A secured ZooKeeper, with the keys Kafka's brokers use (config_zk.c, docs/zookeeper-security.md) */
+    bool zk_set_acl;                 /* zookeeper.set.acl */
+    bool zk_ssl_client_enable;       /* zookeeper.ssl.client.enable */
+    char *zk_client_cnxn_socket;     /* zookeeper.clientCnxnSocket: with TLS, ClientCnxnSocketNetty (or unset) */
+    char *zk_ssl_keystore_location, *zk_ssl_keystore_password, *zk_ssl_keystore_type;
+    char *zk_ssl_truststore_location, *zk_ssl_truststore_password, *zk_ssl_truststore_type;
+    char *zk_ssl_endpoint_identification_algorithm; /* HTTPS (NULL) or empty: host name verification */
+    char *zk_jaas_file;              /* java.security.auth.login.config: JAAS file with the Client section */
+    char *zk_sasl_clientconfig;      /* zookeeper.sasl.clientconfig: its section name (NULL: Client) */
+    bool zk_sasl_client;             /* zookeeper.sasl.client: use SASL when the JAAS file has the section */
+    char *zk_sasl_client_username;   /* zookeeper.sasl.client.username: the server's service name */
+    char *zk_auth_digest_file;       /* zookeeper.auth.digest.file: "user:password" for the digest scheme */
 } km_config;
 
 void km_config_defaults(km_config *c);
@@ -101,6 +114,16 @@ void km_config_quorum_security_clear(km_config_quorum_security *s);
 /* metadata.source=dir: the keys that reach the controllers (snapshot spool, listener, ssl.*, SASL)
  * would be unused; -1 naming the first set. */
 int km_config_refuse_quorum_keys(const km_config *c, km_err *err);
+
+/* How the daemon authenticates to ZooKeeper and which ACLs it writes (config_zk.c): the JAAS and
+ * digest files are read here. */
+typedef struct km_config_zk_security {
+    km_zk_security sec;              /* what zkbridge is given; its strings live in c or below */
+    char *owned[3];                  /* JAAS username, password; digest "user:password" */
+} km_config_zk_security;
+int km_config_resolve_zk_security(const km_config *c, km_config_zk_security *out, km_err *err);
+/* Wipes the secrets. */
+void km_config_zk_security_clear(km_config_zk_security *s);
 
 /* How the daemon reaches the ZK-mode brokers, resolved from broker.security.protocol,
  * broker.tls.*, broker.sasl.* and broker.listener (the password file is read here). */

@@ -317,7 +317,7 @@ km_daemon *km_daemon_new(struct ev_loop *loop, km_config *cfg, km_err *err)
     d->img = km_image_new();
     d->delta = km_delta_new();
     d->started_wall = time(NULL);
-    if ((d->cfg.log_file && open_log_file(d, err)) || !d->img || !d->delta || open_follower(d, err) ||
+    if (km_config_resolve_zk_security(&d->cfg, &d->zk_security, err) || (d->cfg.log_file && open_log_file(d, err)) || !d->img || !d->delta || open_follower(d, err) ||
         open_capture(d, err) || km_daemon_start_consumers(d, err) || km_daemon_start_metrics(d, err) ||
         km_daemon_start_ha(d, err) || start_proxy(d, err)) {
         km_daemon_free(d);
@@ -395,6 +395,7 @@ void km_daemon_free(km_daemon *d)
     km_tls_ctx_free(d->quorum_tls);
     km_delta_free(d->delta);
     km_image_free(d->img);
+    km_config_zk_security_clear(&d->zk_security);
     km_config_free(&d->cfg);
     if (d->log_fp)
         fclose(d->log_fp);

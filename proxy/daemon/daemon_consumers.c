@@ -248,7 +248,7 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
                .controller_id = c->controller_id, .controller_epoch = c->controller_epoch,
                .max_pending_ops = (size_t)d->cfg.zk_max_pending_records, .log = bridge_log, .ctx = d,
                .fence_on_expiry = d->election != NULL, .claim_record = d->election ? d->claim_record : NULL,
-               .claim_owner = d->instance},
+               .claim_owner = d->instance, .security = &d->zk_security.sec},
         .passwords = {.secret = d->cfg.password_encoder_secret,
                       .keyfactory_algorithm = d->cfg.password_encoder_keyfactory_algorithm,
                       .cipher_algorithm = d->cfg.password_encoder_cipher_algorithm,

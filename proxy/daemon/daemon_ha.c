@@ -78,6 +78,13 @@ static void on_election(km_zkel *e, bool leader, void *ctx)
         km_daemon_step_down(d, "no longer the leader of the election");
 }
 
+/* The election's session was refused its credentials: a configuration error, as for the writer. */
+static void on_election_refused(km_zkel *e, const char *why, void *ctx)
+{
+    (void)e;
+    km_daemon_fatal_input(ctx, "ZooKeeper election refused: %s", why);
+}
+
 int km_daemon_start_ha(km_daemon *d, km_err *err)
 {
     ev_init(&d->step_down, step_down_cb);
@@ -93,7 +100,7 @@ int km_daemon_start_ha(km_daemon *d, km_err *err)
              slash ? (int)(slash - d->cfg.election_path) : 0, d->cfg.election_path);
     km_zkel_config ec = {.hosts = d->cfg.zk_connect, .session_timeout_ms = d->cfg.zk_session_timeout_ms,
                          .path = d->cfg.election_path, .data = d->instance, .on_change = on_election, .log = ha_log,
-                         .ctx = d};
+                         .ctx = d, .security = &d->zk_security.sec, .on_refused = on_election_refused};
     d->election = km_zkel_new(d->loop, &ec, err);
     if (!d->election)
         return -1;

@@ -15,6 +15,7 @@
 struct km_daemon {
     struct ev_loop *loop;
     km_config cfg;
+    km_config_zk_security zk_security; /* every ZooKeeper session's TLS/SASL/digest and ACLs */
     int log_level;
     km_image *img;
     km_image_follow *follow;     /* metadata.source=dir */

@@ -118,6 +118,72 @@ Test(ha, kill9_of_the_active_one_hands_over_to_a_standby_every_time)
     env_free(&e);
 }
 
+/* The same hand-over on a secured ZooKeeper (SASL required, zookeeper.set.acl=true), a few rounds:
+ * each instance authenticates with the JAAS Client section Kafka's brokers use, the election and
+ * every mirrored znode carry Kafka's ACLs, and `zk diff --zk-config` finds nothing after each round. */
+Test(ha, kill9_hand_over_on_a_sasl_zookeeper_with_kafka_acls)
+{
+    char err[512] = "";
+    km_zks *sec = km_zks_start_opts(1, &(km_zks_options){.sasl_users = "user_kafka=\"kafka-secret\"",
+                                                         .require_sasl = true}, err, sizeof err);
+    cr_assert(sec, "%s", err);
+    env e;
+    env_init(&e);
+    char zk[128], jaas[600], props[600], jaas_key[700];
+    snprintf(zk, sizeof zk, "%s/ha-sasl", km_zks_hosts(sec, 0));
+    snprintf(jaas, sizeof jaas, "%s/jaas.conf", e.dir);
+    snprintf(props, sizeof props, "%s/zk.properties", e.dir);
+    FILE *f = fopen(jaas, "w");
+    cr_assert(f);
+    fputs("Client {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+          "  username=\"kafka\" password=\"kafka-secret\";\n};\n", f);
+    fclose(f);
+    snprintf(jaas_key, sizeof jaas_key, "java.security.auth.login.config=%s", jaas);
+    f = fopen(props, "w");
+    cr_assert(f);
+    fprintf(f, "%s\nzookeeper.set.acl=true\n", jaas_key);
+    fclose(f);
+    const char *settings[] = {"ha.enabled=true", "zookeeper.session.timeout.ms=2000", "brokers.enabled=false",
+                              jaas_key, "zookeeper.set.acl=true", NULL};
+    inst in[2];
+    start(&in[0], &e, "sasl-a0", zk, settings);
+    start(&in[1], &e, "sasl-b0", zk, settings);
+    int active = wait_active(in, 2, 60);
+    cr_assert_geq(active, 0, "no instance became active");
+    km_zkc *c = km_zkc_open_auth(zk, &(km_zkc_auth){.sasl_user = "kafka", .sasl_password = "kafka-secret"}, 10000);
+    cr_assert(c);
+    for (int round = 1; round <= 3; round++) {
+        int standby = 1 - active;
+        free(scrape_until(&in[standby], "/readyz", 200, "\"role\":\"standby\"", 60));
+        ops_stop(&in[active].p, SIGKILL);
+        cr_assert_eq(wait_active(in, 2, 60), standby, "round %d: the standby did not take over", round);
+        free(scrape_until(&in[standby], "/readyz", 200, "\"lag_records\":0,", 60));
+        char *argv[] = {(char *)km_test_binary(), "zk", "diff", "--zookeeper", zk, "--metadata", e.metadata,
+                        "--zk-config", props, NULL};
+        char *out = NULL, *errs = NULL;
+        cr_expect_eq(km_test_run(argv, NULL, 0, &out, NULL, &errs), 0, "round %d: %s %s", round, out, errs);
+        cr_expect(strstr(out, "zk diff: 0 missing in ZooKeeper, 0 different, 0 only in ZooKeeper\n"
+                              "zk diff: 0 znodes with ACLs other than Kafka's"), "round %d: %s", round, out);
+        free(out);
+        free(errs);
+        char tag[32];
+        snprintf(tag, sizeof tag, "sasl-%c%d", active ? 'b' : 'a', round);
+        start(&in[active], &e, tag, zk, settings);
+        free(scrape_until(&in[active], "/readyz", 200, "\"role\":\"standby\"", 60));
+        active = standby;
+    }
+    struct ACL_vector acl;
+    cr_assert_eq(km_zkc_get_acl(c, "/kmproxy/election", &acl), ZOK);
+    cr_expect(acl.count == 2 && !strcmp(acl.data[0].id.id, "kafka") && !strcmp(acl.data[1].id.scheme, "world") &&
+              acl.data[1].perms == ZOO_PERM_READ, "the election's ACL is not Kafka's default");
+    deallocate_ACL_vector(&acl);
+    km_zkc_close(c);
+    stop_cleanly(&in[0]);
+    stop_cleanly(&in[1]);
+    env_free(&e);
+    km_zks_stop(sec);
+}
+
 /* SIGTERM of the active one: exit 0 with its election node already gone (released with its session,
  * not left to expire), so the standby takes over without waiting out the session timeout. The
  * session timeout is long here so that an expiry could not be what hands over. */
@@ -627,4 +693,45 @@ Test(ha, two_instances_fenced_by_a_foreign_writer_both_exit_1_and_neither_reclai
 Test(ha, a_foreign_writer_moving_only_migration_stops_both_instances)
 {
     foreign_writer_stops_every_instance(2, "ha-foreign-mig", true);
+}
+
+/* A configured ZooKeeper authentication that fails stops the daemon at once, exit 2 (bad
+ * configuration: systemd does not restart it), naming the user ZooKeeper refused. It never
+ * retries without SASL, so nothing was written. */
+Test(ha, a_wrong_zookeeper_password_stops_the_daemon_with_exit_2)
+{
+    char err[512] = "";
+    km_zks *sec = km_zks_start_opts(1, &(km_zks_options){.sasl_users = "user_kafka=\"kafka-secret\""}, err,
+                                    sizeof err);
+    cr_assert(sec, "%s", err);
+    env e;
+    env_init(&e);
+    char jaas[600], jaas_key[700];
+    snprintf(jaas, sizeof jaas, "%s/jaas.conf", e.dir);
+    FILE *f = fopen(jaas, "w");
+    cr_assert(f);
+    fputs("Client { org.apache.zookeeper.server.auth.DigestLoginModule required "
+          "username=\"kafka\" password=\"wrong\"; };\n", f);
+    fclose(f);
+    snprintf(jaas_key, sizeof jaas_key, "java.security.auth.login.config=%s", jaas);
+    const char *single[] = {"brokers.enabled=false", jaas_key, "zookeeper.set.acl=true", NULL};
+    const char *ha[] = {"ha.enabled=true", "brokers.enabled=false", jaas_key, "zookeeper.set.acl=true", NULL};
+    for (int i = 0; i < 2; i++) { /* alone (the writer is refused) and in HA (the election is) */
+        inst in;
+        start(&in, &e, i ? "wrong-pw-ha" : "wrong-pw", km_zks_hosts(sec, 0), i ? ha : single);
+        int status = wait_exit(&in, 60);
+        char *log = ops_slurp(in.log_file);
+        cr_expect(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 2, "%d: status %d: %s", i, status, log);
+        cr_expect(strstr(log, "zookeeper refused the authentication of kafka"), "%s", log);
+        free(log);
+    }
+    km_zkc *c = km_zkc_open(km_zks_hosts(sec, 0), NULL, 10000);
+    cr_assert(c);
+    char *data = NULL;
+    int len = 0;
+    cr_expect_eq(km_zkc_get(c, "/controller", &data, &len, NULL), ZNONODE, "something was claimed without SASL");
+    free(data);
+    km_zkc_close(c);
+    env_free(&e);
+    km_zks_stop(sec);
 }

@@ -20,6 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 typedef struct km_zks_one {
     pid_t pid;
     int client_port, peer_port, elect_port;
@@ -29,6 +32,7 @@ typedef struct km_zks_one {
 struct km_zks {
     int n;
     int maxbuffer;
+    km_zks_options opt;  /* its strings belong to the caller and outlive the servers */
     char *root;
     km_zks_one s[KM_ZKS_MAX];
     char hosts[KM_ZKS_MAX + 1][64 * KM_ZKS_MAX];
@@ -90,10 +94,49 @@ static int four_letter(int port, const char *cmd, char *buf, size_t buflen)
     return 0;
 }
 
+/* The same over TLS, presenting the harness's client certificate (a TLS-only server has no other port). */
+static int four_letter_tls(const km_zks *zs, int port, const char *cmd, char *buf, size_t buflen)
+{
+    signal(SIGPIPE, SIG_IGN); /* a server closing while it starts must not kill the test */
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    SSL *ssl = NULL;
+    int fd = -1, rc = -1;
+    if (!ctx || SSL_CTX_load_verify_locations(ctx, zs->opt.tls_ca, NULL) != 1 ||
+        SSL_CTX_use_certificate_chain_file(ctx, zs->opt.tls_client_cert) != 1 ||
+        SSL_CTX_use_PrivateKey_file(ctx, zs->opt.tls_client_key, SSL_FILETYPE_PEM) != 1)
+        goto out;
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {.tv_sec = 2};
+    if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0)
+        goto out;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) || !(ssl = SSL_new(ctx)) || !SSL_set_fd(ssl, fd) ||
+        SSL_connect(ssl) != 1 || SSL_write(ssl, cmd, 4) != 4)
+        goto out;
+    size_t got = 0;
+    int r;
+    while (got + 1 < buflen && (r = SSL_read(ssl, buf + got, (int)(buflen - 1 - got))) > 0)
+        got += (size_t)r;
+    buf[got] = '\0';
+    rc = 0;
+out:
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+    if (fd >= 0)
+        close(fd);
+    ERR_clear_error();
+    return rc;
+}
+
 const char *km_zks_mode(const km_zks *zs, int idx, char *buf, size_t buflen)
 {
     char answer[2048];
-    if (four_letter(zs->s[idx].client_port, "srvr", answer, sizeof answer))
+    int port = zs->s[idx].client_port;
+    if (zs->opt.tls_cert ? four_letter_tls(zs, port, "srvr", answer, sizeof answer)
+                         : four_letter(port, "srvr", answer, sizeof answer))
         return NULL;
     const char *m = strstr(answer, "Mode: ");
     if (!m)
@@ -138,11 +181,26 @@ static int write_config(km_zks *zs, int idx)
     km_zks_one *o = &zs->s[idx];
     char path[1024], cfg[4096];
     int len = snprintf(cfg, sizeof cfg,
-                       "tickTime=200\ninitLimit=50\nsyncLimit=10\ndataDir=%s/data\nclientPort=%d\n"
-                       "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n"
+                       "tickTime=200\ninitLimit=50\nsyncLimit=10\ndataDir=%s/data\n%s=%d\n"
+                       "%s=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n"
                        "maxClientCnxns=0\nminSessionTimeout=400\nmaxSessionTimeout=60000\n"
                        "snapCount=1000000\npreAllocSize=4096\nforceSync=no\n",
-                       o->dir, o->client_port);
+                       o->dir, zs->opt.tls_cert ? "secureClientPort" : "clientPort", o->client_port,
+                       zs->opt.tls_cert ? "secureClientPortAddress" : "clientPortAddress");
+    if (zs->opt.tls_cert) /* unknown zoo.cfg keys become zookeeper.* system properties */
+        len += snprintf(cfg + len, sizeof cfg - (size_t)len,
+                        "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n"
+                        "ssl.keyStore.location=%s/server-keystore.pem\nssl.keyStore.type=PEM\n"
+                        "ssl.trustStore.location=%s\nssl.trustStore.type=PEM\nssl.clientAuth=need\n"
+                        "authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider\n",
+                        zs->root, zs->opt.tls_ca);
+    if (zs->opt.sasl_users || zs->opt.server_jaas)
+        len += snprintf(cfg + len, sizeof cfg - (size_t)len,
+                        "authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n");
+    if (zs->opt.require_sasl)
+        len += snprintf(cfg + len, sizeof cfg - (size_t)len,
+                        "requireClientAuthScheme=sasl\nenforce.auth.enabled=true\nenforce.auth.schemes=sasl\n"
+                        "sessionRequireClientSASLAuth=true\n");
     for (int i = 0; zs->n > 1 && i < zs->n; i++)
         len += snprintf(cfg + len, sizeof cfg - (size_t)len, "server.%d=127.0.0.1:%d:%d\n", i + 1,
                         zs->s[i].peer_port, zs->s[i].elect_port);
@@ -158,7 +216,7 @@ static int write_config(km_zks *zs, int idx)
 static void exec_server(km_zks *zs, int idx)
 {
     km_zks_one *o = &zs->s[idx];
-    char cfg[1024], log[1024], maxbuf[64], heap[64];
+    char cfg[1024], log[1024], maxbuf[64], heap[64], jaas[1100], krb5[1100];
     snprintf(cfg, sizeof cfg, "%s/zoo.cfg", o->dir);
     snprintf(log, sizeof log, "%s/server.log", o->dir);
     snprintf(maxbuf, sizeof maxbuf, "-Djute.maxbuffer=%d", zs->maxbuffer > 0 ? zs->maxbuffer : 1048575);
@@ -170,13 +228,18 @@ static void exec_server(km_zks *zs, int idx)
         dup2(fd, 1);
         dup2(fd, 2);
     }
+    snprintf(jaas, sizeof jaas, "-Djava.security.auth.login.config=%s/jaas.conf", zs->root);
+    snprintf(krb5, sizeof krb5, "-Djava.security.krb5.conf=%s", zs->opt.krb5_conf ? zs->opt.krb5_conf : "");
     const char *main_class = zs->n > 1 ? "org.apache.zookeeper.server.quorum.QuorumPeerMain"
                                        : "org.apache.zookeeper.server.ZooKeeperServerMain";
     char *argv[] = {"java", heap, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
-                    maxbuf, "-Dzookeeper.admin.enableServer=false",
+                    maxbuf, "-Dzookeeper.admin.enableServer=false", zs->opt.sasl_users || zs->opt.server_jaas ? jaas : "-Dkm.nojaas=1",
+                    zs->opt.krb5_conf ? krb5 : "-Dkm.nokrb5=1",
                     "-cp",
                     "/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:"
-                    "/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar",
+                    "/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar:"
+                    /* the TLS port's Netty pipeline (Debian's libnetty-java, a zookeeper dependency) */
+                    "/usr/share/java/netty-codec.jar:/usr/share/java/netty-handler.jar",
                     (char *)main_class, cfg, NULL};
     execvp("java", argv);
     _exit(127);
@@ -240,7 +303,45 @@ static int prepare_dirs(km_zks *zs, const char *snapshot, char *err, size_t errl
     return 0;
 }
 
+/* The JAAS file of a SASL server, and the PEM keystore (key and certificate in one file, as
+ * ZooKeeper's PEM keystore reads them) of a TLS one. */
+static int write_security_files(km_zks *zs)
+{
+    char path[1024], text[4096];
+    if (zs->opt.server_jaas) {
+        snprintf(path, sizeof path, "%s/jaas.conf", zs->root);
+        if (write_file(path, zs->opt.server_jaas))
+            return -1;
+    } else if (zs->opt.sasl_users) {
+        snprintf(path, sizeof path, "%s/jaas.conf", zs->root);
+        snprintf(text, sizeof text, "Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+                 "  %s;\n};\n", zs->opt.sasl_users);
+        if (write_file(path, text))
+            return -1;
+    }
+    if (zs->opt.tls_cert) {
+        snprintf(path, sizeof path, "%s/server-keystore.pem", zs->root);
+        if (copy_file(zs->opt.tls_key, path))
+            return -1;
+        FILE *out = fopen(path, "a"), *in = fopen(zs->opt.tls_cert, "r");
+        size_t n = in ? fread(text, 1, sizeof text, in) : 0;
+        bool ok = out && in && fwrite(text, 1, n, out) == n;
+        if (in)
+            fclose(in);
+        if (out && fclose(out))
+            ok = false;
+        if (!ok)
+            return -1;
+    }
+    return 0;
+}
+
 km_zks *km_zks_start(int n, const char *snapshot, int maxbuffer, char *err, size_t errlen)
+{
+    return km_zks_start_opts(n, &(km_zks_options){.snapshot = snapshot, .maxbuffer = maxbuffer}, err, errlen);
+}
+
+km_zks *km_zks_start_opts(int n, const km_zks_options *opt, char *err, size_t errlen)
 {
     if (n < 1 || n > KM_ZKS_MAX || n == 2)
         return set_err(err, errlen, "zkserver: %d servers: want 1 or 3..%d", n, KM_ZKS_MAX), NULL;
@@ -248,10 +349,15 @@ km_zks *km_zks_start(int n, const char *snapshot, int maxbuffer, char *err, size
     if (!zs)
         return NULL;
     zs->n = n;
-    zs->maxbuffer = maxbuffer;
+    zs->opt = *opt;
+    zs->maxbuffer = opt->maxbuffer;
     zs->root = km_test_tmpdir("zk");
-    if (!zs->root || prepare_dirs(zs, snapshot, err, errlen))
+    if (!zs->root || prepare_dirs(zs, opt->snapshot, err, errlen))
         goto fail;
+    if (write_security_files(zs)) {
+        set_err(err, errlen, "zkserver: cannot write the JAAS or keystore file under %s", zs->root);
+        goto fail;
+    }
     for (int i = 0; i < n; i++)
         if (write_config(zs, i) || spawn(zs, i))
             goto fail_msg;
@@ -349,6 +455,10 @@ int km_zks_follower(const km_zks *zs)
 struct km_zkc {
     zhandle_t *zh;
     int state;
+    const char *sasl_user;     /* the SASL callbacks' answers (owned below) */
+    bool sasl_started;
+    sasl_callback_t cbs[4];
+    sasl_secret_t *secret;
     pthread_mutex_t lock;
     pthread_t keepalive;
     bool keepalive_running, stopping;
@@ -422,13 +532,8 @@ static void *zkc_keepalive(void *arg)
     }
 }
 
-km_zkc *km_zkc_open(const char *hosts, const clientid_t *id, int timeout_ms)
+static km_zkc *zkc_connect(km_zkc *c)
 {
-    km_zkc *c = calloc(1, sizeof *c);
-    if (!c)
-        return NULL;
-    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
-    c->zh = zookeeper_init(hosts, zkc_watcher, timeout_ms, id, c, 0);
     int64_t deadline = now_ms() + 20000;
     while (c->zh && c->state != ZOO_CONNECTED_STATE && c->state != ZOO_EXPIRED_SESSION_STATE &&
            now_ms() < deadline) {
@@ -444,6 +549,63 @@ km_zkc *km_zkc_open(const char *hosts, const clientid_t *id, int timeout_ms)
     return c;
 }
 
+km_zkc *km_zkc_open(const char *hosts, const clientid_t *id, int timeout_ms)
+{
+    km_zkc *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+    c->zh = zookeeper_init(hosts, zkc_watcher, timeout_ms, id, c, 0);
+    return zkc_connect(c);
+}
+
+static int zkc_sasl_name(void *ctx, int id, const char **result, unsigned *len)
+{
+    if (id != SASL_CB_USER && id != SASL_CB_AUTHNAME)
+        return SASL_BADPARAM;
+    *result = ((km_zkc *)ctx)->sasl_user ? ((km_zkc *)ctx)->sasl_user : "";
+    if (len)
+        *len = (unsigned)strlen(*result);
+    return SASL_OK;
+}
+
+static int zkc_sasl_pass(sasl_conn_t *conn, void *ctx, int id, sasl_secret_t **out)
+{
+    (void)conn; (void)id;
+    *out = ((km_zkc *)ctx)->secret;
+    return SASL_OK;
+}
+
+typedef int (*zkc_sasl_fn)(void);
+
+km_zkc *km_zkc_open_auth(const char *hosts, const km_zkc_auth *a, int timeout_ms)
+{
+    km_zkc *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+    bool gssapi = a->sasl_mech && !strcmp(a->sasl_mech, "GSSAPI");
+    zoo_sasl_params_t sasl = {"zookeeper", gssapi ? NULL : "zk-sasl-md5", gssapi ? "GSSAPI" : "DIGEST-MD5", c->cbs};
+    if (a->sasl_user || gssapi) {
+        c->sasl_started = true;
+        sasl_client_init(NULL);
+        size_t n = a->sasl_password ? strlen(a->sasl_password) : 0;
+        c->sasl_user = gssapi ? NULL : a->sasl_user;
+        c->secret = malloc(sizeof *c->secret + n);
+        c->secret->len = n;
+        memcpy(c->secret->data, a->sasl_password ? a->sasl_password : "", n);
+        c->cbs[0] = (sasl_callback_t){SASL_CB_USER, (zkc_sasl_fn)(void (*)(void))zkc_sasl_name, c};
+        c->cbs[1] = (sasl_callback_t){SASL_CB_AUTHNAME, (zkc_sasl_fn)(void (*)(void))zkc_sasl_name, c};
+        c->cbs[2] = (sasl_callback_t){SASL_CB_PASS, (zkc_sasl_fn)(void (*)(void))zkc_sasl_pass, c};
+        c->cbs[3] = (sasl_callback_t){SASL_CB_LIST_END, NULL, NULL};
+    }
+    c->zh = zookeeper_init_secure(hosts, a->tls_ca, a->tls_cert, a->tls_key, NULL, 0, zkc_watcher, timeout_ms,
+                                  NULL, c, 0, NULL, c->sasl_started ? &sasl : NULL);
+    if (c->zh && a->digest)
+        zoo_add_auth(c->zh, "digest", a->digest, (int)strlen(a->digest), NULL, NULL);
+    return zkc_connect(c);
+}
+
 void km_zkc_close(km_zkc *c)
 {
     if (!c)
@@ -457,6 +619,8 @@ void km_zkc_close(km_zkc *c)
     if (c->zh)
         zookeeper_close(c->zh);
     pthread_mutex_destroy(&c->lock);
+    /* no sasl_client_done(): the plugins stay loaded for the process, as in zk_secure.c */
+    free(c->secret);
     free(c);
 }
 
@@ -608,6 +772,43 @@ int km_zkc_mkdirs(km_zkc *c, const char *path)
                 return ZOK;
         }
     }
+}
+
+static void on_acl(int rc, struct ACL_vector *acl, struct Stat *st, const void *d)
+{
+    (void)st;
+    zkc_call *call = (zkc_call *)d;
+    call->rc = rc;
+    if (rc == ZOK) { /* the client frees its copy after we return: move the entries out */
+        struct ACL_vector *out = (struct ACL_vector *)call->data;
+        *out = *acl;
+        acl->count = 0;
+        acl->data = NULL;
+    }
+    call->done = true;
+}
+
+int km_zkc_get_acl(km_zkc *c, const char *path, struct ACL_vector *acl)
+{
+    zkc_call call = {.data = (char *)acl};
+    acl->count = 0;
+    acl->data = NULL;
+    return zkc_wait(c, &call, ZKC_LOCKED(c, zoo_aget_acl(c->zh, path, on_acl, &call)));
+}
+
+static void on_created_acl(int rc, const char *value, const void *d)
+{
+    (void)value;
+    zkc_call *call = (zkc_call *)d;
+    call->rc = rc;
+    call->done = true;
+}
+
+int km_zkc_create_acl(km_zkc *c, const char *path, const char *data, const struct ACL_vector *acl)
+{
+    zkc_call call = {0};
+    return zkc_wait(c, &call, ZKC_LOCKED(c, zoo_acreate(c->zh, path, data, data ? (int)strlen(data) : -1, acl, 0,
+                                                        on_created_acl, &call)));
 }
 
 int km_zks_expire_session(const char *hosts, const clientid_t *id)

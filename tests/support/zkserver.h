@@ -19,6 +19,21 @@ typedef struct km_zks km_zks;
  * ZooKeeper snapshot file. jute.maxbuffer is `maxbuffer` bytes (0: ZooKeeper's default, 1 MiB - 1).
  * Returns NULL with a message in err. */
 km_zks *km_zks_start(int n, const char *snapshot, int maxbuffer, char *err, size_t errlen);
+/* A secured ensemble. sasl_users: the JAAS Server section's options (user_NAME="PASSWORD" ...): a
+ * SASL DIGEST-MD5 server; require_sasl: sessions that do not authenticate with SASL are closed
+ * (enforce.auth.schemes=sasl, requireClientAuthScheme=sasl). tls_*: a TLS-only server (a Netty
+ * secureClientPort, no plaintext port; ssl.clientAuth=need) with the server's PEM certificate and
+ * key and the CA it trusts; the harness's own probes present tls_client_cert/key. */
+typedef struct km_zks_options {
+    const char *snapshot;
+    int maxbuffer;
+    const char *sasl_users;
+    const char *server_jaas;  /* instead of sasl_users: the whole JAAS file (e.g. a Kerberos Server section) */
+    const char *krb5_conf;    /* java.security.krb5.conf for a Kerberos server */
+    bool require_sasl;
+    const char *tls_ca, *tls_cert, *tls_key, *tls_client_cert, *tls_client_key;
+} km_zks_options;
+km_zks *km_zks_start_opts(int n, const km_zks_options *opt, char *err, size_t errlen);
 /* Kills every server (SIGKILL: tests need no graceful shutdown) and removes the data dirs. */
 void km_zks_stop(km_zks *zs);
 int km_zks_count(const km_zks *zs);
@@ -42,6 +57,18 @@ typedef struct km_zkc km_zkc;
 /* Connects and waits for the session; `id` (may be NULL) resumes an existing session. */
 km_zkc *km_zkc_open(const char *hosts, const clientid_t *id, int timeout_ms);
 void km_zkc_close(km_zkc *c);
+/* An authenticated client: SASL DIGEST-MD5 (sasl_user), digest auth ("user:password") and/or TLS
+ * (tls_ca; tls_cert/tls_key: the client certificate, PEM). NULL when the session did not open. */
+typedef struct km_zkc_auth {
+    const char *sasl_mech;    /* NULL: DIGEST-MD5 with sasl_user; "GSSAPI": the environment's Kerberos credentials */
+    const char *sasl_user, *sasl_password;
+    const char *digest;
+    const char *tls_ca, *tls_cert, *tls_key;
+} km_zkc_auth;
+km_zkc *km_zkc_open_auth(const char *hosts, const km_zkc_auth *auth, int timeout_ms);
+/* getAcl / create with an ACL; free acl with deallocate_ACL_vector. */
+int km_zkc_get_acl(km_zkc *c, const char *path, struct ACL_vector *acl);
+int km_zkc_create_acl(km_zkc *c, const char *path, const char *data, const struct ACL_vector *acl);
 zhandle_t *km_zkc_handle(km_zkc *c);
 /* These return the ZooKeeper rc (ZOK, ZNONODE, ...). get: *data is malloc'd and NUL-terminated. */
 int km_zkc_get(km_zkc *c, const char *path, char **data, int *len, struct Stat *st);
