@@ -4,10 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#ifndef KM_VERSION
-#define KM_VERSION "0.1.0"
-#endif
-
 typedef struct km_subcommand {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -44,7 +40,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("kmproxy %s\n", KM_VERSION);
+        km_cli_version(stdout);
         return 0;
     }
     for (size_t i = 0; i < N_SUBCOMMANDS; i++) {
