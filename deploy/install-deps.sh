@@ -12,6 +12,7 @@ PACKAGES=(
   libcriterion-dev tshark curl   # curl: tests scrape /healthz, /readyz and /metrics as operators do
   haproxy                        # bench_inline: the TCP-mode proxy baseline
   default-jdk-headless           # test_zk_password checks the PasswordEncoder against the JDK's crypto
+  help2man dpkg-dev systemd      # `make package`: kmproxy(1), dpkg-shlibdeps; the package test's systemd-analyze verify
 )
 
 missing=()

@@ -27,11 +27,10 @@ void km_cli_version(FILE *to)
     static const char *const quorum[] = {"FetchRequest", "FetchSnapshotRequest", "DescribeQuorumRequest", NULL};
     fprintf(to, "kmproxy %s\n", KM_VERSION);
     fprintf(to, "commit %s\n", KM_GIT_COMMIT);
-    fprintf(to, "kafka: the ZooKeeper to KRaft migration (KIP-866) of Apache Kafka 3.9: KRaft metadata log up to "
-                "metadata.version 3.9-IV0 (level %d), ZK-mode brokers with inter.broker.protocol.version 3.9\n",
-            KM_MV_3_9_IV0);
-    fprintf(to, "  to ZK-mode brokers (highest version both sides support, from ApiVersions): ");
+    fprintf(to, "kafka: the ZooKeeper to KRaft migration (KIP-866) of Apache Kafka 3.9\n");
+    fprintf(to, "  KRaft metadata log: up to metadata.version 3.9-IV0 (feature level %d)\n", KM_MV_3_9_IV0);
+    fprintf(to, "  ZK-mode brokers (inter.broker.protocol.version 3.9; highest version both support): ");
     ranges(to, brokers);
-    fprintf(to, "  from the KRaft quorum, as an observer: ");
+    fprintf(to, "  KRaft quorum, as an observer: ");
     ranges(to, quorum);
 }
