@@ -413,3 +413,14 @@ size_t km_bprop_ready(const km_bprop *p)
         n += km_bchan_ready(p->chans[i]->ch);
     return n;
 }
+
+km_bchan *km_bprop_channel_at(km_bprop *p, size_t i, const char **host, uint16_t *port)
+{
+    if (i >= p->n)
+        return NULL;
+    if (host)
+        *host = p->chans[i]->host;
+    if (port)
+        *port = p->chans[i]->port;
+    return p->chans[i]->ch;
+}

@@ -16,6 +16,7 @@ KM_CLI_ENTRY int km_cli_demo(int argc, char **argv);      /* proxy/cli_demo.c */
 KM_CLI_ENTRY int km_cli_run(int argc, char **argv);       /* proxy/cli_run.c: the daemon */
 KM_CLI_ENTRY int km_cli_proxy(int argc, char **argv);     /* proxy/cli/cli_proxy.c: the inline proxy alone */
 KM_CLI_ENTRY int km_cli_capture(int argc, char **argv);   /* proxy/cli/cli_capture.c: capture read */
+KM_CLI_ENTRY int km_cli_status(int argc, char **argv);    /* proxy/cli/cli_status.c: GET /status of a daemon */
 
 /* kmproxy --version: version, git commit, the Kafka versions spoken (proxy/cli/cli_version.c). */
 void km_cli_version(FILE *to);

@@ -509,3 +509,16 @@ void km_daemon_reload_brokers(km_daemon *d)
     if (was_active && c->zkb && km_zkb_get_phase(c->zkb) == KM_ZKB_DUAL_WRITE)
         release_brokers(d, c, c->zkb);
 }
+
+/* ---- for kmproxy status (daemon_status.c) ---- */
+
+km_bprop *km_daemon_bprop(const km_daemon *d) { return d->consumers ? d->consumers->bprop : NULL; }
+
+bool km_daemon_claimed_as(const km_daemon *d, int32_t *controller_id, int32_t *controller_epoch)
+{
+    if (!d->consumers || !d->consumers->zkb)
+        return false;
+    *controller_id = d->consumers->controller_id;
+    *controller_epoch = d->consumers->controller_epoch;
+    return true;
+}

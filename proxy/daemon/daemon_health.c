@@ -110,6 +110,8 @@ static int route(const char *path, km_buf *out, void *ud)
     }
     if (!strcmp(path, "/readyz"))
         return readyz(d, out);
+    if (!strcmp(path, "/status"))
+        return km_daemon_status_json(d, out);
     return 0;
 }
 
