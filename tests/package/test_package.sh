@@ -83,7 +83,21 @@ head -1 "$work/version" | grep -qx "kmproxy $version" || fail "--version does no
 grep -qE '^commit ([0-9a-f]{40}(-dirty)?|unknown)$' "$work/version" || fail "--version names no commit"
 grep -q 'LeaderAndIsr v0-7' "$work/version" || fail "--version names no Kafka versions"
 
-# 7. purge: the files go, the conffile too; the user stays (Debian's practice for system users)
+# 7. deploy/Containerfile installs this package (no container engine runs here): what it names must be
+#    what the package installs and what the units run
+cf=$(dirname "$0")/../../deploy/Containerfile
+entry=$(sed -n 's/^ENTRYPOINT \["\([^"]*\)".*/\1/p' "$cf")
+[ -n "$entry" ] && [ -x "$root$entry" ] || fail "Containerfile's ENTRYPOINT '$entry' is not the package's binary"
+example=$(grep -oE 'cp /etc/kmproxy/[^ ]+' "$cf" | cut -d' ' -f2)
+[ -n "$example" ] && [ -f "$root$example" ] || fail "Containerfile copies '$example', which the package lacks"
+grep -q '^CMD \["run", "--config", "/etc/kmproxy/kmproxy.properties"\]$' "$cf" ||
+  fail "Containerfile's CMD does not run the units' configuration"
+grep -qx 'USER kmproxy' "$cf" && grep -qx 'User=kmproxy' "$root/usr/lib/systemd/system/kmproxy.service" ||
+  fail "Containerfile and kmproxy.service do not both run as kmproxy"
+grep -q 'COPY --from=build /src/build/kmproxy_\*.deb' "$cf" && [[ $(basename "$deb") == kmproxy_*.deb ]] ||
+  fail "Containerfile does not copy the package cpack makes ($(basename "$deb"))"
+
+# 8. purge: the files go, the conffile too; the user stays (Debian's practice for system users)
 dpkg --root="$root" --force-script-chrootless -P kmproxy >"$work/purge.log" 2>&1 || { cat "$work/purge.log"; fail "dpkg -P"; }
 for f in usr/bin/kmproxy usr/lib/systemd/system/kmproxy.service etc/kmproxy/kmproxy.properties.example; do
   [ ! -e "$root/$f" ] || fail "/$f is still there after the purge"
