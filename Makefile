@@ -2,8 +2,12 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
+# Warnings are errors where the project controls the compiler (`make test`, .ci/run); a user's or
+# packager's `make`/`make demo`/`make package` with another compiler still gets its binary.
+WERROR     ?= OFF
+test test-plain test-asan: WERROR = ON
 
-.PHONY: all deps build demo test test-plain test-asan bench fuzz docs clean
+.PHONY: all deps build demo test test-plain test-asan bench fuzz docs package clean
 
 all: build
 
@@ -11,7 +15,7 @@ deps:
 	bash deploy/install-deps.sh
 
 build: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKM_WERROR=$(WERROR) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
@@ -21,7 +25,7 @@ test-plain: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-asan: deps
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKM_SANITIZE=ON >/dev/null
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKM_SANITIZE=ON -DKM_WERROR=$(WERROR) >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 
@@ -41,6 +45,10 @@ bench: build
 	cmake --build $(BUILD) -j $(JOBS) --target benches
 	$(BUILD)/bench/run-benches
 
+# The Debian package (CPack): build/kmproxy_<version>_<arch>.deb
+package: build
+	cmake --build $(BUILD) -j $(JOBS) --target package
+
 # Each libFuzzer target for FUZZ_SECONDS, seeded from ../shared/corpus when it is there.
 FUZZ_SECONDS ?= 60
 fuzz: deps
@@ -52,4 +60,4 @@ fuzz: deps
 	  $(wildcard ../shared/corpus/kraft-log) $(wildcard ../shared/corpus/kraft-snapshot)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz build-ci-*

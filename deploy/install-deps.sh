@@ -17,6 +17,7 @@ PACKAGES=(
   libzstd-jni-java               # /usr/share/java/zstd-jni.jar: realkafka reads zstd batches with it
   libsasl2-dev libsasl2-modules dpkg-dev  # ZooKeeper C client with SASL + OpenSSL (deploy/zookeeper-c)
   libsasl2-modules-gssapi-mit krb5-kdc krb5-admin-server  # Kerberos to ZooKeeper; a KDC in test_zk_secure
+  help2man systemd               # `make package`: kmproxy(1), dpkg-shlibdeps; the package test's systemd-analyze verify
 )
 
 missing=()

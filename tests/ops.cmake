@@ -22,3 +22,8 @@ km_add_test(test_faults SOURCES ${KM_OPS_TESTS}/test_faults.c ${KM_OPS_TESTS}/op
             ${CMAKE_CURRENT_LIST_DIR}/test_tls_certs.c TIMEOUT 600)
 target_link_libraries(test_faults PRIVATE km_brokersim)
 target_include_directories(test_faults PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+# kmproxy status: a daemon process following the raft simulator, with broker simulators and a real ZooKeeper.
+km_add_test(test_cli_status SOURCES ${KM_OPS_TESTS}/test_cli_status.c ${KM_OPS_TESTS}/ops_daemon.c ${KM_OPS_TESTS}/ops_util.c
+            ${CMAKE_CURRENT_LIST_DIR}/test_broker_rig.c ${CMAKE_CURRENT_LIST_DIR}/test_broker_check.c TIMEOUT 300)
+target_link_libraries(test_cli_status PRIVATE km_brokersim km_raftsim)
+target_include_directories(test_cli_status PRIVATE ${CMAKE_CURRENT_LIST_DIR})

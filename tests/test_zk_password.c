@@ -414,13 +414,13 @@ static char *with_field(const char *enc, const char *name, const char *value)
         size_t n = strlen(name);
         bool match = !strncmp(piece, name, n) && piece[n] == ':';
         if (match && !value)
-            continue;
+            continue; /* removed */
         if (*out)
             strcat(out, ",");
-        if (match)
-            strcat(strcat(strcat(out, name), ":"), value);
-        else
+        if (!match)
             strcat(out, piece);
+        else if (value) /* always here; spelled out so that gcc -O3 sees strcat never gets NULL */
+            strcat(strcat(strcat(out, name), ":"), value);
     }
     free(work);
     return out;

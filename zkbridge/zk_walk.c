@@ -263,7 +263,11 @@ bool zk_same_data(zk_nkind kind, const char *have, int have_len, const char *wan
             canonical_acls(a);
             canonical_acls(b);
         }
-        bool decoded = kind != ZN_CONFIG || (decode_passwords(a, pw) & decode_passwords(b, pw));
+        bool decoded = true;
+        if (kind == ZN_CONFIG) { /* both sides decoded, even when the first fails */
+            bool decoded_a = decode_passwords(a, pw), decoded_b = decode_passwords(b, pw);
+            decoded = decoded_a && decoded_b;
+        }
         same = decoded && json_equal(a, b);
     }
     json_decref(a);

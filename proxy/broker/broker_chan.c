@@ -389,3 +389,16 @@ void km_bchan__kick(km_bchan *ch)
         km_bchan__send_head(ch);
     }
 }
+
+const char *km_bchan_state_name(const km_bchan *ch)
+{
+    switch (ch->state) {
+    case CH_WAITING: return "backoff";
+    case CH_CONNECTING: return "connecting";
+    case CH_NEGOTIATING: return "negotiating";
+    case CH_AUTHENTICATING: return ch->reauthenticating ? "reauthenticating" : "authenticating";
+    case CH_READY: return ch->want_sync ? "syncing" : "ready";
+    case CH_STOPPED: return "stopped";
+    }
+    return "unknown";
+}

@@ -442,3 +442,14 @@ bool km_bprop_channel_status(const km_bprop *p, size_t i, km_bprop_chan_status *
                                   .rejected_epoch = pc->rejected_epoch};
     return true;
 }
+
+km_bchan *km_bprop_channel_at(km_bprop *p, size_t i, const char **host, uint16_t *port)
+{
+    if (i >= p->n)
+        return NULL;
+    if (host)
+        *host = p->chans[i]->host;
+    if (port)
+        *port = p->chans[i]->port;
+    return p->chans[i]->ch;
+}

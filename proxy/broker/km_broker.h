@@ -191,6 +191,10 @@ void km_bchan_resync(km_bchan *ch);
 void km_bchan_stop(km_bchan *ch);
 /* Requests queued (held ones too) or in flight. */
 size_t km_bchan_pending(const km_bchan *ch);
+/* Where the channel is, for people (kmproxy status): "backoff" (before reconnecting), "connecting",
+ * "negotiating" (ApiVersions), "authenticating", "reauthenticating", "syncing" (a full sync to be
+ * queued), "ready" or "stopped". */
+const char *km_bchan_state_name(const km_bchan *ch);
 
 typedef struct km_bchan_stats {
     uint64_t sent[3], acked[3];        /* by LeaderAndIsr, StopReplica, UpdateMetadata (api key - 4) */
@@ -317,6 +321,8 @@ typedef struct km_bprop_chan_status {
 } km_bprop_chan_status;
 bool km_bprop_channel_status(const km_bprop *p, size_t i, km_bprop_chan_status *out);
 km_bchan *km_bprop_channel(km_bprop *p, int32_t broker_id); /* NULL: none */
+/* The i-th channel (i < km_bprop_channel_count; else NULL) and the endpoint it dials (host, port: optional). */
+km_bchan *km_bprop_channel_at(km_bprop *p, size_t i, const char **host, uint16_t *port);
 /* Prometheus samples: per broker requests/acks/errors and per error code (librdkafka names). */
 void km_bprop_render_metrics(const km_bprop *p, km_buf *out);
 

@@ -4,10 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#ifndef KM_VERSION
-#define KM_VERSION "0.1.0"
-#endif
-
 typedef struct km_subcommand {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -22,6 +18,7 @@ static const km_subcommand SUBCOMMANDS[] = {
     {"proxy", km_cli_proxy, "the inline Kafka proxy alone: listeners per broker, address rewriting"},
     {"capture", km_cli_capture, "print a JSON-lines capture as a person reads it (read FILE [--api] [--broker])"},
     {"config", km_cli_config, "the configuration keys: docs prints every key as Markdown"},
+    {"status", km_cli_status, "the migration at a glance from a running daemon (--url http://HOST:PORT, --json)"},
     {"demo", km_cli_demo, "run the end-to-end demo on an embedded default"},
 };
 #define N_SUBCOMMANDS (sizeof SUBCOMMANDS / sizeof SUBCOMMANDS[0])
@@ -45,7 +42,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("kmproxy %s\n", KM_VERSION);
+        km_cli_version(stdout);
         return 0;
     }
     for (size_t i = 0; i < N_SUBCOMMANDS; i++) {

@@ -632,3 +632,16 @@ void km_daemon_reload_brokers(km_daemon *d)
     km_daemon_log(d, KM_LOG_INFO, "SIGHUP: broker channels reconfigured with their TLS material read again (each "
                   "connects again with it and resends what it had in flight; nothing pending is dropped)");
 }
+
+/* ---- for kmproxy status (daemon_status.c) ---- */
+
+km_bprop *km_daemon_bprop(const km_daemon *d) { return d->consumers ? d->consumers->bprop : NULL; }
+
+bool km_daemon_claimed_as(const km_daemon *d, int32_t *controller_id, int32_t *controller_epoch)
+{
+    if (!d->consumers || !d->consumers->zkb)
+        return false;
+    *controller_id = d->consumers->controller_id;
+    *controller_epoch = d->consumers->controller_epoch;
+    return true;
+}

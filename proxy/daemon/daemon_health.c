@@ -176,6 +176,8 @@ static int route(const char *path, km_buf *out, void *ud)
     }
     if (!strcmp(path, "/readyz"))
         return readiness(d, out, true);
+    if (!strcmp(path, "/status"))
+        return km_daemon_status_json(d, out);
     return 0;
 }
 

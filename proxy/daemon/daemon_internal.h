@@ -133,6 +133,14 @@ void km_daemon_quorum_metrics(const km_daemon *d, km_buf *out);
 /* Why this instance cannot follow the quorum now (its /readyz reason), or false. */
 bool km_daemon_quorum_unready(const km_daemon *d, char *why, size_t cap);
 
+/* daemon_consumers.c, for daemon_status.c: the broker propagator (NULL while there is none), and
+ * the KRaft controller id and epoch the bridge claimed ZooKeeper with (false: no bridge). */
+struct km_bprop;
+struct km_bprop *km_daemon_bprop(const km_daemon *d);
+bool km_daemon_claimed_as(const km_daemon *d, int32_t *controller_id, int32_t *controller_epoch);
+/* daemon_status.c: GET /status, the whole migration at a glance (kmproxy status). The HTTP status. */
+int km_daemon_status_json(km_daemon *d, km_buf *out);
+
 /* daemon_metrics.c */
 int km_daemon_start_metrics(km_daemon *d, km_err *err);
 void km_daemon_stop_metrics(km_daemon *d);

@@ -167,6 +167,7 @@ static int take_attr(const char **p, char name, char *out, size_t cap, const cha
 
 static int b64_decode(const char *s, uint8_t *out, size_t cap, size_t *len, const char *what, km_err *err)
 {
+    *len = 0; /* defined on every path: callers compare it even when an earlier step failed (gcc -O3 checks) */
     size_t n = strlen(s);
     if ((n + 3) / 4 * 3 > cap)
         return km_fail(err, "SCRAM: %s is too long", what);
