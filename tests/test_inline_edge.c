@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1058,6 +1059,9 @@ Test(inline_edge, a_client_is_held_while_its_broker_is_down_and_served_once_it_i
     send_request(fd, KM_API_API_VERSIONS, 0, 1, &avq);
     usleep(400 * 1000); /* a few refused dials */
     lfd = listen_on(port);
+    struct pollfd pl = {.fd = lfd, .events = POLLIN};
+    cr_assert_eq(poll(&pl, 1, 20000), 1, "the proxy did not dial the broker again once it was back (log: %s)",
+                 r.last_log);
     int up = irig_accept(lfd);
     expect_request(up, KM_API_API_VERSIONS, 0, 1);
     km_api_versions_response avr;
