@@ -350,3 +350,86 @@ Test(inline_forward, a_producer_rides_out_an_upstream_outage)
     cr_expect_eq(st.cut, 0, "a client was dropped for the outage");
     irig_free(&r);
 }
+
+/* ---- two instances with one config (issue 21 part 4) ---------------------------------------------- */
+
+/* True once host:port accepts a connection (bounded wait). */
+static bool accepts_within(const char *host, uint16_t port, int seconds)
+{
+    for (int i = 0; i < seconds * 20; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+        inet_pton(AF_INET, host, &a.sin_addr);
+        bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        close(fd);
+        if (ok)
+            return true;
+        usleep(50 * 1000);
+    }
+    return false;
+}
+
+/* The map as a client bootstrapping from bootstrap sees it: "id@host:port ..." sorted by id. */
+static void broker_map(const char *bootstrap, char *out, size_t cap)
+{
+    rd_kafka_t *rk = irig_producer(bootstrap, NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    cr_assert_eq(rd_kafka_metadata(rk, 1, NULL, &md, 10000), 0, "metadata through %s failed", bootstrap);
+    out[0] = '\0';
+    for (int32_t id = 0; id <= 8; id++)
+        for (int i = 0; i < md->broker_cnt; i++)
+            if (md->brokers[i].id == id)
+                snprintf(out + strlen(out), cap - strlen(out), "%d@%s:%d ", id, md->brokers[i].host,
+                         md->brokers[i].port);
+    rd_kafka_metadata_destroy(md);
+    rd_kafka_destroy(rk);
+}
+
+/* Instances A and B share a config (behind a load balancer they would share advertised.host); here B
+ * differs only in where it binds (127.0.0.2), and the advertised host leads to A.  A client that
+ * bootstraps from B is sent to A's broker listeners, which exist before any client talked to A
+ * because A asked the cluster for its brokers itself (proxy.discovery.interval.ms). */
+Test(inline_forward, two_instances_with_one_config_give_one_broker_map)
+{
+    irig a, b;
+    irig_init(&a);
+    irig_mock(&a, 3, TOPIC, PARTITIONS);
+    irig_dynamic(&a);
+    irig_set(&a, "proxy.discovery.interval.ms", "30000");
+    char base[16], first[64];
+    snprintf(base, sizeof base, "%d", a.cfg.port_base);
+    irig_mock_broker_address(&a, 1, first, sizeof first);
+    irig_init(&b);
+    irig_set(&b, "proxy.bootstrap.listen", "127.0.0.2:0");
+    irig_set(&b, "proxy.bootstrap.upstream", first);
+    irig_set(&b, "proxy.listen.host", "127.0.0.2");
+    irig_set(&b, "proxy.advertised.host", "127.0.0.1");
+    irig_set(&b, "proxy.port.base", base);
+    irig_set(&b, "proxy.discovery.interval.ms", "30000");
+    irig_start(&a);
+    irig_start(&b);
+    for (int id = 1; id <= 3; id++) {
+        cr_assert(accepts_within("127.0.0.1", (uint16_t)(a.cfg.port_base + id), 10),
+                  "instance A has no listener for broker %d before any client used it", id);
+        cr_assert(accepts_within("127.0.0.2", (uint16_t)(a.cfg.port_base + id), 10),
+                  "instance B has no listener for broker %d", id);
+    }
+    char via_a[256], via_b[256], boot_a[64], boot_b[64];
+    snprintf(boot_a, sizeof boot_a, "127.0.0.1:%u", irig_port(&a, -1));
+    snprintf(boot_b, sizeof boot_b, "127.0.0.2:%u", irig_port(&b, -1));
+    broker_map(boot_b, via_b, sizeof via_b);
+    broker_map(boot_a, via_a, sizeof via_a);
+    cr_expect_str_eq(via_a, via_b, "the two instances give different broker maps");
+    char want[256];
+    snprintf(want, sizeof want, "1@127.0.0.1:%d 2@127.0.0.1:%d 3@127.0.0.1:%d ", a.cfg.port_base + 1,
+             a.cfg.port_base + 2, a.cfg.port_base + 3);
+    cr_expect_str_eq(via_b, want);
+    addr_check ac = {0};
+    allow_proxy_ports(&ac, &a);
+    ac.allowed[ac.n_allowed++] = irig_port(&b, -1);
+    produce(boot_b, 300, NULL, &ac); /* bootstrapped from B, served by A's broker listeners */
+    consume_all(boot_a, 300, &ac);
+    cr_expect_eq(ac.bad, 0, "%d broker addresses were not the proxy's, first %s", ac.bad, ac.bad_name);
+    irig_free(&b);
+    irig_free(&a);
+}

@@ -37,6 +37,11 @@ static const int_key INT_KEYS[] = {
      "While a client's broker cannot be reached (connection refused or timed out), the client's connection is "
      "held and the broker dialled again with backoff, for at most this long; then the client is closed. The "
      "client's requests wait unread meanwhile. 0: close the client at the first failed dial."},
+    {"proxy.discovery.interval.ms", offsetof(km_inline_config, discovery_interval_ms), 0, INT32_MAX,
+     "At start and then every this long, the proxy asks the bootstrap upstream for the cluster's brokers "
+     "(Metadata) and opens their dynamic listeners or SNI routes, so that several instances with the same config "
+     "serve every broker before any client names it to them (set it when clients may reach a broker through "
+     "another instance than the one they bootstrapped from). 0: routes are learned from client traffic only."},
     {"proxy.connection.buffer.bytes", offsetof(km_inline_config, buffer_bytes), 4096, 1 << 30,
      "Bytes queued towards one side before the proxy stops reading the other (back-pressure)."},
 };

@@ -101,6 +101,13 @@ struct km_inline {
     inl_tls *client_tls, *up_tls;            /* current; NULL: plaintext */
     km_inline_log_fn log;
     void *log_ud;
+    /* broker discovery (inline_discover.c) */
+    ev_timer disc_timer;
+    double disc_interval;                    /* seconds; 0: off */
+    km_net_conn *disc;                       /* the Metadata request in flight */
+    char disc_host[INL_HOST_MAX];
+    uint16_t disc_port;
+    bool disc_failed;
 };
 
 typedef struct inl_inflight {
@@ -189,6 +196,10 @@ void inl_session_free(inl_session *s);
  * 0 for the rest), r positioned after the request header (Produce: after acks).  -1 + err when
  * the bytes at hand end first. */
 int inl_request_allowance(km_reader *r, int16_t key, int16_t ver, int16_t acks, int32_t *ms, km_err *err);
+
+/* inline_discover.c: proxy.discovery.interval.ms (after the routes are made; stop before freeing them) */
+void inl_discover_start(km_inline *p, const km_inline_config *cfg);
+void inl_discover_stop(km_inline *p);
 
 /* inline_capture.c */
 bool inl_capture_wanted(const km_inline *p, int32_t broker, int16_t api, size_t size);

@@ -352,6 +352,7 @@ km_inline *km_inline_new(struct ev_loop *loop, const km_inline_config *cfg, km_i
         km_inline_free(p);
         return NULL;
     }
+    inl_discover_start(p, cfg);
     return p;
 }
 
@@ -359,6 +360,7 @@ void km_inline_free(km_inline *p)
 {
     if (!p)
         return;
+    inl_discover_stop(p);
     while (p->sessions)
         inl_session_free(p->sessions);
     inl_capture_free(p);
