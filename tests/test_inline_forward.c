@@ -333,7 +333,8 @@ Test(inline_forward, a_producer_rides_out_an_upstream_outage)
         }
         char v[16];
         snprintf(v, sizeof v, "m%d", i);
-        cr_assert_eq(rd_kafka_producev(p, RD_KAFKA_V_TOPIC(TOPIC), RD_KAFKA_V_VALUE(v, strlen(v)), RD_KAFKA_V_END), 0);
+        cr_assert_eq(rd_kafka_producev(p, RD_KAFKA_V_TOPIC(TOPIC), RD_KAFKA_V_VALUE(v, strlen(v)),
+                                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END), 0);
         rd_kafka_poll(p, 0);
     }
     usleep(1500 * 1000);
