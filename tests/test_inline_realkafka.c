@@ -50,7 +50,7 @@ static char *compile_glue(const char *dir)
     char jar[4096], *cp = NULL;
     snprintf(jar, sizeof jar, "%s/realkafka/lib/kafka-clients-3.9.0.jar", km_test_shared_dir());
     if (access(jar, R_OK))
-        cr_skip_test("%s is absent (the realkafka kit, see HACKING.md): nothing to build responses with", jar);
+        cr_skip_test("%s is absent (the realkafka kit: Kafka 3.9 jars in ../shared/realkafka): nothing to build responses with", jar);
     java_bin = on_path("java"), javac_bin = on_path("javac");
     if (!java_bin || !javac_bin)
         cr_skip_test("java or javac is not on PATH (Debian: openjdk-17-jdk-headless): the kafka-clients glue needs both");
