@@ -434,3 +434,53 @@ Test(inline_forward, two_instances_with_one_config_give_one_broker_map)
     irig_free(&b);
     irig_free(&a);
 }
+
+/* ---- a Fetch the broker holds (issue 21) ------------------------------------------------------ */
+
+/* librdkafka's mock holds a Fetch that finds no data for its MaxWaitMs, as a broker's DelayedFetch
+ * does.  With fetch.wait.max.ms past proxy.request.timeout.ms, the consumer's empty Fetches must not
+ * be cut, and what is produced later still arrives. */
+Test(inline_forward, fetches_held_past_the_proxy_timeout_within_max_wait_pass)
+{
+    irig r;
+    irig_init(&r);
+    irig_mock(&r, 1, TOPIC, 1);
+    irig_dynamic(&r);
+    irig_set(&r, "proxy.request.timeout.ms", "300");
+    irig_start(&r);
+    char bootstrap[64];
+    snprintf(bootstrap, sizeof bootstrap, "127.0.0.1:%u", irig_port(&r, -1));
+    addr_check ac = {0};
+    allow_proxy_ports(&ac, &r);
+    const char *extra[] = {"group.id", "held-fetch", "fetch.wait.max.ms", "1200", "enable.partition.eof", "false",
+                           NULL};
+    rd_kafka_t *c = client(RD_KAFKA_CONSUMER, bootstrap, extra, &ac);
+    rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(parts, TOPIC, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    cr_assert_eq(rd_kafka_assign(c, parts), 0);
+    rd_kafka_topic_partition_list_destroy(parts);
+    for (int i = 0; i < 20; i++) { /* about three empty Fetches, each held 1.2 s */
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 200);
+        if (m)
+            rd_kafka_message_destroy(m);
+    }
+    rd_kafka_t *p = client(RD_KAFKA_PRODUCER, bootstrap, NULL, &ac);
+    cr_assert_eq(rd_kafka_producev(p, RD_KAFKA_V_TOPIC(TOPIC), RD_KAFKA_V_VALUE("late", 4),
+                                   RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END), 0);
+    cr_assert_eq(rd_kafka_flush(p, 10000), 0);
+    rd_kafka_destroy(p);
+    bool got = false;
+    for (int i = 0; i < 100 && !got; i++) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 200);
+        got = m && !m->err && m->len == 4 && !memcmp(m->payload, "late", 4);
+        if (m)
+            rd_kafka_message_destroy(m);
+    }
+    cr_expect(got, "the message produced after the held Fetches did not arrive");
+    rd_kafka_consumer_close(c);
+    rd_kafka_destroy(c);
+    km_inline_stats st;
+    irig_stop(&r, &st);
+    cr_expect_eq(st.cut, 0, "the proxy cut %llu clients (last: %s)", (unsigned long long)st.cut, r.last_log);
+    irig_free(&r);
+}
