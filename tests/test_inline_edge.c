@@ -4,10 +4,14 @@
  * SaslHandshake v0's raw tokens, an unknown API, a broker that never answers. */
 #include "test_inline_rig.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 TestSuite(inline_edge, .timeout = 120);
@@ -920,5 +924,174 @@ Test(inline_edge, top_level_errors_are_counted_per_broker_and_api)
     cr_expect(strstr((char *)m.data, "kmproxy_inline_response_errors_total{broker=\"-1\",api=\"HEARTBEAT\"} 1\n"),
               "%s", (char *)m.data);
     km_buf_free(&m);
+    irig_free(&r);
+}
+
+/* ---- requests the broker may hold, an unreachable broker (issue 21) ---------------------------- */
+
+/* The upstream gets the request, holds it for hold_ms (past proxy.request.timeout.ms), answers. */
+static void held_then_answered(int fd, int up, int16_t api, int16_t ver, int32_t corr, const void *req,
+                               const void *resp, int hold_ms)
+{
+    send_request(fd, api, ver, corr, req);
+    expect_request(up, api, ver, corr);
+    usleep((useconds_t)hold_ms * 1000);
+    send_response(up, api, ver, corr, resp);
+    uint8_t *p;
+    size_t len;
+    cr_assert(irig_read_frame(fd, &p, &len), "%s v%d held %d ms within what it allows was cut", km_api_name(api),
+              ver, hold_ms);
+    cr_expect_eq((int32_t)km_be32(p), corr);
+    free(p);
+}
+
+Test(inline_edge, requests_held_within_their_own_allowance_pass)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_set(&r, "proxy.request.timeout.ms", "300");
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1)), up = irig_accept(lfd);
+
+    km_fetch_request fq;
+    km_fetch_request_init(&fq);
+    fq.max_wait_ms = 1500;
+    km_fetch_response fr;
+    km_fetch_response_init(&fr);
+    held_then_answered(fd, up, KM_API_FETCH, 11, 1, &fq, &fr, 800);
+    held_then_answered(fd, up, KM_API_FETCH, 15, 2, &fq, &fr, 800); /* no ReplicaId from v15 */
+
+    km_join_group_request jq;
+    km_join_group_request_init(&jq);
+    jq.group_id = km_cstr("g"), jq.session_timeout_ms = 200, jq.rebalance_timeout_ms = 1500;
+    jq.protocol_type = km_cstr("consumer");
+    km_join_group_response jr;
+    km_join_group_response_init(&jr);
+    held_then_answered(fd, up, KM_API_JOIN_GROUP, 7, 3, &jq, &jr, 800);
+    km_sync_group_request sq; /* held until the leader's assignment, up to the rebalance timeout */
+    km_sync_group_request_init(&sq);
+    sq.group_id = km_cstr("g");
+    km_sync_group_response sr;
+    km_sync_group_response_init(&sr);
+    held_then_answered(fd, up, KM_API_SYNC_GROUP, 5, 4, &sq, &sr, 800);
+    jq.session_timeout_ms = 1500; /* v0 has no rebalance timeout: the session timeout stands in */
+    held_then_answered(fd, up, KM_API_JOIN_GROUP, 0, 5, &jq, &jr, 800);
+
+    km_produce_request pq;
+    km_produce_request_init(&pq);
+    pq.acks = -1, pq.timeout_ms = 1500;
+    km_produce_response pr;
+    km_produce_response_init(&pr);
+    held_then_answered(fd, up, KM_API_PRODUCE, 9, 6, &pq, &pr, 800);
+
+    km_create_topics_request cq; /* its timeout comes after the topics: decoded whole */
+    km_create_topics_request_init(&cq);
+    km_create_topics_request_creatable_topic topic = {.name = km_cstr("t"), .num_partitions = 1,
+                                                      .replication_factor = 1};
+    cq.topics.count = 1, cq.topics.items = &topic, cq.timeout_ms = 1500;
+    km_create_topics_response cr;
+    km_create_topics_response_init(&cr);
+    held_then_answered(fd, up, KM_API_CREATE_TOPICS, 7, 7, &cq, &cr, 800);
+
+    /* Pipelined behind a held Fetch: a Metadata's time starts when the Fetch is answered, as a
+     * broker reads a connection's next request only after answering the one before. */
+    send_request(fd, KM_API_FETCH, 11, 8, &fq);
+    km_metadata_request mq;
+    km_metadata_request_init(&mq);
+    send_request(fd, KM_API_METADATA, 4, 9, &mq);
+    expect_request(up, KM_API_FETCH, 11, 8);
+    expect_request(up, KM_API_METADATA, 4, 9);
+    usleep(800 * 1000);
+    send_response(up, KM_API_FETCH, 11, 8, &fr);
+    usleep(100 * 1000);
+    km_metadata_response mr;
+    km_metadata_response_init(&mr);
+    send_response(up, KM_API_METADATA, 4, 9, &mr);
+    for (int32_t corr = 8; corr <= 9; corr++) {
+        uint8_t *p;
+        size_t len;
+        cr_assert(irig_read_frame(fd, &p, &len), "correlation id %d was cut", corr);
+        cr_expect_eq((int32_t)km_be32(p), corr);
+        free(p);
+    }
+
+    /* Past its own allowance plus the proxy's timeout: still cut. */
+    fq.max_wait_ms = 400;
+    send_request(fd, KM_API_FETCH, 11, 10, &fq);
+    expect_request(up, KM_API_FETCH, 11, 10);
+    cr_assert(irig_wait_eof(fd), "a Fetch held past its MaxWaitMs + proxy.request.timeout.ms was not cut");
+    cr_expect(log_mentions(&r, "FETCH v11 (correlation id 10) within the 400 ms the request allows plus "
+                               "proxy.request.timeout.ms=300"), "log: %s", r.last_log);
+    close(fd), close(up), close(lfd);
+    km_inline_stats st;
+    irig_stop(&r, &st);
+    cr_expect_eq(st.cut, 1);
+    irig_free(&r);
+}
+
+/* A listening socket on a given port (the one the proxy's upstream points at). */
+static int listen_on(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0, "port %u was taken meanwhile", port);
+    cr_assert_eq(listen(fd, 16), 0);
+    return fd;
+}
+
+Test(inline_edge, a_client_is_held_while_its_broker_is_down_and_served_once_it_is_back)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    struct sockaddr_in a;
+    socklen_t alen = sizeof a;
+    cr_assert_eq(getsockname(lfd, (struct sockaddr *)&a, &alen), 0);
+    uint16_t port = ntohs(a.sin_port);
+    close(lfd); /* the broker is down: connections to it are refused */
+    irig_set(&r, "proxy.upstream.hold.ms", "20000");
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1));
+    km_api_versions_request avq;
+    km_api_versions_request_init(&avq);
+    send_request(fd, KM_API_API_VERSIONS, 0, 1, &avq);
+    usleep(400 * 1000); /* a few refused dials */
+    lfd = listen_on(port);
+    struct pollfd pl = {.fd = lfd, .events = POLLIN};
+    cr_assert_eq(poll(&pl, 1, 20000), 1, "the proxy did not dial the broker again once it was back (log: %s)",
+                 r.last_log);
+    int up = irig_accept(lfd);
+    expect_request(up, KM_API_API_VERSIONS, 0, 1);
+    km_api_versions_response avr;
+    km_api_versions_response_init(&avr);
+    send_response(up, KM_API_API_VERSIONS, 0, 1, &avr);
+    uint8_t *p;
+    size_t len;
+    cr_assert(irig_read_frame(fd, &p, &len), "the held client got no answer once its broker was back");
+    cr_expect_eq((int32_t)km_be32(p), 1);
+    free(p);
+    cr_expect(log_mentions(&r, "holding the client for up to proxy.upstream.hold.ms=20000"), "log: %s", r.last_log);
+    close(fd), close(up), close(lfd);
+    km_inline_stats st;
+    irig_stop(&r, &st);
+    cr_expect_eq(st.cut, 0);
+    cr_expect_geq(st.upstream_failures, 1);
+    irig_free(&r);
+}
+
+Test(inline_edge, a_client_held_past_upstream_hold_ms_is_closed)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    close(lfd); /* and it stays down */
+    irig_set(&r, "proxy.upstream.hold.ms", "300");
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1));
+    cr_assert(irig_wait_eof(fd), "a client whose broker stays down was held forever");
+    cr_expect(log_mentions(&r, "within proxy.upstream.hold.ms"), "log: %s", r.last_log);
+    close(fd);
     irig_free(&r);
 }

@@ -6,6 +6,7 @@
 #include "test_tls_certs.h"
 
 #include <criterion/criterion.h>
+#include <poll.h>
 #include <ev.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -438,6 +439,12 @@ Test(inline_tls, sni_names_pick_the_broker_and_rewritten_addresses_use_them, .in
     tls_dial_sni(&b9, sni, "b-9.kafka.test"); /* no such broker: cut */
     uint8_t byte;
     cr_expect_leq(SSL_read(b9.ssl, &byte, 1), 0, "a client naming an unknown broker was served");
+    tls_conn wrap; /* 2^32 + 1 is no broker id: it must not wrap around onto broker 1 */
+    tls_dial_sni(&wrap, sni, "b-4294967297.kafka.test");
+    cr_expect_leq(SSL_read(wrap.ssl, &byte, 1), 0, "a client naming broker 4294967297 was served");
+    struct pollfd pl = {.fd = l1, .events = POLLIN};
+    cr_expect_eq(poll(&pl, 1, 200), 0, "broker 4294967297 was routed to broker 1's upstream");
+    tls_close(&wrap);
     tls_close(&b1), tls_close(&b2), tls_close(&b9);
     close(lb), close(l1), close(l2);
     irig_free(&r);

@@ -28,7 +28,20 @@ static const int_key INT_KEYS[] = {
     {"proxy.idle.timeout.ms", offsetof(km_inline_config, idle_timeout_ms), 10, INT32_MAX,
      "A client with nothing in flight and no traffic for this long is closed (Kafka's connections.max.idle.ms)."},
     {"proxy.request.timeout.ms", offsetof(km_inline_config, request_timeout_ms), 10, INT32_MAX,
-     "An upstream that does not answer the oldest request within this has its client cut."},
+     "An upstream that does not answer the oldest request within this, counted from when the request was sent or "
+     "the answer before it came, plus the time the request itself lets the broker hold it (Fetch MaxWaitMs, "
+     "JoinGroup's rebalance timeout, also for the SyncGroup after it, Produce TimeoutMs with acks=all, the "
+     "TimeoutMs of CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, ElectLeaders and "
+     "AlterPartitionReassignments), has its client cut."},
+    {"proxy.upstream.hold.ms", offsetof(km_inline_config, upstream_hold_ms), 0, INT32_MAX,
+     "While a client's broker cannot be reached (connection refused or timed out), the client's connection is "
+     "held and the broker dialled again with backoff, for at most this long; then the client is closed. The "
+     "client's requests wait unread meanwhile. 0: close the client at the first failed dial."},
+    {"proxy.discovery.interval.ms", offsetof(km_inline_config, discovery_interval_ms), 0, INT32_MAX,
+     "At start and then every this long, the proxy asks the bootstrap upstream for the cluster's brokers "
+     "(Metadata) and opens their dynamic listeners or SNI routes, so that several instances with the same config "
+     "serve every broker before any client names it to them (set it when clients may reach a broker through "
+     "another instance than the one they bootstrapped from). 0: routes are learned from client traffic only."},
     {"proxy.connection.buffer.bytes", offsetof(km_inline_config, buffer_bytes), 4096, 1 << 30,
      "Bytes queued towards one side before the proxy stops reading the other (back-pressure)."},
 };
@@ -168,6 +181,7 @@ void km_inline_config_defaults(km_inline_config *c)
     c->max_connections_per_ip = 10000;
     c->idle_timeout_ms = 600000;                /* Kafka's connections.max.idle.ms */
     c->request_timeout_ms = 60000;              /* past every client's request.timeout.ms default */
+    c->upstream_hold_ms = 10000;                /* below every client's request timeout default (30 s and up) */
     c->buffer_bytes = 256 * 1024;
     c->upstream_ssl_check_hostname = true;      /* as librdkafka >= 2.0 and Kafka >= 2.0 */
 }

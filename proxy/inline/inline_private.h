@@ -72,7 +72,7 @@ struct km_inline {
     int32_t port_base;
     size_t max_frame, buffer_bytes;
     uint32_t max_conns, max_conns_per_ip;
-    double idle_timeout, request_timeout;    /* seconds */
+    double idle_timeout, request_timeout, upstream_hold; /* seconds */
     inl_route **routes;
     size_t n_routes;
     inl_session *sessions;                   /* doubly linked, every open client */
@@ -101,6 +101,13 @@ struct km_inline {
     inl_tls *client_tls, *up_tls;            /* current; NULL: plaintext */
     km_inline_log_fn log;
     void *log_ud;
+    /* broker discovery (inline_discover.c) */
+    ev_timer disc_timer;
+    double disc_interval;                    /* seconds; 0: off */
+    km_net_conn *disc;                       /* the Metadata request in flight */
+    char disc_host[INL_HOST_MAX];
+    uint16_t disc_port;
+    bool disc_failed;
 };
 
 typedef struct inl_inflight {
@@ -108,6 +115,8 @@ typedef struct inl_inflight {
     int16_t api_key, api_version;
     ev_tstamp sent;
     bool capture;         /* its response goes into the capture too */
+    ev_tstamp started;    /* when the broker could start on it: sent, or the answer before it */
+    double allowance;     /* seconds the request lets the broker hold it (inl_request_allowance) */
 } inl_inflight;
 
 /* The request direction's parser: size, then a header prefix, then the rest streamed. */
@@ -156,6 +165,12 @@ struct inl_session {
     bool cap_req_on, cap_resp_on;
     bool req_capture, req_inspect; /* what the gathered request is for */
     int16_t req_api, req_version;
+    int32_t rebalance_ms; /* the last JoinGroup's rebalance timeout: a SyncGroup may be held as long */
+    ev_tstamp timer_due;  /* when the session's timer fires */
+    bool up_ready;        /* the upstream is connected: until then the client is not read */
+    ev_tstamp up_first_try; /* the first dial of a held client (proxy.upstream.hold.ms) */
+    double up_backoff;    /* seconds before the next dial */
+    ev_timer up_retry;
 };
 
 /* inline_proxy.c */
@@ -175,6 +190,16 @@ void inl_tls_unref(inl_tls *t);
 /* inline_session.c */
 void inl_session_start(inl_route *r, int fd, const char *peer, const char *ip);
 void inl_session_free(inl_session *s);
+
+/* inline_deadline.c: the milliseconds a request lets the broker hold it before answering
+ * (Fetch MaxWaitMs, JoinGroup's rebalance timeout, Produce acks=all TimeoutMs, admin TimeoutMs;
+ * 0 for the rest), r positioned after the request header (Produce: after acks).  -1 + err when
+ * the bytes at hand end first. */
+int inl_request_allowance(km_reader *r, int16_t key, int16_t ver, int16_t acks, int32_t *ms, km_err *err);
+
+/* inline_discover.c: proxy.discovery.interval.ms (after the routes are made; stop before freeing them) */
+void inl_discover_start(km_inline *p, const km_inline_config *cfg);
+void inl_discover_stop(km_inline *p);
 
 /* inline_capture.c */
 bool inl_capture_wanted(const km_inline *p, int32_t broker, int16_t api, size_t size);

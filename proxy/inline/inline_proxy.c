@@ -212,12 +212,12 @@ inl_route *inl_route_for_sni(km_inline *p, const char *name)
     size_t n = name ? strlen(name) : 0;
     if (n > pre + suf && (!pre || !strncasecmp(name, p->sni_prefix, pre)) &&
         (!suf || !strcasecmp(name + n - suf, p->sni_suffix))) {
-        char digits[16];
         size_t len = n - pre - suf;
-        if (len < sizeof digits && strspn(name + pre, "0123456789") >= len) {
-            memcpy(digits, name + pre, len);
-            digits[len] = '\0';
-            return find_route(p, (int32_t)atol(digits));
+        if (strspn(name + pre, "0123456789") >= len) { /* names a broker id: it must be one */
+            int64_t id = 0;
+            for (size_t i = 0; i < len && id <= INT32_MAX; i++)
+                id = id * 10 + (name[pre + i] - '0');
+            return id <= INT32_MAX ? find_route(p, (int32_t)id) : NULL; /* no wrap-around onto another broker */
         }
     }
     return find_route(p, -1);
@@ -318,6 +318,7 @@ static int copy_settings(km_inline *p, const km_inline_config *cfg, km_err *err)
     p->max_conns_per_ip = (uint32_t)cfg->max_connections_per_ip;
     p->idle_timeout = cfg->idle_timeout_ms / 1000.0;
     p->request_timeout = cfg->request_timeout_ms / 1000.0;
+    p->upstream_hold = cfg->upstream_hold_ms / 1000.0;
     if ((cfg->listen_host && !(p->listen_host = strdup(cfg->listen_host))) ||
         (cfg->advertised_host && !(p->advertised_host = strdup(cfg->advertised_host))))
         return km_fail(err, "proxy: out of memory");
@@ -351,6 +352,7 @@ km_inline *km_inline_new(struct ev_loop *loop, const km_inline_config *cfg, km_i
         km_inline_free(p);
         return NULL;
     }
+    inl_discover_start(p, cfg);
     return p;
 }
 
@@ -358,6 +360,7 @@ void km_inline_free(km_inline *p)
 {
     if (!p)
         return;
+    inl_discover_stop(p);
     while (p->sessions)
         inl_session_free(p->sessions);
     inl_capture_free(p);

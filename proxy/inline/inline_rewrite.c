@@ -100,6 +100,23 @@ static void rewrite_find_coordinator(km_inline *p, int16_t version, km_find_coor
     }
 }
 
+/* Bytes after the body (a newer broker's fields, or padding such as librdkafka 2.15's mock sends)
+ * follow the rewritten body as they came: Kafka's clients read what they know and ignore the rest
+ * (AbstractResponse.parseResponse does not check for leftovers), so the proxy does the same. */
+static int append_rest(km_buf *out, km_reader *r, km_err *err)
+{
+    size_t rest = km_reader_left(r);
+    if (!rest)
+        return 0;
+    const uint8_t *tail;
+    km_read_raw(r, rest, &tail, "rest", err);
+    km_buf_put(out, tail, rest);
+    if (out->oom || out->len - 4 > INT32_MAX)
+        return km_fail(err, "out of memory appending %zu bytes after the body", rest);
+    km_buf_patch_i32(out, 0, (int32_t)(out->len - 4));
+    return 0;
+}
+
 int inl_rewrite_response(km_inline *p, int16_t api_key, int16_t version, const uint8_t *payload, size_t len,
                          km_buf *out, km_err *err)
 {
@@ -116,17 +133,14 @@ int inl_rewrite_response(km_inline *p, int16_t api_key, int16_t version, const u
     if (!body)
         km_fail(err, "out of memory decoding a %s", md->name);
     else if (!km_parse_response_header(&r, api_key, version, &correlation_id, err) &&
-             !km_decode_from(md, version, &r, body, &arena, err)) {
-        if (km_reader_left(&r))
-            km_fail(err, "%s v%d: %zu bytes after the body", md->name, version, km_reader_left(&r));
-        else
-            rc = 0;
-    }
+             !km_decode_from(md, version, &r, body, &arena, err))
+        rc = 0;
     if (api_key == KM_API_API_VERSIONS) {
         /* An answer to a version the broker refuses is v0-shaped whatever was asked (and some
          * brokers add bytes): it carries no versions to cap, so it passes as it came. */
         if (rc == 0 && ((km_api_versions_response *)body)->error_code == 0 && cap_versions(body))
-            rc = km_frame_response(api_key, version, correlation_id, body, out, err) ? -1 : 1;
+            rc = km_frame_response(api_key, version, correlation_id, body, out, err) || append_rest(out, &r, err)
+                     ? -1 : 1;
         else
             rc = 0;
         km_arena_free(&arena);
@@ -141,6 +155,8 @@ int inl_rewrite_response(km_inline *p, int16_t api_key, int16_t version, const u
             rewrite_describe_cluster(p, body);
         rc = km_frame_response(api_key, version, correlation_id, body, out, err) ? -1 : 1;
     }
+    if (rc == 1 && append_rest(out, &r, err))
+        rc = -1;
     km_arena_free(&arena);
     return rc;
 }

@@ -34,6 +34,7 @@ void inl_session_free(inl_session *s)
     p->stats.open--;
     inl_ip_release(p, s->ip);
     ev_timer_stop(p->loop, &s->timer);
+    ev_timer_stop(p->loop, &s->up_retry);
     km_net_close(s->client);
     km_net_close(s->up);
     inl_capture_close(s);
@@ -66,7 +67,7 @@ static void cut(inl_session *s, const char *fmt, ...)
 static void pause_client(inl_session *s)
 {
     if (s->client)
-        km_net_pause(s->client, s->client_bp || s->client_full);
+        km_net_pause(s->client, s->client_bp || s->client_full || !s->up_ready);
 }
 
 static void note_high_water(inl_session *s)
@@ -164,14 +165,23 @@ static int forward(inl_session *s, bool upward, const uint8_t *d, size_t n)
     return flush(s, upward) ? -1 : send_now(s, upward, NULL, 0, d, n);
 }
 
+static void connect_upstream(inl_session *s);
+
 /* ---- timers ------------------------------------------------------------------------ */
+
+/* The oldest request's deadline: what it allows the broker, then proxy.request.timeout.ms. */
+static ev_tstamp request_due(const inl_session *s)
+{
+    const inl_inflight *q = &s->ring[s->ring_head];
+    return q->started + q->allowance + s->p->request_timeout;
+}
 
 static void arm_timer(inl_session *s)
 {
     km_inline *p = s->p;
-    ev_tstamp due = s->ring_count ? s->ring[s->ring_head].sent + p->request_timeout
-                                  : s->last_activity + p->idle_timeout;
+    ev_tstamp due = s->ring_count ? request_due(s) : s->last_activity + p->idle_timeout;
     ev_tstamp in = due - ev_now(p->loop);
+    s->timer_due = due;
     ev_timer_stop(p->loop, &s->timer);
     ev_timer_set(&s->timer, in > 0.001 ? in : 0.001, 0.);
     ev_timer_start(p->loop, &s->timer);
@@ -183,12 +193,15 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
     inl_session *s = w->data;
     km_inline *p = s->p;
     ev_tstamp now = ev_now(loop);
-    if (s->ring_count && now - s->ring[s->ring_head].sent >= p->request_timeout) {
+    if (s->ring_count && now >= request_due(s)) {
         const inl_inflight *q = &s->ring[s->ring_head];
         const char *api = km_api_name(q->api_key);
-        cut(s, "upstream %s:%u did not answer %s v%d (correlation id %d) within proxy.request.timeout.ms=%.0f",
+        char allowed[96] = "";
+        if (q->allowance > 0)
+            snprintf(allowed, sizeof allowed, " the %.0f ms the request allows plus", q->allowance * 1000);
+        cut(s, "upstream %s:%u did not answer %s v%d (correlation id %d) within%s proxy.request.timeout.ms=%.0f",
             s->route->up_host, s->route->up_port, api ? api : "an unknown API", q->api_version, q->correlation_id,
-            p->request_timeout * 1000);
+            allowed, p->request_timeout * 1000);
     } else if (!s->ring_count && now - s->last_activity >= p->idle_timeout) {
         char rname[48];
         inl_log(p, 2, "closed client %s (%s): idle for proxy.idle.timeout.ms=%.0f", s->peer,
@@ -232,6 +245,14 @@ static bool pop_inflight(inl_session *s, inl_inflight *out)
     *out = s->ring[s->ring_head];
     s->ring_head = (s->ring_head + 1) % s->ring_cap;
     s->ring_count--;
+    if (s->ring_count) { /* a broker works on one request of a connection at a time: the next starts now */
+        inl_inflight *next = &s->ring[s->ring_head];
+        ev_tstamp now = ev_now(s->p->loop);
+        if (next->started < now)
+            next->started = now;
+        if (request_due(s) < s->timer_due)
+            arm_timer(s);
+    }
     if (s->client_full && s->ring_count < INL_INFLIGHT_MAX) {
         s->client_full = false;
         pause_client(s);
@@ -371,12 +392,23 @@ static int note_request(inl_session *s, const uint8_t *frame, size_t plen, bool 
             plen < size ? " within its first 64 KiB" : "", e.msg);
         return -1;
     }
+    int32_t hold_ms = 0;
+    if (known && inl_request_allowance(&r, key, ver, acks, &hold_ms, &e)) {
+        if (can_grow && grow_prefix(s, size))
+            return 1;
+        hold_ms = 0; /* malformed, or its timeout lies past the first 64 KiB: the broker decides */
+    }
+    if (known && key == KM_API_JOIN_GROUP)
+        s->rebalance_ms = hold_ms;
+    else if (known && key == KM_API_SYNC_GROUP) /* followers wait for the leader's assignment, */
+        hold_ms = s->rebalance_ms;                /* up to the group's rebalance timeout */
     if (!known)
         s->p->stats.unknown_api++; /* forwarded untouched: the broker decides */
     else if (key == KM_API_SASL_HANDSHAKE && ver == 0)
         note_sasl_handshake(s, &r);
     inl_inflight in = {corr, key, ver, ev_now(s->p->loop),
-                       !s->opaque && inl_capture_wanted(s->p, s->route->broker_id, key, size)};
+                       !s->opaque && inl_capture_wanted(s->p, s->route->broker_id, key, size),
+                       ev_now(s->p->loop), hold_ms > 0 ? hold_ms / 1000. : 0};
     s->req_capture = in.capture;
     s->req_inspect = known && inl_inspect_wanted(s->p, key);
     s->req_api = key, s->req_version = ver;
@@ -595,7 +627,7 @@ static bool acks0_answer(inl_session *s, int32_t corr, inl_inflight *out)
     size_t n = s->acks0_next < INL_ACKS0_REMEMBERED ? s->acks0_next : INL_ACKS0_REMEMBERED;
     for (size_t i = 0; i < n; i++)
         if (s->acks0[i] == corr) {
-            *out = (inl_inflight){corr, KM_API_PRODUCE, s->acks0_version[i], 0, false};
+            *out = (inl_inflight){corr, KM_API_PRODUCE, s->acks0_version[i], 0, false, 0, 0};
             return true;
         }
     return false;
@@ -759,8 +791,6 @@ static void on_up_drain(km_net_conn *c, void *ud)
     }
 }
 
-static void connect_upstream(inl_session *s);
-
 /* On the SNI listener the handshake's server name picks the broker, then the upstream is dialled. */
 static void on_client_ready(km_net_conn *c, void *ud)
 {
@@ -800,6 +830,46 @@ static void on_client_close(km_net_conn *c, const km_err *why, void *ud)
     inl_session_free(s);
 }
 
+static void on_up_ready(km_net_conn *c, void *ud)
+{
+    (void)c;
+    inl_session *s = ud;
+    s->up_ready = true;
+    pause_client(s);
+}
+
+/* The broker could not be dialled.  Closing a client right after accepting it makes clients treat
+ * the proxy as broken (kafkajs restarts its consumer each time); held instead, with its requests
+ * unread, a client sees a slow connection that works once the broker is back, as long as that is
+ * within proxy.upstream.hold.ms, which is below the clients' own request timeouts. */
+static void upstream_unreachable(inl_session *s, const char *why)
+{
+    km_inline *p = s->p;
+    ev_tstamp now = ev_now(p->loop), held = now - s->up_first_try;
+    if (held + s->up_backoff >= p->upstream_hold) {
+        cut(s, "cannot reach upstream %s:%u (broker %d)%s: %s", s->route->up_host, s->route->up_port,
+            s->route->broker_id, p->upstream_hold > 0 ? " within proxy.upstream.hold.ms" : "", why);
+        return;
+    }
+    if (s->up_backoff == 0) {
+        char rname[48];
+        inl_log(p, 1, "client %s (%s): upstream %s:%u unreachable (%s); holding the client for up to "
+                "proxy.upstream.hold.ms=%.0f while dialling again", s->peer, inl_route_name(s->route, rname),
+                s->route->up_host, s->route->up_port, why, p->upstream_hold * 1000);
+    }
+    s->up_backoff = s->up_backoff ? s->up_backoff * 2 : 0.05;
+    if (s->up_backoff > 1)
+        s->up_backoff = 1;
+    ev_timer_set(&s->up_retry, s->up_backoff, 0.);
+    ev_timer_start(p->loop, &s->up_retry);
+}
+
+static void on_up_retry(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop, (void)revents;
+    connect_upstream(w->data);
+}
+
 static void on_up_close(km_net_conn *c, const km_err *why, void *ud)
 {
     (void)c;
@@ -807,6 +877,10 @@ static void on_up_close(km_net_conn *c, const km_err *why, void *ud)
     s->up = NULL;
     if (why)
         s->p->stats.upstream_failures++;
+    if (!s->up_ready && s->client) {
+        upstream_unreachable(s, why ? why->msg : "closed while connecting");
+        return;
+    }
     if (why)
         inl_log(s->p, 1, "client %s: upstream %s:%u (broker %d): %s; closing the client", s->peer,
                 s->route->up_host, s->route->up_port, s->route->broker_id, why->msg);
@@ -850,6 +924,8 @@ void inl_session_start(inl_route *r, int fd, const char *peer, const char *ip)
     p->stats.accepted++;
     ev_timer_init(&s->timer, on_timer, 1., 0.);
     s->timer.data = s;
+    ev_timer_init(&s->up_retry, on_up_retry, 1., 0.);
+    s->up_retry.data = s;
     s->last_activity = ev_now(p->loop);
     /* Generous queue limit: pausing at buffer_bytes is what bounds memory; the
      * limit only has to admit one rewritten response on top. */
@@ -866,6 +942,7 @@ void inl_session_start(inl_route *r, int fd, const char *peer, const char *ip)
         return;
     }
     arm_timer(s);
+    pause_client(s); /* until the upstream is connected */
     if (r->broker_id != INL_SNI_ROUTE) /* else once the handshake names the broker */
         connect_upstream(s);
 }
@@ -878,8 +955,11 @@ static void connect_upstream(inl_session *s)
     km_net_opts opts = {.max_frame = p->max_frame, .write_limit = 2 * p->max_frame + 4 * p->buffer_bytes,
                         .tls = s->up_tls ? s->up_tls->ctx : NULL,
                         .tls_name = s->up_tls && !p->tls_cfg.upstream_ssl_check_hostname ? "" : NULL};
-    km_net_handlers hu = {.on_bytes = on_up_bytes, .on_drain = on_up_drain, .on_close = on_up_close};
+    km_net_handlers hu = {.on_ready = on_up_ready, .on_bytes = on_up_bytes, .on_drain = on_up_drain,
+                          .on_close = on_up_close};
+    if (!s->up_first_try)
+        s->up_first_try = ev_now(p->loop);
     s->up = km_net_connect(p->loop, r->up_host, r->up_port, &opts, &hu, s, &err); /* tls_name "": chain only */
     if (!s->up)
-        cut(s, "cannot reach upstream %s:%u (broker %d): %s", r->up_host, r->up_port, r->broker_id, err.msg);
+        upstream_unreachable(s, err.msg);
 }

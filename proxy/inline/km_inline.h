@@ -41,6 +41,8 @@ typedef struct km_inline_config {
     int32_t max_connections_per_ip;/* proxy.max.connections.per.ip */
     int32_t idle_timeout_ms;       /* proxy.idle.timeout.ms: nothing in flight and no bytes */
     int32_t request_timeout_ms;    /* proxy.request.timeout.ms: the upstream's answer to the oldest request */
+    int32_t upstream_hold_ms;      /* proxy.upstream.hold.ms: a client held while its broker cannot be dialled */
+    int32_t discovery_interval_ms; /* proxy.discovery.interval.ms: brokers asked of the bootstrap upstream; 0: off */
     int32_t buffer_bytes;          /* proxy.connection.buffer.bytes: queued bytes per direction before pausing */
     /* TLS towards clients (on when the certificate is set), librdkafka's and Kafka's names. */
     char *client_ssl_cert, *client_ssl_key, *client_ssl_ca; /* proxy.client.ssl.{certificate,key,ca}.location */
