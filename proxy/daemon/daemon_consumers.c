@@ -492,7 +492,6 @@ const km_daemon_listener *km_daemon_listener_status(const km_daemon *d)
     return c && c->caught_up_once && d->cfg.brokers_enabled && c->listener.name[0] ? &c->listener : NULL;
 }
 
-const km_bprop *km_daemon_bprop(const km_daemon *d) { return d->consumers ? d->consumers->bprop : NULL; }
 
 void km_daemon_caught_up(km_daemon *d)
 {

@@ -91,8 +91,6 @@ bool km_daemon_zk_connected(const km_daemon *d);
 void km_daemon_consumers_metrics(const km_daemon *d, km_buf *out);
 /* NULL before the log was read to its end or with brokers.enabled=false. */
 const km_daemon_listener *km_daemon_listener_status(const km_daemon *d);
-/* The broker propagator (NULL while standby, before the claim or with brokers.enabled=false). */
-const struct km_bprop *km_daemon_bprop(const km_daemon *d);
 
 /* The bridge (NULL before the log names a KRaft leader). */
 km_zkb *km_daemon_zkb(const km_daemon *d);
@@ -133,7 +131,8 @@ void km_daemon_quorum_metrics(const km_daemon *d, km_buf *out);
 /* Why this instance cannot follow the quorum now (its /readyz reason), or false. */
 bool km_daemon_quorum_unready(const km_daemon *d, char *why, size_t cap);
 
-/* daemon_consumers.c, for daemon_status.c: the broker propagator (NULL while there is none), and
+/* daemon_consumers.c: the broker propagator (NULL while standby, before the claim or with
+ * brokers.enabled=false), and
  * the KRaft controller id and epoch the bridge claimed ZooKeeper with (false: no bridge). */
 struct km_bprop;
 struct km_bprop *km_daemon_bprop(const km_daemon *d);
