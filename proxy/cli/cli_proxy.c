@@ -81,7 +81,7 @@ static int serve(km_config *cfg)
         p = NULL;
     }
     if (!p) {
-        fprintf(stderr, "kmproxy proxy: %s\n", err.msg);
+        km_cli_print_error(stderr, "proxy", err.msg);
         return 2;
     }
     if (metrics) {
