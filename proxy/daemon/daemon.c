@@ -317,7 +317,8 @@ km_daemon *km_daemon_new(struct ev_loop *loop, km_config *cfg, km_err *err)
     d->img = km_image_new();
     d->delta = km_delta_new();
     d->started_wall = time(NULL);
-    if ((d->cfg.log_file && open_log_file(d, err)) || !d->img || !d->delta || open_follower(d, err) ||
+    if ((d->cfg.log_file && open_log_file(d, err)) || km_daemon_check_start(d, err) || !d->img || !d->delta ||
+        open_follower(d, err) ||
         open_capture(d, err) || km_daemon_start_consumers(d, err) || km_daemon_start_metrics(d, err) ||
         km_daemon_start_ha(d, err) || start_proxy(d, err)) {
         km_daemon_free(d);

@@ -240,8 +240,8 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
 /* broker.security.protocol: TLS (the broker's name verified unless switched off) and SASL. */
 static int broker_security(km_daemon *d, km_daemon_consumers *c, km_err *err)
 {
-    if (km_config_resolve_broker_security(&d->cfg, &c->sec, err))
-        return -1;
+    if (km_config_check_files(&d->cfg, err) || km_config_resolve_broker_security(&d->cfg, &c->sec, err))
+        return -1; /* the files first: a FIFO swapped in since the start must not block OpenSSL */
     if (c->sec.tls) {
         km_tls_config tc = {.ca_file = d->cfg.broker_tls_ca, .cert_file = d->cfg.broker_tls_cert,
                             .key_file = d->cfg.broker_tls_key, .no_name_check = !c->sec.verify_name};
@@ -463,12 +463,12 @@ void km_daemon_stop_active(km_daemon *d)
 
 /* The broker channels' security material (CA, certificate, key, SASL password file), read again and
  * checked before anything changes: a bad file leaves the channels as they are. */
-static int check_broker_material(km_daemon *d, km_err *err)
+int km_daemon_check_broker_material(km_daemon *d, km_err *err)
 {
     km_config_broker_security sec;
     memset(&sec, 0, sizeof sec);
     km_tls_ctx *fresh = NULL;
-    int rc = km_config_resolve_broker_security(&d->cfg, &sec, err);
+    int rc = km_config_check_files(&d->cfg, err) ? -1 : km_config_resolve_broker_security(&d->cfg, &sec, err);
     if (!rc && sec.tls) {
         km_tls_config tc = {.ca_file = d->cfg.broker_tls_ca, .cert_file = d->cfg.broker_tls_cert,
                             .key_file = d->cfg.broker_tls_key, .no_name_check = !sec.verify_name};
@@ -490,7 +490,7 @@ void km_daemon_reload_brokers(km_daemon *d)
                       "start", !d->cfg.brokers_enabled ? "brokers.enabled=false" : "not active");
         return;
     }
-    if (check_broker_material(d, &err)) {
+    if (km_daemon_check_broker_material(d, &err)) {
         km_daemon_log(d, KM_LOG_ERROR, "SIGHUP: broker TLS material: %s; the channels keep the material they had",
                       err.msg);
         return;

@@ -107,6 +107,10 @@ void km_daemon_ha_metrics(const km_daemon *d, km_buf *out);
 void km_daemon_stop_active(km_daemon *d);
 /* SIGHUP: rebuild the broker channels with their TLS material (and SASL password file) read again. */
 void km_daemon_reload_brokers(km_daemon *d);
+/* The broker channels' files and TLS material read and checked as a start would (daemon_consumers.c). */
+int km_daemon_check_broker_material(km_daemon *d, km_err *err);
+/* daemon_start.c: every file, the broker TLS material and every host, before anything starts. */
+int km_daemon_check_start(km_daemon *d, km_err *err);
 
 /* daemon_quorum.c: metadata.source=quorum */
 bool km_daemon_quorum_mode(const km_daemon *d);
