@@ -53,6 +53,9 @@ struct km_daemon {
     struct km_capture *capture;  /* capture.pcapng / capture.jsonl: the broker channels' traffic; NULL: off */
     struct km_daemon_consumers *consumers;  /* daemon_consumers.c: ZooKeeper and brokers */
     km_inline *proxy;            /* the inline proxy, when proxy.* keys ask for one */
+    km_quorum_ask *cluster_id_ask; /* quorum mode without cluster.id: DescribeCluster in flight */
+    double cluster_id_next_try;  /* and when to ask the controllers again */
+    int64_t cluster_id_failures;
     char fatal[512];
     int exit_code;               /* with fatal: 1 a runtime failure, 2 bad input (a corrupt log, a refused image) */
 };
@@ -109,6 +112,10 @@ void km_daemon_stop_active(km_daemon *d);
 void km_daemon_reload_brokers(km_daemon *d);
 /* The broker channels' files and TLS material read and checked as a start would (daemon_consumers.c). */
 int km_daemon_check_broker_material(km_daemon *d, km_err *err);
+/* daemon_cluster_id.c: the image has a cluster id, from cluster.id or from the controllers; false:
+ * not yet (asked in the background, again every few seconds), and no claim may be made. */
+bool km_daemon_cluster_id_known(km_daemon *d);
+void km_daemon_cluster_id_stop(km_daemon *d);
 /* daemon_start.c: every file, the broker TLS material and every host, before anything starts. */
 int km_daemon_check_start(km_daemon *d, km_err *err);
 

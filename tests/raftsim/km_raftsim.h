@@ -74,6 +74,7 @@ typedef struct km_rsim_config {
      * lifetime; a connection whose session expired is closed on its next request (counted in
      * sasl_expired and rejected) unless it re-authenticated (KIP-368, see km_sasl.h).  0: never. */
     int64_t sasl_session_lifetime_ms;
+    bool no_describe_cluster;    /* as a controller before Kafka 3.7 (KIP-919): no DescribeCluster */
 } km_rsim_config;
 
 void km_rsim_config_init(km_rsim_config *cfg);
