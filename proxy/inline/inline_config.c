@@ -20,6 +20,8 @@ static const int_key INT_KEYS[] = {
     {"proxy.max.connections.per.ip", offsetof(km_inline_config, max_connections_per_ip), 1, 1000000},
     {"proxy.idle.timeout.ms", offsetof(km_inline_config, idle_timeout_ms), 10, INT32_MAX},
     {"proxy.request.timeout.ms", offsetof(km_inline_config, request_timeout_ms), 10, INT32_MAX},
+    {"proxy.request.read.timeout.ms", offsetof(km_inline_config, request_read_timeout_ms), 10, INT32_MAX},
+    {"proxy.listen.backlog", offsetof(km_inline_config, listen_backlog), 1, 65535},
     {"proxy.connection.buffer.bytes", offsetof(km_inline_config, buffer_bytes), 4096, 1 << 30},
 };
 
@@ -138,9 +140,11 @@ void km_inline_config_defaults(km_inline_config *c)
     c->port_base = -1;
     c->max_frame_bytes = 100 * 1024 * 1024;     /* Kafka's socket.request.max.bytes is 100 MiB */
     c->max_connections = 10000;
-    c->max_connections_per_ip = 10000;
+    c->max_connections_per_ip = 1000;           /* a tenth of the whole: one address cannot take every slot */
     c->idle_timeout_ms = 600000;                /* Kafka's connections.max.idle.ms */
     c->request_timeout_ms = 60000;              /* past every client's request.timeout.ms default */
+    c->request_read_timeout_ms = 30000;         /* a client trickling a request (slowloris) holds its slot no longer */
+    c->listen_backlog = 1024;
     c->buffer_bytes = 256 * 1024;
     c->upstream_ssl_check_hostname = true;      /* as librdkafka >= 2.0 and Kafka >= 2.0 */
 }

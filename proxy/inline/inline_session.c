@@ -57,7 +57,7 @@ static void cut(inl_session *s, const char *fmt, ...)
     char rname[48];
     s->p->stats.cut++;
     inl_count_cut(s->p, s->route->broker_id);
-    inl_log(s->p, 1, "cut client %s (%s): %s", s->peer, inl_route_name(s->route, rname), why);
+    inl_log_conn(s->p, INL_LOG_CUT, "cut client %s (%s): %s", s->peer, inl_route_name(s->route, rname), why);
     inl_session_free(s);
 }
 
@@ -65,8 +65,12 @@ static void cut(inl_session *s, const char *fmt, ...)
 
 static void pause_client(inl_session *s)
 {
+    bool paused = s->client_bp || s->client_full;
+    if (!paused && s->req_paused && s->req_started) /* the time we held it back is not the client's */
+        s->req_started = ev_now(s->p->loop);
+    s->req_paused = paused;
     if (s->client)
-        km_net_pause(s->client, s->client_bp || s->client_full);
+        km_net_pause(s->client, paused);
 }
 
 static void note_high_water(inl_session *s)
@@ -166,11 +170,19 @@ static int forward(inl_session *s, bool upward, const uint8_t *d, size_t n)
 
 /* ---- timers ------------------------------------------------------------------------ */
 
+/* A request the client started and has not finished (its clock stops while we hold it back). */
+static bool reading_late(const inl_session *s, ev_tstamp now)
+{
+    return s->req_started && !s->req_paused && now - s->req_started >= s->p->read_timeout;
+}
+
 static void arm_timer(inl_session *s)
 {
     km_inline *p = s->p;
     ev_tstamp due = s->ring_count ? s->ring[s->ring_head].sent + p->request_timeout
                                   : s->last_activity + p->idle_timeout;
+    if (s->req_started && !s->req_paused && s->req_started + p->read_timeout < due)
+        due = s->req_started + p->read_timeout;
     ev_tstamp in = due - ev_now(p->loop);
     ev_timer_stop(p->loop, &s->timer);
     ev_timer_set(&s->timer, in > 0.001 ? in : 0.001, 0.);
@@ -183,7 +195,10 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
     inl_session *s = w->data;
     km_inline *p = s->p;
     ev_tstamp now = ev_now(loop);
-    if (s->ring_count && now - s->ring[s->ring_head].sent >= p->request_timeout) {
+    if (reading_late(s, now)) {
+        cut(s, "the client sent part of a request but not the rest within proxy.request.read.timeout.ms=%.0f",
+            p->read_timeout * 1000);
+    } else if (s->ring_count && now - s->ring[s->ring_head].sent >= p->request_timeout) {
         const inl_inflight *q = &s->ring[s->ring_head];
         const char *api = km_api_name(q->api_key);
         cut(s, "upstream %s:%u did not answer %s v%d (correlation id %d) within proxy.request.timeout.ms=%.0f",
@@ -495,6 +510,18 @@ static long request_step(inl_session *s, const uint8_t *d, size_t n)
     return (long)k;
 }
 
+/* The read deadline: from a request's first byte to its last (proxy.request.read.timeout.ms). */
+static void track_request_read(inl_session *s)
+{
+    bool inside = s->rq.have || s->rq.left;
+    if (!inside) {
+        s->req_started = 0;
+    } else if (!s->req_started) {
+        s->req_started = ev_now(s->p->loop);
+        arm_timer(s);
+    }
+}
+
 static size_t client_bytes(inl_session *s, const uint8_t *d, size_t len)
 {
     s->last_activity = ev_now(s->p->loop);
@@ -505,6 +532,7 @@ static size_t client_bytes(inl_session *s, const uint8_t *d, size_t len)
             return len; /* s and c are gone: the count is not used */
         off += (size_t)k;
     }
+    track_request_read(s);
     return flush(s, true) ? len : off;
 }
 
@@ -788,11 +816,11 @@ static void on_client_close(km_net_conn *c, const km_err *why, void *ud)
     s->client = NULL;
     if (!s->client_ready && s->client_tls) {
         s->p->stats.tls_failures++;
-        inl_log(s->p, 1, "client %s (%s): TLS handshake failed: %s", s->peer, inl_route_name(s->route, rname),
+        inl_log_conn(s->p, INL_LOG_TLS, "client %s (%s): TLS handshake failed: %s", s->peer, inl_route_name(s->route, rname),
                 why ? why->msg : "the client closed the connection");
     } else if (s->rq.have || s->rq.left) {
         s->p->stats.cut++;
-        inl_log(s->p, 1, "client %s (%s) left inside a request frame (%s); its upstream "
+        inl_log_conn(s->p, INL_LOG_LEFT, "client %s (%s) left inside a request frame (%s); its upstream "
                 "connection is closed", s->peer, inl_route_name(s->route, rname), s->rq.have ? "in its header" : "in its body");
     } else if (why) {
         inl_log(s->p, 2, "client %s (%s): %s", s->peer, inl_route_name(s->route, rname), why->msg);
@@ -808,7 +836,7 @@ static void on_up_close(km_net_conn *c, const km_err *why, void *ud)
     if (why)
         s->p->stats.upstream_failures++;
     if (why)
-        inl_log(s->p, 1, "client %s: upstream %s:%u (broker %d): %s; closing the client", s->peer,
+        inl_log_conn(s->p, INL_LOG_UPSTREAM, "client %s: upstream %s:%u (broker %d): %s; closing the client", s->peer,
                 s->route->up_host, s->route->up_port, s->route->broker_id, why->msg);
     if (s->client)
         km_net_shutdown(s->client); /* what the broker sent still reaches the client */
