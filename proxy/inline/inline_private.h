@@ -111,6 +111,8 @@ struct km_inline {
     void *log_ud;
     bool api_versions_unparsed_logged;       /* said once: every client of that broker would repeat it */
     inl_log_rate log_rate[INL_LOG_KINDS];
+    ev_timer trim;                           /* inline_memory.c: heap pages back after sessions end */
+    uint64_t ended_since_trim;
     ev_timer log_flush;                      /* sums up what the window did not log */
 };
 
@@ -177,6 +179,10 @@ void inl_log(km_inline *p, int level, const char *fmt, ...) __attribute__((forma
 void inl_log_conn(km_inline *p, inl_log_kind kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void inl_log_limit_init(km_inline *p);
 void inl_log_limit_stop(km_inline *p); /* logs what is still counted */
+/* inline_memory.c */
+void inl_memory_init(km_inline *p);
+void inl_memory_session_ended(km_inline *p);
+void inl_memory_stop(km_inline *p);
 /* The route serving broker id (creating a dynamic one, listener included, when
  * port.base allows), its upstream learned from host:port; NULL when the broker
  * cannot be served. */

@@ -364,6 +364,7 @@ km_inline *km_inline_new(struct ev_loop *loop, const km_inline_config *cfg, km_i
     p->log = log;
     p->log_ud = log_ud;
     inl_log_limit_init(p);
+    inl_memory_init(p);
     int rc = copy_settings(p, cfg, err);
     if (!rc)
         check_open_files(p);
@@ -391,6 +392,7 @@ void km_inline_free(km_inline *p)
     while (p->sessions)
         inl_session_free(p->sessions);
     inl_log_limit_stop(p);
+    inl_memory_stop(p);
     inl_capture_free(p);
     for (size_t i = 0; i < p->n_routes; i++) {
         if (p->routes[i]->listener)

@@ -43,6 +43,7 @@ void inl_session_free(inl_session *s)
     free(s->rq.prefix);
     free(s->ring);
     free(s);
+    inl_memory_session_ended(p);
 }
 
 /* Ends the session for a fault: one log line naming the client and why. */
