@@ -393,6 +393,7 @@ void km_daemon_free(km_daemon *d)
     if (d->follow)
         km_image_follow_close(d->follow);
     km_daemon_cluster_id_stop(d);
+    km_daemon_zk_precheck_stop(d);
     km_quorum_free(d->quorum);
     km_tls_ctx_free(d->quorum_tls);
     km_delta_free(d->delta);

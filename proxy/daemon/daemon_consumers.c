@@ -209,10 +209,8 @@ bool km_daemon_zk_connected(const km_daemon *d)
     return c && c->zkb && km_zkw_get_state(km_zkb_writer(c->zkb)) != KM_ZKW_CONNECTING;
 }
 
-static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
+static void fill_bridge_config(km_daemon *d, km_daemon_consumers *c, km_zkb_config *out)
 {
-    if (controller_identity(d, &c->controller_id, &c->controller_epoch, err))
-        return -1;
     km_zkb_config zc = {
         .zk = {.hosts = d->cfg.zk_connect, .session_timeout_ms = d->cfg.zk_session_timeout_ms,
                .controller_id = c->controller_id, .controller_epoch = c->controller_epoch,
@@ -227,6 +225,15 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
         .guard = {.force = d->cfg.zk_force, .max_deletes_set = d->cfg.zk_max_deletes != KM_CONFIG_UNSET,
                   .max_deletes = d->cfg.zk_max_deletes},
         .on_phase = bridge_phase, .on_confirmed = bridge_confirmed, .ctx = d};
+    *out = zc;
+}
+
+static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
+{
+    if (controller_identity(d, &c->controller_id, &c->controller_epoch, err))
+        return -1;
+    km_zkb_config zc;
+    fill_bridge_config(d, c, &zc);
     km_daemon_log(d, KM_LOG_INFO, "zk: claiming %s as KRaft controller %d, epoch %d", d->cfg.zk_connect,
                   c->controller_id, c->controller_epoch);
     c->zkb = km_zkb_new(d->loop, d->img, &zc, err);
@@ -295,6 +302,12 @@ static int ensure_started(km_daemon *d)
     if (c->zkb && !controller_identity(d, &id, &epoch, &err) && epoch == c->controller_epoch &&
         id == c->controller_id)
         return 0;
+    if (!c->zkb && !controller_identity(d, &c->controller_id, &c->controller_epoch, &err)) {
+        km_zkb_config zc; /* a claim from nothing: every guard first, read only (daemon_precheck.c) */
+        fill_bridge_config(d, c, &zc);
+        if (!km_daemon_zk_prechecked(d, &zc))
+            return 0;
+    }
     if (c->zkb)
         km_daemon_log(d, KM_LOG_INFO, "KRaft controller is now %d (epoch %d): re-claiming ZooKeeper",
                       km_image_raft_leader(d->img), km_image_raft_leader_epoch(d->img));

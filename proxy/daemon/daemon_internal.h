@@ -53,6 +53,12 @@ struct km_daemon {
     struct km_capture *capture;  /* capture.pcapng / capture.jsonl: the broker channels' traffic; NULL: off */
     struct km_daemon_consumers *consumers;  /* daemon_consumers.c: ZooKeeper and brokers */
     km_inline *proxy;            /* the inline proxy, when proxy.* keys ask for one */
+    km_zkb *zk_precheck;         /* daemon_precheck.c: the read-only pass before a claim */
+    ev_timer zk_precheck_end;
+    int zk_precheck_outcome;
+    bool zk_prechecked;          /* it passed: the next claim from nothing may go ahead */
+    double zk_precheck_retry_at;
+    char zk_precheck_why[700];
     km_quorum_ask *cluster_id_ask; /* quorum mode without cluster.id: DescribeCluster in flight */
     double cluster_id_next_try;  /* and when to ask the controllers again */
     int64_t cluster_id_failures;
@@ -116,6 +122,12 @@ int km_daemon_check_broker_material(km_daemon *d, km_err *err);
  * not yet (asked in the background, again every few seconds), and no claim may be made. */
 bool km_daemon_cluster_id_known(km_daemon *d);
 void km_daemon_cluster_id_stop(km_daemon *d);
+/* daemon_precheck.c: before a claim from nothing, every guard - the delete limit included - runs on a
+ * read-only pass over ZooKeeper (zc: the claim's bridge config), so that no write, the claim
+ * included, happens before all have passed. true: passed (for this claim); false: not yet, or
+ * refused (the daemon then stops, exit 2). */
+bool km_daemon_zk_prechecked(km_daemon *d, const km_zkb_config *zc);
+void km_daemon_zk_precheck_stop(km_daemon *d);
 /* daemon_start.c: every file, the broker TLS material and every host, before anything starts. */
 int km_daemon_check_start(km_daemon *d, km_err *err);
 

@@ -25,7 +25,10 @@ typedef struct grig {
     km_daemon *d;
 } grig;
 
-/* Another cluster's ZooKeeper: its id, its brokers, its live controller at epoch 7. */
+static const char *g_cluster_id = "OtherClusterId000000";
+
+/* Another cluster's ZooKeeper (or, with g_cluster_id set to ours, this cluster's before its first
+ * sync, holding a topic the image does not have): its id, brokers, controller at epoch 7. */
 static void seed_other_cluster(grig *r)
 {
     char path[64];
@@ -33,8 +36,10 @@ static void seed_other_cluster(grig *r)
     cr_assert(r->zkc);
     cr_assert_eq(km_zkc_mkdirs(r->zkc, "/kafka/brokers/ids"), ZOK);
     cr_assert_eq(km_zkc_mkdirs(r->zkc, "/kafka/cluster"), ZOK);
-    cr_assert_eq(km_zkc_create(r->zkc, "/kafka/cluster/id", "{\"version\":\"1\",\"id\":\"OtherClusterId000000\"}", 0),
-                 ZOK);
+    char id[128];
+    snprintf(id, sizeof id, "{\"version\":\"1\",\"id\":\"%s\"}", g_cluster_id);
+    cr_assert_eq(km_zkc_create(r->zkc, "/kafka/cluster/id", id, 0), ZOK);
+    cr_assert_eq(km_zkc_mkdirs(r->zkc, "/kafka/brokers/topics/only-in-zookeeper"), ZOK);
     for (int id = 1; id <= 3; id++) {
         snprintf(path, sizeof path, "/kafka/brokers/ids/%d", id);
         cr_assert_eq(km_zkc_create(r->zkc, path, "{\"version\":5,\"host\":\"b\",\"port\":9092}", 0), ZOK);
@@ -166,6 +171,23 @@ Test(cluster_guard, no_claim_while_the_cluster_id_is_unknown, .timeout = 180)
     km_daemon_get_status(r.d, &st);
     cr_expect(st.image_offset >= 0, "the log was not read (image offset %lld)", (long long)st.image_offset);
     cr_expect(!st.zk_state, "the ZooKeeper bridge started (%s) without a cluster id", st.zk_state);
+    assert_not_deposed(&r);
+    grig_stop(&r);
+}
+
+/* This cluster's ZooKeeper before its first sync, holding a topic the image has not: the first sync
+ * may delete nothing (zk.max.deletes unset), and zk.force overrides the migration-state guard but not
+ * that one. Every guard runs on a read-only pass first, so the refusal comes before the claim. */
+Test(cluster_guard, the_delete_limit_refuses_before_the_claim, .timeout = 180)
+{
+    g_cluster_id = "kmproxy-raftsim-cluster";
+    grig r = {0};
+    grig_start(&r, NULL);
+    run_for(&r, 60);
+    km_daemon_status st;
+    km_daemon_get_status(r.d, &st);
+    cr_assert(st.fatal, "the daemon went on (zk state %s)", st.zk_state ? st.zk_state : "none");
+    cr_expect(strstr(st.fatal, "before any write") && strstr(st.fatal, "zk.max.deletes"), "%s", st.fatal);
     assert_not_deposed(&r);
     grig_stop(&r);
 }
