@@ -14,6 +14,24 @@
 
 enum { PRECHECK_NONE, PRECHECK_PASSED, PRECHECK_REFUSED, PRECHECK_STOPPED };
 
+#define LOGGED_DELETES_MAX 100
+
+/* What the refused sync would have deleted, one log line each (an operator decides from them). */
+static void log_would_delete(km_daemon *d, km_zkb *b)
+{
+    km_zkb_summary sum;
+    km_zkb_get_summary(b, &sum);
+    size_t n = 0;
+    for (const char *line = sum.diff ? sum.diff : ""; *line;) {
+        size_t len = strcspn(line, "\n");
+        if (len > 2 && !strncmp(line, "- ", 2) && n++ < LOGGED_DELETES_MAX)
+            km_daemon_log(d, KM_LOG_ERROR, "zk: would delete %.*s", (int)len - 2, line + 2);
+        line += len + (line[len] == '\n');
+    }
+    if (n > LOGGED_DELETES_MAX)
+        km_daemon_log(d, KM_LOG_ERROR, "zk: would delete %zu more znodes", n - LOGGED_DELETES_MAX);
+}
+
 static void precheck_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
 {
     km_daemon *d = ctx;
@@ -23,6 +41,8 @@ static void precheck_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
     d->zk_precheck_outcome = phase == KM_ZKB_STOPPED ? PRECHECK_STOPPED : verdict[0] ? PRECHECK_REFUSED
                                                                                      : PRECHECK_PASSED;
     snprintf(d->zk_precheck_why, sizeof d->zk_precheck_why, "%s", verdict);
+    if (d->zk_precheck_outcome == PRECHECK_REFUSED)
+        log_would_delete(d, b);
     ev_timer_set(&d->zk_precheck_end, 0., 0.); /* the bridge is freed outside its own callback */
     ev_timer_start(d->loop, &d->zk_precheck_end);
 }
