@@ -114,7 +114,7 @@ static void zk_state_read(zk_state *s)
     s->controller = NULL;
     s->controller_owner = km_zkc_get(zc, "/controller", &s->controller, NULL, &st) == ZOK ? st.ephemeralOwner : -1;
     s->migration = zkt_get(zc, "/migration", NULL);
-    zkt_get(zc, "/controller_epoch", &s->controller_epoch_version);
+    free(zkt_get(zc, "/controller_epoch", &s->controller_epoch_version)); /* the version is what counts */
 }
 
 static void zk_state_free(zk_state *s)
