@@ -12,6 +12,7 @@
 #include <criterion/criterion.h>
 #include <criterion/hooks.h>
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,28 @@ ReportHook(PRE_ALL)(struct criterion_test_set *tests)
 #endif
 }
 
-/* Prints every report file; their number. */
+/* A report file that holds a finding (ASan, LSan: "ERROR: ...Sanitizer"; UBSan: "runtime error:"),
+ * not only the statistics of suppressions used: printed; true. */
+static bool print_if_finding(const char *path, const char *name)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char line[1024];
+    bool finding = false;
+    while (!finding && fgets(line, sizeof line, f))
+        finding = strstr(line, "ERROR: ") || strstr(line, "runtime error:");
+    if (finding) {
+        rewind(f);
+        fprintf(stderr, "==== sanitizer report %s ====\n", name);
+        while (fgets(line, sizeof line, f))
+            fputs(line, stderr);
+    }
+    fclose(f);
+    return finding;
+}
+
+/* Prints every report with a finding; their number. */
 static int print_reports(void)
 {
     DIR *d = opendir(run_dir);
@@ -69,16 +91,9 @@ static int print_reports(void)
     for (struct dirent *e; d && (e = readdir(d));) {
         if (strncmp(e->d_name, REPORT_PREFIX, sizeof REPORT_PREFIX - 1))
             continue;
-        char path[1100], line[1024];
+        char path[1100];
         snprintf(path, sizeof path, "%s/%s", run_dir, e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        fprintf(stderr, "==== sanitizer report %s ====\n", e->d_name);
-        while (fgets(line, sizeof line, f))
-            fputs(line, stderr);
-        fclose(f);
-        n++;
+        n += print_if_finding(path, e->d_name);
     }
     if (d)
         closedir(d);
