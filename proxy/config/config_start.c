@@ -47,6 +47,12 @@ int km_config_check_files(const km_config *c, km_err *err)
         {"broker.sasl.password.file", c->broker_sasl_password_file},
         {"ssl.truststore.location", c->ssl_truststore_location},
         {"ssl.keystore.location", c->ssl_keystore_location},
+        {"proxy.client.ssl.certificate.location", c->proxy.client_ssl_cert},
+        {"proxy.client.ssl.key.location", c->proxy.client_ssl_key},
+        {"proxy.client.ssl.ca.location", c->proxy.client_ssl_ca},
+        {"proxy.upstream.ssl.certificate.location", c->proxy.upstream_ssl_cert},
+        {"proxy.upstream.ssl.key.location", c->proxy.upstream_ssl_key},
+        {"proxy.upstream.ssl.ca.location", c->proxy.upstream_ssl_ca},
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
         if (km_config_check_file(files[i].key, files[i].path, err))

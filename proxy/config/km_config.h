@@ -83,7 +83,7 @@ void km_config_free(km_config *c);
 /* Start-up checks (config_start.c), run by the daemon before it does anything, standby included:
  * `path` (when set) opens, without blocking, as a regular file; -1 + err naming key and path. */
 int km_config_check_file(const char *key, const char *path, km_err *err);
-/* Every file key that is set (broker.tls.*, broker.sasl.password.file, ssl.*.location). */
+/* Every file key that is set (broker.tls.*, broker.sasl.password.file, ssl.*.location, proxy.*.ssl.*). */
 int km_config_check_files(const km_config *c, km_err *err);
 /* Every host of zookeeper.connect and controller.quorum.*: -1 when one cannot exist (the resolver
  * says no such name); a resolver that cannot answer now (DNS down) is a warning and no error. */

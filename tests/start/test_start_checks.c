@@ -143,3 +143,19 @@ Test(start_checks, chroots_follow_zookeepers_path_rules)
                   err.msg);
     }
 }
+
+/* kmproxy proxy alone: its TLS files are checked the same way. */
+Test(start_checks, the_proxy_refuses_a_fifo_as_its_certificate, .init = setup, .fini = teardown)
+{
+    char *fifo = path_in("fifo"), *set = NULL;
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    cr_assert(asprintf(&set, "proxy.client.ssl.certificate.location=%s", fifo) > 0);
+    char *argv[] = {"/usr/bin/timeout", "-s", "KILL", RUN_BOUND, (char *)km_test_binary(), "proxy", "--set",
+                    "proxy.bootstrap.listen=127.0.0.1:0", "--set", "proxy.bootstrap.upstream=127.0.0.1:1", "--set",
+                    set, "--set", "proxy.client.ssl.key.location=/nonexistent/key.pem", NULL};
+    char *out = NULL, *err = NULL;
+    int rc = km_test_run(argv, NULL, 0, &out, NULL, &err);
+    cr_expect_eq(rc, 2, "exit %d: %s", rc, err);
+    cr_expect(strstr(err, "proxy.client.ssl.certificate.location=") && strstr(err, "is a FIFO"), "%s", err);
+    free(out), free(err), free(set), free(fifo);
+}
