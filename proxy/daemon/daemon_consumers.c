@@ -181,9 +181,10 @@ static void zk_watch_cb(struct ev_loop *loop, ev_timer *t, int revents)
     (void)revents;
     km_daemon *d = t->data;
     km_daemon_consumers *c = d->consumers;
-    if (!c->zkb)
+    km_zkb *b = km_daemon_zkb(d); /* the claim's bridge, or the read-only pass before it */
+    if (!b)
         return ev_timer_stop(loop, t); /* stepped down: nothing of ours is connecting */
-    bool connected = km_zkw_get_state(km_zkb_writer(c->zkb)) != KM_ZKW_CONNECTING;
+    bool connected = km_zkw_get_state(km_zkb_writer(b)) != KM_ZKW_CONNECTING;
     if (connected) {
         if (c->zk_attempts)
             km_daemon_log(d, KM_LOG_INFO, "zk: session with %s established after %.0f s", d->cfg.zk_connect,
@@ -205,8 +206,17 @@ static void zk_watch_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 bool km_daemon_zk_connected(const km_daemon *d)
 {
-    const km_daemon_consumers *c = d->consumers;
-    return c && c->zkb && km_zkw_get_state(km_zkb_writer(c->zkb)) != KM_ZKW_CONNECTING;
+    km_zkb *b = km_daemon_zkb(d);
+    return b && km_zkw_get_state(km_zkb_writer(b)) != KM_ZKW_CONNECTING;
+}
+
+void km_daemon_watch_zk(km_daemon *d)
+{
+    km_daemon_consumers *c = d->consumers;
+    if (!ev_is_active(&c->zk_watch)) {
+        c->zk_watch.repeat = ZK_WATCH_FIRST_SECONDS;
+        ev_timer_again(d->loop, &c->zk_watch);
+    }
 }
 
 static void fill_bridge_config(km_daemon *d, km_daemon_consumers *c, km_zkb_config *out)
@@ -237,10 +247,8 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
     km_daemon_log(d, KM_LOG_INFO, "zk: claiming %s as KRaft controller %d, epoch %d", d->cfg.zk_connect,
                   c->controller_id, c->controller_epoch);
     c->zkb = km_zkb_new(d->loop, d->img, &zc, err);
-    if (c->zkb && !ev_is_active(&c->zk_watch)) {
-        c->zk_watch.repeat = ZK_WATCH_FIRST_SECONDS;
-        ev_timer_again(d->loop, &c->zk_watch);
-    }
+    if (c->zkb)
+        km_daemon_watch_zk(d);
     return c->zkb ? 0 : -1;
 }
 
@@ -461,7 +469,11 @@ void km_daemon_consumers_metrics(const km_daemon *d, km_buf *out)
         km_bprop_render_metrics(c->bprop, out);
 }
 
-km_zkb *km_daemon_zkb(const km_daemon *d) { return d->consumers ? d->consumers->zkb : NULL; }
+km_zkb *km_daemon_zkb(const km_daemon *d)
+{
+    km_zkb *b = d->consumers ? d->consumers->zkb : NULL;
+    return b ? b : km_daemon_zk_precheck_bridge(d);
+}
 
 void km_daemon_stop_active(km_daemon *d)
 {

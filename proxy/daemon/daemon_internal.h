@@ -128,6 +128,10 @@ void km_daemon_cluster_id_stop(km_daemon *d);
  * refused (the daemon then stops, exit 2). */
 bool km_daemon_zk_prechecked(km_daemon *d, const km_zkb_config *zc);
 void km_daemon_zk_precheck_stop(km_daemon *d);
+/* The read-only pass while it runs (its session and progress are what health reports then), else NULL. */
+km_zkb *km_daemon_zk_precheck_bridge(const km_daemon *d);
+/* daemon_consumers.c: reports a missing ZooKeeper session, with backoff, while a bridge waits for one. */
+void km_daemon_watch_zk(km_daemon *d);
 /* daemon_start.c: every file, the broker TLS material and every host, before anything starts. */
 int km_daemon_check_start(km_daemon *d, km_err *err);
 

@@ -94,8 +94,18 @@ bool km_daemon_zk_prechecked(km_daemon *d, const km_zkb_config *zc)
     if (!(d->zk_precheck = km_zkb_new(d->loop, d->img, &dc, &err))) {
         km_daemon_log(d, KM_LOG_ERROR, "zk: the read-only check cannot start: %s", err.msg);
         d->zk_precheck_retry_at = ev_now(d->loop) + PRECHECK_RETRY_SECONDS;
+    } else {
+        km_daemon_watch_zk(d);
     }
     return false;
+}
+
+km_zkb *km_daemon_zk_precheck_bridge(const km_daemon *d)
+{
+    if (!d->zk_precheck)
+        return NULL;
+    km_zkb_phase phase = km_zkb_get_phase(d->zk_precheck);
+    return phase == KM_ZKB_DUAL_WRITE || phase == KM_ZKB_STOPPED ? NULL : d->zk_precheck; /* done: not ready */
 }
 
 void km_daemon_zk_precheck_stop(km_daemon *d)

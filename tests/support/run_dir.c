@@ -106,6 +106,9 @@ ReportHook(POST_ALL)(struct criterion_global_stats *stats)
     if (!run_dir[0])
         return;
     int reports = print_reports();
+#ifdef KM_RUN_SANITIZED
+    __sanitizer_set_report_path("stderr"); /* this process's own report at exit: the dir is going */
+#endif
     km_test_rmtree(run_dir);
     if (!reports)
         return;
