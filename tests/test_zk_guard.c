@@ -278,7 +278,8 @@ Test(zk_guard, not_migrating_image_needs_force_then_the_first_sync_delete_limit)
 
     run_out r = zk_sync(log, "--force", NULL);
     char refusal[128];
-    snprintf(refusal, sizeof refusal, "refusing to delete %d znodes, more than zk.max.deletes=0", LEGACY_ZNODES);
+    /* refused before any write now: the read-only pass first (proxy/daemon/daemon_precheck.c) */
+    snprintf(refusal, sizeof refusal, "delete %d znodes, more than zk.max.deletes=0", LEGACY_ZNODES);
     assert_refused(&r, refusal);
     for (int t = 0; t < LEGACY_TOPICS; t++) {
         char want[128];
@@ -444,7 +445,8 @@ Test(zk_guard, daemon_stops_before_deleting_more_than_zk_max_deletes)
     run_out r = run_daemon(log, "zk.force=true");
     cr_assert_eq(r.code, 2, "%s", r.err);
     char refusal[128];
-    snprintf(refusal, sizeof refusal, "refusing to delete %d znodes, more than zk.max.deletes=0", LEGACY_ZNODES);
+    /* refused before any write now: the read-only pass first (proxy/daemon/daemon_precheck.c) */
+    snprintf(refusal, sizeof refusal, "delete %d znodes, more than zk.max.deletes=0", LEGACY_ZNODES);
     cr_assert(strstr(r.err, refusal), "%s", r.err);
     cr_assert(strstr(r.err, "/brokers/topics/legacy-4"), "the daemon logs what it would delete: %s", r.err);
     run_free(&r);

@@ -23,3 +23,17 @@ bool km_cli_wants_help(int argc, char **argv)
             return true;
     return false;
 }
+
+/* A message may quote a configuration value or file line byte for byte: a control byte in it
+ * (an escape sequence) must not reach the terminal as such, so it is shown as \xNN. */
+void km_cli_print_error(FILE *to, const char *cmd, const char *msg)
+{
+    fprintf(to, "kmproxy %s: ", cmd);
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            fprintf(to, "\\x%02x", *p);
+        else
+            fputc(*p, to);
+    }
+    fputc('\n', to);
+}

@@ -73,6 +73,10 @@ static void render(km_buf *out, void *ud)
 static int serve(km_config *cfg)
 {
     km_err err = {{0}};
+    if (km_config_check_files(cfg, &err)) { /* a FIFO must not block the start */
+        km_cli_print_error(stderr, "proxy", err.msg);
+        return 2;
+    }
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
     km_inline *p = km_inline_new(loop, &cfg->proxy, log_line, cfg, &err);
     km_metrics_server *metrics = NULL;
@@ -81,7 +85,7 @@ static int serve(km_config *cfg)
         p = NULL;
     }
     if (!p) {
-        fprintf(stderr, "kmproxy proxy: %s\n", err.msg);
+        km_cli_print_error(stderr, "proxy", err.msg);
         return 2;
     }
     if (metrics) {

@@ -10,7 +10,7 @@ static void run_usage(FILE *to)
 {
     fprintf(to, "usage: kmproxy run [--config FILE] [--set key=value ...]\n"
                 "  Follows the KRaft metadata log and keeps ZooKeeper and ZK-mode brokers in step.\n"
-                "  --set applies after the file; keys are those of deploy/kmproxy.properties.example.\n"
+                "  --set applies after the file (of two for one key, the later wins); keys are those of deploy/kmproxy.properties.example.\n"
                 "  On metrics.listen: /metrics, /healthz (alive) and /readyz (200 ready, 503 with the reasons).\n"
                 "  SIGTERM/SIGINT: finish in-flight ZooKeeper writes (10 s at most) and exit 0; SIGHUP: reopen\n"
                 "  log.file and reload the broker TLS material. ha.enabled=true: one active instance of several.\n");
@@ -29,7 +29,7 @@ int km_cli_run(int argc, char **argv)
     km_daemon *d = km_daemon_new(loop, &cfg, &err);
     km_config_free(&cfg);
     if (!d) {
-        fprintf(stderr, "kmproxy run: %s\n", err.msg);
+        km_cli_print_error(stderr, "run", err.msg);
         return 2;
     }
     rc = km_daemon_run(d);

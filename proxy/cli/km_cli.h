@@ -26,7 +26,8 @@ struct km_config;
 struct km_err;
 /* One --set key=value onto a configuration (proxy/cli/cli_config.c). 0, or -1 + err. */
 int km_cli_apply_set(struct km_config *cfg, char *kv, struct km_err *err);
-/* Defaults, then --config FILE and --set key=value in order, or --help.  0: go on; 1: usage
+/* Defaults, then the --config FILE (given once), then every --set key=value in order (the later
+ * of two for one key wins, as Kafka's --override), or --help; an operand is refused.  0: go on; 1: usage
  * printed on stdout (exit 0); 2: bad usage or configuration, said on stderr.  The caller frees
  * cfg in every case. */
 int km_cli_read_config(int argc, char **argv, const char *cmd, void (*usage)(FILE *), struct km_config *cfg);
@@ -36,5 +37,7 @@ int km_cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
 /* True when "--help" is among argv[1..] (before a "--"): every command and subcommand then prints
  * its usage on stdout and exits 0, whatever else the line holds. */
 bool km_cli_wants_help(int argc, char **argv);
+/* "kmproxy CMD: MSG" with every control byte of msg shown as \xNN (proxy/cli/cli_args.c). */
+void km_cli_print_error(FILE *to, const char *cmd, const char *msg);
 
 #endif

@@ -365,6 +365,36 @@ static int validate_password_encoder(const km_config *c, km_err *err)
     return e ? 0 : -1;
 }
 
+/* The chroot of zookeeper.connect, by ZooKeeper's own rules: ConnectStringParser takes a lone "/"
+ * as no chroot and gives the rest to PathUtils.validatePath, which refuses a trailing '/', an
+ * empty node name ("//"), "." and ".." as node names and control characters. The C client would
+ * otherwise accept "/kafka/" and every request under it would fail, forever. */
+static int validate_chroot(const char *connect, km_err *err)
+{
+    const char *p = strchr(connect, '/');
+    if (!p || !p[1])
+        return 0;
+    const char *why = NULL;
+    size_t n = strlen(p);
+    if (p[n - 1] == '/')
+        why = "must not end with '/'";
+    for (size_t i = 1; !why && i < n; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        bool node_start = p[i - 1] == '/', node_end = i + 1 == n || p[i + 1] == '/';
+        if (ch == '/' && node_start)
+            why = "has an empty node name ('//')";
+        else if (ch == '.' && node_start && node_end)
+            why = "has '.' as a node name";
+        else if (ch == '.' && p[i - 1] == '.' && i >= 2 && p[i - 2] == '/' && node_end)
+            why = "has '..' as a node name";
+        else if (ch < 0x20 || ch == 0x7f)
+            why = "has a control character";
+    }
+    if (why)
+        return km_fail(err, "zookeeper.connect=%s: the chroot '%s' %s (ZooKeeper's path rules)", connect, p, why);
+    return 0;
+}
+
 int km_config_validate(const km_config *c, km_err *err)
 {
     bool quorum = c->metadata_source && !strcmp(c->metadata_source, "quorum");
@@ -397,6 +427,8 @@ int km_config_validate(const km_config *c, km_err *err)
                        c->election_path ? c->election_path : "");
     if (!c->zk_connect)  /* broker RPCs carry the ZooKeeper controller epoch our claim produces */
         return km_fail(err, "zookeeper.connect is required (HOST:PORT[,HOST:PORT][/chroot])");
+    if (validate_chroot(c->zk_connect, err))
+        return -1;
     if (km_inline_config_enabled(&c->proxy) && km_inline_config_validate(&c->proxy, err))
         return -1;
     km_config_zk_security zs;

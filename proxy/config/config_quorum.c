@@ -37,7 +37,7 @@ static int readable(const char *key, const char *path, km_err *err)
 {
     if (path && access(path, R_OK) != 0)
         return km_fail(err, "%s=%s: cannot read it", key, path);
-    return 0;
+    return km_config_check_file(key, path, err);
 }
 
 /* ---- SASL ------------------------------------------------------------------------------------ */

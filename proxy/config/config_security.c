@@ -51,20 +51,22 @@ static int resolve_tls(const km_config *c, km_config_broker_security *out, km_er
 /* The first line of the file (one trailing newline dropped), as Kafka's FileConfigProvider users expect. */
 static int read_password_file(const char *path, char *out, km_err *err)
 {
+    if (km_config_check_file("broker.sasl.password.file", path, err)) /* a FIFO would block fopen */
+        return -1;
     FILE *f = fopen(path, "r");
     if (!f)
-        return km_fail(err, "broker.sasl.password.file %s: cannot open: %s", path, strerror(errno));
+        return km_fail(err, "broker.sasl.password.file=%s: cannot open: %s", path, strerror(errno));
     size_t n = fread(out, 1, KM_SASL_NAME_MAX, f);
     bool bad = ferror(f);
     fclose(f);
     if (bad)
-        return km_fail(err, "broker.sasl.password.file %s: read error", path);
+        return km_fail(err, "broker.sasl.password.file=%s: read error", path);
     if (n == KM_SASL_NAME_MAX)
-        return km_fail(err, "broker.sasl.password.file %s: longer than %d bytes", path, KM_SASL_NAME_MAX - 1);
+        return km_fail(err, "broker.sasl.password.file=%s: longer than %d bytes", path, KM_SASL_NAME_MAX - 1);
     out[n] = '\0';
     out[strcspn(out, "\r\n")] = '\0';
     if (!*out)
-        return km_fail(err, "broker.sasl.password.file %s: the first line is empty", path);
+        return km_fail(err, "broker.sasl.password.file=%s: the first line is empty", path);
     return 0;
 }
 

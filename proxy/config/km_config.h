@@ -100,6 +100,16 @@ void km_config_free(km_config *c);
 typedef void (*km_config_key_fn)(const char *key, const char *type, const char *def, const char *doc, void *ud);
 void km_config_each_key(km_config_key_fn fn, void *ud);
 
+/* Start-up checks (config_start.c), run by the daemon before it does anything, standby included:
+ * `path` (when set) opens, without blocking, as a regular file; -1 + err naming key and path. */
+int km_config_check_file(const char *key, const char *path, km_err *err);
+/* Every file key that is set (broker.tls.*, broker.sasl.password.file, ssl.*.location, proxy.*.ssl.*). */
+int km_config_check_files(const km_config *c, km_err *err);
+/* Every host of zookeeper.connect and controller.quorum.*: -1 when one cannot exist (the resolver
+ * says no such name); a resolver that cannot answer now (DNS down) is a warning and no error. */
+typedef void (*km_config_warn_fn)(void *ud, const char *msg);
+int km_config_check_hosts(const km_config *c, km_config_warn_fn warn, void *ud, km_err *err);
+
 /* How the daemon reaches the KRaft controllers (config_quorum.c). */
 typedef struct km_config_quorum_security {
     char listener[128];              /* the first of controller.listener.names ("" when unset) */

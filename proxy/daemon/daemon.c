@@ -317,7 +317,8 @@ km_daemon *km_daemon_new(struct ev_loop *loop, km_config *cfg, km_err *err)
     d->img = km_image_new();
     d->delta = km_delta_new();
     d->started_wall = time(NULL);
-    if (km_config_resolve_zk_security(&d->cfg, &d->zk_security, err) || (d->cfg.log_file && open_log_file(d, err)) || !d->img || !d->delta || open_follower(d, err) ||
+    if (km_config_resolve_zk_security(&d->cfg, &d->zk_security, err) || (d->cfg.log_file && open_log_file(d, err)) ||
+        km_daemon_check_start(d, err) || !d->img || !d->delta || open_follower(d, err) ||
         open_capture(d, err) || km_daemon_start_consumers(d, err) || km_daemon_start_metrics(d, err) ||
         km_daemon_start_ha(d, err) || start_proxy(d, err)) {
         km_daemon_free(d);
@@ -391,6 +392,8 @@ void km_daemon_free(km_daemon *d)
     close_capture(d); /* after the channels that write into it */
     if (d->follow)
         km_image_follow_close(d->follow);
+    km_daemon_cluster_id_stop(d);
+    km_daemon_zk_precheck_stop(d);
     km_quorum_free(d->quorum);
     km_tls_ctx_free(d->quorum_tls);
     km_delta_free(d->delta);

@@ -210,9 +210,10 @@ static void zk_watch_cb(struct ev_loop *loop, ev_timer *t, int revents)
     (void)revents;
     km_daemon *d = t->data;
     km_daemon_consumers *c = d->consumers;
-    if (!c->zkb)
+    km_zkb *b = km_daemon_zkb(d); /* the claim's bridge, or the read-only pass before it */
+    if (!b)
         return ev_timer_stop(loop, t); /* stepped down: nothing of ours is connecting */
-    km_zkw *w = km_zkb_writer(c->zkb);
+    km_zkw *w = km_zkb_writer(b);
     if (km_zkw_connected(w)) {
         if (c->zk_attempts)
             km_daemon_log(d, KM_LOG_INFO, "zk: session with %s established after %.0f s", d->cfg.zk_connect,
@@ -235,14 +236,21 @@ static void zk_watch_cb(struct ev_loop *loop, ev_timer *t, int revents)
 
 bool km_daemon_zk_connected(const km_daemon *d)
 {
-    const km_daemon_consumers *c = d->consumers;
-    return c && c->zkb && km_zkw_connected(km_zkb_writer(c->zkb));
+    km_zkb *b = km_daemon_zkb(d);
+    return b && km_zkw_connected(km_zkb_writer(b));
 }
 
-static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
+void km_daemon_watch_zk(km_daemon *d)
 {
-    if (controller_identity(d, &c->controller_id, &c->controller_epoch, err))
-        return -1;
+    km_daemon_consumers *c = d->consumers;
+    if (!ev_is_active(&c->zk_watch)) {
+        c->zk_watch.repeat = ZK_WATCH_FIRST_SECONDS;
+        ev_timer_again(d->loop, &c->zk_watch);
+    }
+}
+
+static void fill_bridge_config(km_daemon *d, km_daemon_consumers *c, km_zkb_config *out)
+{
     km_zkb_config zc = {
         .zk = {.hosts = d->cfg.zk_connect, .session_timeout_ms = d->cfg.zk_session_timeout_ms,
                .controller_id = c->controller_id, .controller_epoch = c->controller_epoch,
@@ -257,21 +265,28 @@ static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
         .guard = {.force = d->cfg.zk_force, .max_deletes_set = d->cfg.zk_max_deletes != KM_CONFIG_UNSET,
                   .max_deletes = d->cfg.zk_max_deletes},
         .on_phase = bridge_phase, .on_confirmed = bridge_confirmed, .ctx = d};
+    *out = zc;
+}
+
+static int start_bridge(km_daemon *d, km_daemon_consumers *c, km_err *err)
+{
+    if (controller_identity(d, &c->controller_id, &c->controller_epoch, err))
+        return -1;
+    km_zkb_config zc;
+    fill_bridge_config(d, c, &zc);
     km_daemon_log(d, KM_LOG_INFO, "zk: claiming %s as KRaft controller %d, epoch %d", d->cfg.zk_connect,
                   c->controller_id, c->controller_epoch);
     c->zkb = km_zkb_new(d->loop, d->img, &zc, err);
-    if (c->zkb && !ev_is_active(&c->zk_watch)) {
-        c->zk_watch.repeat = ZK_WATCH_FIRST_SECONDS;
-        ev_timer_again(d->loop, &c->zk_watch);
-    }
+    if (c->zkb)
+        km_daemon_watch_zk(d);
     return c->zkb ? 0 : -1;
 }
 
 /* broker.security.protocol: TLS (the broker's name verified unless switched off) and SASL. */
 static int broker_security(km_daemon *d, km_daemon_consumers *c, km_err *err)
 {
-    if (km_config_resolve_broker_security(&d->cfg, &c->sec, err))
-        return -1;
+    if (km_config_check_files(&d->cfg, err) || km_config_resolve_broker_security(&d->cfg, &c->sec, err))
+        return -1; /* the files first: a FIFO swapped in since the start must not block OpenSSL */
     if (c->sec.tls) {
         km_tls_config tc = {.ca_file = d->cfg.broker_tls_ca, .cert_file = d->cfg.broker_tls_cert,
                             .key_file = d->cfg.broker_tls_key, .no_name_check = !c->sec.verify_name};
@@ -325,6 +340,12 @@ static int ensure_started(km_daemon *d)
     if (c->zkb && !controller_identity(d, &id, &epoch, &err) && epoch == c->controller_epoch &&
         id == c->controller_id)
         return 0;
+    if (!c->zkb && !controller_identity(d, &c->controller_id, &c->controller_epoch, &err)) {
+        km_zkb_config zc; /* a claim from nothing: every guard first, read only (daemon_precheck.c) */
+        fill_bridge_config(d, c, &zc);
+        if (!km_daemon_zk_prechecked(d, &zc))
+            return 0;
+    }
     if (c->zkb)
         km_daemon_log(d, KM_LOG_INFO, "KRaft controller is now %d (epoch %d): re-claiming ZooKeeper",
                       km_image_raft_leader(d->img), km_image_raft_leader_epoch(d->img));
@@ -562,7 +583,11 @@ void km_daemon_consumers_metrics(const km_daemon *d, km_buf *out)
         km_bprop_render_metrics(c->bprop, out);
 }
 
-km_zkb *km_daemon_zkb(const km_daemon *d) { return d->consumers ? d->consumers->zkb : NULL; }
+km_zkb *km_daemon_zkb(const km_daemon *d)
+{
+    km_zkb *b = d->consumers ? d->consumers->zkb : NULL;
+    return b ? b : km_daemon_zk_precheck_bridge(d);
+}
 
 void km_daemon_stop_active(km_daemon *d)
 {
@@ -583,7 +608,7 @@ static int read_broker_material(km_daemon *d, km_config_broker_security *sec, km
 {
     memset(sec, 0, sizeof *sec);
     *fresh = NULL;
-    int rc = km_config_resolve_broker_security(&d->cfg, sec, err);
+    int rc = km_config_check_files(&d->cfg, err) ? -1 : km_config_resolve_broker_security(&d->cfg, sec, err);
     if (!rc && sec->tls) {
         km_tls_config tc = {.ca_file = d->cfg.broker_tls_ca, .cert_file = d->cfg.broker_tls_cert,
                             .key_file = d->cfg.broker_tls_key, .no_name_check = !sec->verify_name};
@@ -592,6 +617,18 @@ static int read_broker_material(km_daemon *d, km_config_broker_security *sec, km
     if (rc)
         km_config_broker_security_clear(sec);
     return rc;
+}
+
+/* At start, standby included: a bad file is a configuration error now, not at failover. */
+int km_daemon_check_broker_material(km_daemon *d, km_err *err)
+{
+    km_config_broker_security sec;
+    km_tls_ctx *fresh;
+    if (read_broker_material(d, &sec, &fresh, err))
+        return -1;
+    km_tls_ctx_free(fresh);
+    km_config_broker_security_clear(&sec);
+    return 0;
 }
 
 /* SIGHUP: rotated certificates or keys take effect. The channels are reconfigured in place, as

@@ -55,6 +55,15 @@ struct km_daemon {
     struct km_capture *capture;  /* capture.pcapng / capture.jsonl: the broker channels' traffic; NULL: off */
     struct km_daemon_consumers *consumers;  /* daemon_consumers.c: ZooKeeper and brokers */
     km_inline *proxy;            /* the inline proxy, when proxy.* keys ask for one */
+    km_zkb *zk_precheck;         /* daemon_precheck.c: the read-only pass before a claim */
+    ev_timer zk_precheck_end;
+    int zk_precheck_outcome;
+    bool zk_prechecked;          /* it passed: the next claim from nothing may go ahead */
+    double zk_precheck_retry_at;
+    char zk_precheck_why[700];
+    km_quorum_ask *cluster_id_ask; /* quorum mode without cluster.id: DescribeCluster in flight */
+    double cluster_id_next_try;  /* and when to ask the controllers again */
+    int64_t cluster_id_failures;
     char fatal[512];
     int exit_code;               /* with fatal: 1 a runtime failure, 2 bad input (a corrupt log, a refused image) */
 };
@@ -122,6 +131,24 @@ void km_daemon_ha_metrics(const km_daemon *d, km_buf *out);
 void km_daemon_stop_active(km_daemon *d);
 /* SIGHUP: rebuild the broker channels with their TLS material (and SASL password file) read again. */
 void km_daemon_reload_brokers(km_daemon *d);
+/* The broker channels' files and TLS material read and checked as a start would (daemon_consumers.c). */
+int km_daemon_check_broker_material(km_daemon *d, km_err *err);
+/* daemon_cluster_id.c: the image has a cluster id, from cluster.id or from the controllers; false:
+ * not yet (asked in the background, again every few seconds), and no claim may be made. */
+bool km_daemon_cluster_id_known(km_daemon *d);
+void km_daemon_cluster_id_stop(km_daemon *d);
+/* daemon_precheck.c: before a claim from nothing, every guard - the delete limit included - runs on a
+ * read-only pass over ZooKeeper (zc: the claim's bridge config), so that no write, the claim
+ * included, happens before all have passed. true: passed (for this claim); false: not yet, or
+ * refused (the daemon then stops, exit 2). */
+bool km_daemon_zk_prechecked(km_daemon *d, const km_zkb_config *zc);
+void km_daemon_zk_precheck_stop(km_daemon *d);
+/* The read-only pass while it runs (its session and progress are what health reports then), else NULL. */
+km_zkb *km_daemon_zk_precheck_bridge(const km_daemon *d);
+/* daemon_consumers.c: reports a missing ZooKeeper session, with backoff, while a bridge waits for one. */
+void km_daemon_watch_zk(km_daemon *d);
+/* daemon_start.c: every file, the broker TLS material and every host, before anything starts. */
+int km_daemon_check_start(km_daemon *d, km_err *err);
 
 /* daemon_quorum.c: metadata.source=quorum */
 bool km_daemon_quorum_mode(const km_daemon *d);

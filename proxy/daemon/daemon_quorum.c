@@ -138,7 +138,7 @@ void km_daemon_quorum_step(km_daemon *d)
     }
     km_quorum_stats st;
     km_quorum_get_stats(d->quorum, &st);
-    if (st.caught_up)
+    if (st.caught_up && km_daemon_cluster_id_known(d)) /* the claim's guard needs the cluster id */
         km_daemon_caught_up(d);
     log_usability(d);
 }

@@ -42,6 +42,12 @@ static const int_key INT_KEYS[] = {
      "(Metadata) and opens their dynamic listeners or SNI routes, so that several instances with the same config "
      "serve every broker before any client names it to them (set it when clients may reach a broker through "
      "another instance than the one they bootstrapped from). 0: routes are learned from client traffic only."},
+    {"proxy.request.read.timeout.ms", offsetof(km_inline_config, request_read_timeout_ms), 10, INT32_MAX,
+     "Once a request's first byte arrived, the client has this long to send the rest before it is cut (a client "
+     "trickling a request, slowloris, holds its slot no longer); the clock stops while the proxy holds the client "
+     "back."},
+    {"proxy.listen.backlog", offsetof(km_inline_config, listen_backlog), 1, 65535,
+     "listen(2) backlog of every proxy listener (the kernel caps it at net.core.somaxconn)."},
     {"proxy.connection.buffer.bytes", offsetof(km_inline_config, buffer_bytes), 4096, 1 << 30,
      "Bytes queued towards one side before the proxy stops reading the other (back-pressure)."},
 };
@@ -178,10 +184,12 @@ void km_inline_config_defaults(km_inline_config *c)
     c->port_base = -1;
     c->max_frame_bytes = 100 * 1024 * 1024;     /* Kafka's socket.request.max.bytes is 100 MiB */
     c->max_connections = 10000;
-    c->max_connections_per_ip = 10000;
+    c->max_connections_per_ip = 1000;           /* a tenth of the whole: one address cannot take every slot */
     c->idle_timeout_ms = 600000;                /* Kafka's connections.max.idle.ms */
     c->request_timeout_ms = 60000;              /* past every client's request.timeout.ms default */
     c->upstream_hold_ms = 10000;                /* below every client's request timeout default (30 s and up) */
+    c->request_read_timeout_ms = 30000;         /* a client trickling a request (slowloris) holds its slot no longer */
+    c->listen_backlog = 1024;
     c->buffer_bytes = 256 * 1024;
     c->upstream_ssl_check_hostname = true;      /* as librdkafka >= 2.0 and Kafka >= 2.0 */
 }

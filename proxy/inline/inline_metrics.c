@@ -224,6 +224,9 @@ void km_inline_render_metrics(const km_inline *p, km_buf *out)
     km_metrics_sample(out, "kmproxy_inline_unknown_api_total", "counter",
                       "requests of an API or version the codec does not know, forwarded untouched", NULL, true,
                       (double)st->unknown_api);
+    km_metrics_sample(out, "kmproxy_inline_api_versions_unparsed_total", "counter",
+                      "ApiVersions answers that could not be parsed: not passed on (the Fetch/Produce version cap, "
+                      "KIP-951, could not be applied), the client cut", NULL, true, (double)st->api_versions_unparsed);
     km_metrics_sample(out, "kmproxy_inline_rewritten_total", "counter",
                       "responses whose broker addresses were replaced", NULL, true, (double)st->rewritten);
     km_metrics_sample(out, "kmproxy_inline_listeners", "gauge", "listeners open", NULL, true,

@@ -51,6 +51,12 @@ typedef struct inl_ip_count {
 
 typedef struct inl_session inl_session;
 
+/* Per-connection warnings by kind, rate-limited (inline_loglimit.c). */
+typedef enum inl_log_kind { INL_LOG_CUT, INL_LOG_REFUSED, INL_LOG_TLS, INL_LOG_LEFT, INL_LOG_UPSTREAM, INL_LOG_KINDS } inl_log_kind;
+#define INL_LOG_BURST 10      /* lines of one kind per window */
+#define INL_LOG_WINDOW 10.0   /* seconds */
+typedef struct inl_log_rate { double window_start; unsigned logged; uint64_t suppressed; } inl_log_rate;
+
 /* A TLS context shared by the connections made with it: a reload makes a new current one while
  * live connections keep theirs (km_tls contexts must outlive their streams). */
 typedef struct inl_tls {
@@ -73,6 +79,8 @@ struct km_inline {
     size_t max_frame, buffer_bytes;
     uint32_t max_conns, max_conns_per_ip;
     double idle_timeout, request_timeout, upstream_hold; /* seconds */
+    double read_timeout;                     /* seconds: a whole request from its first byte */
+    int backlog;
     inl_route **routes;
     size_t n_routes;
     inl_session *sessions;                   /* doubly linked, every open client */
@@ -108,6 +116,11 @@ struct km_inline {
     char disc_host[INL_HOST_MAX];
     uint16_t disc_port;
     bool disc_failed;
+    bool api_versions_unparsed_logged;       /* said once: every client of that broker would repeat it */
+    inl_log_rate log_rate[INL_LOG_KINDS];
+    ev_timer trim;                           /* inline_memory.c: heap pages back after sessions end */
+    uint64_t ended_since_trim;
+    ev_timer log_flush;                      /* sums up what the window did not log */
 };
 
 typedef struct inl_inflight {
@@ -147,6 +160,8 @@ struct inl_session {
     char peer[80], ip[64];
     ev_timer timer;
     ev_tstamp last_activity;
+    ev_tstamp req_started;  /* the first byte of a request not yet whole arrived (0: between requests) */
+    bool req_paused;        /* we hold the client back: its request's clock restarts when we resume */
     inl_req_parser rq;
     inl_resp_parser rs;
     inl_span span[2];     /* [0] towards the client, [1] towards the broker; empty between reads */
@@ -175,6 +190,14 @@ struct inl_session {
 
 /* inline_proxy.c */
 void inl_log(km_inline *p, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* inline_loglimit.c: a warning about one connection, at most INL_LOG_BURST of a kind per window. */
+void inl_log_conn(km_inline *p, inl_log_kind kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void inl_log_limit_init(km_inline *p);
+void inl_log_limit_stop(km_inline *p); /* logs what is still counted */
+/* inline_memory.c */
+void inl_memory_init(km_inline *p);
+void inl_memory_session_ended(km_inline *p);
+void inl_memory_stop(km_inline *p);
 /* The route serving broker id (creating a dynamic one, listener included, when
  * port.base allows), its upstream learned from host:port; NULL when the broker
  * cannot be served. */

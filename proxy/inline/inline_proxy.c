@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 void inl_log(km_inline *p, int level, const char *fmt, ...)
@@ -106,7 +107,8 @@ static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
     if (why) {
         p->stats.refused++;
         char rname[48];
-        inl_log(p, 1, "refused client %s on the %s: %s reached", peer, inl_route_name(r, rname), why);
+        inl_log_conn(p, INL_LOG_REFUSED, "refused client %s on the %s: %s reached", peer, inl_route_name(r, rname),
+                     why);
         if (slot && slot->n == 0) /* made just now: drop it again */
             *slot = p->ips[--p->n_ips];
         close(fd);
@@ -118,8 +120,8 @@ static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
 
 static int open_listener(inl_route *r, km_err *err)
 {
-    km_net_listener *l = km_net_listen(r->p->loop, r->listen_host[0] ? r->listen_host : NULL, r->listen_port,
-                                       on_accept, r, err);
+    km_net_listener *l = km_net_listen_backlog(r->p->loop, r->listen_host[0] ? r->listen_host : NULL,
+                                               r->listen_port, r->p->backlog, on_accept, r, err);
     if (!l)
         return -1;
     r->listener = l;
@@ -319,10 +321,35 @@ static int copy_settings(km_inline *p, const km_inline_config *cfg, km_err *err)
     p->idle_timeout = cfg->idle_timeout_ms / 1000.0;
     p->request_timeout = cfg->request_timeout_ms / 1000.0;
     p->upstream_hold = cfg->upstream_hold_ms / 1000.0;
+    p->read_timeout = cfg->request_read_timeout_ms / 1000.0;
+    p->backlog = cfg->listen_backlog;
     if ((cfg->listen_host && !(p->listen_host = strdup(cfg->listen_host))) ||
         (cfg->advertised_host && !(p->advertised_host = strdup(cfg->advertised_host))))
         return km_fail(err, "proxy: out of memory");
     return 0;
+}
+
+/* Every client holds two descriptors, its own and its upstream's; listeners and the rest of the
+ * daemon a few more. Below that, accept(2) fails with EMFILE long before proxy.max.connections,
+ * so the soft limit is raised as far as the hard one allows, and a shortfall is said at start. */
+static void check_open_files(km_inline *p)
+{
+    struct rlimit rl;
+    rlim_t need = 2 * (rlim_t)p->max_conns + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+        return;
+    rlim_t can = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+    struct rlimit raised = {can, rl.rlim_max};
+    if (can > rl.rlim_cur && !setrlimit(RLIMIT_NOFILE, &raised)) {
+        inl_log(p, 2, "raised the open-file limit (RLIMIT_NOFILE) from %llu to %llu for proxy.max.connections=%u",
+                (unsigned long long)rl.rlim_cur, (unsigned long long)can, p->max_conns);
+        rl.rlim_cur = can;
+    }
+    if (rl.rlim_cur < need)
+        inl_log(p, 1, "the open-file limit (RLIMIT_NOFILE) is %llu but proxy.max.connections=%u needs about %llu "
+                "(two per client, its own and its upstream's): clients past the limit will be refused; raise "
+                "LimitNOFILE= (systemd) or ulimit -n, or lower proxy.max.connections",
+                (unsigned long long)rl.rlim_cur, p->max_conns, (unsigned long long)need);
 }
 
 km_inline *km_inline_new(struct ev_loop *loop, const km_inline_config *cfg, km_inline_log_fn log, void *log_ud,
@@ -337,7 +364,11 @@ km_inline *km_inline_new(struct ev_loop *loop, const km_inline_config *cfg, km_i
     p->controller_epoch = -1;
     p->log = log;
     p->log_ud = log_ud;
+    inl_log_limit_init(p);
+    inl_memory_init(p);
     int rc = copy_settings(p, cfg, err);
+    if (!rc)
+        check_open_files(p);
     if (!rc)
         rc = keep_tls_config(p, cfg, err);
     if (!rc && cfg->sni_listen)
@@ -363,6 +394,8 @@ void km_inline_free(km_inline *p)
     inl_discover_stop(p);
     while (p->sessions)
         inl_session_free(p->sessions);
+    inl_log_limit_stop(p);
+    inl_memory_stop(p);
     inl_capture_free(p);
     for (size_t i = 0; i < p->n_routes; i++) {
         if (p->routes[i]->listener)

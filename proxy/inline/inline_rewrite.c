@@ -117,9 +117,57 @@ static int append_rest(km_buf *out, km_reader *r, km_err *err)
     return 0;
 }
 
+/* An ApiVersions answer we cannot read (a version past our spec, bytes that do not decode) would
+ * reach the client with Fetch/Produce versions uncapped, and from them KIP-951's leader endpoints
+ * with upstream addresses: it is never passed on. Counted, logged once (every client of such a
+ * broker would log it), and the client's connection is cut. */
+static int api_versions_unparsed(km_inline *p, int16_t version, const char *why, km_err *err)
+{
+    p->stats.api_versions_unparsed++;
+    if (!p->api_versions_unparsed_logged)
+        inl_log(p, 1, "an upstream's ApiVersions v%d answer cannot be parsed (%s): it is not passed on, as the "
+                "Fetch/Produce version cap (KIP-951) could not be applied; its clients are cut. Counted in "
+                "kmproxy_inline_api_versions_unparsed_total; logged once", version, why);
+    p->api_versions_unparsed_logged = true;
+    return km_fail(err, "ApiVersions v%d answer cannot be parsed (%s): the version cap cannot be applied", version,
+                   why);
+}
+
+static int rewrite_api_versions(km_inline *p, int16_t version, const uint8_t *payload, size_t len, km_buf *out,
+                                km_err *err)
+{
+    const km_message_desc *md = &km_api_versions_response_desc;
+    /* The header is v0 at every version and the body starts with ErrorCode: an answer to a version
+     * the broker refuses is v0-shaped whatever was asked and lists no versions to cap. */
+    if (len >= 6 && (payload[4] || payload[5]))
+        return 0;
+    if (!km_version_in(md->valid, version))
+        return api_versions_unparsed(p, version, "a version this proxy does not know", err);
+    km_arena arena;
+    km_arena_init(&arena, len * 8 + (1u << 20));
+    km_reader r;
+    km_reader_init(&r, payload, len);
+    int32_t correlation_id;
+    km_api_versions_response body;
+    km_err why = {{0}};
+    int rc;
+    if (km_parse_response_header(&r, KM_API_API_VERSIONS, version, &correlation_id, &why) ||
+        km_decode_from(md, version, &r, &body, &arena, &why))
+        rc = api_versions_unparsed(p, version, why.msg, err);
+    else if (!cap_versions(&body))
+        rc = 0;
+    else
+        rc = km_frame_response(KM_API_API_VERSIONS, version, correlation_id, &body, out, err) ||
+                     append_rest(out, &r, err) ? -1 : 1;
+    km_arena_free(&arena);
+    return rc;
+}
+
 int inl_rewrite_response(km_inline *p, int16_t api_key, int16_t version, const uint8_t *payload, size_t len,
                          km_buf *out, km_err *err)
 {
+    if (api_key == KM_API_API_VERSIONS)
+        return rewrite_api_versions(p, version, payload, len, out, err);
     const km_message_desc *md = km_find_message(KM_K_RESPONSE, api_key);
     if (!inl_api_needs_rewrite(api_key) || !md || !km_version_in(md->valid, version))
         return 0;
@@ -135,17 +183,6 @@ int inl_rewrite_response(km_inline *p, int16_t api_key, int16_t version, const u
     else if (!km_parse_response_header(&r, api_key, version, &correlation_id, err) &&
              !km_decode_from(md, version, &r, body, &arena, err))
         rc = 0;
-    if (api_key == KM_API_API_VERSIONS) {
-        /* An answer to a version the broker refuses is v0-shaped whatever was asked (and some
-         * brokers add bytes): it carries no versions to cap, so it passes as it came. */
-        if (rc == 0 && ((km_api_versions_response *)body)->error_code == 0 && cap_versions(body))
-            rc = km_frame_response(api_key, version, correlation_id, body, out, err) || append_rest(out, &r, err)
-                     ? -1 : 1;
-        else
-            rc = 0;
-        km_arena_free(&arena);
-        return rc;
-    }
     if (rc == 0) {
         if (api_key == KM_API_METADATA)
             rewrite_metadata(p, body);

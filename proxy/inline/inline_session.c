@@ -44,6 +44,7 @@ void inl_session_free(inl_session *s)
     free(s->rq.prefix);
     free(s->ring);
     free(s);
+    inl_memory_session_ended(p);
 }
 
 /* Ends the session for a fault: one log line naming the client and why. */
@@ -58,7 +59,7 @@ static void cut(inl_session *s, const char *fmt, ...)
     char rname[48];
     s->p->stats.cut++;
     inl_count_cut(s->p, s->route->broker_id);
-    inl_log(s->p, 1, "cut client %s (%s): %s", s->peer, inl_route_name(s->route, rname), why);
+    inl_log_conn(s->p, INL_LOG_CUT, "cut client %s (%s): %s", s->peer, inl_route_name(s->route, rname), why);
     inl_session_free(s);
 }
 
@@ -66,8 +67,12 @@ static void cut(inl_session *s, const char *fmt, ...)
 
 static void pause_client(inl_session *s)
 {
+    bool paused = s->client_bp || s->client_full || !s->up_ready; /* held while its broker is dialled */
+    if (!paused && s->req_paused && s->req_started) /* the time we held it back is not the client's */
+        s->req_started = ev_now(s->p->loop);
+    s->req_paused = paused;
     if (s->client)
-        km_net_pause(s->client, s->client_bp || s->client_full || !s->up_ready);
+        km_net_pause(s->client, paused);
 }
 
 static void note_high_water(inl_session *s)
@@ -176,10 +181,18 @@ static ev_tstamp request_due(const inl_session *s)
     return q->started + q->allowance + s->p->request_timeout;
 }
 
+/* A request the client started and has not finished (its clock stops while we hold it back). */
+static bool reading_late(const inl_session *s, ev_tstamp now)
+{
+    return s->req_started && !s->req_paused && now - s->req_started >= s->p->read_timeout;
+}
+
 static void arm_timer(inl_session *s)
 {
     km_inline *p = s->p;
     ev_tstamp due = s->ring_count ? request_due(s) : s->last_activity + p->idle_timeout;
+    if (s->req_started && !s->req_paused && s->req_started + p->read_timeout < due)
+        due = s->req_started + p->read_timeout;
     ev_tstamp in = due - ev_now(p->loop);
     s->timer_due = due;
     ev_timer_stop(p->loop, &s->timer);
@@ -193,7 +206,10 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
     inl_session *s = w->data;
     km_inline *p = s->p;
     ev_tstamp now = ev_now(loop);
-    if (s->ring_count && now >= request_due(s)) {
+    if (reading_late(s, now)) {
+        cut(s, "the client sent part of a request but not the rest within proxy.request.read.timeout.ms=%.0f",
+            p->read_timeout * 1000);
+    } else if (s->ring_count && now >= request_due(s)) {
         const inl_inflight *q = &s->ring[s->ring_head];
         const char *api = km_api_name(q->api_key);
         char allowed[96] = "";
@@ -527,6 +543,18 @@ static long request_step(inl_session *s, const uint8_t *d, size_t n)
     return (long)k;
 }
 
+/* The read deadline: from a request's first byte to its last (proxy.request.read.timeout.ms). */
+static void track_request_read(inl_session *s)
+{
+    bool inside = s->rq.have || s->rq.left;
+    if (!inside) {
+        s->req_started = 0;
+    } else if (!s->req_started) {
+        s->req_started = ev_now(s->p->loop);
+        arm_timer(s);
+    }
+}
+
 static size_t client_bytes(inl_session *s, const uint8_t *d, size_t len)
 {
     s->last_activity = ev_now(s->p->loop);
@@ -537,6 +565,7 @@ static size_t client_bytes(inl_session *s, const uint8_t *d, size_t len)
             return len; /* s and c are gone: the count is not used */
         off += (size_t)k;
     }
+    track_request_read(s);
     return flush(s, true) ? len : off;
 }
 
@@ -818,11 +847,11 @@ static void on_client_close(km_net_conn *c, const km_err *why, void *ud)
     s->client = NULL;
     if (!s->client_ready && s->client_tls) {
         s->p->stats.tls_failures++;
-        inl_log(s->p, 1, "client %s (%s): TLS handshake failed: %s", s->peer, inl_route_name(s->route, rname),
+        inl_log_conn(s->p, INL_LOG_TLS, "client %s (%s): TLS handshake failed: %s", s->peer, inl_route_name(s->route, rname),
                 why ? why->msg : "the client closed the connection");
     } else if (s->rq.have || s->rq.left) {
         s->p->stats.cut++;
-        inl_log(s->p, 1, "client %s (%s) left inside a request frame (%s); its upstream "
+        inl_log_conn(s->p, INL_LOG_LEFT, "client %s (%s) left inside a request frame (%s); its upstream "
                 "connection is closed", s->peer, inl_route_name(s->route, rname), s->rq.have ? "in its header" : "in its body");
     } else if (why) {
         inl_log(s->p, 2, "client %s (%s): %s", s->peer, inl_route_name(s->route, rname), why->msg);
@@ -882,7 +911,7 @@ static void on_up_close(km_net_conn *c, const km_err *why, void *ud)
         return;
     }
     if (why)
-        inl_log(s->p, 1, "client %s: upstream %s:%u (broker %d): %s; closing the client", s->peer,
+        inl_log_conn(s->p, INL_LOG_UPSTREAM, "client %s: upstream %s:%u (broker %d): %s; closing the client", s->peer,
                 s->route->up_host, s->route->up_port, s->route->broker_id, why->msg);
     if (s->client)
         km_net_shutdown(s->client); /* what the broker sent still reaches the client */

@@ -43,6 +43,8 @@ typedef struct km_inline_config {
     int32_t request_timeout_ms;    /* proxy.request.timeout.ms: the upstream's answer to the oldest request */
     int32_t upstream_hold_ms;      /* proxy.upstream.hold.ms: a client held while its broker cannot be dialled */
     int32_t discovery_interval_ms; /* proxy.discovery.interval.ms: brokers asked of the bootstrap upstream; 0: off */
+    int32_t request_read_timeout_ms;/* proxy.request.read.timeout.ms: a client's whole request, from its first byte */
+    int32_t listen_backlog;        /* proxy.listen.backlog: listen(2)'s backlog (the kernel caps it at somaxconn) */
     int32_t buffer_bytes;          /* proxy.connection.buffer.bytes: queued bytes per direction before pausing */
     /* TLS towards clients (on when the certificate is set), librdkafka's and Kafka's names. */
     char *client_ssl_cert, *client_ssl_key, *client_ssl_ca; /* proxy.client.ssl.{certificate,key,ca}.location */
@@ -134,6 +136,7 @@ typedef struct km_inline_stats {
     uint64_t upstream_failures;               /* upstream connections that failed (TLS included) */
     uint64_t captured;                        /* frames handed to the capture */
     uint64_t divergent;                       /* controller RPCs that disagreed with the image */
+    uint64_t api_versions_unparsed;           /* ApiVersions answers that could not be parsed (not passed on) */
 } km_inline_stats;
 void km_inline_get_stats(const km_inline *p, km_inline_stats *out);
 

@@ -125,6 +125,9 @@ typedef void (*km_net_accept_fn)(km_net_listener *l, int fd, const char *peer, v
  * port, see km_net_listener_port). */
 km_net_listener *km_net_listen(struct ev_loop *loop, const char *host, uint16_t port, km_net_accept_fn fn,
                                void *ud, km_err *err);
+/* The same with listen(2)'s backlog (km_net_listen: 128). */
+km_net_listener *km_net_listen_backlog(struct ev_loop *loop, const char *host, uint16_t port, int backlog,
+                                       km_net_accept_fn fn, void *ud, km_err *err);
 uint16_t km_net_listener_port(const km_net_listener *l);
 /* Stops listening and frees l; safe from inside its accept callback. */
 void km_net_listener_free(km_net_listener *l);

@@ -12,7 +12,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define RBUF_INITIAL (64u * 1024u)
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
 static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents);
@@ -113,17 +112,11 @@ static void fill_opts(km_net_opts *o, const km_net_opts *in)
 static km_net_conn *conn_new(struct ev_loop *loop, const km_net_opts *opts, const km_net_handlers *h, void *ud,
                              km_err *err)
 {
-    km_net_conn *c = calloc(1, sizeof *c);
-    uint8_t *rbuf = malloc(RBUF_INITIAL);
-    if (!c || !rbuf) {
-        free(c);
-        free(rbuf);
+    km_net_conn *c = calloc(1, sizeof *c); /* the receive buffer comes with the first read (net_io.c) */
+    if (!c)
         return km_fail(err, "net: out of memory for a connection"), NULL;
-    }
     c->loop = loop;
     c->fd = -1;
-    c->rbuf = rbuf;
-    c->rcap = RBUF_INITIAL;
     fill_opts(&c->opts, opts);
     if (h)
         c->h = *h;

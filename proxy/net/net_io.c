@@ -120,6 +120,13 @@ static bool deliver(km_net_conn *c)
  * announcing a huge frame only costs memory as its bytes actually arrive. */
 static bool ensure_room(km_net_conn *c)
 {
+    if (!c->rbuf) { /* given back while idle (release_idle) */
+        if (!(c->rbuf = malloc(RBUF_INITIAL))) {
+            fail_msg(c, "read from %s: out of memory for the receive buffer", c->peer);
+            return false;
+        }
+        c->rcap = RBUF_INITIAL;
+    }
     if (c->rlen < c->rcap)
         return true;
     if (c->h.on_bytes) /* stream mode: full only while the owner has paused us */
@@ -172,6 +179,17 @@ static void peer_closed(km_net_conn *c)
                  c->peer, c->rlen - 4, km_be32(c->rbuf), (unsigned long long)c->rx_offset);
 }
 
+/* A connection whose socket is drained and whose buffer holds nothing gives the buffer back: an idle
+ * connection costs no receive buffer, and a burst of connections leaves none behind. */
+static void release_idle(km_net_conn *c)
+{
+    if (c->rlen == 0 && c->rbuf) {
+        free(c->rbuf);
+        c->rbuf = NULL;
+        c->rcap = 0;
+    }
+}
+
 void km_net__read_ready(km_net_conn *c)
 {
     if (!deliver(c)) /* frames held back by a pause come first */
@@ -184,6 +202,7 @@ void km_net__read_ready(km_net_conn *c)
         km_tls_status st = raw_read(c, &n, &e);
         if (st == KM_TLS_WANT_READ || st == KM_TLS_WANT_WRITE) {
             c->read_block = st;
+            release_idle(c);
             return;
         }
         if (st == KM_TLS_CLOSED) {
@@ -203,6 +222,7 @@ void km_net__read_ready(km_net_conn *c)
             /* Back to the poller rather than a recv that only says EAGAIN: one syscall less per
              * frame.  epoll is level-triggered, so bytes (or EOF) that came meanwhile wake us. */
             c->read_block = KM_TLS_WANT_READ;
+            release_idle(c);
             return;
         }
     }

@@ -74,7 +74,7 @@ static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 }
 
 /* host NULL: every local address (AI_PASSIVE). */
-static int bind_listen(km_net_listener *l, const char *host, uint16_t port, km_err *err)
+static int bind_listen(km_net_listener *l, const char *host, uint16_t port, int backlog, km_err *err)
 {
     const char *shown = host ? host : "*";
     char service[8];
@@ -86,7 +86,7 @@ static int bind_listen(km_net_listener *l, const char *host, uint16_t port, km_e
     l->fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     if (l->fd < 0 || setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-        bind(l->fd, res->ai_addr, res->ai_addrlen) || listen(l->fd, 128)) {
+        bind(l->fd, res->ai_addr, res->ai_addrlen) || listen(l->fd, backlog)) {
         rc = km_fail(err, "listen on %s:%u: %s", shown, port, strerror(errno));
         freeaddrinfo(res);
         return rc;
@@ -104,6 +104,12 @@ static int bind_listen(km_net_listener *l, const char *host, uint16_t port, km_e
 km_net_listener *km_net_listen(struct ev_loop *loop, const char *host, uint16_t port, km_net_accept_fn fn,
                                void *ud, km_err *err)
 {
+    return km_net_listen_backlog(loop, host, port, 128, fn, ud, err);
+}
+
+km_net_listener *km_net_listen_backlog(struct ev_loop *loop, const char *host, uint16_t port, int backlog,
+                                       km_net_accept_fn fn, void *ud, km_err *err)
+{
     if (!fn)
         return km_fail(err, "listen on %s:%u: no accept callback", host ? host : "*", port), NULL;
     km_net_listener *l = calloc(1, sizeof *l);
@@ -113,7 +119,7 @@ km_net_listener *km_net_listen(struct ev_loop *loop, const char *host, uint16_t 
     l->fd = -1;
     l->fn = fn;
     l->ud = ud;
-    if (bind_listen(l, host, port, err)) {
+    if (bind_listen(l, host, port, backlog, err)) {
         km_net_listener_free(l);
         return NULL;
     }

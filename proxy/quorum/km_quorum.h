@@ -160,6 +160,17 @@ typedef struct km_quorum_description {
 int km_quorum_describe(const char *bootstrap_servers, km_tls_ctx *tls, const km_quorum_login *login,
                        double timeout_s, km_quorum_description *out, km_err *err);
 
+/* The cluster id of the controllers at `servers` ("host:port,..." or "id@host:port,..."), asked with
+ * DescribeCluster v1 on the controller listener (KIP-919, Kafka 3.7+; quorum_cluster.c), after the
+ * SASL login when there is one (copied), on `loop`. cb runs once, from the loop, within timeout_s:
+ * with the id, or NULL and why; the ask is freed then (forget it). km_quorum_ask_free cancels. */
+typedef struct km_quorum_ask km_quorum_ask;
+typedef void (*km_quorum_cluster_id_cb)(const char *cluster_id, const km_err *why, void *ud);
+km_quorum_ask *km_quorum_ask_cluster_id(struct ev_loop *loop, const char *servers, km_tls_ctx *tls,
+                                        const km_quorum_login *login, double timeout_s, km_quorum_cluster_id_cb cb,
+                                        void *ud, km_err *err);
+void km_quorum_ask_free(km_quorum_ask *a);
+
 /* Parses "host:port" (IPv6 as [addr]:port). */
 int km_quorum_parse_hostport(const char *s, char *host, size_t host_len, uint16_t *port, km_err *err);
 

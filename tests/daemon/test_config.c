@@ -322,7 +322,7 @@ Test(config, broker_security_contradictions_are_refused)
         {"broker.security.protocol=SASL_PLAINTEXT\nbroker.sasl.mechanism=PLAIN\n",
          "needs broker.sasl.jaas.config, or broker.sasl.username and broker.sasl.password.file"},
         {"broker.security.protocol=SASL_PLAINTEXT\nbroker.sasl.mechanism=PLAIN\nbroker.sasl.username=a\n"
-         "broker.sasl.password.file=/nonexistent/pw\n", "broker.sasl.password.file /nonexistent/pw: cannot open"},
+         "broker.sasl.password.file=/nonexistent/pw\n", "broker.sasl.password.file=/nonexistent/pw: cannot open"},
         {"broker.security.protocol=SASL_PLAINTEXT\nbroker.sasl.mechanism=PLAIN\nbroker.sasl.username=a\n"
          "broker.sasl.jaas.config=x\n", "exclude each other"},
         {"broker.security.protocol=SASL_PLAINTEXT\nbroker.sasl.mechanism=SCRAM-SHA-256\nbroker.sasl.jaas.config="

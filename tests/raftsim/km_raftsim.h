@@ -88,6 +88,7 @@ typedef struct km_rsim_config {
      * unknown (-1 in answers) until the next append or km_rsim_set_high_watermark, as a Kafka leader's
      * is until it commits in its own epoch.  Off: it stays at the log end (older tests). */
     bool unknown_hw_after_election;
+    bool no_describe_cluster;    /* as a controller before Kafka 3.7 (KIP-919): no DescribeCluster */
 } km_rsim_config;
 
 void km_rsim_config_init(km_rsim_config *cfg);

@@ -81,6 +81,7 @@ int rsim_deny(km_rsim *s, const rsim_req *rq, km_buf *out, km_err *err);
 int rsim_serve_api_versions(km_rsim *s, const rsim_req *rq, km_buf *out, km_arena *a, km_err *err);
 int rsim_serve_fetch_snapshot(km_rsim *s, const rsim_req *rq, km_buf *out, km_arena *a, km_err *err);
 int rsim_serve_describe_quorum(km_rsim *s, const rsim_req *rq, km_buf *out, km_arena *a, km_err *err);
+int rsim_serve_describe_cluster(km_rsim *s, const rsim_req *rq, km_buf *out, km_arena *a, km_err *err); /* rsim_cluster.c */
 /* Fetch: decodes and validates into *fr; 1 = answer now (out filled), 0 = park it (nothing to
  * return yet and MaxWaitMs > 0), -1 = reject. */
 typedef struct rsim_fetch {

@@ -113,6 +113,8 @@ static int dispatch(rsim_conn *rc, const rsim_req *rq, km_buf *out, km_arena *a,
         return rsim_serve_fetch_snapshot(s, rq, out, a, err);
     case KM_API_DESCRIBE_QUORUM:
         return rsim_serve_describe_quorum(s, rq, out, a, err);
+    case KM_API_DESCRIBE_CLUSTER:
+        return rsim_serve_describe_cluster(s, rq, out, a, err);
     case KM_API_FETCH: {
         int r = rsim_fetch_decode(s, rq, &rc->fetch, out, a, err);
         if (r != 0)

@@ -1,0 +1,193 @@
+/* The cluster-id guard in quorum mode (issue 18 item 12): without cluster.id the daemon asks the
+ * controllers (DescribeCluster, KIP-919) and makes no claim before it knows; so zk.force=true can
+ * no longer depose another cluster's ZooKeeper controller: the claim is refused before any write,
+ * /controller_epoch and /controller stay as they were, and the refusal never suggests --force.
+ * Real ZooKeeper, raft simulators serving a generated migration log. */
+#include "test_quorum_util.h"
+#include "km_daemon.h"
+#include "km_image.h"
+#include "km_testsupport.h"
+#include "zkserver.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OTHER_CONTROLLER "{\"version\":1,\"brokerid\":1,\"timestamp\":\"1700000000000\"}"
+
+typedef struct grig {
+    km_zks *zks;
+    km_zkc *zkc;
+    char hosts[128], *tmp;
+    struct ev_loop *loop;
+    km_rsim *sims[2];
+    km_daemon *d;
+} grig;
+
+static const char *g_cluster_id = "OtherClusterId000000";
+
+/* Another cluster's ZooKeeper (or, with g_cluster_id set to ours, this cluster's before its first
+ * sync, holding a topic the image does not have): its id, brokers, controller at epoch 7. */
+static void seed_other_cluster(grig *r)
+{
+    char path[64];
+    r->zkc = km_zkc_open(km_zks_hosts(r->zks, -1), NULL, 10000);
+    cr_assert(r->zkc);
+    cr_assert_eq(km_zkc_mkdirs(r->zkc, "/kafka/brokers/ids"), ZOK);
+    cr_assert_eq(km_zkc_mkdirs(r->zkc, "/kafka/cluster"), ZOK);
+    char id[128];
+    snprintf(id, sizeof id, "{\"version\":\"1\",\"id\":\"%s\"}", g_cluster_id);
+    cr_assert_eq(km_zkc_create(r->zkc, "/kafka/cluster/id", id, 0), ZOK);
+    cr_assert_eq(km_zkc_mkdirs(r->zkc, "/kafka/brokers/topics/only-in-zookeeper"), ZOK);
+    for (int id = 1; id <= 3; id++) {
+        snprintf(path, sizeof path, "/kafka/brokers/ids/%d", id);
+        cr_assert_eq(km_zkc_create(r->zkc, path, "{\"version\":5,\"host\":\"b\",\"port\":9092}", 0), ZOK);
+    }
+    cr_assert_eq(km_zkc_create(r->zkc, "/kafka/controller_epoch", "7", 0), ZOK);
+    cr_assert_eq(km_zkc_create(r->zkc, "/kafka/controller", OTHER_CONTROLLER, 0), ZOK);
+}
+
+static void grig_start(grig *r, const km_rsim_config *base)
+{
+    char err[512];
+    r->zks = km_zks_start(1, NULL, 0, err, sizeof err);
+    cr_assert(r->zks, "ZooKeeper: %s", err);
+    snprintf(r->hosts, sizeof r->hosts, "%s/kafka", km_zks_hosts(r->zks, -1));
+    seed_other_cluster(r);
+    r->tmp = km_test_tmpdir("clusterguard");
+    char gendir[600], seg[700];
+    snprintf(gendir, sizeof gendir, "%s/gen", r->tmp);
+    km_gen_opts g = {.brokers = 3, .topics = 2, .partitions = 1, .zk_migration = true, .seed = 5};
+    km_err e = {{0}};
+    cr_assert_geq(km_gen_write(gendir, &g, NULL, &e), 0, "%s", e.msg);
+    snprintf(seg, sizeof seg, "%s/00000000000000000000.log", gendir);
+    size_t len;
+    uint8_t *log = tq_read_file(seg, &len);
+    r->loop = ev_loop_new(0);
+    tq_make_sims(r->loop, 2, base, r->sims, NULL, 0);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(km_rsim_append(r->sims[i], log, len, &e), 0, "%s", e.msg);
+        km_rsim_set_leader(r->sims[i], 1, 1);
+    }
+    free(log);
+    char servers[128];
+    snprintf(servers, sizeof servers, "127.0.0.1:%u,127.0.0.1:%u", km_rsim_port(r->sims[0]), km_rsim_port(r->sims[1]));
+    const char *kv[] = {"metadata.source", "quorum", "controller.quorum.bootstrap.servers", servers,
+                        "zookeeper.connect", r->hosts, "brokers.enabled", "false", "zk.force", "true", NULL};
+    km_config cfg;
+    km_config_defaults(&cfg);
+    for (int i = 0; kv[i]; i += 2)
+        cr_assert_eq(km_config_set(&cfg, kv[i], kv[i + 1], "test", &e), 0, "%s", e.msg);
+    r->d = km_daemon_new(r->loop, &cfg, &e);
+    km_config_free(&cfg);
+    cr_assert(r->d, "%s", e.msg);
+    km_daemon_start(r->d);
+}
+
+static void grig_stop(grig *r)
+{
+    km_daemon_free(r->d);
+    for (int i = 0; i < 2; i++)
+        km_rsim_free(r->sims[i]);
+    ev_loop_destroy(r->loop);
+    km_zkc_close(r->zkc);
+    km_zks_stop(r->zks);
+    km_test_rmtree(r->tmp);
+    free(r->tmp);
+}
+
+static void stop_loop(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)t, (void)revents;
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static void poll_fatal(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)revents;
+    km_daemon_status st;
+    km_daemon_get_status(t->data, &st);
+    if (st.fatal)
+        ev_break(loop, EVBREAK_ALL);
+}
+
+/* Runs the loop until the daemon stops or `seconds` pass (a bound, not a measure). */
+static void run_for(grig *r, double seconds)
+{
+    ev_timer guard, poll;
+    ev_timer_init(&guard, stop_loop, seconds, 0);
+    ev_timer_init(&poll, poll_fatal, 0.05, 0.05);
+    poll.data = r->d;
+    ev_timer_start(r->loop, &guard);
+    ev_timer_start(r->loop, &poll);
+    ev_run(r->loop, 0);
+    ev_timer_stop(r->loop, &guard);
+    ev_timer_stop(r->loop, &poll);
+}
+
+/* ZooKeeper's controller is still the other cluster's: nothing was written. */
+static void assert_not_deposed(grig *r)
+{
+    char *data = NULL;
+    int len = 0;
+    struct Stat st;
+    cr_assert_eq(km_zkc_get(r->zkc, "/kafka/controller_epoch", &data, &len, &st), ZOK);
+    cr_expect_str_eq(data, "7", "/controller_epoch moved");
+    cr_expect_eq(st.version, 0, "/controller_epoch was written");
+    free(data);
+    cr_assert_eq(km_zkc_get(r->zkc, "/kafka/controller", &data, &len, &st), ZOK);
+    cr_expect_str_eq(data, OTHER_CONTROLLER, "/controller was overwritten");
+    free(data);
+    cr_expect_eq(km_zkc_get(r->zkc, "/kafka/migration", &data, &len, &st), ZNONODE, "/migration was written");
+}
+
+Test(cluster_guard, zk_force_never_deposes_another_clusters_controller, .timeout = 180)
+{
+    grig r = {0};
+    grig_start(&r, NULL);
+    run_for(&r, 60);
+    km_daemon_status st;
+    km_daemon_get_status(r.d, &st);
+    cr_assert(st.fatal, "the daemon went on against another cluster's ZooKeeper (zk state %s)",
+              st.zk_state ? st.zk_state : "none");
+    cr_expect(strstr(st.fatal, "kmproxy-raftsim-cluster") && strstr(st.fatal, "OtherClusterId000000"),
+              "the refusal does not name both cluster ids: %s", st.fatal);
+    cr_expect(!strstr(st.fatal, "force"), "a cluster-id mismatch must not suggest --force: %s", st.fatal);
+    assert_not_deposed(&r);
+    grig_stop(&r);
+}
+
+/* A controller before Kafka 3.7 cannot tell the cluster id: without cluster.id nothing is claimed. */
+Test(cluster_guard, no_claim_while_the_cluster_id_is_unknown, .timeout = 180)
+{
+    km_rsim_config base;
+    km_rsim_config_init(&base);
+    base.no_describe_cluster = true;
+    grig r = {0};
+    grig_start(&r, &base);
+    run_for(&r, 8); /* the log is read and the claim would be made within this bound */
+    km_daemon_status st;
+    km_daemon_get_status(r.d, &st);
+    cr_expect(st.image_offset >= 0, "the log was not read (image offset %lld)", (long long)st.image_offset);
+    cr_expect(!st.zk_state, "the ZooKeeper bridge started (%s) without a cluster id", st.zk_state);
+    assert_not_deposed(&r);
+    grig_stop(&r);
+}
+
+/* This cluster's ZooKeeper before its first sync, holding a topic the image has not: the first sync
+ * may delete nothing (zk.max.deletes unset), and zk.force overrides the migration-state guard but not
+ * that one. Every guard runs on a read-only pass first, so the refusal comes before the claim. */
+Test(cluster_guard, the_delete_limit_refuses_before_the_claim, .timeout = 180)
+{
+    g_cluster_id = "kmproxy-raftsim-cluster";
+    grig r = {0};
+    grig_start(&r, NULL);
+    run_for(&r, 60);
+    km_daemon_status st;
+    km_daemon_get_status(r.d, &st);
+    cr_assert(st.fatal, "the daemon went on (zk state %s)", st.zk_state ? st.zk_state : "none");
+    cr_expect(strstr(st.fatal, "before any write") && strstr(st.fatal, "zk.max.deletes"), "%s", st.fatal);
+    assert_not_deposed(&r);
+    grig_stop(&r);
+}
