@@ -74,8 +74,8 @@ static void dc_on_ready(km_net_conn *c, void *ud)
 {
     (void)c;
     km_api_versions_request rq;
-    km_api_versions_request_init(&rq);
-    dc_send(ud, KM_API_API_VERSIONS, 3, &rq);
+    q_api_versions_request(&rq); /* named, or a controller answers INVALID_REQUEST (ApiVersionsRequest.isValid) */
+    dc_send(ud, KM_API_API_VERSIONS, Q_API_VERSIONS_V, &rq);
 }
 
 static void dc_send_describe(dc_ctx *d)
