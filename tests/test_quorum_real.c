@@ -140,7 +140,7 @@ typedef struct rk_daemon { ops_proc p; int port; char log[700]; } rk_daemon;
 
 static void daemon_start(rk_daemon *dm, const rk_case *c, const char *zk, int round)
 {
-    char sets[6][760], tag[32];
+    char sets[7][760], tag[32];
     dm->port = ops_dead_port();
     snprintf(tag, sizeof tag, "daemon%d", round);
     snprintf(dm->log, sizeof dm->log, "%s/%s.log", c->tmp, tag);
@@ -150,9 +150,12 @@ static void daemon_start(rk_daemon *dm, const rk_case *c, const char *zk, int ro
     snprintf(sets[3], sizeof sets[3], "brokers.enabled=false");
     snprintf(sets[4], sizeof sets[4], "metrics.listen=127.0.0.1:%d", dm->port);
     snprintf(sets[5], sizeof sets[5], "log.file=%s", dm->log);
-    const char *args[16] = { "run" };
+    /* The kit's leader serves the raft APIs only, no DescribeCluster (as a controller before 3.7):
+     * the operator then names the cluster, here raft-leader's default --cluster-id. */
+    snprintf(sets[6], sizeof sets[6], "cluster.id=9n1nt1m7QYiQG4R4Ls2OAw");
+    const char *args[20] = { "run" };
     int n = 1;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         args[n++] = "--set";
         args[n++] = sets[i];
     }

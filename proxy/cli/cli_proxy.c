@@ -73,7 +73,8 @@ static void render(km_buf *out, void *ud)
 static int serve(km_config *cfg)
 {
     km_err err = {{0}};
-    if (km_config_check_files(cfg, &err)) { /* a FIFO must not block the start */
+    /* the keys' combinations first: a file that a wrong combination names is not the mistake to report */
+    if (km_inline_config_validate(&cfg->proxy, &err) || km_config_check_files(cfg, &err)) { /* a FIFO must not block */
         km_cli_print_error(stderr, "proxy", err.msg);
         return 2;
     }

@@ -38,8 +38,9 @@ static void precheck_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
     if (phase != KM_ZKB_DUAL_WRITE && phase != KM_ZKB_STOPPED)
         return;
     const char *verdict = phase == KM_ZKB_DUAL_WRITE ? km_zkb_sync_verdict(b) : km_zkb_error(b);
-    d->zk_precheck_outcome = phase == KM_ZKB_STOPPED ? PRECHECK_STOPPED : verdict[0] ? PRECHECK_REFUSED
-                                                                                     : PRECHECK_PASSED;
+    /* Credentials ZooKeeper refused are bad input as for the claim itself: no retry would do better. */
+    bool refused = phase == KM_ZKB_STOPPED ? km_zkb_refused(b) : verdict[0] != 0;
+    d->zk_precheck_outcome = refused ? PRECHECK_REFUSED : phase == KM_ZKB_STOPPED ? PRECHECK_STOPPED : PRECHECK_PASSED;
     snprintf(d->zk_precheck_why, sizeof d->zk_precheck_why, "%s", verdict);
     if (d->zk_precheck_outcome == PRECHECK_REFUSED)
         log_would_delete(d, b);

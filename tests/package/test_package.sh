@@ -23,9 +23,12 @@ debs=("$work"/out/kmproxy_*.deb)
 deb=${debs[0]}
 version=$(dpkg-deb -f "$deb" Version)
 depends=$(dpkg-deb -f "$deb" Depends)
-for dep in passwd libzookeeper-st2 librdkafka1 libssl3; do
+# The ZooKeeper client is linked in statically (deploy/zookeeper-c); Cyrus SASL's mechanisms are plugins.
+for dep in passwd libsasl2-2 libsasl2-modules librdkafka1 libssl3; do
   [[ "$depends" == *"$dep"* ]] || fail "Depends lacks $dep: $depends"
 done
+[[ "$depends" != *libzookeeper* ]] || fail "Depends names Debian's ZooKeeper client, which lacks SASL and TLS: $depends"
+[[ "$(dpkg-deb -f "$deb" Recommends)" == *libsasl2-modules-gssapi-mit* ]] || fail "Recommends lacks the Kerberos plugin"
 
 # 2. a scratch root with an empty dpkg database and the account files useradd --prefix edits
 root=$work/root

@@ -6,10 +6,12 @@
 #include "test_inline_rig.h"
 
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 TestSuite(inline_abuse, .timeout = 120);
@@ -48,6 +50,7 @@ Test(inline_abuse, a_flood_of_bad_connections_logs_a_bounded_number_of_lines)
     irig r;
     int lfd;
     start_scripted(&r, &lfd);
+    cr_assert_eq(fcntl(lfd, F_SETFL, O_NONBLOCK), 0);
     irig_start(&r);
     enum { N = 300 };
     static const uint8_t garbage[8] = {0x7f, 0xff, 0xff, 0xff, 'j', 'u', 'n', 'k'};
@@ -56,6 +59,10 @@ Test(inline_abuse, a_flood_of_bad_connections_logs_a_bounded_number_of_lines)
         cr_assert(irig_send_all(fd, garbage, sizeof garbage));
         cr_assert(irig_wait_eof(fd), "bad client %d was not cut", i);
         close(fd);
+        /* The proxy reads a client once its upstream is connected (proxy.upstream.hold.ms): the
+         * upstream's accept queue is emptied so that it never stops taking connections. */
+        for (int up; (up = accept4(lfd, NULL, NULL, SOCK_NONBLOCK)) >= 0;)
+            close(up);
     }
     km_inline_stats st;
     irig_stop(&r, &st);
