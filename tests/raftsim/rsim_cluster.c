@@ -11,8 +11,9 @@
  *    (raftManager.leaderAndEpoch) or -1 when unknown or not among Brokers, and
  *    ClusterAuthorizedOperations left at its default (INT32_MIN) unless asked for: with no authorizer
  *    every operation is allowed, which the simulator does not model.
- * Not modelled: the ALTER-on-CLUSTER authorization and the metadata.version check
- * (isControllerRegistrationSupported) handleDescribeCluster makes first. */
+ * handleDescribeCluster's own checks come first (cfg.describe_cluster_error): the metadata.version
+ * (isControllerRegistrationSupported), then ALTER on the CLUSTER; a failed one is answered by
+ * DescribeClusterRequest.getErrorResponse: the error code and a message, nothing else. */
 #include "rsim_internal.h"
 
 #define RSIM_E_UNSUPPORTED_ENDPOINT_TYPE 113
@@ -51,6 +52,13 @@ int rsim_serve_describe_cluster(km_rsim *s, const rsim_req *rq, km_buf *out, km_
         return -1;
     km_describe_cluster_response rs;
     km_describe_cluster_response_init(&rs);
+    if (s->cfg.describe_cluster_error) {
+        rs.error_code = s->cfg.describe_cluster_error;
+        rs.error_message = km_cstr(rs.error_code == RSIM_E_CLUSTER_AUTHORIZATION_FAILED
+                                       ? "raftsim: the principal may not ALTER the CLUSTER"
+                                       : "raftsim: metadata.version is older than 3.7-IV0");
+        return km_frame_response(KM_API_DESCRIBE_CLUSTER, rq->version, rq->correlation_id, &rs, out, err);
+    }
     int8_t type = rq->version == 0 ? RSIM_ENDPOINT_BROKER : q.endpoint_type;
     if (type != RSIM_ENDPOINT_BROKER && type != RSIM_ENDPOINT_CONTROLLER) {
         rs.error_code = rq->version == 0 ? RSIM_E_INVALID_REQUEST : RSIM_E_UNSUPPORTED_ENDPOINT_TYPE;

@@ -285,3 +285,45 @@ Test(cluster_guard, raftsim_describe_cluster_answers_as_a_controller)
         km_rsim_free(sims[i]);
     ev_loop_destroy(loop);
 }
+
+typedef struct asked { bool done; char id[128], why[600]; } asked;
+
+static void on_asked(const char *cluster_id, const km_err *why, void *ud)
+{
+    asked *a = ud;
+    a->done = true;
+    snprintf(a->id, sizeof a->id, "%s", cluster_id ? cluster_id : "");
+    snprintf(a->why, sizeof a->why, "%s", why ? why->msg : "");
+}
+
+/* The cluster-id question against controllers that refuse it before looking at it (handleDescribeCluster:
+ * metadata.version, then ALTER on the CLUSTER): no id, and a reason that says what to do. */
+static void ask_refused(int16_t code, const char *want, const char *want2)
+{
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    km_rsim_config base;
+    km_rsim_config_init(&base);
+    base.describe_cluster_error = code;
+    km_rsim *sims[2];
+    char servers[128];
+    tq_make_sims(loop, 2, &base, sims, servers, sizeof servers);
+    asked a = {0};
+    km_err err;
+    km_quorum_ask *ask = km_quorum_ask_cluster_id(loop, servers, NULL, NULL, 10, on_asked, &a, &err);
+    cr_assert(ask, "%s", err.msg);
+    for (int i = 0; i < 2000 && !a.done; i++)
+        ev_run(loop, EVRUN_ONCE);
+    cr_assert(a.done, "no answer to the cluster-id question");
+    cr_expect(!a.id[0], "a cluster id from a refusal: %s", a.id);
+    cr_expect(strstr(a.why, want) && strstr(a.why, want2), "error %d: the reason does not say '%s' and '%s': %s",
+              code, want, want2, a.why);
+    for (int i = 0; i < 2; i++)
+        km_rsim_free(sims[i]);
+    ev_loop_destroy(loop);
+}
+
+Test(cluster_guard, describe_cluster_refusals_say_what_to_do)
+{
+    ask_refused(31, "not authorized: the principal needs ALTER on the CLUSTER", "set cluster.id");
+    ask_refused(35, "metadata.version is older than 3.7-IV0", "set cluster.id");
+}
