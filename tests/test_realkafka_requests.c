@@ -3,7 +3,8 @@
  * AbstractRequest.parseRequest, ApiVersionsRequest.isValid and the accessors a broker's handlers call, and the same
  * bytes when serialized again).  The bytes come from kmproxy's own code: the broker request builders and the
  * framing the broker channel uses, the SASL client, and, captured on the wire by a tap between kmproxy and the raft
- * simulator, what the KRaft observer and `metadata quorum` (km_quorum_describe) send.  Skips, saying why, when
+ * simulator, what the KRaft observer, `metadata quorum` (km_quorum_describe) and the daemon's cluster-id question
+ * (km_quorum_ask_cluster_id: ApiVersions, SASL, DescribeCluster v1 for the controllers) send.  Skips, saying why, when
  * ../shared/realkafka or Java is absent. */
 #include "km_broker.h"
 #include "km_brokersim.h"
@@ -446,8 +447,50 @@ static bool job_done(tq_rig *r)
     return g_job->done;
 }
 
-/* One observer run (a snapshot, then the log) and one `metadata quorum`, through the tap, with the simulator
- * advertising Fetch up to fetch_max (and cap_api up to cap_max, -1: as it is) and asking for a SASL login. */
+typedef struct cluster_id_job {
+    km_quorum_ask *ask;
+    bool done;
+    char id[128], why[1024];
+} cluster_id_job;
+
+static void cluster_id_answered(const char *cluster_id, const km_err *why, void *ud)
+{
+    cluster_id_job *j = ud;
+    j->ask = NULL; /* freed by km_quorum before this call */
+    j->done = true;
+    snprintf(j->id, sizeof j->id, "%s", cluster_id ? cluster_id : "");
+    snprintf(j->why, sizeof j->why, "%s", why ? why->msg : "");
+}
+
+static cluster_id_job *g_cid;
+static bool cluster_id_done(tq_rig *r)
+{
+    (void)r;
+    return g_cid->done;
+}
+
+/* The cluster id asked through the tap, on the rig's loop, as the daemon asks it (daemon_cluster_id.c).  Not
+ * asserted at once: a refused request is best told by Kafka's own reading of the frames (kafka_accepts). */
+static void ask_cluster_id_through_tap(tq_rig *r, uint16_t port, km_sasl_mech mech)
+{
+    cluster_id_job j = {0};
+    char servers[64];
+    snprintf(servers, sizeof servers, "1@127.0.0.1:%u", port);
+    km_quorum_login login = {mech, "kmproxy", "kmproxy-secret"};
+    km_err err;
+    j.ask = km_quorum_ask_cluster_id(r->loop, servers, NULL, &login, 20, cluster_id_answered, &j, &err);
+    cr_assert(j.ask, "%s", err.msg);
+    g_cid = &j;
+    tq_run_until(r, cluster_id_done, 30);
+    if (!j.done)
+        km_quorum_ask_free(j.ask);
+    cr_expect(j.done && !strcmp(j.id, "kmproxy-raftsim-cluster"), "DescribeCluster through the tap: %s",
+              j.done ? j.why : "no answer");
+}
+
+/* One observer run (a snapshot, then the log), one `metadata quorum` and one cluster-id question (DescribeCluster),
+ * through the tap, with the simulator advertising Fetch up to fetch_max (and cap_api up to cap_max, -1: as it is)
+ * and asking for a SASL login. */
 static void observe_through_tap(FILE *out, int16_t fetch_max, km_sasl_mech mech, int16_t cap_api, int16_t cap_max)
 {
     km_buf log;
@@ -497,6 +540,7 @@ static void observe_through_tap(FILE *out, int16_t fetch_max, km_sasl_mech mech,
     pthread_join(th, NULL);
     cr_assert_eq(job.rc, 0, "metadata quorum: %s", job.err.msg);
     cr_assert_eq(job.d.leader_id, 1);
+    ask_cluster_id_through_tap(&r, t.port, mech);
     tap_stop(&t);
     tq_rig_free(&r);
     free(snap);
@@ -519,7 +563,7 @@ Test(realkafka_requests, observer_and_metadata_quorum_on_the_wire, .timeout = 24
     static const char *const want[] = {"API_VERSIONS v3", "SASL_HANDSHAKE v1", "SASL_AUTHENTICATE v2", "FETCH v12",
                                        "FETCH v13", "FETCH v14", "FETCH v15", "FETCH v16", "FETCH v17",
                                        "FETCH_SNAPSHOT v0", "FETCH_SNAPSHOT v1", "DESCRIBE_QUORUM v0",
-                                       "DESCRIBE_QUORUM v1", "DESCRIBE_QUORUM v2"};
+                                       "DESCRIBE_QUORUM v1", "DESCRIBE_QUORUM v2", "DESCRIBE_CLUSTER v1"};
     kafka_accepts(path, want, sizeof want / sizeof want[0]);
     free(path);
     km_test_rmtree(dir);

@@ -1,7 +1,9 @@
 /* km_quorum_cluster_id: the cluster id the KRaft controllers hold, asked with DescribeCluster on
  * the controller listener (KIP-919, Kafka 3.7+). Kafka's ControllerApis.handleDescribeCluster
  * answers only v1 and up with EndpointType CONTROLLER (2) (AuthHelper.computeDescribeClusterResponse
- * answers MISMATCHED_ENDPOINT_TYPE otherwise); any controller answers, not only the leader.
+ * answers MISMATCHED_ENDPOINT_TYPE otherwise); any controller answers, not only the leader.  Before that it
+ * answers UNSUPPORTED_VERSION below metadata.version 3.7-IV0 and CLUSTER_AUTHORIZATION_FAILED without ALTER
+ * on the CLUSTER (unlike a broker's, which needs nothing): both are named plainly.
  * The servers are tried in turn on the caller's loop; the first good answer is taken. */
 #include "quorum_internal.h"
 
@@ -122,12 +124,30 @@ static void dc_on_versions(dc_ctx *d, const km_api_versions_response *rs)
     dc_sasl_step(d, 1, NULL);
 }
 
+#define DC_E_CLUSTER_AUTHORIZATION_FAILED 31
+#define DC_E_UNSUPPORTED_VERSION 35
+
+/* What to do about the two errors handleDescribeCluster answers before looking at the request (first, as
+ * Kafka's message for the first can be long). */
+static const char *dc_error_hint(int16_t code)
+{
+    switch (code) {
+    case DC_E_CLUSTER_AUTHORIZATION_FAILED:
+        return " (not authorized: the principal needs ALTER on the CLUSTER kafka-cluster; grant it or set cluster.id)";
+    case DC_E_UNSUPPORTED_VERSION:
+        return " (metadata.version is older than 3.7-IV0: set cluster.id)";
+    default:
+        return "";
+    }
+}
+
 static void dc_on_describe(dc_ctx *d, const km_describe_cluster_response *rs)
 {
     char why[700];
     if (rs->error_code) {
-        snprintf(why, sizeof why, "DescribeCluster error %d%s%.*s", rs->error_code, rs->error_message.len > 0 ? ": " : "",
-                 rs->error_message.len > 0 ? (int)rs->error_message.len : 0, rs->error_message.ptr);
+        snprintf(why, sizeof why, "DescribeCluster error %d%s%s%.*s", rs->error_code, dc_error_hint(rs->error_code),
+                 rs->error_message.len > 0 ? ": " : "", rs->error_message.len > 0 ? (int)rs->error_message.len : 0,
+                 rs->error_message.ptr);
         return dc_fail(d, why);
     }
     char id[128];

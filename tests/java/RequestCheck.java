@@ -6,7 +6,8 @@
  *     byte left over;
  *   - the request's own checks a server applies: ApiVersionsRequest.isValid (KafkaApis and ControllerApis answer
  *     INVALID_REQUEST otherwise), and the accessors the handlers call (LeaderAndIsr/UpdateMetadata/StopReplica
- *     partition states, Fetch's replica id, SaslHandshake's mechanism);
+ *     partition states, Fetch's replica id, SaslHandshake's mechanism, DescribeCluster's endpoint type as a
+ *     controller reads it);
  *   - serializing the parsed request again gives the very bytes that were sent (nothing misread or dropped).
  * Prints one line per frame ("OK api vN" or "REJECT api vN: why") and a summary; exits 1 if any was rejected.
  * Built at test time with javac against realkafka's class path (tests/realkafka.cmake, test_realkafka_requests.c).
@@ -19,11 +20,15 @@ import java.util.Arrays;
 import java.util.Map;
 import java.util.TreeMap;
 
+import org.apache.kafka.clients.admin.EndpointType;
+import org.apache.kafka.common.message.ApiMessageType;
+import org.apache.kafka.common.message.DescribeClusterRequestData;
 import org.apache.kafka.common.network.ClientInformation;
 import org.apache.kafka.common.network.ListenerName;
 import org.apache.kafka.common.protocol.ApiKeys;
 import org.apache.kafka.common.requests.AbstractRequest;
 import org.apache.kafka.common.requests.ApiVersionsRequest;
+import org.apache.kafka.common.requests.DescribeClusterRequest;
 import org.apache.kafka.common.requests.FetchRequest;
 import org.apache.kafka.common.requests.LeaderAndIsrRequest;
 import org.apache.kafka.common.requests.RequestAndSize;
@@ -118,5 +123,23 @@ public class RequestCheck {
             ((FetchRequest) r).replicaId();
         if (r instanceof SaslHandshakeRequest && ((SaslHandshakeRequest) r).data().mechanism().isEmpty())
             throw new IllegalArgumentException("empty SASL mechanism");
+        if (r instanceof DescribeClusterRequest)
+            describeClusterAtController((DescribeClusterRequest) r);
+    }
+
+    /* kmproxy sends DescribeCluster only to controllers (quorum_cluster.c), so it is read as ControllerApis
+     * reads it: the API must be served on the controller listener, and handleDescribeCluster's
+     * AuthHelper.computeDescribeClusterResponse answers UNSUPPORTED_ENDPOINT_TYPE, MISMATCHED_ENDPOINT_TYPE or
+     * (v0) INVALID_REQUEST unless the request's EndpointType is CONTROLLER. */
+    static void describeClusterAtController(DescribeClusterRequest r) {
+        if (!ApiKeys.DESCRIBE_CLUSTER.inScope(ApiMessageType.ListenerType.CONTROLLER))
+            throw new IllegalArgumentException("DescribeCluster is not served on a controller listener");
+        DescribeClusterRequestData d = r.data();
+        EndpointType type = EndpointType.fromId(d.endpointType());
+        if (type != EndpointType.CONTROLLER)
+            throw new IllegalArgumentException("DescribeCluster v" + r.version() + " asks for endpoint type " +
+                d.endpointType() + " (" + type + "): a controller answers it only for CONTROLLER (2)" +
+                (r.version() == 0 ? ", which v0 cannot carry" : ""));
+        d.includeClusterAuthorizedOperations(); /* read as the handler does; asking for them is allowed */
     }
 }

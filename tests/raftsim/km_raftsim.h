@@ -89,6 +89,10 @@ typedef struct km_rsim_config {
      * is until it commits in its own epoch.  Off: it stays at the log end (older tests). */
     bool unknown_hw_after_election;
     bool no_describe_cluster;    /* as a controller before Kafka 3.7 (KIP-919): no DescribeCluster */
+    /* Non-zero: DescribeCluster is answered with this error alone, as ControllerApis.handleDescribeCluster's
+     * checks answer before anything else: 35 UNSUPPORTED_VERSION (metadata.version before 3.7-IV0, not
+     * isControllerRegistrationSupported), 31 CLUSTER_AUTHORIZATION_FAILED (no ALTER on the CLUSTER). */
+    int16_t describe_cluster_error;
 } km_rsim_config;
 
 void km_rsim_config_init(km_rsim_config *cfg);

@@ -120,7 +120,7 @@ int rsim_serve_api_versions(km_rsim *s, const rsim_req *rq, km_buf *out, km_aren
          * CONTROLLER); they are served only on a SASL listener here. */
         { KM_API_SASL_HANDSHAKE, 0, 1 },
         { KM_API_SASL_AUTHENTICATE, 0, 2 },
-        { KM_API_DESCRIBE_CLUSTER, 1, 1 }, /* last: left out as a pre-3.7 controller would */
+        { KM_API_DESCRIBE_CLUSTER, 0, 1 }, /* last: left out as a pre-3.7 controller would (rsim_cluster.c) */
     };
     const int n_keys = (int)(sizeof keys / sizeof keys[0]) - (s->cfg.no_describe_cluster ? 1 : 0);
     km_api_versions_response rs;

@@ -2,17 +2,24 @@
  * controllers (DescribeCluster, KIP-919) and makes no claim before it knows; so zk.force=true can
  * no longer depose another cluster's ZooKeeper controller: the claim is refused before any write,
  * /controller_epoch and /controller stay as they were, and the refusal never suggests --force.
- * Real ZooKeeper, raft simulators serving a generated migration log. */
+ * Real ZooKeeper, raft simulators serving a generated migration log; and the simulators' DescribeCluster
+ * answer itself, checked against a Kafka 3.9 controller's (raftsim_describe_cluster_answers_as_a_controller). */
 #include "test_quorum_util.h"
 #include "km_daemon.h"
 #include "km_image.h"
 #include "km_testsupport.h"
 #include "zkserver.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define OTHER_CONTROLLER "{\"version\":1,\"brokerid\":1,\"timestamp\":\"1700000000000\"}"
 
@@ -190,4 +197,133 @@ Test(cluster_guard, the_delete_limit_refuses_before_the_claim, .timeout = 180)
     cr_expect(strstr(st.fatal, "before any write") && strstr(st.fatal, "zk.max.deletes"), "%s", st.fatal);
     assert_not_deposed(&r);
     grig_stop(&r);
+}
+
+/* ---- the simulator's DescribeCluster answers what a Kafka 3.9 controller answers ------------------------- */
+
+static int connect_loopback(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert(fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0, "connect to the simulator");
+    return fd;
+}
+
+/* One request to the simulator on loop, over a plain socket; the answer's body decoded into rs. */
+static void sim_ask(struct ev_loop *loop, uint16_t port, int16_t v, const km_describe_cluster_request *rq,
+                    km_describe_cluster_response *rs, km_arena *a)
+{
+    int fd = connect_loopback(port);
+    km_buf b, in;
+    km_buf_init(&b);
+    km_buf_init(&in);
+    km_err err;
+    cr_assert_eq(km_frame_request(KM_API_DESCRIBE_CLUSTER, v, 5, "kmproxy-test", rq, &b, &err), 0, "%s", err.msg);
+    cr_assert_eq(write(fd, b.data, b.len), (ssize_t)b.len);
+    for (int i = 0; i < 1000 && (in.len < 4 || in.len < 4 + km_be32(in.data)); i++) {
+        ev_run(loop, EVRUN_NOWAIT);
+        struct pollfd p = {fd, POLLIN, 0};
+        uint8_t chunk[4096];
+        ssize_t n = poll(&p, 1, 10) > 0 ? read(fd, chunk, sizeof chunk) : 0;
+        cr_assert(n >= 0 && (n > 0 || !(p.revents & POLLIN)), "DescribeCluster v%d: the simulator closed", v);
+        km_buf_put(&in, chunk, (size_t)n);
+    }
+    cr_assert(in.len >= 4 && in.len == 4 + km_be32(in.data), "DescribeCluster v%d: no answer", v);
+    km_reader r;
+    km_reader_init(&r, in.data + 4, in.len - 4);
+    int32_t corr;
+    cr_assert_eq(km_parse_response_header(&r, KM_API_DESCRIBE_CLUSTER, v, &corr, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_decode(&km_describe_cluster_response_desc, v, r.p + r.pos, km_reader_left(&r), rs, a, NULL, &err),
+                 0, "%s", err.msg);
+    km_buf_free(&b);
+    km_buf_free(&in);
+    close(fd);
+}
+
+/* ControllerApis.handleDescribeCluster and AuthHelper.computeDescribeClusterResponse (Kafka 3.9): for
+ * EndpointType CONTROLLER the cluster id, the controllers as Brokers and the raft leader as ControllerId
+ * (-1 when it is not among them); otherwise only an error (UNSUPPORTED_ENDPOINT_TYPE, MISMATCHED_ENDPOINT_TYPE,
+ * or INVALID_REQUEST at v0), the other fields left at their schema defaults. */
+Test(cluster_guard, raftsim_describe_cluster_answers_as_a_controller)
+{
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    km_rsim *sims[2];
+    tq_make_sims(loop, 2, NULL, sims, NULL, 0);
+    km_rsim_set_leader(sims[0], 2, 3);
+    km_arena a;
+    km_arena_init(&a, 0);
+    km_describe_cluster_request rq;
+    km_describe_cluster_request_init(&rq);
+    km_describe_cluster_response rs;
+    rq.endpoint_type = 2;
+    sim_ask(loop, km_rsim_port(sims[0]), 1, &rq, &rs, &a);
+    cr_assert_eq(rs.error_code, 0);
+    cr_expect_eq(rs.endpoint_type, 2);
+    cr_expect(km_str_eq(rs.cluster_id, "kmproxy-raftsim-cluster"));
+    cr_expect_eq(rs.controller_id, 2);
+    cr_expect_eq(rs.cluster_authorized_operations, INT32_MIN);
+    cr_assert_eq(rs.brokers.count, 2, "the controllers are the Brokers of the answer");
+    for (int i = 0; i < 2; i++) {
+        cr_expect_eq(rs.brokers.items[i].broker_id, i + 1);
+        cr_expect(km_str_eq(rs.brokers.items[i].host, "127.0.0.1"));
+        cr_expect_eq(rs.brokers.items[i].port, km_rsim_port(sims[i]));
+        cr_expect_lt(rs.brokers.items[i].rack.len, 0, "no rack: null");
+    }
+    km_rsim_set_leader(sims[0], 7, 4); /* a leader without a registration */
+    sim_ask(loop, km_rsim_port(sims[0]), 1, &rq, &rs, &a);
+    cr_expect_eq(rs.controller_id, -1);
+    static const struct { int16_t v; int8_t type; int16_t code; } bad[] = {{1, 1, 114}, {1, 9, 113}, {0, 1, 42}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rq.endpoint_type = bad[i].type;
+        sim_ask(loop, km_rsim_port(sims[0]), bad[i].v, &rq, &rs, &a);
+        cr_expect_eq(rs.error_code, bad[i].code, "v%d type %d: error %d", bad[i].v, bad[i].type, rs.error_code);
+        cr_expect(rs.cluster_id.len <= 0 && rs.brokers.count == 0 && rs.controller_id == -1);
+        cr_expect(bad[i].v == 0 || rs.endpoint_type == 1, "an error answer keeps EndpointType's default (1)");
+    }
+    km_arena_free(&a);
+    for (int i = 0; i < 2; i++)
+        km_rsim_free(sims[i]);
+    ev_loop_destroy(loop);
+}
+
+typedef struct asked { bool done; char id[128], why[600]; } asked;
+
+static void on_asked(const char *cluster_id, const km_err *why, void *ud)
+{
+    asked *a = ud;
+    a->done = true;
+    snprintf(a->id, sizeof a->id, "%s", cluster_id ? cluster_id : "");
+    snprintf(a->why, sizeof a->why, "%s", why ? why->msg : "");
+}
+
+/* The cluster-id question against controllers that refuse it before looking at it (handleDescribeCluster:
+ * metadata.version, then ALTER on the CLUSTER): no id, and a reason that says what to do. */
+static void ask_refused(int16_t code, const char *want, const char *want2)
+{
+    struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+    km_rsim_config base;
+    km_rsim_config_init(&base);
+    base.describe_cluster_error = code;
+    km_rsim *sims[2];
+    char servers[128];
+    tq_make_sims(loop, 2, &base, sims, servers, sizeof servers);
+    asked a = {0};
+    km_err err;
+    km_quorum_ask *ask = km_quorum_ask_cluster_id(loop, servers, NULL, NULL, 10, on_asked, &a, &err);
+    cr_assert(ask, "%s", err.msg);
+    for (int i = 0; i < 2000 && !a.done; i++)
+        ev_run(loop, EVRUN_ONCE);
+    cr_assert(a.done, "no answer to the cluster-id question");
+    cr_expect(!a.id[0], "a cluster id from a refusal: %s", a.id);
+    cr_expect(strstr(a.why, want) && strstr(a.why, want2), "error %d: the reason does not say '%s' and '%s': %s",
+              code, want, want2, a.why);
+    for (int i = 0; i < 2; i++)
+        km_rsim_free(sims[i]);
+    ev_loop_destroy(loop);
+}
+
+Test(cluster_guard, describe_cluster_refusals_say_what_to_do)
+{
+    ask_refused(31, "not authorized: the principal needs ALTER on the CLUSTER", "set cluster.id");
+    ask_refused(35, "metadata.version is older than 3.7-IV0", "set cluster.id");
 }
