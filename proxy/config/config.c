@@ -421,8 +421,8 @@ int km_config_validate(const km_config *c, km_err *err)
     km_config_broker_security_clear(&sec);
     if (rc)
         return -1;
-    if (c->ha_enabled && (!c->election_path || c->election_path[0] != '/' ||
-                          c->election_path[strlen(c->election_path) - 1] == '/'))
+    /* HA or not: the claim record lives beside it (daemon_ha.c) */
+    if (!c->election_path || c->election_path[0] != '/' || c->election_path[strlen(c->election_path) - 1] == '/')
         return km_fail(err, "kmproxy.election.path must be an absolute ZooKeeper path, not '%s'",
                        c->election_path ? c->election_path : "");
     if (!c->zk_connect)  /* broker RPCs carry the ZooKeeper controller epoch our claim produces */
