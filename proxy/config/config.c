@@ -129,7 +129,8 @@ static const key_def KEYS[] = {
         "Elect one active instance among several under `kmproxy.election.path`; the others follow the log and "
         "take over."),
     STR("kmproxy.election.path", election_path,
-        "Where the instances elect (inside the chroot); the claim record `active` lives beside it."),
+        "Where the instances elect (inside the chroot); the claim record `active` lives beside it, with or "
+        "without HA."),
     STR("password.encoder.secret", password_encoder_secret,
         "The controllers' password.encoder.secret: password-type configs are written encoded as Kafka's "
         "PasswordEncoder does; unset: stored as they are."),
