@@ -164,6 +164,15 @@ Test(daemon_restart, a_same_epoch_claim_kmproxy_did_not_make_is_still_refused)
     cr_assert(c2);
     expect_refused(&e, "foreign", zk2, c2, "/controller is held by KRaft controller");
     cr_expect_eq(get_int(c2, "/controller_epoch"), 3);
+    /* the runbook's way out once the operator knows that claim is kmproxy's (an upgrade from a
+     * version that kept no record): a record for the current /controller_epoch */
+    cr_assert_eq(km_zkc_mkdirs(c2, "/kmproxy"), ZOK);
+    cr_assert_eq(km_zkc_create(c2, "/kmproxy/active", "{\"version\":1,\"instance\":\"manual\",\"controller_epoch\":3}",
+                               0), ZOK);
+    inst m;
+    run_until_ready(&m, &e, "manual", zk2);
+    stop_cleanly(&m);
+    cr_expect_eq(get_int(c2, "/controller_epoch"), 4);
     km_zkc_close(c2);
 
     /* a cluster kmproxy claimed, then another writer claimed at our KRaft epoch (record left behind) */
