@@ -38,12 +38,10 @@ static void precheck_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
     if (phase != KM_ZKB_DUAL_WRITE && phase != KM_ZKB_STOPPED)
         return;
     const char *verdict = phase == KM_ZKB_DUAL_WRITE ? km_zkb_sync_verdict(b) : km_zkb_error(b);
-    if (phase == KM_ZKB_STOPPED) /* refused credentials are bad input, as for the claim: retrying cannot help */
-        d->zk_precheck_outcome = km_zkb_refused(b) ? PRECHECK_REFUSED : PRECHECK_STOPPED;
-    else
-        d->zk_precheck_outcome = verdict[0] ? PRECHECK_REFUSED : PRECHECK_PASSED;
+    d->zk_precheck_outcome = phase == KM_ZKB_STOPPED ? PRECHECK_STOPPED : verdict[0] ? PRECHECK_REFUSED
+                                                                                     : PRECHECK_PASSED;
     snprintf(d->zk_precheck_why, sizeof d->zk_precheck_why, "%s", verdict);
-    if (d->zk_precheck_outcome == PRECHECK_REFUSED && phase == KM_ZKB_DUAL_WRITE)
+    if (d->zk_precheck_outcome == PRECHECK_REFUSED)
         log_would_delete(d, b);
     ev_timer_set(&d->zk_precheck_end, 0., 0.); /* the bridge is freed outside its own callback */
     ev_timer_start(d->loop, &d->zk_precheck_end);
