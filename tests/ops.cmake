@@ -27,3 +27,5 @@ km_add_test(test_cli_status SOURCES ${KM_OPS_TESTS}/test_cli_status.c ${KM_OPS_T
             ${CMAKE_CURRENT_LIST_DIR}/test_broker_rig.c ${CMAKE_CURRENT_LIST_DIR}/test_broker_check.c TIMEOUT 300)
 target_link_libraries(test_cli_status PRIVATE km_brokersim km_raftsim)
 target_include_directories(test_cli_status PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+# A single daemon restarted (SIGTERM, kill -9) claims over its own standing claim; someone else's is refused.
+km_add_test(test_daemon_restart SOURCES ${KM_OPS_TESTS}/test_daemon_restart.c ${KM_OPS_TESTS}/ops_daemon.c ${KM_OPS_TESTS}/ops_util.c TIMEOUT 300)

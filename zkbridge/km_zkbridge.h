@@ -112,6 +112,10 @@ typedef struct km_zkw_config {
      * writer outside the election claimed since, and re-claiming would fight it. NULL: no record. */
     const char *claim_record;
     const char *claim_owner;        /* who we are, stored in the record */
+    /* A single instance (no election) keeps the record too: it proves to the next process, after a
+     * restart at the same KRaft epoch, that the /controller standing there is its own claim. The
+     * same rule stops it when /controller_epoch moved past the record (only the wording differs). */
+    bool single_instance;
     bool read_only;                 /* diff: a session only - no claim, no writes (CLAIMED once the guard has
                                      * seen what a claim would find; its verdict is ignored) */
     /* Before each claim: non-zero refuses it for good (state REFUSED, fence reason = why). NULL: none. */
@@ -131,6 +135,9 @@ const char *km_zkw_fence_reason(const km_zkw *w);
 bool km_zkw_auth_refused(const km_zkw *w);
 /* Fenced because /controller_epoch moved past the claim record (claim_record): a foreign writer. */
 bool km_zkw_fenced_by_foreign(const km_zkw *w);
+/* The claim was refused by what ZooKeeper holds - Kafka's epoch rule on /controller, or a writer past
+ * the claim record - not by a transient error: the next start meets the same ZooKeeper. */
+bool km_zkw_claim_refused(const km_zkw *w);
 
 /* ---- the neutral write interface ---- */
 typedef enum km_zop_kind {

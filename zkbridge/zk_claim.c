@@ -203,9 +203,11 @@ int zkw_failed_op(const zoo_op_result_t *res, int n)
 
 /* Kafka's rule (KafkaZkClient.tryRegisterKRaftControllerAsActiveController, 3.9): a KRaft epoch in
  * /controller that is not older than ours - the same epoch included, whichever node wrote it -
- * refuses the claim (ControllerMovedException). One exception, HA: `handover` says the claim record
- * proves /controller was written by a claim of this kmproxy cluster for our node id (the instances
- * act as one controller, so a takeover at the same KRaft epoch continues that claim). */
+ * refuses the claim (ControllerMovedException). One exception: `handover` says the claim record
+ * proves /controller was written by a kmproxy claim for our node id - an HA takeover (the instances
+ * act as one controller), or a single instance restarted at the same KRaft epoch (systemctl
+ * restart, upgrade, crash: /controller is persistent in KRaft mode, so its predecessor's claim is
+ * still there). Either continues that claim with a new /controller_epoch. */
 static int check_controller(km_zkw *w, const char *json, bool handover)
 {
     json_error_t jerr;
@@ -245,7 +247,7 @@ static bool still_ours(const km_zkw *w, const claim_call *c)
 
 static void on_claim_multi(int rc, const void *data);
 
-/* HA: the record of this claim rides in the claim's multi, at the version the claim read. */
+/* The record of this claim rides in the claim's multi, at the version the claim read. */
 static int record_op(km_zkw *w, claim_call *c, zoo_op_t *op)
 {
     char owner[256];
@@ -382,10 +384,14 @@ static void probed(km_zkw *w, const claim_call *c)
     zkw_emit(w, KM_ZKW_EV_CLAIMED);
 }
 
-/* HA: /controller_epoch holds what the last kmproxy claim wrote (the record says which), or a
- * writer outside the election claimed since - a KRaft controller's migration driver, an operator's
- * tool - or the active instance found one moving /migration alone and marked the record. Claiming over it would make the two fight (each claim fences the other), so we stop: FENCED
- * for good, km_zkw_fenced_by_foreign() set. No record yet: the first HA claim of this cluster. */
+/* /controller_epoch holds what the last kmproxy claim wrote (the record says which), or a writer
+ * outside kmproxy claimed since - a KRaft controller's migration driver, an operator's tool (`kmproxy
+ * zk sync` included: it keeps no record) - or the active instance found one moving /migration alone
+ * and marked the record. Claiming over it would make the two fight (each claim fences the other),
+ * so we stop: FENCED for good, km_zkw_fenced_by_foreign() and km_zkw_claim_refused() set. A single
+ * instance decides the same as HA does, deliberately: it cannot tell a finished foreign writer
+ * from a live one, so an operator looks and deletes the record (docs/runbook.md). No record yet:
+ * the first claim of this cluster by a kmproxy that keeps one. */
 static bool foreign_since_last_claim(km_zkw *w, const claim_call *c)
 {
     w->record_version = c->rc[R_RECORD] == ZOK ? c->st[R_RECORD].version : -1;
@@ -399,17 +405,15 @@ static bool foreign_since_last_claim(km_zkw *w, const claim_call *c)
     long long now = c->rc[R_CONTROLLER_EPOCH] == ZOK ? strtoll(c->data[R_CONTROLLER_EPOCH], NULL, 10) : -1;
     const char *marked = json_string_value(json_object_get(rec, "foreign_writer")); /* zk_recover.c */
     bool foreign = marked || recorded != now;
-    if (marked) {
-        w->foreign = true;
-        zkw_fence(w, "a writer outside the election owns ZooKeeper: %.120s, the active instance then, recorded in %s: "
-                  "%.300s; not claiming over it", by ? by : "?", w->claim_record, marked);
-    } else if (foreign) {
-        w->foreign = true;
-        zkw_fence(w, "a writer outside the election owns ZooKeeper: /controller_epoch is %lld (/controller: %.150s) "
+    w->foreign = w->claim_refused = foreign;
+    if (marked)
+        zkw_fence(w, "a writer outside %s owns ZooKeeper: %.120s, the active instance then, recorded in %s: "
+                  "%.300s; not claiming over it", zkw_outside(w), by ? by : "?", w->claim_record, marked);
+    else if (foreign)
+        zkw_fence(w, "a writer outside %s owns ZooKeeper: /controller_epoch is %lld (/controller: %.150s) "
                   "but the last kmproxy claim, recorded in %s by %.120s, was epoch %lld; not claiming over it",
-                  now, c->rc[R_CONTROLLER] == ZOK ? c->data[R_CONTROLLER] : "absent", w->claim_record,
-                  by ? by : "?", recorded);
-    }
+                  zkw_outside(w), now, c->rc[R_CONTROLLER] == ZOK ? c->data[R_CONTROLLER] : "absent",
+                  w->claim_record, by ? by : "?", recorded);
     json_decref(rec);
     return foreign;
 }
@@ -417,8 +421,26 @@ static bool foreign_since_last_claim(km_zkw *w, const claim_call *c)
 static void refuse_claim(km_zkw *w)
 {
     w->state = KM_ZKW_REFUSED;
+    w->claim_refused = true;
     zkw_log(w, KM_LOG_ERROR, "zk claim refused: %s", w->fence_reason);
     zkw_emit(w, KM_ZKW_EV_REFUSED);
+}
+
+static void on_parent(int rc, const char *name, const void *data)
+{
+    (void)rc; (void)name; (void)data; /* ZNODEEXISTS is the usual answer; the claim's multi says the rest */
+}
+
+/* The record's first create needs its parents: the election makes them under HA, nothing does for a
+ * single instance. One session answers in order, so they exist before the claim's multi runs. */
+static void create_record_parents(km_zkw *w)
+{
+    const char *p = w->claim_record;
+    for (const char *slash = strchr(p + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+        char prefix[512];
+        snprintf(prefix, sizeof prefix, "%.*s", (int)(slash - p), p);
+        zoo_acreate(w->sess.zh, prefix, NULL, -1, zk_session_acl(&w->sess, prefix), 0, on_parent, NULL);
+    }
 }
 
 static void decide_claim(km_zkw *w, claim_call *c)
@@ -444,6 +466,8 @@ static void decide_claim(km_zkw *w, claim_call *c)
     w->epoch_exists = c->rc[1] == ZOK;
     w->ctrl_epoch_version = w->epoch_exists ? c->st[1].version : -1;
     w->zk_epoch = w->epoch_exists ? (int32_t)strtol(c->data[1], NULL, 10) : 0;
+    if (w->claim_record && w->record_version < 0)
+        create_record_parents(w);
     send_claim(w);
 }
 

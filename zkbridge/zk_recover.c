@@ -94,8 +94,8 @@ static void recover_finish(km_zkw *w)
     zkw_emit_progress(w, popped);
 }
 
-/* HA: the record beside the election is marked before the fence, so that whichever instance
- * leads next refuses to claim (foreign_since_last_claim) instead of writing over the other
+/* The record beside the election is marked before the fence, so that whichever instance
+ * leads next (a single instance: its next start) refuses to claim (foreign_since_last_claim) instead of writing over the other
  * writer.  The fence (and the daemon's exit) waits for ZooKeeper's answer. */
 typedef struct mark_call {
     km_zkw *w;
@@ -121,9 +121,11 @@ static void on_record_marked(int rc, const struct Stat *st, const void *data)
 static void second_writer(km_zkw *w, const rec_call *c)
 {
     char reason[1024];
+    char who[64] = "";
+    if (w->claim_record)
+        snprintf(who, sizeof who, "a writer outside %s owns ZooKeeper: ", zkw_outside(w));
     snprintf(reason, sizeof reason, "%s/migration holds %.200s at zkVersion %d; our last confirmed write left "
-             "zkVersion %d (%.200s): a second writer%s", w->claim_record ? "a writer outside the election owns "
-             "ZooKeeper: " : "", c->data[1], c->st[1].version, w->mig_version, w->mig,
+             "zkVersion %d (%.200s): a second writer%s", who, c->data[1], c->st[1].version, w->mig_version, w->mig,
              w->claim_record ? " while /controller_epoch is still ours" : "");
     mark_call *mc = w->claim_record ? calloc(1, sizeof *mc) : NULL;
     if (!mc)

@@ -212,6 +212,10 @@ km_zkw_state km_zkw_get_state(const km_zkw *w)
 }
 const char *km_zkw_fence_reason(const km_zkw *w) { return w->fence_reason; }
 bool km_zkw_fenced_by_foreign(const km_zkw *w) { return w->foreign; }
+
+bool km_zkw_claim_refused(const km_zkw *w) { return w->claim_refused; }
+
+const char *zkw_outside(const km_zkw *w) { return w->cfg.single_instance ? "kmproxy" : "the election"; }
 int64_t km_zkw_confirmed_offset(const km_zkw *w) { return w->confirmed_offset; }
 int32_t km_zkw_confirmed_epoch(const km_zkw *w) { return w->confirmed_epoch; }
 int km_zkw_migration_version(const km_zkw *w) { return w->mig_version; }

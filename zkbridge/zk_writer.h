@@ -41,6 +41,8 @@ void zk_session_restart_now(zk_session *s);
 void zk_session_close(zk_session *s);
 void zk_session_abandon(zk_session *s); /* the network is gone: closing must not wait for an answer */
 /* ACL for a create at path (Kafka's defaultAcls when zookeeper.set.acl=true) */
+/* Who counts as "us" in a claim record's messages: the election's instances, or kmproxy alone. */
+const char *zkw_outside(const km_zkw *w);
 const struct ACL_vector *zk_session_acl(const zk_session *s, const char *path);
 
 typedef enum zkw_mstate { M_QUEUED, M_SENT, M_ACKED, M_UNKNOWN } zkw_mstate;
@@ -97,6 +99,7 @@ struct km_zkw {
     km_zkw_state state;
     char fence_reason[512];
     bool foreign;                          /* fenced by a writer outside the election (claim_record) */
+    bool claim_refused;                    /* km_zkw_claim_refused */
     char *claim_record, *claim_owner;      /* owned copies of the config's strings */
     int record_version;                    /* claim_record's zkVersion as the claim read it; -1: absent */
     zk_vcache cache;

@@ -129,7 +129,8 @@ static const key_def KEYS[] = {
         "Elect one active instance among several under `kmproxy.election.path`; the others follow the log and "
         "take over."),
     STR("kmproxy.election.path", election_path,
-        "Where the instances elect (inside the chroot); the claim record `active` lives beside it."),
+        "Where the instances elect (inside the chroot); the claim record `active` lives beside it, with or "
+        "without HA."),
     STR("password.encoder.secret", password_encoder_secret,
         "The controllers' password.encoder.secret: password-type configs are written encoded as Kafka's "
         "PasswordEncoder does; unset: stored as they are."),
@@ -421,8 +422,8 @@ int km_config_validate(const km_config *c, km_err *err)
     km_config_broker_security_clear(&sec);
     if (rc)
         return -1;
-    if (c->ha_enabled && (!c->election_path || c->election_path[0] != '/' ||
-                          c->election_path[strlen(c->election_path) - 1] == '/'))
+    /* HA or not: the claim record lives beside it (daemon_ha.c) */
+    if (!c->election_path || c->election_path[0] != '/' || c->election_path[strlen(c->election_path) - 1] == '/')
         return km_fail(err, "kmproxy.election.path must be an absolute ZooKeeper path, not '%s'",
                        c->election_path ? c->election_path : "");
     if (!c->zk_connect)  /* broker RPCs carry the ZooKeeper controller epoch our claim produces */

@@ -88,6 +88,13 @@ static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
         km_daemon_fatal_input(d, "ZooKeeper mirror refused: %s", km_zkb_error(b));
         return;
     }
+    /* A single instance refused by what ZooKeeper holds (someone else's claim at our KRaft epoch or a
+     * newer one, a writer past the claim record): exit 2, so that systemd does not restart it into
+     * the same refusal every few seconds; the operator decides (docs/runbook.md). */
+    if (phase == KM_ZKB_STOPPED && !d->election && km_zkw_claim_refused(km_zkb_writer(b))) {
+        km_daemon_fatal_input(d, "ZooKeeper claim refused: %s", km_zkb_error(b));
+        return;
+    }
     if (phase == KM_ZKB_STOPPED && km_zkw_fenced_by_foreign(km_zkb_writer(b))) { /* no standby may claim either */
         km_daemon_fatal(d, "ZooKeeper mirror stopped: %s", km_zkb_error(b));
         return;
@@ -255,8 +262,8 @@ static void fill_bridge_config(km_daemon *d, km_daemon_consumers *c, km_zkb_conf
         .zk = {.hosts = d->cfg.zk_connect, .session_timeout_ms = d->cfg.zk_session_timeout_ms,
                .controller_id = c->controller_id, .controller_epoch = c->controller_epoch,
                .max_pending_ops = (size_t)d->cfg.zk_max_pending_records, .log = bridge_log, .ctx = d,
-               .fence_on_expiry = d->election != NULL, .claim_record = d->election ? d->claim_record : NULL,
-               .claim_owner = d->instance, .security = &d->zk_security.sec},
+               .fence_on_expiry = d->election != NULL, .claim_record = d->claim_record,
+               .claim_owner = d->instance, .single_instance = !d->election, .security = &d->zk_security.sec},
         .passwords = {.secret = d->cfg.password_encoder_secret,
                       .keyfactory_algorithm = d->cfg.password_encoder_keyfactory_algorithm,
                       .cipher_algorithm = d->cfg.password_encoder_cipher_algorithm,

@@ -15,7 +15,8 @@
  * `<parent of the election path>/active`; a claim that finds /controller_epoch past that record
  * was beaten by a foreign writer and ends the daemon (exit 1) instead of claiming over it. The
  * fenced instance rejoins, and whichever of us leads next reads the record and stops the same way,
- * so none re-claims: the operator decides. */
+ * so none re-claims: the operator decides. A single instance keeps the same record (its restart
+ * continues its own claim at the same KRaft epoch) and stops the same way, with exit 2. */
 #include "daemon_internal.h"
 
 #include <stdio.h>
@@ -89,15 +90,17 @@ int km_daemon_start_ha(km_daemon *d, km_err *err)
 {
     ev_init(&d->step_down, step_down_cb);
     d->step_down.data = d;
-    if (!d->cfg.ha_enabled)
-        return 0;
     char host[128] = "?";
     gethostname(host, sizeof host - 1);
     snprintf(d->instance, sizeof d->instance, "%s:%d metrics=%s", host, (int)getpid(),
              d->cfg.metrics_listen ? d->cfg.metrics_listen : "-");
-    const char *slash = strrchr(d->cfg.election_path, '/'); /* the path is absolute: the election checks it */
+    /* The claim record, with or without HA: a single instance's next start reads it to know the
+     * /controller standing at its KRaft epoch is its own (see km_zkw_config.single_instance). */
+    const char *slash = strrchr(d->cfg.election_path, '/'); /* the path is absolute: the config checks it */
     snprintf(d->claim_record, sizeof d->claim_record, "%.*s/active",
              slash ? (int)(slash - d->cfg.election_path) : 0, d->cfg.election_path);
+    if (!d->cfg.ha_enabled)
+        return 0;
     km_zkel_config ec = {.hosts = d->cfg.zk_connect, .session_timeout_ms = d->cfg.zk_session_timeout_ms,
                          .path = d->cfg.election_path, .data = d->instance, .on_change = on_election, .log = ha_log,
                          .ctx = d, .security = &d->zk_security.sec, .on_refused = on_election_refused};
