@@ -1,6 +1,9 @@
 /* The mirror under trouble: a session expired mid-batch, ZooKeeper restarted mid-sync, lost acks
  * during a full sync, and a stale follower (KAFKA-16667) on a 3-server ensemble. Each ends with
- * ZooKeeper equal to the image. */
+ * ZooKeeper equal to the image. The suite runs twice: on a plain ZooKeeper (test_zk_chaos) and on one
+ * that requires SASL (test_zk_chaos_sasl: KM_TEST_ZK_SECURE=sasl, zksecmode.h), where the bridge
+ * authenticates on every new session with zookeeper.set.acl=true and every znode must end with
+ * Kafka's ACL, those written before the trouble and after it alike. */
 #include "test_tls_certs.h"
 #include "test_zk_util.h"
 
@@ -99,9 +102,10 @@ Test(zk_chaos, zookeeper_restarted_mid_sync, .timeout = 240)
     km_zks_stop(zs);
 }
 
-/* The same on a secured ZooKeeper (zookeeper.set.acl=true): the new connection authenticates (or
- * completes its TLS handshake) again before anything is sent, and the znodes written after the
- * restart carry Kafka's ACLs like those before it; `who` is the creator's ACL id. */
+/* The restart on a TLS-only ZooKeeper (zookeeper.set.acl=true; SASL is the whole suite's second
+ * run): the new connection completes its TLS handshake again before anything is sent, and the
+ * znodes written after the restart carry Kafka's ACLs like those before it; `who` is the
+ * creator's ACL id. */
 static void restart_mid_sync_secured(const km_zks_options *opt, const km_zk_security *sec, const km_zkc_auth *auth,
                                      const char *scheme, const char *who)
 {
