@@ -240,6 +240,8 @@ Test(zk_chaos, stale_follower_read_on_a_3_server_ensemble, .timeout = 300)
     km_err e = {{0}};
     cr_assert_eq(km_zkw_submit(a->w, NULL, 0, ++offset, 1, &e), 0, "%s", e.msg);
     cr_assert(zkt_wait_state(a, KM_ZKW_FENCED, 30000), "the old controller must fence itself");
+    char why[512] = "";
+    cr_assert(!km_zksec_on() || km_zksec_acls_are_kafkas(c, why, sizeof why), "%s", why);
     km_zkc_close(c);
     zkt_writer_free(a);
     zkt_writer_free(b);
