@@ -11,6 +11,8 @@ km_add_test(test_ha SOURCES ${KM_OPS_TESTS}/test_ha.c ${KM_OPS_TESTS}/ops_daemon
             ${CMAKE_CURRENT_LIST_DIR}/test_broker_rig.c ${CMAKE_CURRENT_LIST_DIR}/test_broker_check.c TIMEOUT 900)
 target_link_libraries(test_ha PRIVATE km_brokersim)
 target_include_directories(test_ha PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+# The whole HA suite again on a ZooKeeper that requires SASL, every instance on zookeeper.set.acl=true.
+km_add_test_env(test_ha_sasl test_ha KM_TEST_ZK_SECURE=sasl)
 km_add_test(test_daemon_tls SOURCES ${KM_OPS_TESTS}/test_daemon_tls.c ${KM_OPS_TESTS}/ops_daemon.c ${KM_OPS_TESTS}/ops_util.c
             ${CMAKE_CURRENT_LIST_DIR}/test_broker_rig.c ${CMAKE_CURRENT_LIST_DIR}/test_broker_check.c
             ${CMAKE_CURRENT_LIST_DIR}/test_tls_certs.c TIMEOUT 300)

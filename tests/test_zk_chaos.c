@@ -1,6 +1,9 @@
 /* The mirror under trouble: a session expired mid-batch, ZooKeeper restarted mid-sync, lost acks
  * during a full sync, and a stale follower (KAFKA-16667) on a 3-server ensemble. Each ends with
- * ZooKeeper equal to the image. */
+ * ZooKeeper equal to the image. The suite runs twice: on a plain ZooKeeper (test_zk_chaos) and on one
+ * that requires SASL (test_zk_chaos_sasl: KM_TEST_ZK_SECURE=sasl, zksecmode.h), where the bridge
+ * authenticates on every new session with zookeeper.set.acl=true and every znode must end with
+ * Kafka's ACL, those written before the trouble and after it alike. */
 #include "test_tls_certs.h"
 #include "test_zk_util.h"
 
@@ -37,10 +40,12 @@ static bool multis_at_least(void *ctx)
 
 static void check_equal(km_zks *zs, const km_image *img, int32_t epoch)
 {
-    km_zkc *c = km_zkc_open(km_zks_hosts(zs, -1), NULL, 10000);
+    km_zkc *c = km_zksec_open(km_zks_hosts(zs, -1), 10000);
     cr_assert(c);
     char why[512];
     cr_assert(zkt_zk_equals_image(c, img, epoch, why, sizeof why), "%s", why);
+    if (km_zksec_on()) /* written by sessions that came and went: each znode as Kafka's ACLs have it */
+        cr_assert(km_zksec_acls_are_kafkas(c, why, sizeof why), "%s", why);
     km_zkc_close(c);
 }
 
@@ -50,7 +55,7 @@ static const km_zkb_config SLOW = {.zk = {.max_multi_ops = 25, .max_inflight = 4
 Test(zk_chaos, session_expired_mid_batch, .timeout = 240)
 {
     char err[512] = "", *dir;
-    km_zks *zs = km_zks_start(1, NULL, 0, err, sizeof err);
+    km_zks *zs = km_zksec_start(1, err, sizeof err);
     cr_assert(zs, "%s", err);
     km_image *img = gen_image(&dir, 40, 40);
     zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, 2, &SLOW);
@@ -58,7 +63,7 @@ Test(zk_chaos, session_expired_mid_batch, .timeout = 240)
     cr_assert(zkt_run_until(t->loop, multis_at_least, &p, 60000));
     cr_assert_not(km_zkb_idle(t->b), "the sync must still be running when the session dies");
     clientid_t id = *zoo_client_id(km_zkw_handle(km_zkb_writer(t->b)));
-    cr_assert_eq(km_zks_expire_session(km_zks_hosts(zs, 0), &id), 0);
+    cr_assert_eq(km_zksec_expire_session(km_zks_hosts(zs, 0), &id), 0);
     cr_assert(zkt_bridge_wait_idle(t, 120000), "%s", km_zkb_error(t->b));
     km_zkw_metrics m;
     km_zkw_get_metrics(km_zkb_writer(t->b), &m);
@@ -76,7 +81,7 @@ Test(zk_chaos, session_expired_mid_batch, .timeout = 240)
 Test(zk_chaos, zookeeper_restarted_mid_sync, .timeout = 240)
 {
     char err[512] = "", *dir;
-    km_zks *zs = km_zks_start(1, NULL, 0, err, sizeof err);
+    km_zks *zs = km_zksec_start(1, err, sizeof err);
     cr_assert(zs, "%s", err);
     km_image *img = gen_image(&dir, 40, 40);
     zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, 2, &SLOW);
@@ -97,9 +102,10 @@ Test(zk_chaos, zookeeper_restarted_mid_sync, .timeout = 240)
     km_zks_stop(zs);
 }
 
-/* The same on a secured ZooKeeper (zookeeper.set.acl=true): the new connection authenticates (or
- * completes its TLS handshake) again before anything is sent, and the znodes written after the
- * restart carry Kafka's ACLs like those before it; `who` is the creator's ACL id. */
+/* The restart on a TLS-only ZooKeeper (zookeeper.set.acl=true; SASL is the whole suite's second
+ * run): the new connection completes its TLS handshake again before anything is sent, and the
+ * znodes written after the restart carry Kafka's ACLs like those before it; `who` is the
+ * creator's ACL id. */
 static void restart_mid_sync_secured(const km_zks_options *opt, const km_zk_security *sec, const km_zkc_auth *auth,
                                      const char *scheme, const char *who)
 {
@@ -136,14 +142,6 @@ static void restart_mid_sync_secured(const km_zks_options *opt, const km_zk_secu
     km_zks_stop(zs);
 }
 
-Test(zk_chaos, zookeeper_restarted_mid_sync_on_a_sasl_server_with_kafka_acls, .timeout = 240)
-{
-    km_zk_security sec = {.sasl_mechanism = "DIGEST-MD5", .sasl_username = "kafka", .sasl_password = "kafka-secret",
-                          .set_acl = true};
-    restart_mid_sync_secured(&(km_zks_options){.sasl_users = "user_kafka=\"kafka-secret\"", .require_sasl = true},
-                             &sec, &(km_zkc_auth){.sasl_user = "kafka", .sasl_password = "kafka-secret"}, "sasl", "kafka");
-}
-
 Test(zk_chaos, zookeeper_restarted_mid_sync_on_a_tls_only_server_with_kafka_acls, .timeout = 240)
 {
     km_test_pki pki;
@@ -165,7 +163,7 @@ Test(zk_chaos, zookeeper_restarted_mid_sync_on_a_tls_only_server_with_kafka_acls
 Test(zk_chaos, lost_acks_during_full_sync, .timeout = 240)
 {
     char err[512] = "", *dir;
-    km_zks *zs = km_zks_start(1, NULL, 0, err, sizeof err);
+    km_zks *zs = km_zksec_start(1, err, sizeof err);
     cr_assert(zs, "%s", err);
     km_fp *fp = km_fp_start(km_zks_port(zs, 0), err, sizeof err);
     cr_assert(fp, "%s", err);
@@ -214,7 +212,7 @@ static void batches(zkt_writer *w, int n, int64_t *offset)
 Test(zk_chaos, stale_follower_read_on_a_3_server_ensemble, .timeout = 300)
 {
     char err[512] = "";
-    km_zks *zs = km_zks_start(3, NULL, 0, err, sizeof err);
+    km_zks *zs = km_zksec_start(3, err, sizeof err);
     cr_assert(zs, "%s", err);
     int lead = leader_index(zs), f = km_zks_follower(zs);
     cr_assert(lead >= 0 && f >= 0);
@@ -228,7 +226,7 @@ Test(zk_chaos, stale_follower_read_on_a_3_server_ensemble, .timeout = 300)
     zkt_writer *b = zkt_writer_new(km_zks_hosts(zs, f), 3001, 2, NULL);
     cr_assert(zkt_wait_state(b, KM_ZKW_READY, 60000), "%s: %s", km_zkw_state_name(km_zkw_get_state(b->w)),
               km_zkw_fence_reason(b->w));
-    km_zkc *c = km_zkc_open(km_zks_hosts(zs, lead), NULL, 10000);
+    km_zkc *c = km_zksec_open(km_zks_hosts(zs, lead), 10000);
     cr_assert(c);
     int truth = -1;
     char *mig = zkt_get(c, "/migration", &truth);
@@ -242,6 +240,8 @@ Test(zk_chaos, stale_follower_read_on_a_3_server_ensemble, .timeout = 300)
     km_err e = {{0}};
     cr_assert_eq(km_zkw_submit(a->w, NULL, 0, ++offset, 1, &e), 0, "%s", e.msg);
     cr_assert(zkt_wait_state(a, KM_ZKW_FENCED, 30000), "the old controller must fence itself");
+    char why[512] = "";
+    cr_assert(!km_zksec_on() || km_zksec_acls_are_kafkas(c, why, sizeof why), "%s", why);
     km_zkc_close(c);
     zkt_writer_free(a);
     zkt_writer_free(b);
@@ -253,7 +253,7 @@ Test(zk_chaos, stale_follower_read_on_a_3_server_ensemble, .timeout = 300)
 Test(zk_chaos, lost_ack_on_the_last_checkpoint_of_a_sync, .timeout = 120)
 {
     char err[512] = "", *dir;
-    km_zks *zs = km_zks_start(1, NULL, 0, err, sizeof err);
+    km_zks *zs = km_zksec_start(1, err, sizeof err);
     cr_assert(zs, "%s", err);
     km_fp *fp = km_fp_start(km_zks_port(zs, 0), err, sizeof err);
     cr_assert(fp, "%s", err);

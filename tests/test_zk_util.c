@@ -67,6 +67,8 @@ zkt_writer *zkt_writer_new(const char *hosts, int32_t id, int32_t epoch, const k
     t->loop = ev_loop_new(EVFLAG_AUTO);
     km_zkw_config cfg = base ? *base : (km_zkw_config){0};
     cfg.hosts = hosts;
+    if (!cfg.security) /* the suite's mode (KM_TEST_ZK_SECURE) unless the test chose its own */
+        cfg.security = km_zksec_security();
     cfg.controller_id = id;
     cfg.controller_epoch = epoch;
     cfg.on_event = on_event;
@@ -415,6 +417,8 @@ zkt_bridge *zkt_bridge_new(const char *hosts, const km_image *img, int32_t id, i
     t->loop = ev_loop_new(EVFLAG_AUTO);
     km_zkb_config cfg = base ? *base : (km_zkb_config){0};
     cfg.zk.hosts = hosts;
+    if (!cfg.zk.security) /* the suite's mode (KM_TEST_ZK_SECURE) unless the test chose its own */
+        cfg.zk.security = km_zksec_security();
     cfg.zk.controller_id = id;
     cfg.zk.controller_epoch = epoch;
     cfg.zk.log = bridge_log;

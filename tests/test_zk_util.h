@@ -7,6 +7,7 @@
 #include "faultproxy.h"
 #include "km_zkbridge.h"
 #include "zkserver.h"
+#include "zksecmode.h"
 #include "km_testsupport.h"
 
 #include <ev.h>

@@ -9,5 +9,7 @@ km_add_test(test_zk_sync SOURCES ${KM_ZK_TESTS}/test_zk_sync.c ${KM_ZK_TESTS}/te
 km_add_test(test_zk_chaos SOURCES ${KM_ZK_TESTS}/test_zk_chaos.c ${KM_ZK_TESTS}/test_zk_util.c
             ${KM_ZK_TESTS}/test_tls_certs.c TIMEOUT 900
             SERIAL JOBS 1)
+# The whole chaos suite again on a ZooKeeper that requires SASL, with Kafka's ACLs (tests/support/zksecmode.h).
+km_add_test_env(test_zk_chaos_sasl test_zk_chaos KM_TEST_ZK_SECURE=sasl)
 km_add_test(test_zk_guard SOURCES ${KM_ZK_TESTS}/test_zk_guard.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 600)
 km_add_test(test_zk_fidelity SOURCES ${KM_ZK_TESTS}/test_zk_fidelity.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 600)

@@ -4,6 +4,7 @@
 #include "km_image.h"
 #include "km_metalog.h"
 #include "km_testsupport.h"
+#include "zksecmode.h"
 
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -16,7 +17,7 @@
 km_zks *ops_zk_start(void)
 {
     char err[512] = "";
-    km_zks *zs = km_zks_start(1, NULL, 0, err, sizeof err);
+    km_zks *zs = km_zksec_start(1, err, sizeof err); /* KM_TEST_ZK_SECURE picks plain or SASL */
     cr_assert(zs, "ZooKeeper: %s", err);
     return zs;
 }
@@ -36,7 +37,8 @@ void env_free(env *e)
     free(e->dir);
 }
 
-/* Starts `kmproxy run` with its metrics on a free port; extra: more key=value settings (NULL-ended). */
+/* Starts `kmproxy run` with its metrics on a free port; extra: more key=value settings (NULL-ended).
+ * On a secured ZooKeeper (KM_TEST_ZK_SECURE) it authenticates and sets Kafka's ACLs (zksecmode.h). */
 void start(inst *in, env *e, const char *tag, const char *zk, const char *const *extra)
 {
     static char sets[16][700];
@@ -49,6 +51,9 @@ void start(inst *in, env *e, const char *tag, const char *zk, const char *const 
     snprintf(sets[k++], sizeof sets[0], "zookeeper.connect=%s", zk);
     snprintf(sets[k++], sizeof sets[0], "metrics.listen=127.0.0.1:%d", in->port);
     snprintf(sets[k++], sizeof sets[0], "log.file=%s", in->log_file);
+    /* the secured ZooKeeper's client settings first: a test's own (later) win */
+    for (const char *const *sec = km_zksec_daemon_settings(e->dir); *sec; sec++)
+        snprintf(sets[k++], sizeof sets[0], "%s", *sec);
     for (int i = 0; extra && extra[i]; i++)
         snprintf(sets[k++], sizeof sets[0], "%s", extra[i]);
     for (int i = 0; i < k; i++) {

@@ -17,7 +17,7 @@ typedef struct env {
     char metadata[512];
 } env;
 
-/* One standalone ZooKeeper on loopback for a suite (asserts). */
+/* One standalone ZooKeeper on loopback for a suite (asserts); secured as KM_TEST_ZK_SECURE says. */
 km_zks *ops_zk_start(void);
 /* A fresh dir with a generated log (3 migrating brokers, 3 topics x 2 partitions). */
 void env_init(env *e);

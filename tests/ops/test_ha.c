@@ -3,13 +3,15 @@
  * SIGSTOPped active instance that wakes after its session expired is fenced, steps down and rejoins
  * as a standby without writing. With three instances and simulated ZK-mode brokers, every takeover
  * ends with the brokers equal to the image at the new controller epoch and none of them ever
- * rejecting a request. */
+ * rejecting a request. The suite runs twice: on a plain ZooKeeper (test_ha) and on one that requires
+ * SASL, every instance on zookeeper.set.acl=true (test_ha_sasl; KM_TEST_ZK_SECURE, zksecmode.h). */
 #include "km_testsupport.h"
 #include "test_broker_rig.h"
 #include "ops_daemon.h"
 #include "ops_util.h"
 #include "faultproxy.h"
 #include "zkserver.h"
+#include "zksecmode.h"
 
 #include <criterion/criterion.h>
 #include <ev.h>
@@ -66,17 +68,30 @@ static int controller_epoch(km_zkc *c)
     return v;
 }
 
-/* `kmproxy zk diff` finds nothing: ZooKeeper equals the image. */
+/* `kmproxy zk diff` finds nothing: ZooKeeper equals the image, and on a secured ZooKeeper every
+ * znode it owns carries Kafka's ACLs (it authenticates with the instances' settings). */
 static void expect_zk_equals_image(env *e, const char *zk, int round)
 {
+    const char *props = km_zksec_zk_config(e->dir);
     char *argv[] = {(char *)km_test_binary(), "zk", "diff", "--zookeeper", (char *)zk, "--metadata", e->metadata,
-                    NULL};
+                    props ? "--zk-config" : NULL, (char *)props, NULL};
     char *out = NULL, *err = NULL;
-    km_test_run(argv, NULL, 0, &out, NULL, &err);
+    int rc = km_test_run(argv, NULL, 0, &out, NULL, &err);
+    cr_expect_eq(rc, 0, "round %d: zk diff exit %d: %s %s", round, rc, out, err);
     cr_expect(strstr(out, "zk diff: 0 missing in ZooKeeper, 0 different, 0 only in ZooKeeper"),
               "round %d: ZooKeeper differs from the image: %s %s", round, out, err);
+    cr_expect(!props || strstr(out, "zk diff: 0 znodes with ACLs other than Kafka's"), "round %d: %s", round, out);
     free(out);
     free(err);
+}
+
+/* On a secured ZooKeeper: every znode under the instances' chroot (the election, the claim record
+ * and the mirror) carries the ACL Kafka gives it, created by the instances' SASL user. */
+static void expect_kafka_acls(km_zkc *c)
+{
+    char why[512] = "";
+    if (km_zksec_on())
+        cr_expect(km_zksec_acls_are_kafkas(c, why, sizeof why), "%s", why);
 }
 
 Test(ha, kill9_of_the_active_one_hands_over_to_a_standby_every_time)
@@ -90,7 +105,7 @@ Test(ha, kill9_of_the_active_one_hands_over_to_a_standby_every_time)
     start(&in[1], &e, "kill-b0", zk, HA_SETTINGS);
     int active = wait_active(in, 2, 60);
     cr_assert_geq(active, 0, "no instance became active");
-    km_zkc *c = km_zkc_open(zk, NULL, 10000);
+    km_zkc *c = km_zksec_open(zk, 10000);
     cr_assert(c);
     int epoch = controller_epoch(c);
     for (int round = 1; round <= KILL_ROUNDS; round++) {
@@ -112,76 +127,11 @@ Test(ha, kill9_of_the_active_one_hands_over_to_a_standby_every_time)
         cr_expect(says(&in[standby], "\"role\":\"active\""), "round %d: two active or none", round);
         active = standby;
     }
+    expect_kafka_acls(c);
     km_zkc_close(c);
     stop_cleanly(&in[0]);
     stop_cleanly(&in[1]);
     env_free(&e);
-}
-
-/* The same hand-over on a secured ZooKeeper (SASL required, zookeeper.set.acl=true), a few rounds:
- * each instance authenticates with the JAAS Client section Kafka's brokers use, the election and
- * every mirrored znode carry Kafka's ACLs, and `zk diff --zk-config` finds nothing after each round. */
-Test(ha, kill9_hand_over_on_a_sasl_zookeeper_with_kafka_acls)
-{
-    char err[512] = "";
-    km_zks *sec = km_zks_start_opts(1, &(km_zks_options){.sasl_users = "user_kafka=\"kafka-secret\"",
-                                                         .require_sasl = true}, err, sizeof err);
-    cr_assert(sec, "%s", err);
-    env e;
-    env_init(&e);
-    char zk[128], jaas[600], props[600], jaas_key[700];
-    snprintf(zk, sizeof zk, "%s/ha-sasl", km_zks_hosts(sec, 0));
-    snprintf(jaas, sizeof jaas, "%s/jaas.conf", e.dir);
-    snprintf(props, sizeof props, "%s/zk.properties", e.dir);
-    FILE *f = fopen(jaas, "w");
-    cr_assert(f);
-    fputs("Client {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
-          "  username=\"kafka\" password=\"kafka-secret\";\n};\n", f);
-    fclose(f);
-    snprintf(jaas_key, sizeof jaas_key, "java.security.auth.login.config=%s", jaas);
-    f = fopen(props, "w");
-    cr_assert(f);
-    fprintf(f, "%s\nzookeeper.set.acl=true\n", jaas_key);
-    fclose(f);
-    const char *settings[] = {"ha.enabled=true", "zookeeper.session.timeout.ms=2000", "brokers.enabled=false",
-                              jaas_key, "zookeeper.set.acl=true", NULL};
-    inst in[2];
-    start(&in[0], &e, "sasl-a0", zk, settings);
-    start(&in[1], &e, "sasl-b0", zk, settings);
-    int active = wait_active(in, 2, 60);
-    cr_assert_geq(active, 0, "no instance became active");
-    km_zkc *c = km_zkc_open_auth(zk, &(km_zkc_auth){.sasl_user = "kafka", .sasl_password = "kafka-secret"}, 10000);
-    cr_assert(c);
-    for (int round = 1; round <= 3; round++) {
-        int standby = 1 - active;
-        free(scrape_until(&in[standby], "/readyz", 200, "\"role\":\"standby\"", 60));
-        ops_stop(&in[active].p, SIGKILL);
-        cr_assert_eq(wait_active(in, 2, 60), standby, "round %d: the standby did not take over", round);
-        free(scrape_until(&in[standby], "/readyz", 200, "\"lag_records\":0,", 60));
-        char *argv[] = {(char *)km_test_binary(), "zk", "diff", "--zookeeper", zk, "--metadata", e.metadata,
-                        "--zk-config", props, NULL};
-        char *out = NULL, *errs = NULL;
-        cr_expect_eq(km_test_run(argv, NULL, 0, &out, NULL, &errs), 0, "round %d: %s %s", round, out, errs);
-        cr_expect(strstr(out, "zk diff: 0 missing in ZooKeeper, 0 different, 0 only in ZooKeeper\n"
-                              "zk diff: 0 znodes with ACLs other than Kafka's"), "round %d: %s", round, out);
-        free(out);
-        free(errs);
-        char tag[32];
-        snprintf(tag, sizeof tag, "sasl-%c%d", active ? 'b' : 'a', round);
-        start(&in[active], &e, tag, zk, settings);
-        free(scrape_until(&in[active], "/readyz", 200, "\"role\":\"standby\"", 60));
-        active = standby;
-    }
-    struct ACL_vector acl;
-    cr_assert_eq(km_zkc_get_acl(c, "/kmproxy/election", &acl), ZOK);
-    cr_expect(acl.count == 2 && !strcmp(acl.data[0].id.id, "kafka") && !strcmp(acl.data[1].id.scheme, "world") &&
-              acl.data[1].perms == ZOO_PERM_READ, "the election's ACL is not Kafka's default");
-    deallocate_ACL_vector(&acl);
-    km_zkc_close(c);
-    stop_cleanly(&in[0]);
-    stop_cleanly(&in[1]);
-    env_free(&e);
-    km_zks_stop(sec);
 }
 
 /* SIGTERM of the active one: exit 0 with its election node already gone (released with its session,
@@ -202,7 +152,7 @@ Test(ha, sigterm_of_the_active_one_releases_its_election_node)
     cr_assert_geq(active, 0, "no instance became active");
     int standby = 1 - active;
     free(scrape_until(&in[standby], "/readyz", 200, "\"role\":\"standby\"", 60));
-    km_zkc *c = km_zkc_open(zk, NULL, 10000);
+    km_zkc *c = km_zksec_open(zk, 10000);
     cr_assert(c);
     char **kids = NULL;
     int n = 0;
@@ -232,7 +182,7 @@ Test(ha, a_sigstopped_active_one_is_fenced_when_it_wakes_and_rejoins_as_standby)
     cr_assert_eq(wait_active(in, 1, 60), 0);
     start(&in[1], &e, "stop-b", zk, settings);
     free(scrape_until(&in[1], "/readyz", 200, "\"role\":\"standby\"", 60));
-    km_zkc *c = km_zkc_open(zk, NULL, 10000);
+    km_zkc *c = km_zksec_open(zk, 10000);
     cr_assert(c);
     char **nodes = NULL;
     int n_nodes = 0;
@@ -467,7 +417,7 @@ Test(ha, three_instances_and_simulated_brokers_survive_kill9_of_the_active_one)
         snprintf(tag, sizeof tag, "brk-%d-0", i);
         start(&in[i], &e, tag, zk, settings);
     }
-    km_zkc *c = km_zkc_open(zk, NULL, 10000);
+    km_zkc *c = km_zksec_open(zk, 10000);
     cr_assert(c);
     int active = -1, epoch = 0, tick = 0;
     char why[512] = "";
@@ -504,6 +454,7 @@ Test(ha, three_instances_and_simulated_brokers_survive_kill9_of_the_active_one)
         cr_expect_eq(actives, 1, "round %d: %d instances say they are active", round, actives);
         active = next;
     }
+    expect_kafka_acls(c);
     km_zkc_close(c);
     for (int i = 0; i < 3; i++)
         stop_cleanly(&in[i]);
@@ -534,7 +485,7 @@ Test(ha, a_sigstopped_active_one_with_brokers_is_fenced_and_the_brokers_stay_wit
     const char *const settings[] = {"ha.enabled=true", "zookeeper.session.timeout.ms=2000", "brokers.enabled=true",
                                     "broker.request.timeout.ms=5000", NULL};
     inst in[2];
-    km_zkc *c = km_zkc_open(zk, NULL, 10000);
+    km_zkc *c = km_zksec_open(zk, 10000);
     cr_assert(c);
     claims h = {.version = -1, .stale_expected = true};
     int tick = 0, active = -1;
@@ -637,7 +588,7 @@ static void foreign_writer_stops_every_instance(int n, const char *chroot, bool 
         else
             free(scrape_until(&in[i], "/readyz", 200, "\"role\":\"standby\"", 60));
     }
-    km_zkc *c = km_zkc_open(zk, NULL, 10000);
+    km_zkc *c = km_zksec_open(zk, 10000);
     cr_assert(c);
     char *data = NULL, bumped[32];
     int len = 0;

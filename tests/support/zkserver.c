@@ -600,7 +600,7 @@ km_zkc *km_zkc_open_auth(const char *hosts, const km_zkc_auth *a, int timeout_ms
         c->cbs[3] = (sasl_callback_t){SASL_CB_LIST_END, NULL, NULL};
     }
     c->zh = zookeeper_init_secure(hosts, a->tls_ca, a->tls_cert, a->tls_key, NULL, 0, zkc_watcher, timeout_ms,
-                                  NULL, c, 0, NULL, c->sasl_started ? &sasl : NULL);
+                                  a->session, c, 0, NULL, c->sasl_started ? &sasl : NULL);
     if (c->zh && a->digest)
         zoo_add_auth(c->zh, "digest", a->digest, (int)strlen(a->digest), NULL, NULL);
     return zkc_connect(c);

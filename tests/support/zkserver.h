@@ -64,6 +64,7 @@ typedef struct km_zkc_auth {
     const char *sasl_user, *sasl_password;
     const char *digest;
     const char *tls_ca, *tls_cert, *tls_key;
+    const clientid_t *session;  /* NULL: a new session; else joins that one (km_zksec_expire_session) */
 } km_zkc_auth;
 km_zkc *km_zkc_open_auth(const char *hosts, const km_zkc_auth *auth, int timeout_ms);
 /* getAcl / create with an ACL; free acl with deallocate_ACL_vector. */
