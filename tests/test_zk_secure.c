@@ -78,7 +78,10 @@ static char *acl_text(km_zkc *c, const char *path, char *out, size_t cap)
 {
     struct ACL_vector acl;
     int rc = km_zkc_get_acl(c, path, &acl);
-    size_t len = (size_t)snprintf(out, cap, rc == ZOK ? "" : "rc=%d", rc);
+    size_t len = 0;
+    out[0] = '\0';
+    if (rc != ZOK)
+        len = (size_t)snprintf(out, cap, "rc=%d", rc);
     for (int i = 0; rc == ZOK && i < acl.count; i++)
         len += (size_t)snprintf(out + len, cap - len, "%s%s:%s=%d", i ? "," : "", acl.data[i].id.scheme,
                                 acl.data[i].id.id, acl.data[i].perms);
