@@ -284,7 +284,9 @@ static bool start_kmproxy(target *t, const char *upstream)
     t->port = free_port();
     snprintf(listen, sizeof listen, "proxy.bootstrap.listen=127.0.0.1:%u", t->port);
     snprintf(up, sizeof up, "proxy.bootstrap.upstream=%s", upstream);
-    char *argv[] = {(char *)km_test_binary(), "proxy", "--set", listen, "--set", up, "--set", "log.level=error", NULL};
+    /* CONNS_FOR_RSS clients come from one address: above the per-IP default (1000), as haproxy's maxconn is */
+    char *argv[] = {(char *)km_test_binary(), "proxy", "--set", listen, "--set", up, "--set", "log.level=error",
+                    "--set", "proxy.max.connections.per.ip=4000", NULL};
     t->pid = spawn(argv);
     return wait_listening(t->port);
 }
