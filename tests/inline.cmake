@@ -19,3 +19,7 @@ target_link_libraries(test_inline_inspect PRIVATE km_inline_rig)
 # Responses built by Kafka's kafka-clients (../shared/realkafka) through tests/java/ResponseBuilder.java.
 km_add_test(test_inline_realkafka SOURCES ${KM_INLINE_TESTS}/test_inline_realkafka.c TIMEOUT 300)
 target_link_libraries(test_inline_realkafka PRIVATE km_inline_rig)
+
+# Every inline suite with 1 and 3 worker threads (km_inline_threads_variants, tests/CMakeLists.txt).
+km_inline_threads_variants(test_inline_forward test_inline_edge test_inline_cli test_inline_tls test_inline_capture
+                           test_inline_daemon test_inline_inspect test_inline_realkafka)

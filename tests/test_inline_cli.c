@@ -114,6 +114,8 @@ Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
     snprintf(set_up, sizeof set_up, "proxy.bootstrap.upstream=%s", up);
     int base = irig_free_port_base(3);
     snprintf(set_base, sizeof set_base, "proxy.port.base=%d", base);
+    char threads_buf[32];
+    const char *threads = km_test_proxy_threads(threads_buf, sizeof threads_buf);
     int out[2];
     cr_assert_eq(pipe(out), 0);
     pid_t parent = getpid(), pid = fork();
@@ -123,7 +125,8 @@ Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
         close(out[0]);
         execl(km_test_binary(), "kmproxy", "proxy", "--set", "proxy.bootstrap.listen=127.0.0.1:0", "--set", set_up,
               "--set", set_base, "--set", "proxy.advertised.host=127.0.0.1", "--set", "proxy.listen.host=127.0.0.1",
-              "--set", "log.level=warn", "--set", "metrics.listen=127.0.0.1:0", "--set", set_jsonl, (char *)NULL);
+              "--set", "log.level=warn", "--set", "metrics.listen=127.0.0.1:0", "--set", set_jsonl, "--set",
+              threads ? threads : "log.level=warn", (char *)NULL);
         _exit(127);
     }
     close(out[1]);

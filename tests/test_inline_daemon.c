@@ -72,6 +72,9 @@ Test(inline_daemon, registered_brokers_get_listeners_from_the_log, .timeout = 12
     set(&cfg, "proxy.advertised.host", "127.0.0.1");
     set(&cfg, "proxy.port.base", base);
     set(&cfg, "metrics.listen", "127.0.0.1:0");
+    char threads[32];
+    if (km_test_proxy_threads(threads, sizeof threads))
+        set(&cfg, "proxy.threads", threads + strlen("proxy.threads="));
     daemon_thread t = {.loop = ev_loop_new(0)};
     km_daemon *d = km_daemon_new(t.loop, &cfg, &e);
     km_config_free(&cfg);

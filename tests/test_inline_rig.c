@@ -1,5 +1,6 @@
 /* The inline proxy test rig: see test_inline_rig.h. */
 #include "test_inline_rig.h"
+#include "km_testsupport.h"
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -93,6 +94,9 @@ void irig_init(irig *r)
      * the proxy warns about at start; the suites use far fewer. */
     r->cfg.max_connections = 4000;
     pthread_mutex_init(&r->log_lock, NULL);
+    char threads[32];
+    if (km_test_proxy_threads(threads, sizeof threads))
+        irig_set(r, "proxy.threads", threads + strlen("proxy.threads="));
 }
 
 void irig_set(irig *r, const char *key, const char *value)

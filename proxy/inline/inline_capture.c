@@ -1,7 +1,9 @@
 /* Capture of the client side of inline connections: what a client sent and what it got back
  * (rewritten addresses included), with its real address and the proxy's, through km_capture.
  * Only frames passing the API and broker filters and at most INL_CAPTURE_FRAME_MAX bytes are
- * copied; the capture's own queue bounds the rest (it drops, never waits). */
+ * copied; the capture's own queue bounds the rest (it drops, never waits).  Every worker feeds
+ * the one km_capture (its writer thread formats and writes); a connection lives on one worker,
+ * so its frames reach the queue in their order. */
 #include "inline_private.h"
 
 #include <stdlib.h>
@@ -39,19 +41,20 @@ void inl_capture_free(km_inline *p)
 
 bool km_inline_capture(km_inline *p, bool on)
 {
-    p->cap_on = on && p->cap;
-    inl_log(p, 2, "capture %s", p->cap_on ? "on" : p->cap ? "off" : "unavailable: no proxy.capture.* file");
-    return p->cap_on;
+    bool now = on && p->cap;
+    __atomic_store_n(&p->cap_on, now, __ATOMIC_RELAXED); /* each worker sees it at its next frame */
+    inl_log(p, 2, "capture %s", now ? "on" : p->cap ? "off" : "unavailable: no proxy.capture.* file");
+    return now;
 }
 
 bool km_inline_capture_on(const km_inline *p)
 {
-    return p->cap_on;
+    return __atomic_load_n(&p->cap_on, __ATOMIC_RELAXED);
 }
 
 bool inl_capture_wanted(const km_inline *p, int32_t broker, int16_t api, size_t size)
 {
-    if (!p->cap_on || size > INL_CAPTURE_FRAME_MAX || api < 0 || api > 127)
+    if (!__atomic_load_n(&p->cap_on, __ATOMIC_RELAXED) || size > INL_CAPTURE_FRAME_MAX || api < 0 || api > 127)
         return false;
     if ((p->cap_apis[0] || p->cap_apis[1]) && !(p->cap_apis[api / 64] >> (api % 64) & 1))
         return false;
@@ -72,7 +75,7 @@ void inl_capture_bytes(inl_session *s, km_capture_dir dir, const uint8_t *payloa
     }
     if (s->cap_conn) {
         km_capture_frame(p->cap, s->cap_conn, dir, payload, len);
-        p->stats.captured++;
+        INL_ADD(s->w->stats.captured, 1);
     }
 }
 

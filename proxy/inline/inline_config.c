@@ -37,6 +37,10 @@ static const int_key INT_KEYS[] = {
      "While a client's broker cannot be reached (connection refused or timed out), the client's connection is "
      "held and the broker dialled again with backoff, for at most this long; then the client is closed. The "
      "client's requests wait unread meanwhile. 0: close the client at the first failed dial."},
+    {"proxy.threads", offsetof(km_inline_config, threads), 0, 256,
+     "Worker threads carrying client connections, each with its own event loop (no lock on the data path); "
+     "the main loop accepts and hands each new client to the worker with the fewest. 0: one per CPU core "
+     "online at start."},
     {"proxy.discovery.interval.ms", offsetof(km_inline_config, discovery_interval_ms), 0, INT32_MAX,
      "At start and then every this long, the proxy asks the bootstrap upstream for the cluster's brokers "
      "(Metadata) and opens their dynamic listeners or SNI routes, so that several instances with the same config "
@@ -187,6 +191,7 @@ void km_inline_config_defaults(km_inline_config *c)
     c->max_connections_per_ip = 1000;           /* a tenth of the whole: one address cannot take every slot */
     c->idle_timeout_ms = 600000;                /* Kafka's connections.max.idle.ms */
     c->request_timeout_ms = 60000;              /* past every client's request.timeout.ms default */
+    c->threads = 0;                             /* one worker per core */
     c->upstream_hold_ms = 10000;                /* below every client's request timeout default (30 s and up) */
     c->request_read_timeout_ms = 30000;         /* a client trickling a request (slowloris) holds its slot no longer */
     c->listen_backlog = 1024;

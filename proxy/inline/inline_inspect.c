@@ -14,7 +14,7 @@
 
 void km_inline_follow_image(km_inline *p, const km_image *img)
 {
-    p->img = img;
+    __atomic_store_n(&p->img, img, __ATOMIC_RELEASE); /* workers only test it for NULL */
 }
 
 void km_inline_set_controller_epoch(km_inline *p, int32_t epoch)
@@ -24,7 +24,7 @@ void km_inline_set_controller_epoch(km_inline *p, int32_t epoch)
 
 bool inl_inspect_wanted(const km_inline *p, int16_t api)
 {
-    return p->img && (api == KM_API_LEADER_AND_ISR || api == KM_API_UPDATE_METADATA || api == KM_API_STOP_REPLICA);
+    return __atomic_load_n(&p->img, __ATOMIC_ACQUIRE) && (api == KM_API_LEADER_AND_ISR || api == KM_API_UPDATE_METADATA || api == KM_API_STOP_REPLICA);
 }
 
 static int inspect_slot(int16_t api)
@@ -56,8 +56,8 @@ static bool first_time(km_inline *p, int16_t api, const char *topic, int32_t par
 
 static void diverged(km_inline *p, int16_t api, const char *topic, int32_t partition, const char *what)
 {
-    p->divergent[inspect_slot(api)]++;
-    p->stats.divergent++;
+    INL_ADD(p->divergent[inspect_slot(api)], 1);
+    INL_ADD(p->stats.divergent, 1);
     if (first_time(p, api, topic, partition))
         inl_log(p, 1, "%s for %s-%d disagrees with the KRaft image: %s", km_api_name(api), topic, partition, what);
 }
@@ -157,7 +157,7 @@ static void check_stop_replica(km_inline *p, const km_stop_replica_request *m)
     }
 }
 
-void inl_inspect(km_inline *p, int16_t api, int16_t ver, const uint8_t *payload, size_t len)
+static void inspect(km_inline *p, int16_t api, int16_t ver, const uint8_t *payload, size_t len)
 {
     const km_message_desc *md = km_find_message(KM_K_REQUEST, api);
     if (!p->img || !md || !km_version_in(md->valid, ver))
@@ -179,6 +179,42 @@ void inl_inspect(km_inline *p, int16_t api, int16_t ver, const uint8_t *payload,
     else
         check_stop_replica(p, body);
     km_arena_free(&arena);
+}
+
+/* The image belongs to the main loop (the daemon applies records there): a worker hands a copy
+ * of the request over rather than reading the image while it changes. */
+void inl_inspect_post(km_inline *p, int16_t api, int16_t ver, const uint8_t *payload, size_t len)
+{
+    inl_inspect_item *it = malloc(sizeof *it + len);
+    if (!it) {
+        inl_log(p, 1, "%s v%d passing inline was not inspected: out of memory", km_api_name(api), ver);
+        return;
+    }
+    it->next = NULL;
+    it->api = api;
+    it->version = ver;
+    it->len = len;
+    memcpy(it->payload, payload, len);
+    pthread_mutex_lock(&p->lock);
+    *p->inspect_tail = it;
+    p->inspect_tail = &it->next;
+    pthread_mutex_unlock(&p->lock);
+    inl_wake_main(p);
+}
+
+void inl_inspect_drain(km_inline *p)
+{
+    pthread_mutex_lock(&p->lock);
+    inl_inspect_item *it = p->inspect_head;
+    p->inspect_head = NULL;
+    p->inspect_tail = &p->inspect_head;
+    pthread_mutex_unlock(&p->lock);
+    while (it) {
+        inl_inspect_item *next = it->next;
+        inspect(p, it->api, it->version, it->payload, it->len);
+        free(it);
+        it = next;
+    }
 }
 
 void inl_inspect_free(km_inline *p)

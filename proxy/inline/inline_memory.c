@@ -1,7 +1,8 @@
 /* Memory back to the system after a burst of clients. Each session's buffers are freed with it
  * (and km_net gives an idle connection's receive buffer back), but glibc keeps freed heap pages
  * for reuse: after thousands of sessions come and go the process would stay at its peak. A second
- * after sessions end, if enough of them did, malloc_trim(0) returns the free pages. */
+ * after sessions end on a worker, if enough of them did, malloc_trim(0) returns the free pages
+ * (of every arena: each worker thread allocates from its own). */
 #include "inline_private.h"
 
 #include <malloc.h>
@@ -12,26 +13,26 @@
 static void on_trim(struct ev_loop *loop, ev_timer *t, int revents)
 {
     (void)loop, (void)revents;
-    km_inline *p = t->data;
-    if (p->ended_since_trim >= TRIM_AFTER_SESSIONS)
+    inl_worker *w = t->data;
+    if (w->ended_since_trim >= TRIM_AFTER_SESSIONS)
         malloc_trim(0);
-    p->ended_since_trim = 0;
+    w->ended_since_trim = 0;
 }
 
-void inl_memory_init(km_inline *p)
+void inl_memory_init(inl_worker *w)
 {
-    ev_timer_init(&p->trim, on_trim, TRIM_DELAY_SECONDS, 0.);
-    p->trim.data = p;
+    ev_timer_init(&w->trim, on_trim, TRIM_DELAY_SECONDS, 0.);
+    w->trim.data = w;
 }
 
-void inl_memory_session_ended(km_inline *p)
+void inl_memory_session_ended(inl_worker *w)
 {
-    p->ended_since_trim++;
-    if (!ev_is_active(&p->trim))
-        ev_timer_start(p->loop, &p->trim);
+    w->ended_since_trim++;
+    if (!ev_is_active(&w->trim))
+        ev_timer_start(w->loop, &w->trim);
 }
 
-void inl_memory_stop(km_inline *p)
+void inl_memory_stop(inl_worker *w)
 {
-    ev_timer_stop(p->loop, &p->trim);
+    ev_timer_stop(w->loop, &w->trim);
 }

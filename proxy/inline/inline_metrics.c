@@ -25,40 +25,47 @@ static int bucket_of(double seconds)
     return b;
 }
 
-static inl_bstats *bstats_of(km_inline *p, int32_t broker)
+/* The worker's figures for broker: only this worker adds entries, under its lock, because the
+ * metrics page reads the array from another thread. */
+static inl_bstats *bstats_of(inl_worker *w, int32_t broker)
 {
-    for (size_t i = 0; i < p->n_bstats; i++)
-        if (p->bstats[i]->broker == broker)
-            return p->bstats[i];
-    inl_bstats **grown = realloc(p->bstats, (p->n_bstats + 1) * sizeof *grown);
+    for (size_t i = 0; i < w->n_bstats; i++)
+        if (w->bstats[i]->broker == broker)
+            return w->bstats[i];
     inl_bstats *b = calloc(1, sizeof *b);
-    if (grown)
-        p->bstats = grown;
-    if (!grown || !b) {
-        free(b);
+    if (!b)
         return NULL; /* metrics are best effort: traffic never fails for them */
-    }
     b->broker = broker;
-    p->bstats[p->n_bstats++] = b;
-    return b;
+    pthread_mutex_lock(&w->lock);
+    inl_bstats **grown = realloc(w->bstats, (w->n_bstats + 1) * sizeof *grown);
+    if (grown) {
+        w->bstats = grown;
+        w->bstats[w->n_bstats++] = b;
+    }
+    pthread_mutex_unlock(&w->lock);
+    if (!grown)
+        free(b);
+    return grown ? b : NULL;
 }
 
-void inl_count_request(km_inline *p, int32_t broker, int16_t api, size_t bytes)
+void inl_count_request(inl_worker *w, int32_t broker, int16_t api, size_t bytes)
 {
-    inl_bstats *b = bstats_of(p, broker);
-    if (b)
-        b->requests[slot_of(api)]++, b->request_bytes[slot_of(api)] += bytes;
+    inl_bstats *b = bstats_of(w, broker);
+    if (!b)
+        return;
+    INL_ADD(b->requests[slot_of(api)], 1);
+    INL_ADD(b->request_bytes[slot_of(api)], bytes);
 }
 
-void inl_count_response(km_inline *p, int32_t broker, int16_t api, size_t bytes, double upstream_seconds)
+void inl_count_response(inl_worker *w, int32_t broker, int16_t api, size_t bytes, double upstream_seconds)
 {
-    inl_bstats *b = bstats_of(p, broker);
+    inl_bstats *b = bstats_of(w, broker);
     if (!b)
         return;
     int s = slot_of(api);
-    b->response_bytes[s] += bytes;
-    b->lat_count[s][bucket_of(upstream_seconds)]++;
-    b->lat_sum[s] += upstream_seconds;
+    INL_ADD(b->response_bytes[s], bytes);
+    INL_ADD(b->lat_count[s][bucket_of(upstream_seconds)], 1);
+    INL_ADD(b->lat_sum_ns[s], (uint64_t)(upstream_seconds * 1e9));
 }
 
 /* Where a response body's top-level error code sits (after the throttle time or first), for the
@@ -83,7 +90,7 @@ static int error_offset(int16_t api, int16_t ver)
     }
 }
 
-void inl_count_response_error(km_inline *p, int32_t broker, int16_t api, int16_t ver, const uint8_t *body,
+void inl_count_response_error(inl_worker *w, int32_t broker, int16_t api, int16_t ver, const uint8_t *body,
                               size_t avail)
 {
     size_t at = 0;
@@ -96,29 +103,86 @@ void inl_count_response_error(km_inline *p, int32_t broker, int16_t api, int16_t
     if (off < 0 || avail < at + (size_t)off + 2)
         return; /* not in this read: uncounted rather than held */
     int16_t code = (int16_t)(body[at + (size_t)off] << 8 | body[at + (size_t)off + 1]);
-    inl_bstats *b = code ? bstats_of(p, broker) : NULL;
+    inl_bstats *b = code ? bstats_of(w, broker) : NULL;
     if (b)
-        b->errors[slot_of(api)]++;
+        INL_ADD(b->errors[slot_of(api)], 1);
 }
 
-void inl_count_cut(km_inline *p, int32_t broker)
+void inl_count_cut(inl_worker *w, int32_t broker)
 {
-    inl_bstats *b = bstats_of(p, broker);
+    inl_bstats *b = bstats_of(w, broker);
     if (b)
-        b->cut++;
+        INL_ADD(b->cut, 1);
 }
 
-void inl_count_proxy_time(km_inline *p, double seconds)
+void inl_count_proxy_time(inl_worker *w, double seconds)
 {
-    p->proxy_time_count[bucket_of(seconds)]++;
-    p->proxy_time_sum += seconds;
+    INL_ADD(w->proxy_time_count[bucket_of(seconds)], 1);
+    INL_ADD(w->proxy_time_ns, (uint64_t)(seconds * 1e9));
 }
 
-void inl_metrics_free(km_inline *p)
+void inl_metrics_free(inl_worker *w)
 {
-    for (size_t i = 0; i < p->n_bstats; i++)
-        free(p->bstats[i]);
-    free(p->bstats);
+    for (size_t i = 0; i < w->n_bstats; i++)
+        free(w->bstats[i]);
+    free(w->bstats);
+}
+
+/* ---- the sums over workers ------------------------------------------------------------------ */
+
+_Static_assert(sizeof(km_inline_stats) % sizeof(uint64_t) == 0, "km_inline_stats is made of uint64_t counters");
+_Static_assert(sizeof(inl_bstats) % sizeof(uint64_t) == 0 && offsetof(inl_bstats, requests) == sizeof(uint64_t),
+               "inl_bstats: the broker id, then uint64_t counters only");
+
+/* to += from, field by field: both structs are arrays of counters read with relaxed loads. */
+static void add_counters(uint64_t *to, const uint64_t *from, size_t n, bool max_at_hw)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v = __atomic_load_n(&from[i], __ATOMIC_RELAXED);
+        bool is_max = max_at_hw && (i == offsetof(km_inline_stats, buffered_high_water) / sizeof(uint64_t) ||
+                                    i == offsetof(km_inline_stats, largest_frame) / sizeof(uint64_t));
+        to[i] = is_max ? (v > to[i] ? v : to[i]) : to[i] + v;
+    }
+}
+
+void inl_sum_stats(const km_inline *p, km_inline_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    size_t n = sizeof *out / sizeof(uint64_t);
+    add_counters((uint64_t *)out, (const uint64_t *)&p->stats, n, true);
+    for (size_t i = 0; i < p->n_workers; i++)
+        add_counters((uint64_t *)out, (const uint64_t *)&p->workers[i]->stats, n, true);
+    out->open = __atomic_load_n(&p->open, __ATOMIC_RELAXED);
+}
+
+/* Every worker's per-broker figures added up, one entry per broker (malloc'd; *n entries). */
+static inl_bstats *sum_bstats(const km_inline *p, size_t *n)
+{
+    inl_bstats *all = NULL;
+    *n = 0;
+    size_t fields = (sizeof(inl_bstats) - offsetof(inl_bstats, requests)) / sizeof(uint64_t);
+    for (size_t k = 0; k < p->n_workers; k++) {
+        inl_worker *w = p->workers[k];
+        pthread_mutex_lock(&w->lock);
+        for (size_t i = 0; i < w->n_bstats; i++) {
+            const inl_bstats *b = w->bstats[i];
+            size_t j = 0;
+            while (j < *n && all[j].broker != b->broker)
+                j++;
+            if (j == *n) {
+                inl_bstats *grown = realloc(all, (*n + 1) * sizeof *grown);
+                if (!grown)
+                    continue; /* best effort, as the counting */
+                all = grown;
+                memset(&all[j], 0, sizeof all[j]);
+                all[j].broker = b->broker;
+                (*n)++;
+            }
+            add_counters(all[j].requests, b->requests, fields, false);
+        }
+        pthread_mutex_unlock(&w->lock);
+    }
+    return all;
 }
 
 static void api_label(int slot, char *out, size_t cap)
@@ -157,7 +221,7 @@ static void histogram(km_buf *out, const char *name, const char *labels, const u
     put_line(out, *labels ? "%s_count{%s} %llu\n" : "%s_count%s %llu\n", name, labels, (unsigned long long)total);
 }
 
-static void per_api(const km_inline *p, km_buf *out)
+static void per_api(const inl_bstats *bs, size_t n_bs, km_buf *out)
 {
     static const struct {
         const char *name, *help;
@@ -175,21 +239,21 @@ static void per_api(const km_inline *p, km_buf *out)
     char labels[128], api[48];
     for (size_t c = 0; c < sizeof COUNTERS / sizeof COUNTERS[0]; c++) {
         put_line(out, "# HELP %s %s\n# TYPE %s counter\n", COUNTERS[c].name, COUNTERS[c].help, COUNTERS[c].name);
-        for (size_t i = 0; i < p->n_bstats; i++)
+        for (size_t i = 0; i < n_bs; i++)
             for (int s = 0; s < INL_API_SLOTS; s++) {
-                const uint64_t *v = (const uint64_t *)((const char *)p->bstats[i] + COUNTERS[c].offset);
+                const uint64_t *v = (const uint64_t *)((const char *)&bs[i] + COUNTERS[c].offset);
                 if (!v[s])
                     continue;
                 api_label(s, api, sizeof api);
-                put_line(out, "%s{broker=\"%d\",api=\"%s\"} %llu\n", COUNTERS[c].name, p->bstats[i]->broker, api,
+                put_line(out, "%s{broker=\"%d\",api=\"%s\"} %llu\n", COUNTERS[c].name, bs[i].broker, api,
                          (unsigned long long)v[s]);
             }
     }
     put_line(out, "# HELP kmproxy_inline_upstream_latency_seconds request forwarded to response head received\n"
                   "# TYPE kmproxy_inline_upstream_latency_seconds histogram\n");
-    for (size_t i = 0; i < p->n_bstats; i++)
+    for (size_t i = 0; i < n_bs; i++)
         for (int s = 0; s < INL_API_SLOTS; s++) {
-            const inl_bstats *b = p->bstats[i];
+            const inl_bstats *b = &bs[i];
             uint64_t n = 0;
             for (int k = 0; k <= INL_LAT_BUCKETS; k++)
                 n += b->lat_count[s][k];
@@ -197,18 +261,38 @@ static void per_api(const km_inline *p, km_buf *out)
                 continue;
             api_label(s, api, sizeof api);
             snprintf(labels, sizeof labels, "broker=\"%d\",api=\"%s\"", b->broker, api);
-            histogram(out, "kmproxy_inline_upstream_latency_seconds", labels, b->lat_count[s], b->lat_sum[s]);
+            histogram(out, "kmproxy_inline_upstream_latency_seconds", labels, b->lat_count[s], b->lat_sum_ns[s] / 1e9);
         }
     put_line(out, "# HELP kmproxy_inline_cut_total clients cut for a fault, by the listener's broker\n"
                   "# TYPE kmproxy_inline_cut_total counter\n");
-    for (size_t i = 0; i < p->n_bstats; i++)
-        put_line(out, "kmproxy_inline_cut_total{broker=\"%d\"} %llu\n", p->bstats[i]->broker,
-                 (unsigned long long)p->bstats[i]->cut);
+    for (size_t i = 0; i < n_bs; i++)
+        put_line(out, "kmproxy_inline_cut_total{broker=\"%d\"} %llu\n", bs[i].broker,
+                 (unsigned long long)bs[i].cut);
+}
+
+/* Per worker: how the clients and bytes spread (an idle worker beside a busy one shows here). */
+static void worker_lines(const km_inline *p, km_buf *out)
+{
+    km_metrics_sample(out, "kmproxy_inline_threads", "gauge", "worker threads (proxy.threads)", NULL, true,
+                      (double)p->n_workers);
+    put_line(out, "# HELP kmproxy_inline_worker_connections_open client connections open, by worker thread\n"
+                  "# TYPE kmproxy_inline_worker_connections_open gauge\n");
+    for (size_t i = 0; i < p->n_workers; i++)
+        put_line(out, "kmproxy_inline_worker_connections_open{worker=\"%zu\"} %llu\n", i,
+                 (unsigned long long)INL_GET(p->workers[i]->assigned));
+    put_line(out, "# HELP kmproxy_inline_worker_bytes_total bytes forwarded both ways, by worker thread\n"
+                  "# TYPE kmproxy_inline_worker_bytes_total counter\n");
+    for (size_t i = 0; i < p->n_workers; i++)
+        put_line(out, "kmproxy_inline_worker_bytes_total{worker=\"%zu\"} %llu\n", i,
+                 (unsigned long long)(INL_GET(p->workers[i]->stats.bytes_up) +
+                                      INL_GET(p->workers[i]->stats.bytes_down)));
 }
 
 void km_inline_render_metrics(const km_inline *p, km_buf *out)
 {
-    const km_inline_stats *st = &p->stats;
+    km_inline_stats sum;
+    inl_sum_stats(p, &sum);
+    const km_inline_stats *st = &sum;
     km_metrics_sample(out, "kmproxy_inline_connections_open", "gauge", "client connections open", NULL, true,
                       (double)st->open);
     km_metrics_sample(out, "kmproxy_inline_connections_accepted_total", "counter", "client connections accepted",
@@ -240,9 +324,18 @@ void km_inline_render_metrics(const km_inline *p, km_buf *out)
                   "counter\n");
     for (int i = 0; i < 3; i++)
         put_line(out, "kmproxy_inline_controller_rpc_divergent_total{api=\"%s\"} %llu\n", RPC[i],
-                 (unsigned long long)p->divergent[i]);
-    per_api(p, out);
+                 (unsigned long long)INL_GET(p->divergent[i]));
+    size_t n_bs;
+    inl_bstats *bs = sum_bstats(p, &n_bs);
+    per_api(bs, n_bs, out);
+    free(bs);
+    uint64_t time_count[INL_LAT_BUCKETS + 1] = {0}, time_ns = 0;
+    for (size_t i = 0; i < p->n_workers; i++) {
+        add_counters(time_count, p->workers[i]->proxy_time_count, INL_LAT_BUCKETS + 1, false);
+        time_ns += INL_GET(p->workers[i]->proxy_time_ns);
+    }
     put_line(out, "# HELP kmproxy_inline_proxy_time_seconds the proxy's own time handling one read\n"
                   "# TYPE kmproxy_inline_proxy_time_seconds histogram\n");
-    histogram(out, "kmproxy_inline_proxy_time_seconds", "", p->proxy_time_count, p->proxy_time_sum);
+    histogram(out, "kmproxy_inline_proxy_time_seconds", "", time_count, time_ns / 1e9);
+    worker_lines(p, out);
 }

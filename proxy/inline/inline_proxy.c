@@ -17,10 +17,12 @@ void inl_log(km_inline *p, int level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    pthread_mutex_lock(&p->log_lock); /* workers log too: one line at a time reaches the sink */
     if (p->log)
         p->log(p->log_ud, level, msg);
     else
         fprintf(stderr, "kmproxy proxy: %s\n", msg);
+    pthread_mutex_unlock(&p->log_lock);
 }
 
 /* "HOST:PORT" or "[V6]:PORT" into host (brackets dropped) and port. */
@@ -99,36 +101,73 @@ static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
     km_inline *p = r->p;
     char ip[64];
     peer_ip(peer, ip, sizeof ip);
+    pthread_mutex_lock(&p->lock); /* workers release their clients' counts */
     inl_ip_count *slot = ip_slot(p, ip, true);
-    const char *why = p->stats.open >= p->max_conns ? "proxy.max.connections"
-                      : !slot                        ? "out of memory"
+    const char *why = __atomic_load_n(&p->open, __ATOMIC_RELAXED) >= p->max_conns ? "proxy.max.connections"
+                      : !slot                                                    ? "out of memory"
                       : slot->n >= p->max_conns_per_ip ? "proxy.max.connections.per.ip"
                                                        : NULL;
+    if (why && slot && slot->n == 0) /* made just now: drop it again */
+        *slot = p->ips[--p->n_ips];
+    else if (!why)
+        slot->n++;
+    pthread_mutex_unlock(&p->lock);
     if (why) {
-        p->stats.refused++;
+        INL_ADD(p->stats.refused, 1);
         char rname[48];
         inl_log_conn(p, INL_LOG_REFUSED, "refused client %s on the %s: %s reached", peer, inl_route_name(r, rname),
                      why);
-        if (slot && slot->n == 0) /* made just now: drop it again */
-            *slot = p->ips[--p->n_ips];
         close(fd);
         return;
     }
-    slot->n++;
-    inl_session_start(r, fd, peer, ip);
+    inl_handoff(p, r, fd, peer, ip);
 }
 
-static int open_listener(inl_route *r, km_err *err)
+/* Listeners opened off the main loop (a worker rewriting a response) start accepting here. */
+static void start_waiting_listeners(km_inline *p)
 {
-    km_net_listener *l = km_net_listen_backlog(r->p->loop, r->listen_host[0] ? r->listen_host : NULL,
-                                               r->listen_port, r->p->backlog, on_accept, r, err);
+    pthread_mutex_lock(&p->lock);
+    for (size_t i = 0; i < p->n_routes; i++)
+        if (p->routes[i]->listener_waiting) {
+            km_net_listener_start(p->routes[i]->listener, p->loop);
+            p->routes[i]->listener_waiting = false;
+        }
+    pthread_mutex_unlock(&p->lock);
+}
+
+static void on_main_wake(struct ev_loop *loop, ev_async *a, int revents)
+{
+    (void)loop, (void)revents;
+    km_inline *p = a->data;
+    start_waiting_listeners(p);
+    inl_inspect_drain(p);
+    inl_log_limit_arm(p);
+}
+
+void inl_wake_main(km_inline *p)
+{
+    ev_async_send(p->loop, &p->wake);
+}
+
+/* Bound and listening at once, so that a client told the address finds it; a listener made
+ * while the proxy runs (any thread) starts accepting when the main loop wakes. */
+static int open_listener(inl_route *r, bool running, km_err *err)
+{
+    km_net_listener *l = km_net_listen_detached(r->listen_host[0] ? r->listen_host : NULL, r->listen_port,
+                                                r->p->backlog, on_accept, r, err);
     if (!l)
         return -1;
     r->listener = l;
     r->listen_port = km_net_listener_port(l);
     if (!r->adv_port)
         r->adv_port = r->listen_port;
-    r->p->stats.listeners++;
+    INL_ADD(r->p->stats.listeners, 1);
+    if (!running) {
+        km_net_listener_start(l, r->p->loop);
+    } else {
+        r->listener_waiting = true;
+        inl_wake_main(r->p);
+    }
     return 0;
 }
 
@@ -178,7 +217,7 @@ static int add_static_route(km_inline *p, int32_t id, const char *listen, const 
     if (unspecified_host(r->adv_host))
         return km_fail(err, "proxy: %s listens on every address: set proxy.advertised.host so clients get a "
                        "host they can reach", listen);
-    if (open_listener(r, err)) {
+    if (open_listener(r, false, err)) {
         km_err why = *err;
         return km_fail(err, "proxy: broker %d's listener %s: %s", id, listen, why.msg);
     }
@@ -192,7 +231,7 @@ static int add_sni_listener(km_inline *p, const km_inline_config *cfg, km_err *e
     inl_route *r = add_route(p, INL_SNI_ROUTE, true, err);
     if (!r || split_address(cfg->sni_listen, r->listen_host, sizeof r->listen_host, &r->listen_port, err))
         return -1;
-    if (open_listener(r, err)) {
+    if (open_listener(r, false, err)) {
         km_err why = *err;
         return km_fail(err, "proxy: the SNI listener %s: %s", cfg->sni_listen, why.msg);
     }
@@ -284,7 +323,7 @@ static inl_route *add_dynamic_route(km_inline *p, int32_t id, const char *host, 
     snprintf(r->adv_host, sizeof r->adv_host, "%s", p->advertised_host);
     snprintf(r->up_host, sizeof r->up_host, "%s", host);
     r->up_port = (uint16_t)port;
-    if (open_listener(r, &err)) {
+    if (open_listener(r, true, &err)) {
         inl_log(p, 0, "broker %d: cannot open its listener on port %u: %s; left out of responses", id,
                 r->listen_port, err.msg);
         free(p->routes[--p->n_routes]); /* retried when the broker is named again */
@@ -295,7 +334,7 @@ static inl_route *add_dynamic_route(km_inline *p, int32_t id, const char *host, 
     return r;
 }
 
-inl_route *inl_route_for_broker(km_inline *p, int32_t id, const char *host, int32_t port)
+static inl_route *route_for_broker_locked(km_inline *p, int32_t id, const char *host, int32_t port)
 {
     inl_route *r = find_route(p, id);
     if (r && !r->is_static && (strcmp(r->up_host, host) || r->up_port != port) && port > 0 && port <= 65535) {
@@ -307,6 +346,16 @@ inl_route *inl_route_for_broker(km_inline *p, int32_t id, const char *host, int3
     if (r || id < 0 || port <= 0 || port > 65535)
         return r;
     return add_dynamic_route(p, id, host, port);
+}
+
+/* A route, once published, keeps its id and advertised address for the proxy's life: callers
+ * read those after the lock is let go.  Its upstream may move (read under the lock). */
+inl_route *inl_route_for_broker(km_inline *p, int32_t id, const char *host, int32_t port)
+{
+    pthread_mutex_lock(&p->lock);
+    inl_route *r = route_for_broker_locked(p, id, host, port);
+    pthread_mutex_unlock(&p->lock);
+    return r;
 }
 
 static int keep_tls_config(km_inline *p, const km_inline_config *c, km_err *err);
@@ -364,8 +413,13 @@ km_inline *km_inline_new(struct ev_loop *loop, const km_inline_config *cfg, km_i
     p->controller_epoch = -1;
     p->log = log;
     p->log_ud = log_ud;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_mutex_init(&p->log_lock, NULL);
+    p->inspect_tail = &p->inspect_head;
+    ev_async_init(&p->wake, on_main_wake);
+    p->wake.data = p;
+    ev_async_start(loop, &p->wake);
     inl_log_limit_init(p);
-    inl_memory_init(p);
     int rc = copy_settings(p, cfg, err);
     if (!rc)
         check_open_files(p);
@@ -379,6 +433,8 @@ km_inline *km_inline_new(struct ev_loop *loop, const km_inline_config *cfg, km_i
         rc = add_static_route(p, -1, cfg->bootstrap_listen, cfg->bootstrap_upstream, err);
     for (size_t i = 0; !rc && i < cfg->n_brokers; i++)
         rc = add_static_route(p, cfg->brokers[i].id, cfg->brokers[i].listen, cfg->brokers[i].upstream, err);
+    if (!rc) /* before the loop runs: no client can be accepted with nowhere to go */
+        rc = inl_workers_start(p, cfg->threads, err);
     if (rc) {
         km_inline_free(p);
         return NULL;
@@ -387,15 +443,17 @@ km_inline *km_inline_new(struct ev_loop *loop, const km_inline_config *cfg, km_i
     return p;
 }
 
+/* The workers end first (their sessions give back IP counts, TLS references, capture
+ * connections), then what they shared. */
 void km_inline_free(km_inline *p)
 {
     if (!p)
         return;
     inl_discover_stop(p);
-    while (p->sessions)
-        inl_session_free(p->sessions);
+    inl_workers_stop(p);
+    ev_async_stop(p->loop, &p->wake);
+    inl_inspect_drain(p); /* what the workers sent last is still checked */
     inl_log_limit_stop(p);
-    inl_memory_stop(p);
     inl_capture_free(p);
     for (size_t i = 0; i < p->n_routes; i++) {
         if (p->routes[i]->listener)
@@ -405,7 +463,6 @@ void km_inline_free(km_inline *p)
     free(p->routes);
     free(p->ips);
     free(p->unserved);
-    inl_metrics_free(p);
     inl_inspect_free(p);
     free(p->sni_prefix);
     free(p->sni_suffix);
@@ -414,32 +471,38 @@ void km_inline_free(km_inline *p)
     km_inline_config_free(&p->tls_cfg);
     free(p->listen_host);
     free(p->advertised_host);
+    pthread_mutex_destroy(&p->lock);
+    pthread_mutex_destroy(&p->log_lock);
     free(p);
 }
 
 uint16_t km_inline_listen_port(const km_inline *p, int32_t broker_id)
 {
+    pthread_mutex_lock((pthread_mutex_t *)&p->lock); /* a worker may be adding a route */
     const inl_route *r = find_route(p, broker_id);
-    return r && r->listener ? r->listen_port : 0;
+    uint16_t port = r && r->listener ? r->listen_port : 0;
+    pthread_mutex_unlock((pthread_mutex_t *)&p->lock);
+    return port;
 }
 
 void km_inline_get_stats(const km_inline *p, km_inline_stats *out)
 {
-    *out = p->stats;
+    inl_sum_stats(p, out);
 }
 
 /* ---- TLS contexts -------------------------------------------------------------------------- */
 
+/* Referenced from any worker: the count is atomic. */
 inl_tls *inl_tls_ref(inl_tls *t)
 {
     if (t)
-        t->refs++;
+        __atomic_add_fetch(&t->refs, 1, __ATOMIC_RELAXED);
     return t;
 }
 
 void inl_tls_unref(inl_tls *t)
 {
-    if (t && --t->refs == 0) {
+    if (t && __atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL) == 0) {
         km_tls_ctx_free(t->ctx);
         free(t);
     }
@@ -503,10 +566,13 @@ int km_inline_reload_tls(km_inline *p, km_err *err)
     inl_tls *client, *up;
     if (tls_load(&p->tls_cfg, &client, &up, err))
         return -1;
-    inl_tls_unref(p->client_tls);
-    inl_tls_unref(p->up_tls);
+    pthread_mutex_lock(&p->lock); /* workers take references at each new client */
+    inl_tls *old_client = p->client_tls, *old_up = p->up_tls;
     p->client_tls = client;
     p->up_tls = up;
+    pthread_mutex_unlock(&p->lock);
+    inl_tls_unref(old_client);
+    inl_tls_unref(old_up);
     inl_log(p, 2, "TLS certificates reloaded; live connections keep theirs");
     return 0;
 }

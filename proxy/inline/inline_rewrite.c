@@ -121,19 +121,19 @@ static int append_rest(km_buf *out, km_reader *r, km_err *err)
  * reach the client with Fetch/Produce versions uncapped, and from them KIP-951's leader endpoints
  * with upstream addresses: it is never passed on. Counted, logged once (every client of such a
  * broker would log it), and the client's connection is cut. */
-static int api_versions_unparsed(km_inline *p, int16_t version, const char *why, km_err *err)
+static int api_versions_unparsed(inl_worker *w, int16_t version, const char *why, km_err *err)
 {
-    p->stats.api_versions_unparsed++;
-    if (!p->api_versions_unparsed_logged)
+    km_inline *p = w->p;
+    INL_ADD(w->stats.api_versions_unparsed, 1);
+    if (!__atomic_exchange_n(&p->api_versions_unparsed_logged, true, __ATOMIC_RELAXED))
         inl_log(p, 1, "an upstream's ApiVersions v%d answer cannot be parsed (%s): it is not passed on, as the "
                 "Fetch/Produce version cap (KIP-951) could not be applied; its clients are cut. Counted in "
                 "kmproxy_inline_api_versions_unparsed_total; logged once", version, why);
-    p->api_versions_unparsed_logged = true;
     return km_fail(err, "ApiVersions v%d answer cannot be parsed (%s): the version cap cannot be applied", version,
                    why);
 }
 
-static int rewrite_api_versions(km_inline *p, int16_t version, const uint8_t *payload, size_t len, km_buf *out,
+static int rewrite_api_versions(inl_worker *w, int16_t version, const uint8_t *payload, size_t len, km_buf *out,
                                 km_err *err)
 {
     const km_message_desc *md = &km_api_versions_response_desc;
@@ -142,7 +142,7 @@ static int rewrite_api_versions(km_inline *p, int16_t version, const uint8_t *pa
     if (len >= 6 && (payload[4] || payload[5]))
         return 0;
     if (!km_version_in(md->valid, version))
-        return api_versions_unparsed(p, version, "a version this proxy does not know", err);
+        return api_versions_unparsed(w, version, "a version this proxy does not know", err);
     km_arena arena;
     km_arena_init(&arena, len * 8 + (1u << 20));
     km_reader r;
@@ -153,7 +153,7 @@ static int rewrite_api_versions(km_inline *p, int16_t version, const uint8_t *pa
     int rc;
     if (km_parse_response_header(&r, KM_API_API_VERSIONS, version, &correlation_id, &why) ||
         km_decode_from(md, version, &r, &body, &arena, &why))
-        rc = api_versions_unparsed(p, version, why.msg, err);
+        rc = api_versions_unparsed(w, version, why.msg, err);
     else if (!cap_versions(&body))
         rc = 0;
     else
@@ -163,11 +163,12 @@ static int rewrite_api_versions(km_inline *p, int16_t version, const uint8_t *pa
     return rc;
 }
 
-int inl_rewrite_response(km_inline *p, int16_t api_key, int16_t version, const uint8_t *payload, size_t len,
+int inl_rewrite_response(inl_worker *w, int16_t api_key, int16_t version, const uint8_t *payload, size_t len,
                          km_buf *out, km_err *err)
 {
+    km_inline *p = w->p;
     if (api_key == KM_API_API_VERSIONS)
-        return rewrite_api_versions(p, version, payload, len, out, err);
+        return rewrite_api_versions(w, version, payload, len, out, err);
     const km_message_desc *md = km_find_message(KM_K_RESPONSE, api_key);
     if (!inl_api_needs_rewrite(api_key) || !md || !km_version_in(md->valid, version))
         return 0;

@@ -25,16 +25,20 @@ static size_t min_size(size_t a, uint64_t b)
 void inl_session_free(inl_session *s)
 {
     km_inline *p = s->p;
+    inl_worker *w = s->w;
     if (s->prev)
         s->prev->next = s->next;
     else
-        p->sessions = s->next;
+        w->sessions = s->next;
     if (s->next)
         s->next->prev = s->prev;
-    p->stats.open--;
+    __atomic_sub_fetch(&w->assigned, 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&p->open, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&p->lock);
     inl_ip_release(p, s->ip);
-    ev_timer_stop(p->loop, &s->timer);
-    ev_timer_stop(p->loop, &s->up_retry);
+    pthread_mutex_unlock(&p->lock);
+    ev_timer_stop(w->loop, &s->timer);
+    ev_timer_stop(w->loop, &s->up_retry);
     km_net_close(s->client);
     km_net_close(s->up);
     inl_capture_close(s);
@@ -44,7 +48,7 @@ void inl_session_free(inl_session *s)
     free(s->rq.prefix);
     free(s->ring);
     free(s);
-    inl_memory_session_ended(p);
+    inl_memory_session_ended(w);
 }
 
 /* Ends the session for a fault: one log line naming the client and why. */
@@ -57,8 +61,8 @@ static void cut(inl_session *s, const char *fmt, ...)
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     char rname[48];
-    s->p->stats.cut++;
-    inl_count_cut(s->p, s->route->broker_id);
+    INL_ADD(s->w->stats.cut, 1);
+    inl_count_cut(s->w, s->route->broker_id);
     inl_log_conn(s->p, INL_LOG_CUT, "cut client %s (%s): %s", s->peer, inl_route_name(s->route, rname), why);
     inl_session_free(s);
 }
@@ -69,7 +73,7 @@ static void pause_client(inl_session *s)
 {
     bool paused = s->client_bp || s->client_full || !s->up_ready; /* held while its broker is dialled */
     if (!paused && s->req_paused && s->req_started) /* the time we held it back is not the client's */
-        s->req_started = ev_now(s->p->loop);
+        s->req_started = ev_now(s->w->loop);
     s->req_paused = paused;
     if (s->client)
         km_net_pause(s->client, paused);
@@ -82,8 +86,7 @@ static void note_high_water(inl_session *s)
         held += km_net_queued(s->client);
     if (s->up)
         held += km_net_queued(s->up);
-    if (held > s->p->stats.buffered_high_water)
-        s->p->stats.buffered_high_water = held;
+    INL_MAX(s->w->stats.buffered_high_water, held);
 }
 
 /* Queues bytes (a head, may be empty, then d) towards one side; pauses the other side once
@@ -101,13 +104,13 @@ static int send_now(inl_session *s, bool upward, const uint8_t *head, size_t hle
     note_high_water(s);
     n += hlen;
     if (upward) {
-        s->p->stats.bytes_up += n;
+        INL_ADD(s->w->stats.bytes_up, n);
         if (!s->client_bp && km_net_queued(to) > s->p->buffer_bytes) {
             s->client_bp = true;
             pause_client(s);
         }
     } else {
-        s->p->stats.bytes_down += n;
+        INL_ADD(s->w->stats.bytes_down, n);
         if (!s->up_bp && km_net_queued(to) > s->p->buffer_bytes && s->up) {
             s->up_bp = true;
             km_net_pause(s->up, true);
@@ -193,11 +196,11 @@ static void arm_timer(inl_session *s)
     ev_tstamp due = s->ring_count ? request_due(s) : s->last_activity + p->idle_timeout;
     if (s->req_started && !s->req_paused && s->req_started + p->read_timeout < due)
         due = s->req_started + p->read_timeout;
-    ev_tstamp in = due - ev_now(p->loop);
+    ev_tstamp in = due - ev_now(s->w->loop);
     s->timer_due = due;
-    ev_timer_stop(p->loop, &s->timer);
+    ev_timer_stop(s->w->loop, &s->timer);
     ev_timer_set(&s->timer, in > 0.001 ? in : 0.001, 0.);
-    ev_timer_start(p->loop, &s->timer);
+    ev_timer_start(s->w->loop, &s->timer);
 }
 
 static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
@@ -216,7 +219,7 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
         if (q->allowance > 0)
             snprintf(allowed, sizeof allowed, " the %.0f ms the request allows plus", q->allowance * 1000);
         cut(s, "upstream %s:%u did not answer %s v%d (correlation id %d) within%s proxy.request.timeout.ms=%.0f",
-            s->route->up_host, s->route->up_port, api ? api : "an unknown API", q->api_version, q->correlation_id,
+            s->up_host, s->up_port, api ? api : "an unknown API", q->api_version, q->correlation_id,
             allowed, p->request_timeout * 1000);
     } else if (!s->ring_count && now - s->last_activity >= p->idle_timeout) {
         char rname[48];
@@ -263,7 +266,7 @@ static bool pop_inflight(inl_session *s, inl_inflight *out)
     s->ring_count--;
     if (s->ring_count) { /* a broker works on one request of a connection at a time: the next starts now */
         inl_inflight *next = &s->ring[s->ring_head];
-        ev_tstamp now = ev_now(s->p->loop);
+        ev_tstamp now = ev_now(s->w->loop);
         if (next->started < now)
             next->started = now;
         if (request_due(s) < s->timer_due)
@@ -371,7 +374,7 @@ static bool grow_prefix(inl_session *s, uint32_t size)
 static void request_gathered(inl_session *s)
 {
     if (s->req_inspect && !s->cap_req.oom)
-        inl_inspect(s->p, s->req_api, s->req_version, s->cap_req.data, s->cap_req.len);
+        inl_inspect_post(s->p, s->req_api, s->req_version, s->cap_req.data, s->cap_req.len);
     if (s->req_capture) {
         inl_capture_frame(s, KM_CAPTURE_C2S, &s->cap_req); /* resets it */
     } else {
@@ -419,12 +422,12 @@ static int note_request(inl_session *s, const uint8_t *frame, size_t plen, bool 
     else if (known && key == KM_API_SYNC_GROUP) /* followers wait for the leader's assignment, */
         hold_ms = s->rebalance_ms;                /* up to the group's rebalance timeout */
     if (!known)
-        s->p->stats.unknown_api++; /* forwarded untouched: the broker decides */
+        INL_ADD(s->w->stats.unknown_api, 1); /* forwarded untouched: the broker decides */
     else if (key == KM_API_SASL_HANDSHAKE && ver == 0)
         note_sasl_handshake(s, &r);
-    inl_inflight in = {corr, key, ver, ev_now(s->p->loop),
+    inl_inflight in = {corr, key, ver, ev_now(s->w->loop),
                        !s->opaque && inl_capture_wanted(s->p, s->route->broker_id, key, size),
-                       ev_now(s->p->loop), hold_ms > 0 ? hold_ms / 1000. : 0};
+                       ev_now(s->w->loop), hold_ms > 0 ? hold_ms / 1000. : 0};
     s->req_capture = in.capture;
     s->req_inspect = known && inl_inspect_wanted(s->p, key);
     s->req_api = key, s->req_version = ver;
@@ -439,10 +442,9 @@ static int note_request(inl_session *s, const uint8_t *frame, size_t plen, bool 
         cut(s, "out of memory tracking requests in flight");
         return -1;
     }
-    s->p->stats.requests++;
-    inl_count_request(s->p, s->route->broker_id, key, size + 4u);
-    if (size + 4u > s->p->stats.largest_frame)
-        s->p->stats.largest_frame = size + 4u;
+    INL_ADD(s->w->stats.requests, 1);
+    inl_count_request(s->w, s->route->broker_id, key, size + 4u);
+    INL_MAX(s->w->stats.largest_frame, size + 4u);
     s->rq.left = size - plen;
     s->rq.have = 0;
     s->rq.want = 0;
@@ -550,14 +552,14 @@ static void track_request_read(inl_session *s)
     if (!inside) {
         s->req_started = 0;
     } else if (!s->req_started) {
-        s->req_started = ev_now(s->p->loop);
+        s->req_started = ev_now(s->w->loop);
         arm_timer(s);
     }
 }
 
 static size_t client_bytes(inl_session *s, const uint8_t *d, size_t len)
 {
-    s->last_activity = ev_now(s->p->loop);
+    s->last_activity = ev_now(s->w->loop);
     size_t off = 0;
     while (off < len && !s->client_bp && !s->client_full) {
         long k = request_step(s, d + off, len - off);
@@ -572,10 +574,10 @@ static size_t client_bytes(inl_session *s, const uint8_t *d, size_t len)
 static size_t on_client_bytes(km_net_conn *c, const uint8_t *d, size_t len, void *ud)
 {
     (void)c;
-    km_inline *p = ((inl_session *)ud)->p; /* the session may end inside */
+    inl_worker *w = ((inl_session *)ud)->w; /* the session may end inside */
     ev_tstamp t0 = ev_time();
     size_t took = client_bytes(ud, d, len);
-    inl_count_proxy_time(p, ev_time() - t0);
+    inl_count_proxy_time(w, ev_time() - t0);
     return took;
 }
 
@@ -587,7 +589,7 @@ static void response_done(inl_session *s)
         inl_capture_frame(s, KM_CAPTURE_S2C, &s->cap_resp);
         s->cap_resp_on = false;
     }
-    s->p->stats.responses++;
+    INL_ADD(s->w->stats.responses, 1);
     if (s->rs.whole.cap > WHOLE_KEEP)
         km_buf_free(&s->rs.whole);
     km_buf_reset(&s->rs.whole);
@@ -615,7 +617,7 @@ static int whole_response_ready(inl_session *s)
     inl_resp_parser *rs = &s->rs;
     const uint8_t *payload = rs->whole.data + 4;
     size_t len = rs->whole.len - 4;
-    inl_count_response_error(s->p, s->route->broker_id, rs->req.api_key, rs->req.api_version, payload + 4, len - 4);
+    inl_count_response_error(s->w, s->route->broker_id, rs->req.api_key, rs->req.api_version, payload + 4, len - 4);
     if (rs->req.capture && rs->req.api_key == KM_API_SASL_HANDSHAKE)
         inl_capture_bytes(s, KM_CAPTURE_S2C, payload, len);
     if (rs->req.api_key == KM_API_SASL_HANDSHAKE) {
@@ -628,15 +630,15 @@ static int whole_response_ready(inl_session *s)
     km_buf out;
     km_buf_init(&out);
     km_err e = {{0}};
-    int rc = inl_rewrite_response(s->p, rs->req.api_key, rs->req.api_version, payload, len, &out, &e);
+    int rc = inl_rewrite_response(s->w, rs->req.api_key, rs->req.api_version, payload, len, &out, &e);
     if (rc < 0) {
         km_buf_free(&out);
-        cut(s, "cannot rewrite the addresses in upstream %s:%u's %s v%d response: %s", s->route->up_host,
-            s->route->up_port, km_api_name(rs->req.api_key), rs->req.api_version, e.msg);
+        cut(s, "cannot rewrite the addresses in upstream %s:%u's %s v%d response: %s", s->up_host,
+            s->up_port, km_api_name(rs->req.api_key), rs->req.api_version, e.msg);
         return -1;
     }
     if (rc == 1)
-        s->p->stats.rewritten++;
+        INL_ADD(s->w->stats.rewritten, 1);
     if (rs->req.capture) /* what the client gets: the rewritten frame */
         inl_capture_bytes(s, KM_CAPTURE_S2C, rc == 1 ? out.data + 4 : payload, rc == 1 ? out.len - 4 : len);
     rc = rc == 1 ? forward(s, false, out.data, out.len) : forward(s, false, rs->whole.data, rs->whole.len);
@@ -670,23 +672,22 @@ static int response_head_ready(inl_session *s, const uint8_t *head, bool in_plac
     uint32_t size = km_be32(head);
     int32_t corr = (int32_t)km_be32(head + 4);
     if (size < 4 || size > INT32_MAX) {
-        cut(s, "upstream %s:%u sent a response frame of size %d", s->route->up_host, s->route->up_port,
+        cut(s, "upstream %s:%u sent a response frame of size %d", s->up_host, s->up_port,
             (int32_t)size);
         return -1;
     }
     if (!acks0_answer(s, corr, &rs->req) && (!pop_inflight(s, &rs->req) || rs->req.correlation_id != corr)) {
-        cut(s, "upstream %s:%u answered correlation id %d, but %s", s->route->up_host, s->route->up_port, corr,
+        cut(s, "upstream %s:%u answered correlation id %d, but %s", s->up_host, s->up_port, corr,
             s->ring_count || rs->req.api_key ? "responses must come in request order" : "no request was in flight");
         return -1;
     }
-    if (size + 4u > s->p->stats.largest_frame)
-        s->p->stats.largest_frame = size + 4u;
-    inl_count_response(s->p, s->route->broker_id, rs->req.api_key, size + 4u,
-                       rs->req.sent > 0 ? ev_now(s->p->loop) - rs->req.sent : 0);
+    INL_MAX(s->w->stats.largest_frame, size + 4u);
+    inl_count_response(s->w, s->route->broker_id, rs->req.api_key, size + 4u,
+                       rs->req.sent > 0 ? ev_now(s->w->loop) - rs->req.sent : 0);
     bool hold = inl_api_needs_rewrite(rs->req.api_key) || (rs->req.api_key == KM_API_SASL_HANDSHAKE && s->sasl_raw_pending);
     if (hold && size > s->p->max_frame) {
-        cut(s, "upstream %s:%u's %s response of %u bytes exceeds proxy.max.frame.bytes", s->route->up_host,
-            s->route->up_port, km_api_name(rs->req.api_key), size);
+        cut(s, "upstream %s:%u's %s response of %u bytes exceeds proxy.max.frame.bytes", s->up_host,
+            s->up_port, km_api_name(rs->req.api_key), size);
         return -1;
     }
     if (hold) {
@@ -715,7 +716,7 @@ static int token_head_ready(inl_session *s)
 {
     uint32_t size = km_be32(s->rs.prefix);
     if (size > s->p->max_frame) {
-        cut(s, "upstream %s:%u sent a SASL token of size %d", s->route->up_host, s->route->up_port, (int32_t)size);
+        cut(s, "upstream %s:%u sent a SASL token of size %d", s->up_host, s->up_port, (int32_t)size);
         return -1;
     }
     s->rs.left = size;
@@ -759,7 +760,7 @@ static long response_step(inl_session *s, const uint8_t *d, size_t n)
         if (response_head_ready(s, d, true))
             return -1;
         if (!rs->collecting) /* held ones are counted whole */
-            inl_count_response_error(s->p, s->route->broker_id, rs->req.api_key, rs->req.api_version, d + 8,
+            inl_count_response_error(s->w, s->route->broker_id, rs->req.api_key, rs->req.api_version, d + 8,
                                      min_size(n - 8, rs->left));
         return 8;
     }
@@ -778,16 +779,16 @@ static size_t up_bytes(inl_session *s, const uint8_t *d, size_t len);
 static size_t on_up_bytes(km_net_conn *c, const uint8_t *d, size_t len, void *ud)
 {
     (void)c;
-    km_inline *p = ((inl_session *)ud)->p;
+    inl_worker *w = ((inl_session *)ud)->w;
     ev_tstamp t0 = ev_time();
     size_t took = up_bytes(ud, d, len);
-    inl_count_proxy_time(p, ev_time() - t0);
+    inl_count_proxy_time(w, ev_time() - t0);
     return took;
 }
 
 static size_t up_bytes(inl_session *s, const uint8_t *d, size_t len)
 {
-    s->last_activity = ev_now(s->p->loop);
+    s->last_activity = ev_now(s->w->loop);
     size_t off = 0;
     while (off < len && !s->up_bp) {
         long k = response_step(s, d + off, len - off);
@@ -828,7 +829,9 @@ static void on_client_ready(km_net_conn *c, void *ud)
     if (s->route->broker_id != INL_SNI_ROUTE)
         return;
     const char *name = km_net_tls_server_name(c);
+    pthread_mutex_lock(&s->p->lock);
     inl_route *r = inl_route_for_sni(s->p, name);
+    pthread_mutex_unlock(&s->p->lock);
     if (!r) {
         cut(s, "SNI name '%s' names no broker this proxy serves (names are %s<id>%s; other names go to the "
             "bootstrap upstream, if set)",
@@ -846,11 +849,11 @@ static void on_client_close(km_net_conn *c, const km_err *why, void *ud)
     char rname[48];
     s->client = NULL;
     if (!s->client_ready && s->client_tls) {
-        s->p->stats.tls_failures++;
+        INL_ADD(s->w->stats.tls_failures, 1);
         inl_log_conn(s->p, INL_LOG_TLS, "client %s (%s): TLS handshake failed: %s", s->peer, inl_route_name(s->route, rname),
                 why ? why->msg : "the client closed the connection");
     } else if (s->rq.have || s->rq.left) {
-        s->p->stats.cut++;
+        INL_ADD(s->w->stats.cut, 1);
         inl_log_conn(s->p, INL_LOG_LEFT, "client %s (%s) left inside a request frame (%s); its upstream "
                 "connection is closed", s->peer, inl_route_name(s->route, rname), s->rq.have ? "in its header" : "in its body");
     } else if (why) {
@@ -874,9 +877,9 @@ static void on_up_ready(km_net_conn *c, void *ud)
 static void upstream_unreachable(inl_session *s, const char *why)
 {
     km_inline *p = s->p;
-    ev_tstamp now = ev_now(p->loop), held = now - s->up_first_try;
+    ev_tstamp now = ev_now(s->w->loop), held = now - s->up_first_try;
     if (held + s->up_backoff >= p->upstream_hold) {
-        cut(s, "cannot reach upstream %s:%u (broker %d)%s: %s", s->route->up_host, s->route->up_port,
+        cut(s, "cannot reach upstream %s:%u (broker %d)%s: %s", s->up_host, s->up_port,
             s->route->broker_id, p->upstream_hold > 0 ? " within proxy.upstream.hold.ms" : "", why);
         return;
     }
@@ -884,13 +887,13 @@ static void upstream_unreachable(inl_session *s, const char *why)
         char rname[48];
         inl_log(p, 1, "client %s (%s): upstream %s:%u unreachable (%s); holding the client for up to "
                 "proxy.upstream.hold.ms=%.0f while dialling again", s->peer, inl_route_name(s->route, rname),
-                s->route->up_host, s->route->up_port, why, p->upstream_hold * 1000);
+                s->up_host, s->up_port, why, p->upstream_hold * 1000);
     }
     s->up_backoff = s->up_backoff ? s->up_backoff * 2 : 0.05;
     if (s->up_backoff > 1)
         s->up_backoff = 1;
     ev_timer_set(&s->up_retry, s->up_backoff, 0.);
-    ev_timer_start(p->loop, &s->up_retry);
+    ev_timer_start(s->w->loop, &s->up_retry);
 }
 
 static void on_up_retry(struct ev_loop *loop, ev_timer *w, int revents)
@@ -905,32 +908,43 @@ static void on_up_close(km_net_conn *c, const km_err *why, void *ud)
     inl_session *s = ud;
     s->up = NULL;
     if (why)
-        s->p->stats.upstream_failures++;
+        INL_ADD(s->w->stats.upstream_failures, 1);
     if (!s->up_ready && s->client) {
         upstream_unreachable(s, why ? why->msg : "closed while connecting");
         return;
     }
     if (why)
         inl_log_conn(s->p, INL_LOG_UPSTREAM, "client %s: upstream %s:%u (broker %d): %s; closing the client", s->peer,
-                s->route->up_host, s->route->up_port, s->route->broker_id, why->msg);
+                s->up_host, s->up_port, s->route->broker_id, why->msg);
     if (s->client)
         km_net_shutdown(s->client); /* what the broker sent still reaches the client */
     else
         inl_session_free(s);
 }
 
-void inl_session_start(inl_route *r, int fd, const char *peer, const char *ip)
+/* Gives back what the acceptor counted for a client that never became a session. */
+static void start_failed(inl_worker *w, int fd, const char *peer, const char *ip)
+{
+    inl_log(w->p, 0, "client %s: out of memory", peer);
+    close(fd);
+    __atomic_sub_fetch(&w->assigned, 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&w->p->open, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&w->p->lock);
+    inl_ip_release(w->p, ip);
+    pthread_mutex_unlock(&w->p->lock);
+}
+
+void inl_session_start(inl_worker *w, inl_route *r, int fd, const char *peer, const char *ip)
 {
     km_inline *p = r->p;
     inl_session *s = calloc(1, sizeof *s);
     km_err err = {{0}};
     if (!s) {
-        inl_log(p, 0, "client %s: out of memory", peer);
-        close(fd);
-        inl_ip_release(p, ip);
+        start_failed(w, fd, peer, ip);
         return;
     }
     s->p = p;
+    s->w = w;
     s->route = r;
     snprintf(s->peer, sizeof s->peer, "%s", peer);
     snprintf(s->ip, sizeof s->ip, "%s", ip);
@@ -939,32 +953,31 @@ void inl_session_start(inl_route *r, int fd, const char *peer, const char *ip)
     km_buf_init(&s->cap_resp);
     s->rq.prefix = malloc(4 + INL_REQ_PREFIX_FIRST);
     if (!s->rq.prefix) {
-        inl_log(p, 0, "client %s: out of memory", peer);
-        close(fd);
-        inl_ip_release(p, ip);
+        start_failed(w, fd, peer, ip);
         free(s);
         return;
     }
-    s->next = p->sessions;
+    s->next = w->sessions;
     if (s->next)
         s->next->prev = s;
-    p->sessions = s;
-    p->stats.open++;
-    p->stats.accepted++;
+    w->sessions = s;
+    INL_ADD(w->stats.accepted, 1);
     ev_timer_init(&s->timer, on_timer, 1., 0.);
     s->timer.data = s;
     ev_timer_init(&s->up_retry, on_up_retry, 1., 0.);
     s->up_retry.data = s;
-    s->last_activity = ev_now(p->loop);
+    s->last_activity = ev_now(w->loop);
     /* Generous queue limit: pausing at buffer_bytes is what bounds memory; the
      * limit only has to admit one rewritten response on top. */
+    pthread_mutex_lock(&p->lock); /* a reload may be swapping them */
     s->client_tls = inl_tls_ref(p->client_tls);
     s->up_tls = inl_tls_ref(p->up_tls);
+    pthread_mutex_unlock(&p->lock);
     km_net_opts opts = {.max_frame = p->max_frame, .write_limit = 2 * p->max_frame + 4 * p->buffer_bytes,
                         .tls = s->client_tls ? s->client_tls->ctx : NULL};
     km_net_handlers hc = {.on_ready = on_client_ready, .on_bytes = on_client_bytes, .on_drain = on_client_drain,
                           .on_close = on_client_close};
-    s->client = km_net_accept(p->loop, fd, peer, &opts, &hc, s, &err);
+    s->client = km_net_accept(w->loop, fd, peer, &opts, &hc, s, &err);
     if (!s->client) {
         inl_log(p, 0, "client %s: %s", peer, err.msg);
         inl_session_free(s);
@@ -987,8 +1000,12 @@ static void connect_upstream(inl_session *s)
     km_net_handlers hu = {.on_ready = on_up_ready, .on_bytes = on_up_bytes, .on_drain = on_up_drain,
                           .on_close = on_up_close};
     if (!s->up_first_try)
-        s->up_first_try = ev_now(p->loop);
-    s->up = km_net_connect(p->loop, r->up_host, r->up_port, &opts, &hu, s, &err); /* tls_name "": chain only */
+        s->up_first_try = ev_now(s->w->loop);
+    pthread_mutex_lock(&p->lock); /* discovery may be moving the route */
+    snprintf(s->up_host, sizeof s->up_host, "%s", r->up_host);
+    s->up_port = r->up_port;
+    pthread_mutex_unlock(&p->lock);
+    s->up = km_net_connect(s->w->loop, s->up_host, s->up_port, &opts, &hu, s, &err); /* tls_name "": chain only */
     if (!s->up)
         upstream_unreachable(s, err.msg);
 }

@@ -11,7 +11,13 @@
  *   dynamic: proxy.listen.host, proxy.advertised.host, proxy.port.base: broker <id>
  *            is served on port.base + id, its listener opened the moment a
  *            response first names it (before the client can see the address).
- * Everything runs on one libev loop; nothing blocks but name resolution. */
+ * Threads: the loop passed to km_inline_new (the main loop) owns the listeners, discovery,
+ * inspection and the capture switch; it hands each accepted client to one of proxy.threads
+ * worker threads, each running its own libev loop with its sessions and their upstream
+ * connections.  A session never leaves its worker, so the data path takes no lock.  The log
+ * callback may be called from any of these threads (never two at once).  Every km_inline_*
+ * call below is made from the main loop's thread (or while it is stopped).  Nothing blocks but
+ * name resolution. */
 #ifndef KM_INLINE_H
 #define KM_INLINE_H
 
@@ -42,6 +48,7 @@ typedef struct km_inline_config {
     int32_t idle_timeout_ms;       /* proxy.idle.timeout.ms: nothing in flight and no bytes */
     int32_t request_timeout_ms;    /* proxy.request.timeout.ms: the upstream's answer to the oldest request */
     int32_t upstream_hold_ms;      /* proxy.upstream.hold.ms: a client held while its broker cannot be dialled */
+    int32_t threads;               /* proxy.threads: worker loops; 0: one per core */
     int32_t discovery_interval_ms; /* proxy.discovery.interval.ms: brokers asked of the bootstrap upstream; 0: off */
     int32_t request_read_timeout_ms;/* proxy.request.read.timeout.ms: a client's whole request, from its first byte */
     int32_t listen_backlog;        /* proxy.listen.backlog: listen(2)'s backlog (the kernel caps it at somaxconn) */
@@ -138,7 +145,12 @@ typedef struct km_inline_stats {
     uint64_t divergent;                       /* controller RPCs that disagreed with the image */
     uint64_t api_versions_unparsed;           /* ApiVersions answers that could not be parsed (not passed on) */
 } km_inline_stats;
+/* Summed over the workers (largest_frame and buffered_high_water: their maximum). */
 void km_inline_get_stats(const km_inline *p, km_inline_stats *out);
+/* The worker threads running, and one worker's share (accepted, open, bytes...; the main
+ * loop's own counters, refused and listeners, stay zero there). */
+size_t km_inline_threads(const km_inline *p);
+void km_inline_get_worker_stats(const km_inline *p, size_t worker, km_inline_stats *out);
 
 /* Appends the proxy's Prometheus metrics (kmproxy_inline_*): requests and bytes per broker and
  * API, upstream latency histograms per broker and API, the proxy's own time per read,

@@ -128,6 +128,12 @@ km_net_listener *km_net_listen(struct ev_loop *loop, const char *host, uint16_t 
 /* The same with listen(2)'s backlog (km_net_listen: 128). */
 km_net_listener *km_net_listen_backlog(struct ev_loop *loop, const char *host, uint16_t port, int backlog,
                                        km_net_accept_fn fn, void *ud, km_err *err);
+/* Bound and listening (clients queue in the backlog) but accepting on no loop yet: for a
+ * listener opened on one thread and served by another thread's loop, which calls
+ * km_net_listener_start on itself.  km_net_listener_free works either way. */
+km_net_listener *km_net_listen_detached(const char *host, uint16_t port, int backlog, km_net_accept_fn fn, void *ud,
+                                        km_err *err);
+void km_net_listener_start(km_net_listener *l, struct ev_loop *loop);
 uint16_t km_net_listener_port(const km_net_listener *l);
 /* Stops listening and frees l; safe from inside its accept callback. */
 void km_net_listener_free(km_net_listener *l);

@@ -107,15 +107,14 @@ km_net_listener *km_net_listen(struct ev_loop *loop, const char *host, uint16_t 
     return km_net_listen_backlog(loop, host, port, 128, fn, ud, err);
 }
 
-km_net_listener *km_net_listen_backlog(struct ev_loop *loop, const char *host, uint16_t port, int backlog,
-                                       km_net_accept_fn fn, void *ud, km_err *err)
+km_net_listener *km_net_listen_detached(const char *host, uint16_t port, int backlog, km_net_accept_fn fn, void *ud,
+                                        km_err *err)
 {
     if (!fn)
         return km_fail(err, "listen on %s:%u: no accept callback", host ? host : "*", port), NULL;
     km_net_listener *l = calloc(1, sizeof *l);
     if (!l)
         return km_fail(err, "listen: out of memory"), NULL;
-    l->loop = loop;
     l->fd = -1;
     l->fn = fn;
     l->ud = ud;
@@ -126,7 +125,23 @@ km_net_listener *km_net_listen_backlog(struct ev_loop *loop, const char *host, u
     ev_io_init(&l->io, on_accept, l->fd, EV_READ);
     ev_timer_init(&l->retry, on_retry, FD_EXHAUSTED_PAUSE, 0.);
     l->io.data = l->retry.data = l;
+    return l;
+}
+
+void km_net_listener_start(km_net_listener *l, struct ev_loop *loop)
+{
+    if (l->loop || l->fd < 0)
+        return;
+    l->loop = loop;
     ev_io_start(loop, &l->io);
+}
+
+km_net_listener *km_net_listen_backlog(struct ev_loop *loop, const char *host, uint16_t port, int backlog,
+                                       km_net_accept_fn fn, void *ud, km_err *err)
+{
+    km_net_listener *l = km_net_listen_detached(host, port, backlog, fn, ud, err);
+    if (l)
+        km_net_listener_start(l, loop);
     return l;
 }
 
@@ -137,8 +152,10 @@ void km_net_listener_free(km_net_listener *l)
     if (!l || l->freed)
         return;
     if (l->fd >= 0) {
-        ev_io_stop(l->loop, &l->io);
-        ev_timer_stop(l->loop, &l->retry);
+        if (l->loop) {
+            ev_io_stop(l->loop, &l->io);
+            ev_timer_stop(l->loop, &l->retry);
+        }
         close(l->fd);
         l->fd = -1;
     }

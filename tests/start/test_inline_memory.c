@@ -84,8 +84,10 @@ static pid_t start_proxy(uint16_t port, const char *upstream)
     char listen[64], up[200];
     snprintf(listen, sizeof listen, "proxy.bootstrap.listen=127.0.0.1:%u", port);
     snprintf(up, sizeof up, "proxy.bootstrap.upstream=%s", upstream);
+    char threads_buf[32];
+    const char *threads = km_test_proxy_threads(threads_buf, sizeof threads_buf);
     char *argv[] = {(char *)km_test_binary(), "proxy", "--set", listen, "--set", up, "--set",
-                    "proxy.max.connections.per.ip=5000", NULL};
+                    "proxy.max.connections.per.ip=5000", "--set", (char *)(threads ? threads : listen), NULL};
     pid_t parent = getpid(), pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {

@@ -14,6 +14,9 @@ const char *km_test_source_dir(void);
 /* A fresh empty directory under $TMPDIR (removed by km_test_rmtree). */
 char *km_test_tmpdir(const char *tag);
 void km_test_rmtree(const char *path);
+/* The inline suites run twice, with 1 worker thread and with several (tests/inline.cmake sets
+ * KM_TEST_PROXY_THREADS): the "proxy.threads=N" to apply, written into buf; NULL when unset. */
+const char *km_test_proxy_threads(char *buf, size_t cap);
 /* In a forked child, first thing: the child is killed when the forking thread of `parent`
  * dies, so a test that times out or crashes half way leaves no process behind (Criterion
  * kills a timed-out test's worker outright).  Exits at once if the parent is already gone. */

@@ -16,6 +16,15 @@ const char *km_test_shared_dir(void) { return getenv("KM_SHARED_DIR") ? getenv("
 const char *km_test_binary(void) { return KM_BINARY; }
 const char *km_test_source_dir(void) { return KM_SOURCE_DIR; }
 
+const char *km_test_proxy_threads(char *buf, size_t cap)
+{
+    const char *n = getenv("KM_TEST_PROXY_THREADS");
+    if (!n || !*n)
+        return NULL;
+    snprintf(buf, cap, "proxy.threads=%s", n);
+    return buf;
+}
+
 char *km_test_tmpdir(const char *tag)
 {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
