@@ -1096,3 +1096,54 @@ Test(inline_edge, a_client_held_past_upstream_hold_ms_is_closed)
     close(fd);
     irig_free(&r);
 }
+
+/* proxy.threads: the acceptor spreads clients over every worker (the least loaded first), each
+ * worker serves its own, and the figures (stats, /metrics) are the sums of the workers'. */
+Test(inline_edge, clients_spread_over_the_workers_and_the_figures_add_up)
+{
+    irig r;
+    start_over_mock(&r);
+    irig_set(&r, "proxy.threads", "3");
+    irig_start(&r);
+    cr_assert_eq(km_inline_threads(r.proxy), 3);
+    uint16_t port = irig_port(&r, -1);
+    enum { CLIENTS = 9 };
+    int fds[CLIENTS];
+    km_api_versions_request av;
+    km_api_versions_request_init(&av);
+    for (int i = 0; i < CLIENTS; i++) { /* held open: each next one goes to a worker with fewer */
+        fds[i] = irig_connect(port);
+        send_request(fds[i], KM_API_API_VERSIONS, 0, i, &av);
+        km_arena a;
+        km_arena_init(&a, 1 << 20);
+        km_api_versions_response avr;
+        read_response(fds[i], KM_API_API_VERSIONS, 0, i, &avr, &a);
+        km_arena_free(&a);
+    }
+    km_inline_stats all, w;
+    km_inline_get_stats(r.proxy, &all);
+    cr_expect_eq(all.open, CLIENTS);
+    uint64_t accepted = 0, requests = 0, bytes = 0;
+    for (size_t k = 0; k < 3; k++) {
+        km_inline_get_worker_stats(r.proxy, k, &w);
+        cr_expect_eq(w.open, CLIENTS / 3, "worker %zu holds %llu clients", k, (unsigned long long)w.open);
+        cr_expect_eq(w.requests, CLIENTS / 3, "worker %zu served %llu requests", k, (unsigned long long)w.requests);
+        accepted += w.accepted, requests += w.requests, bytes += w.bytes_up + w.bytes_down;
+    }
+    cr_expect_eq(accepted, all.accepted);
+    cr_expect_eq(requests, all.requests);
+    cr_expect_eq(bytes, all.bytes_up + all.bytes_down);
+    km_buf m;
+    km_buf_init(&m);
+    km_inline_render_metrics(r.proxy, &m);
+    km_buf_put(&m, "", 1);
+    char line[96];
+    snprintf(line, sizeof line, "kmproxy_inline_requests_total{broker=\"-1\",api=\"API_VERSIONS\"} %d\n", CLIENTS);
+    cr_expect(strstr((char *)m.data, line), "metrics lack '%s':\n%s", line, (char *)m.data);
+    cr_expect(strstr((char *)m.data, "kmproxy_inline_worker_connections_open{worker=\"2\"} 3\n"), "%s",
+              (char *)m.data);
+    km_buf_free(&m);
+    for (int i = 0; i < CLIENTS; i++)
+        close(fds[i]);
+    irig_free(&r);
+}
