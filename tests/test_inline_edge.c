@@ -123,6 +123,20 @@ static void others_still_served(irig *r)
 
 /* ---- garbage, limits, timeouts ------------------------------------------------------------ */
 
+/* An ApiVersions v0 round trip over the mock: the answer must come back, without error. */
+static void api_versions_round_trip(int fd, int32_t corr)
+{
+    km_api_versions_request av;
+    km_api_versions_request_init(&av);
+    send_request(fd, KM_API_API_VERSIONS, 0, corr, &av);
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+    km_api_versions_response avr;
+    read_response(fd, KM_API_API_VERSIONS, 0, corr, &avr, &a);
+    cr_expect_eq(avr.error_code, 0);
+    km_arena_free(&a);
+}
+
 Test(inline_edge, garbage_oversized_bad_header_truncated_are_cut_alone)
 {
     irig r;
@@ -151,15 +165,7 @@ Test(inline_edge, garbage_oversized_bad_header_truncated_are_cut_alone)
     uint8_t part[14] = {0, 0, 0, 100, 0, 18, 0, 0, 0, 0, 0, 9, 0, 0};
     cr_assert(irig_send_all(fd, part, sizeof part));
     close(fd); /* truncated: the client leaves mid-frame */
-    km_api_versions_request av;
-    km_api_versions_request_init(&av);
-    send_request(keep, KM_API_API_VERSIONS, 0, 5, &av);
-    km_arena a;
-    km_arena_init(&a, 1 << 20);
-    km_api_versions_response avr;
-    read_response(keep, KM_API_API_VERSIONS, 0, 5, &avr, &a);
-    cr_expect_eq(avr.error_code, 0);
-    km_arena_free(&a);
+    api_versions_round_trip(keep, 5);
     others_still_served(&r);
     close(keep);
     km_inline_stats st;
@@ -190,15 +196,8 @@ Test(inline_edge, connection_limits_refuse_with_a_log_line)
     cr_assert(irig_wait_eof(extra), "a 4th connection from one IP was not refused");
     close(extra);
     cr_expect(log_mentions(&r, "proxy.max.connections.per.ip"), "log: %s", r.last_log);
-    km_api_versions_request av;
-    km_api_versions_request_init(&av);
     for (int i = 0; i < 3; i++) { /* the first three are served */
-        send_request(fds[i], KM_API_API_VERSIONS, 0, i, &av);
-        km_arena a;
-        km_arena_init(&a, 1 << 20);
-        km_api_versions_response avr;
-        read_response(fds[i], KM_API_API_VERSIONS, 0, i, &avr, &a);
-        km_arena_free(&a);
+        api_versions_round_trip(fds[i], i);
         close(fds[i]);
     }
     km_inline_stats st;
@@ -1109,16 +1108,9 @@ Test(inline_edge, clients_spread_over_the_workers_and_the_figures_add_up)
     uint16_t port = irig_port(&r, -1);
     enum { CLIENTS = 9 };
     int fds[CLIENTS];
-    km_api_versions_request av;
-    km_api_versions_request_init(&av);
     for (int i = 0; i < CLIENTS; i++) { /* held open: each next one goes to a worker with fewer */
         fds[i] = irig_connect(port);
-        send_request(fds[i], KM_API_API_VERSIONS, 0, i, &av);
-        km_arena a;
-        km_arena_init(&a, 1 << 20);
-        km_api_versions_response avr;
-        read_response(fds[i], KM_API_API_VERSIONS, 0, i, &avr, &a);
-        km_arena_free(&a);
+        api_versions_round_trip(fds[i], i);
     }
     km_inline_stats all, w;
     km_inline_get_stats(r.proxy, &all);
