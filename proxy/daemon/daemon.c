@@ -38,7 +38,9 @@ void km_daemon_log(km_daemon *d, int level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    pthread_mutex_lock(&d->log_lock);
     fprintf(d->log_fp ? d->log_fp : stderr, "%s.%03ldZ %-5s %s\n", stamp, ts.tv_nsec / 1000000, names[level], msg);
+    pthread_mutex_unlock(&d->log_lock);
 }
 
 static void fatal_v(km_daemon *d, int exit_code, const char *fmt, va_list ap)
@@ -223,9 +225,12 @@ static int open_log_file(km_daemon *d, km_err *err)
     if (!f)
         return km_fail(err, "log.file %s: %s", d->cfg.log_file, strerror(errno));
     setvbuf(f, NULL, _IOLBF, 0);
-    if (d->log_fp)
-        fclose(d->log_fp);
+    pthread_mutex_lock(&d->log_lock);
+    FILE *old = d->log_fp;
     d->log_fp = f;
+    pthread_mutex_unlock(&d->log_lock);
+    if (old)
+        fclose(old);
     return 0;
 }
 
@@ -310,6 +315,7 @@ km_daemon *km_daemon_new(struct ev_loop *loop, km_config *cfg, km_err *err)
         return NULL;
     }
     d->loop = loop;
+    pthread_mutex_init(&d->log_lock, NULL);
     d->cfg = *cfg;
     memset(cfg, 0, sizeof *cfg);
     d->log_level = level_of(d->cfg.log_level ? d->cfg.log_level : "info");
@@ -402,6 +408,7 @@ void km_daemon_free(km_daemon *d)
     km_config_free(&d->cfg);
     if (d->log_fp)
         fclose(d->log_fp);
+    pthread_mutex_destroy(&d->log_lock);
     free(d);
 }
 

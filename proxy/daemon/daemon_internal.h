@@ -10,6 +10,7 @@
 #include "km_zkbridge.h"
 
 #include <ev.h>
+#include <pthread.h>
 #include <stdio.h>
 
 struct km_daemon {
@@ -34,6 +35,8 @@ struct km_daemon {
     ev_timer drain;              /* while stopping: are the in-flight ZooKeeper writes done? */
     double stop_deadline;        /* ev_now past which they are abandoned */
     FILE *log_fp;                /* log.file (reopened on SIGHUP); NULL: stderr */
+    pthread_mutex_t log_lock;    /* the inline proxy's worker threads log too: a reopen must not close
+                                  * the file under one of their lines */
     double started_at;
     ev_timer progress;           /* a full sync's progress line every few seconds */
     km_zkb_progress sync_last;   /* the previous sample, for the rate */
