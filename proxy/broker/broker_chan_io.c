@@ -43,7 +43,7 @@ int km_bchan__send_api_versions(km_bchan *ch)
     km_api_versions_request rq;
     km_api_versions_request_init(&rq);
     rq.client_software_name = km_cstr("kmproxy");
-    rq.client_software_version = km_cstr("0.1.0");
+    rq.client_software_version = km_cstr(KM_SOFTWARE_VERSION);
     km_err err;
     if (km_bchan__send_framed(ch, KM_API_API_VERSIONS, ch->av_version, &rq, &err)) {
         km_bchan__log(ch, 1, "ApiVersions: %s", err.msg);

@@ -197,7 +197,7 @@ void q_api_versions_request(km_api_versions_request *rq)
     km_api_versions_request_init(rq);
     /* both must match [a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])? (ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN) */
     rq->client_software_name = km_cstr("kmproxy");
-    rq->client_software_version = km_cstr("0.1.0");
+    rq->client_software_version = km_cstr(KM_SOFTWARE_VERSION);
 }
 
 static void send_api_versions(km_quorum *q)
