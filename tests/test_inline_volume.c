@@ -8,10 +8,13 @@
  * Each round writes a topic of its own, so that its consumer reads exactly that round's messages
  * from the earliest offset instead of every earlier round's again.
  *
- * Duplicates are looked for three ways, idempotence aside: the partition logs must hold exactly
- * the messages delivered (high watermarks, read through the proxy), the delivery reports must
- * name each offset once, and the consumer must see each sequence number once, at the partition
- * and offset its delivery report gave. */
+ * The producer is idempotent (ordered retries), but librdkafka's mock checks producer ids and
+ * sequence numbers only for transactional producers (rd_kafka_mock_validate_records returns early
+ * without a TransactionalId), so a batch sent twice would be stored twice.  Duplicates are
+ * therefore looked for three ways: the partition logs must hold exactly the messages delivered
+ * (high watermarks, read through the proxy), the delivery reports must name each offset once, and
+ * the consumer must see each sequence number once, at the partition and offset its delivery report
+ * gave. */
 #include "test_inline_rig.h"
 
 #include <criterion/criterion.h>
