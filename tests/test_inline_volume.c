@@ -272,6 +272,25 @@ static void run_round(irig *r, const char *bootstrap, vround *v, int round)
                  WAIT_S);
 }
 
+/* Both workers carried the rounds' traffic, not just a handshake: each took clients and at least a
+ * tenth of the bytes each way (the main loop hands a client to the least loaded worker, and every
+ * round's producer and consumer hold several connections). */
+static void check_workers(const km_inline *p, const km_inline_stats *all)
+{
+    cr_assert_eq(km_inline_threads(p), 2, "%zu worker threads", km_inline_threads(p));
+    for (size_t w = 0; w < 2; w++) {
+        km_inline_stats ws;
+        km_inline_get_worker_stats(p, w, &ws);
+        fprintf(stderr, "inline_volume: worker %zu: %llu clients, %llu bytes up, %llu down\n", w,
+                (unsigned long long)ws.accepted, (unsigned long long)ws.bytes_up, (unsigned long long)ws.bytes_down);
+        cr_expect_gt(ws.accepted, 0, "worker %zu took no client", w);
+        cr_expect_geq(ws.bytes_up * 10, all->bytes_up, "worker %zu carried %llu of %llu bytes up", w,
+                      (unsigned long long)ws.bytes_up, (unsigned long long)all->bytes_up);
+        cr_expect_geq(ws.bytes_down * 10, all->bytes_down, "worker %zu carried %llu of %llu bytes down", w,
+                      (unsigned long long)ws.bytes_down, (unsigned long long)all->bytes_down);
+    }
+}
+
 TestSuite(inline_volume, .timeout = 600);
 
 Test(inline_volume, rounds_of_100k_through_two_workers_lose_nothing_and_keep_order)
@@ -303,5 +322,6 @@ Test(inline_volume, rounds_of_100k_through_two_workers_lose_nothing_and_keep_ord
     uint64_t payload = (uint64_t)ROUNDS * MESSAGES * 4; /* at least "r:s" and a key byte each */
     cr_expect_gt(st.bytes_up, payload, "only %llu bytes went up", (unsigned long long)st.bytes_up);
     cr_expect_gt(st.bytes_down, payload, "only %llu bytes came down", (unsigned long long)st.bytes_down);
+    check_workers(r.proxy, &st);
     irig_free(&r);
 }
