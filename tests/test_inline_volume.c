@@ -42,6 +42,7 @@
 #define BROKERS 3
 #define PARTITIONS 6
 #define KEYS 64
+#define VALUE_BYTES 100 /* "round:seq:" and a filler that follows from seq, so corruption shows */
 #define WAIT_S 120 /* bound on each round's flush and on its consumer */
 
 /* What one round's producer learnt and its consumer saw. */
@@ -101,15 +102,24 @@ static rd_kafka_t *volume_producer(const char *bootstrap, vround *v)
     return rk;
 }
 
-/* Message seq of a round: key "k<seq % KEYS>" (the partitioner spreads the keys), value "round:seq". */
+/* Message seq's value: "round:seq:" then letters that follow from seq, VALUE_BYTES in all. */
+static void make_value(char *value, int round, int seq)
+{
+    int n = snprintf(value, VALUE_BYTES + 1, "%d:%d:", round, seq);
+    for (int i = n; i < VALUE_BYTES; i++)
+        value[i] = (char)('a' + (seq + i) % 26);
+}
+
+/* Message seq of a round: key "k<seq % KEYS>" (the partitioner spreads the keys). */
 static void produce_one(rd_kafka_t *rk, vround *v, int seq)
 {
-    char key[16], value[32];
+    char key[16], value[VALUE_BYTES + 1];
     int klen = snprintf(key, sizeof key, "k%d", seq % KEYS);
-    int vlen = snprintf(value, sizeof value, "%d:%d", v->round, seq);
+    size_t vlen = VALUE_BYTES;
+    make_value(value, v->round, seq);
     rd_kafka_resp_err_t err;
     while ((err = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(v->topic), RD_KAFKA_V_KEY(key, (size_t)klen),
-                                    RD_KAFKA_V_VALUE(value, (size_t)vlen), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                    RD_KAFKA_V_VALUE(value, vlen), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                     RD_KAFKA_V_OPAQUE((void *)(intptr_t)seq), RD_KAFKA_V_END)) ==
            RD_KAFKA_RESP_ERR__QUEUE_FULL)
         rd_kafka_poll(rk, 10);
@@ -175,16 +185,18 @@ static bool first_fault(vround *v, int *count)
 static void check_message(vround *v, const rd_kafka_message_t *m, int *last)
 {
     int round = -1, seq = -1;
-    char value[32];
-    snprintf(value, sizeof value, "%.*s", (int)(m->len < 31 ? m->len : 31), m->payload ? (const char *)m->payload : "");
-    char key[16];
+    char value[VALUE_BYTES + 1], want[VALUE_BYTES + 1], key[16];
+    snprintf(value, sizeof value, "%.*s", (int)(m->len < VALUE_BYTES ? m->len : VALUE_BYTES),
+             m->payload ? (const char *)m->payload : "");
     snprintf(key, sizeof key, "%.*s", (int)(m->key_len < 15 ? m->key_len : 15), m->key ? (const char *)m->key : "");
     int32_t p = m->partition;
-    if (sscanf(value, "%d:%d", &round, &seq) != 2 || round != v->round || seq < 0 || seq >= MESSAGES ||
-        p < 0 || p >= PARTITIONS || atoi(key + 1) != seq % KEYS) {
+    if (sscanf(value, "%d:%d:", &round, &seq) == 2 && seq >= 0)
+        make_value(want, round, seq);
+    if (m->len != VALUE_BYTES || round != v->round || seq < 0 || seq >= MESSAGES || memcmp(value, want, VALUE_BYTES) ||
+        p < 0 || p >= PARTITIONS || key[0] != 'k' || atoi(key + 1) != seq % KEYS) {
         if (first_fault(v, &v->foreign))
-            snprintf(v->first_fault, sizeof v->first_fault, "'%s' (key '%s') at %d/%lld is not of this round", value,
-                     key, p, (long long)m->offset);
+            snprintf(v->first_fault, sizeof v->first_fault, "'%.40s...' (%zu bytes, key '%s') at %d/%lld is not one "
+                     "this round sent", value, m->len, key, p, (long long)m->offset);
         return;
     }
     if (v->seen[seq]) {
@@ -266,7 +278,7 @@ static void run_round(irig *r, const char *bootstrap, vround *v, int round)
     if (v->consumed < MESSAGES)
         report_lost(v);
     cr_assert_eq(v->foreign + v->duplicates + v->misplaced + v->reordered, 0,
-                 "round %d: %d foreign, %d duplicated, %d misplaced, %d out of order; first: %s", round, v->foreign,
+                 "round %d: %d foreign or corrupt, %d duplicated, %d misplaced, %d out of order; first: %s", round, v->foreign,
                  v->duplicates, v->misplaced, v->reordered, v->first_fault);
     cr_assert_eq(v->consumed, MESSAGES, "round %d: consumed %d of %d within %d s", round, v->consumed, MESSAGES,
                  WAIT_S);
@@ -319,7 +331,7 @@ Test(inline_volume, rounds_of_100k_through_two_workers_lose_nothing_and_keep_ord
     cr_expect_geq(st.accepted, (uint64_t)ROUNDS * 2, "%llu clients accepted", (unsigned long long)st.accepted);
     cr_expect_eq(st.upstream_failures, 0, "%llu upstream connections failed", (unsigned long long)st.upstream_failures);
     /* Every message crossed the proxy twice: in a Produce request and in a Fetch response. */
-    uint64_t payload = (uint64_t)ROUNDS * MESSAGES * 4; /* at least "r:s" and a key byte each */
+    uint64_t payload = (uint64_t)ROUNDS * MESSAGES * VALUE_BYTES;
     cr_expect_gt(st.bytes_up, payload, "only %llu bytes went up", (unsigned long long)st.bytes_up);
     cr_expect_gt(st.bytes_down, payload, "only %llu bytes came down", (unsigned long long)st.bytes_down);
     check_workers(r.proxy, &st);
