@@ -16,6 +16,9 @@ km_add_test(test_inline_daemon SOURCES ${KM_INLINE_TESTS}/test_inline_daemon.c)
 target_link_libraries(test_inline_daemon PRIVATE km_inline_rig)
 km_add_test(test_inline_inspect SOURCES ${KM_INLINE_TESTS}/test_inline_inspect.c)
 target_link_libraries(test_inline_inspect PRIVATE km_inline_rig)
+# 10 rounds of 100,000 librdkafka messages through two worker threads (3 under ASan).
+km_add_test(test_inline_volume SOURCES ${KM_INLINE_TESTS}/test_inline_volume.c TIMEOUT 600)
+target_link_libraries(test_inline_volume PRIVATE km_inline_rig)
 # Responses built by Kafka's kafka-clients (../shared/realkafka) through tests/java/ResponseBuilder.java.
 km_add_test(test_inline_realkafka SOURCES ${KM_INLINE_TESTS}/test_inline_realkafka.c TIMEOUT 300)
 target_link_libraries(test_inline_realkafka PRIVATE km_inline_rig)
