@@ -80,14 +80,14 @@ enum { DIRECT, KM1, HA1, KM2, HA2, KM1T, HA1T, KM2T, HA2T, NTARGETS };
 
 typedef struct target {
     const char *name;
-    int threads;          /* worker threads; 0: direct */
-    bool tls, haproxy, present;
+    int threads;                       /* worker threads; 0: direct */
+    bool tls, haproxy, present;        /* present: measured (haproxy installed) */
     uint16_t port;
-    pid_t pid;            /* 0: no process of its own (direct) */
-    char log[4200];       /* the proxy's stderr until it listens */
+    pid_t pid;                         /* 0: no process of its own (direct) */
+    char log[4200];                    /* the proxy's stdout and stderr */
     double round_mbps[ROUNDS], round_cpu_gb[ROUNDS];
     double whole[2], slice[2][ROUNDS]; /* p50 [0] and p99 [1] round trip, us: the run, each slice */
-    char cipher[64];                              /* the TLS suite it negotiated */
+    char cipher[64];                   /* the TLS version and suite it negotiated */
     long rss_idle_kb, rss_conns_kb;
 } target;
 
@@ -360,7 +360,8 @@ static bool pumps_step(pump *p, int n, int *finished)
     return true;
 }
 
-/* CPU seconds used so far by every thread of process pid (0: none, for direct). */
+/* CPU seconds used so far by every thread of process pid (0: none, for direct): its utime +
+ * stime, in ns where /proc/<pid>/stat counts 10 ms ticks (coarse for runs of a tenth of a second). */
 static bool proc_cpu_s(pid_t pid, double *s)
 {
     clockid_t id;
