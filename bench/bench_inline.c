@@ -84,7 +84,7 @@ typedef struct target {
     bool tls, haproxy, present;        /* present: measured (haproxy installed) */
     uint16_t port;
     pid_t pid;                         /* 0: no process of its own (direct) */
-    char log[4200];                    /* the proxy's stdout and stderr */
+    char log_path[4200];               /* the file taking its stdout and stderr */
     double round_mbps[ROUNDS], round_cpu_gb[ROUNDS];
     double whole[2], slice[2][ROUNDS]; /* p50 [0] and p99 [1] round trip, us: the run, each slice */
     char cipher[64];                   /* the TLS version and suite it negotiated */
@@ -504,15 +504,15 @@ static bool wait_listening(target *t)
     return false;
 }
 
-/* Forks argv on `cpus` (NULL: unpinned), its stdout and stderr into `log`. */
-static pid_t spawn(char *const argv[], const cpu_set_t *cpus, const char *log)
+/* Forks argv on `cpus` (NULL: unpinned), its stdout and stderr into `log_path`. */
+static pid_t spawn(char *const argv[], const cpu_set_t *cpus, const char *log_path)
 {
     pid_t parent = getpid(), pid = fork();
     if (pid == 0) {
         bench_die_with_parent(parent); /* an interrupted bench leaves no proxy behind */
         if (cpus)
             sched_setaffinity(0, sizeof *cpus, cpus);
-        int out = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int out = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         dup2(out, 1), dup2(out, 2);
         execvp(argv[0], argv);
         _exit(127);
@@ -524,7 +524,7 @@ static pid_t spawn(char *const argv[], const cpu_set_t *cpus, const char *log)
 static void report_start_failure(const target *t)
 {
     char buf[2048];
-    FILE *f = fopen(t->log, "r");
+    FILE *f = fopen(t->log_path, "r");
     size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
     buf[n] = 0;
     if (f)
@@ -545,7 +545,7 @@ static bool start_kmproxy(target *t, const bench_env *e)
     char *argv[] = {(char *)km_test_binary(), "proxy", "--set", listen, "--set", up, "--set", "log.level=error",
                     "--set", "proxy.max.connections.per.ip=4000", "--set", threads,
                     t->tls ? "--set" : NULL, cert, "--set", key, NULL};
-    t->pid = spawn(argv, e->pinned ? &e->proxy_cpus[t->threads] : NULL, t->log);
+    t->pid = spawn(argv, e->pinned ? &e->proxy_cpus[t->threads] : NULL, t->log_path);
     return wait_listening(t);
 }
 
@@ -577,14 +577,14 @@ static bool start_haproxy(target *t, const bench_env *e)
     if (!write_haproxy_cfg(t, e, cfg))
         return false;
     char *argv[] = {"haproxy", "-db", "-f", cfg, NULL};
-    t->pid = spawn(argv, e->pinned ? &e->proxy_cpus[t->threads] : NULL, t->log);
+    t->pid = spawn(argv, e->pinned ? &e->proxy_cpus[t->threads] : NULL, t->log_path);
     return wait_listening(t);
 }
 
 static bool start_target(target *t, const bench_env *e)
 {
     t->port = free_port();
-    snprintf(t->log, sizeof t->log, "%s/%s-%d%s.log", e->dir, t->name, t->threads, t->tls ? "-tls" : "");
+    snprintf(t->log_path, sizeof t->log_path, "%s/%s-%d%s.log", e->dir, t->name, t->threads, t->tls ? "-tls" : "");
     bool ok = t->haproxy ? start_haproxy(t, e) : start_kmproxy(t, e);
     if (!ok)
         report_start_failure(t);
@@ -984,6 +984,8 @@ static bool set_up(bench_env *e)
         return true;
     fprintf(stderr, "bench_inline: cannot write a certificate to %s\n", e->pem);
     km_test_rmtree(e->dir);
+    free(e->dir);
+    e->dir = NULL;
     return false;
 }
 
