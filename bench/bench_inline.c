@@ -16,7 +16,10 @@
  *    ROUNDS rounds; in each round every target runs once, the order rotating by one per round.
  *  - CPU seconds per GB forwarded: the proxy process's CPU time (all its threads, read through
  *    clock_getcpuclockid before and after each run; the other proxies idle meanwhile) over the
- *    request and response bytes the client moved; median and min..max over the rounds.
+ *    request and response bytes the client moved; median and min..max over the rounds.  Next to
+ *    it, how busy the proxy and the client + mock were (% of one CPU): a client + mock near 100%
+ *    bounds the MB/s; both far below 100% mean other programs held the CPUs (the load average
+ *    before and after the run is printed too).
  *  - p50/p99 round trip (one request of one record in flight) of direct and of the 1-worker
  *    proxies, plaintext and TLS: the targets take turns request by request, so a burst of load on
  *    the shared machine lands on all of them alike; each figure with its min..max over ROUNDS
@@ -86,6 +89,7 @@ typedef struct target {
     pid_t pid;                         /* 0: no process of its own (direct) */
     char log_path[4200];               /* the file taking its stdout and stderr */
     double round_mbps[ROUNDS], round_cpu_gb[ROUNDS];
+    double round_busy[ROUNDS], round_client_busy[ROUNDS]; /* % of one CPU: the proxy; the client + mock */
     double whole[2], slice[2][ROUNDS]; /* p50 [0] and p99 [1] round trip, us: the run, each slice */
     char cipher[64];                   /* the TLS version and suite it negotiated */
     long rss_idle_kb, rss_conns_kb;
@@ -376,7 +380,7 @@ static bool proc_cpu_s(pid_t pid, double *s)
 }
 
 typedef struct load {
-    double mbps, cpu_s;
+    double mbps, cpu_s, wall_s, client_cpu_s; /* client_cpu_s: this process, the client and the mock */
     uint64_t bytes;
 } load;
 
@@ -392,13 +396,14 @@ static bool run_load(target *t, SSL_CTX *tls, int conns, int records, int window
         p[i].window = window, p[i].count = count / conns + (i < count % conns), p[i].frame = produce_frame(records);
         ok = conn_open(&p[i].c, t, tls, true);
     }
-    double cpu0 = 0, cpu1 = 0, t0 = bench_wall_s();
+    double cpu0 = 0, cpu1 = 0, t0 = bench_wall_s(), client0 = bench_cpu_s();
     ok = ok && proc_cpu_s(t->pid, &cpu0);
     for (int finished = 0; ok && finished < conns;)
         ok = pumps_step(p, conns, &finished);
-    double wall = bench_wall_s() - t0;
+    double wall = bench_wall_s() - t0, client = bench_cpu_s() - client0;
     ok = ok && proc_cpu_s(t->pid, &cpu1);
-    *out = (load){.mbps = (double)count * records * RECORD_BYTES / wall / 1e6, .cpu_s = cpu1 - cpu0};
+    *out = (load){.mbps = (double)count * records * RECORD_BYTES / wall / 1e6, .cpu_s = cpu1 - cpu0,
+                  .wall_s = wall, .client_cpu_s = client};
     for (int i = 0; p && i < conns; i++) {
         out->bytes += p[i].bytes;
         conn_close(&p[i].c);
@@ -416,6 +421,7 @@ typedef struct bench_env {
     const char *upstream;       /* the mock broker, host:port */
     cpu_set_t client_cpus, proxy_cpus[3]; /* proxy_cpus[threads] */
     bool pinned, shared2;       /* shared2: a 2-worker proxy shares the client's CPU */
+    double load_before;         /* the load average before the first run */
 } bench_env;
 
 /* The bench on the first allowed CPU; a proxy of n workers on the n next ones, or on all. */
@@ -677,6 +683,8 @@ static bool measure_throughput(target *all, SSL_CTX *tls, int count)
             }
             t->round_mbps[round] = l.mbps;
             t->round_cpu_gb[round] = l.cpu_s / ((double)l.bytes / 1e9);
+            t->round_busy[round] = 100 * l.cpu_s / l.wall_s;
+            t->round_client_busy[round] = 100 * l.client_cpu_s / l.wall_s;
         }
     return true;
 }
@@ -749,31 +757,47 @@ static bool measure_latency(target *all, SSL_CTX *tls, int count)
     return ok;
 }
 
+/* The 1-minute load average: other programs on a shared machine show in every figure. */
+static double load_average(void)
+{
+    double avg = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f && fscanf(f, "%lf", &avg) != 1)
+        avg = -1;
+    if (f)
+        fclose(f);
+    return avg;
+}
+
 /* ---- the report ---------------------------------------------------------------------------- */
 
-/* "median (min..max)", padded to a column. */
-static void print_spread(spread s, int decimals)
+/* "median (min..max)", padded to a column of `width`. */
+static void print_spread(spread s, int decimals, int width)
 {
     char buf[96];
     snprintf(buf, sizeof buf, "%.*f (%.*f..%.*f)", decimals, s.med, decimals, s.min, decimals, s.max);
-    printf("%-26s", buf);
+    printf("%-*s ", width, buf);
 }
 
 static void print_table(const target *all, double ceiling)
 {
     printf("upstream ceiling (direct, %d connections, 128 in flight each, one run): %.1f MB/s\n", LOAD_CONNS, ceiling);
-    printf("MB/s and proxy CPU s/GB: median (min..max) of %d rounds\n", ROUNDS);
-    printf("%-8s %3s %-4s %-26s %-26s %s\n", "target", "thr", "tls", "MB/s", "CPU s/GB", "TLS suite");
+    printf("median (min..max) of %d rounds: MB/s; the proxy's CPU seconds per GB forwarded; %% of one CPU busy in "
+           "the proxy, and in the client + mock\n", ROUNDS);
+    printf("%-8s %3s %-4s %-26s %-26s %-18s %-18s %s\n", "target", "thr", "tls", "MB/s", "proxy CPU s/GB",
+           "proxy %CPU", "client+mock %CPU", "TLS suite");
     for (int i = 0; i < NTARGETS; i++) {
         const target *t = &all[i];
         if (!t->present)
             continue;
         printf("%-8s %3d %-4s ", t->name, t->threads, t->tls ? "yes" : "no");
-        print_spread(spread_of(t->round_mbps, ROUNDS), 1);
-        if (t->pid)
-            print_spread(spread_of(t->round_cpu_gb, ROUNDS), 3);
-        else
-            printf("%-26s", "-");
+        print_spread(spread_of(t->round_mbps, ROUNDS), 1, 26);
+        if (t->pid) {
+            print_spread(spread_of(t->round_cpu_gb, ROUNDS), 3, 26);
+            print_spread(spread_of(t->round_busy, ROUNDS), 0, 18);
+        } else
+            printf("%-26s %-18s ", "-", "-");
+        print_spread(spread_of(t->round_client_busy, ROUNDS), 0, 18);
         printf("%s\n", t->tls ? t->cipher : "-");
     }
 }
@@ -912,6 +936,8 @@ static void print_p99_target(const target *all, int km, int ha, const char *labe
 static void print_report(const target *all, const bench_env *e, double ceiling, int count, bool with_haproxy)
 {
     printf("Produce, 1 KiB records, acks=1; upstream: librdkafka mock broker; %d requests a run.\n", count);
+    printf("load average (1 min) before the run %.2f, after %.2f (this bench's own included), on %ld CPUs\n",
+           e->load_before, load_average(), sysconf(_SC_NPROCESSORS_ONLN));
     if (e->pinned)
         printf("pinning (MB/s, CPU): client + mock broker on 1 CPU; 1-worker proxies alone on another; 2-worker "
                "proxies on 2 CPUs%s; round trips: all on the client's CPU\n",
@@ -997,7 +1023,7 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    bench_env e = {0};
+    bench_env e = {.load_before = load_average()};
     plan_cpus(&e);
     if (e.pinned) /* before librdkafka starts the mock's threads: they inherit it */
         sched_setaffinity(0, sizeof e.client_cpus, &e.client_cpus);
