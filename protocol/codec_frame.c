@@ -8,6 +8,8 @@
 
 const km_message_desc *km_find_message(km_msg_kind kind, int16_t api_key)
 {
+    if (kind == KM_K_REQUEST || kind == KM_K_RESPONSE || kind == KM_K_METADATA)
+        return km_find_keyed_message(kind, api_key); /* per frame in the proxy: no walk over every message */
     for (const km_message_desc *const *m = km_all_messages(); *m; m++)
         if ((*m)->kind == kind && (*m)->api_key == api_key)
             return *m;

@@ -14,5 +14,7 @@ void km_path_prepend(km_err *err, const char *fmt, const char *name, int32_t ind
 int km_encode_value(int16_t version, bool msg_flexible, const km_field *f, const void *p, km_buf *out,
                     km_err *err);
 bool km_utf8_valid(const char *s, size_t n);
+/* Generated (km_messages.c): a request, response or metadata record's descriptor by key, or NULL. */
+const km_message_desc *km_find_keyed_message(km_msg_kind kind, int16_t api_key);
 
 #endif

@@ -126,3 +126,19 @@ Test(codec_roundtrip, required_apis_cover_their_versions)
     }
     cr_assert_eq(km_find_message(KM_K_METADATA, KM_MDR_PARTITION_CHANGE_RECORD)->valid.hi, 2);
 }
+
+/* km_find_message by key (a generated switch) names every keyed message of the registry, and
+ * nothing for a key no message has. */
+Test(codec_roundtrip, every_keyed_message_is_found_by_its_key)
+{
+    int found = 0;
+    for (const km_message_desc *const *m = km_all_messages(); *m; m++) {
+        if ((*m)->kind != KM_K_REQUEST && (*m)->kind != KM_K_RESPONSE && (*m)->kind != KM_K_METADATA)
+            continue;
+        cr_expect_eq(km_find_message((*m)->kind, (*m)->api_key), *m, "%s", (*m)->name);
+        found++;
+    }
+    cr_expect_gt(found, 150);
+    cr_expect_null(km_find_message(KM_K_REQUEST, 32000));
+    cr_expect_null(km_find_message(KM_K_RESPONSE, -1));
+}
