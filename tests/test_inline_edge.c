@@ -1139,3 +1139,30 @@ Test(inline_edge, clients_spread_over_the_workers_and_the_figures_add_up)
         close(fds[i]);
     irig_free(&r);
 }
+
+/* Shutdown with clients on every worker, some mid-request: each worker ends its own sessions and
+ * its thread, every client sees its connection close, and nothing is left (ASan: no leak). */
+Test(inline_edge, freeing_the_proxy_ends_every_workers_clients)
+{
+    irig r;
+    start_over_mock(&r);
+    irig_set(&r, "proxy.threads", "3");
+    irig_start(&r);
+    uint16_t port = irig_port(&r, -1);
+    enum { CLIENTS = 6 };
+    int fds[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++) {
+        fds[i] = irig_connect(port);
+        api_versions_round_trip(fds[i], i);
+    }
+    uint8_t half[10] = {0, 0, 0, 100, 0, 18, 0, 0, 0, 0}; /* a request's first bytes, the rest never sent */
+    cr_assert(irig_send_all(fds[0], half, sizeof half));
+    km_inline_stats st;
+    km_inline_get_stats(r.proxy, &st);
+    cr_expect_eq(st.open, CLIENTS);
+    irig_free(&r);
+    for (int i = 0; i < CLIENTS; i++) {
+        cr_expect(irig_wait_eof(fds[i]), "client %d still connected after the proxy was freed", i);
+        close(fds[i]);
+    }
+}
