@@ -8,19 +8,8 @@
 
 static ti_ctx C;
 
-static void setup(void)
-{
-    memset(&C, 0, sizeof C);
-    C.img = km_image_new();
-    C.delta = km_delta_new();
-    cr_assert(C.img && C.delta);
-}
-
-static void teardown(void)
-{
-    km_delta_free(C.delta);
-    km_image_free(C.img);
-}
+static void setup(void) { ti_ctx_open(&C); }
+static void teardown(void) { ti_ctx_close(&C); }
 
 TestSuite(image_dirs, .init = setup, .fini = teardown);
 

@@ -4,6 +4,20 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
+void ti_ctx_open(ti_ctx *c)
+{
+    memset(c, 0, sizeof *c);
+    c->img = km_image_new();
+    c->delta = km_delta_new();
+    cr_assert(c->img && c->delta);
+}
+
+void ti_ctx_close(ti_ctx *c)
+{
+    km_delta_free(c->delta);
+    km_image_free(c->img);
+}
+
 km_uuid ti_uuid(uint8_t n)
 {
     km_uuid u = {{0}};

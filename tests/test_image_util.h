@@ -12,6 +12,9 @@ typedef struct ti_ctx {
     km_err err;
 } ti_ctx;
 
+/* A fresh image and delta in *c (asserted), for a suite's .init; ti_ctx_close frees them. */
+void ti_ctx_open(ti_ctx *c);
+void ti_ctx_close(ti_ctx *c);
 km_uuid ti_uuid(uint8_t n);
 void ti_broker(ti_ctx *c, int32_t id, int64_t epoch, bool zk);
 void ti_topic(ti_ctx *c, const char *name, km_uuid id);

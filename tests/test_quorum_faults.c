@@ -28,6 +28,25 @@ static void append(km_rsim *s, const km_buf *log, size_t from)
     cr_assert_eq(km_rsim_append(s, log->data + from, log->len - from, &err), 0, "%s", err.msg);
 }
 
+/* A rig of `voters` simulators (config c, NULL: the defaults), each holding the batches [0, n) at
+ * epoch 1 tagged tag, which log holds too. */
+static void rig_with_log(tq_rig *r, int voters, const km_rsim_config *c, km_buf *log, int n, const char *tag)
+{
+    tq_rig_init(r, voters, c);
+    km_buf_init(log);
+    batches(log, 0, n, 1, tag);
+    for (int i = 0; i < voters; i++)
+        append(r->sims[i], log, 0);
+}
+
+/* The observer's image is the one the whole of log makes (what names the case). */
+static void assert_image_of_log(const tq_rig *r, const km_buf *log, const char *what)
+{
+    km_image *want = tq_image_of(NULL, 0, 0, 0, log->data, log->len);
+    tq_assert_same_image(r->img, want, what);
+    km_image_free(want);
+}
+
 static km_quorum_stats stats(tq_rig *r)
 {
     km_quorum_stats st;
@@ -61,11 +80,8 @@ static void assert_offsets_increase(const tq_rig *r)
 Test(quorum_faults, slow_high_watermark_holds_records_back)
 {
     tq_rig r;
-    tq_rig_init(&r, 1, NULL);
     km_buf log;
-    km_buf_init(&log);
-    batches(&log, 0, 20, 1, "c"); /* offsets 0..99 in batches of 5 */
-    append(r.sims[0], &log, 0);
+    rig_with_log(&r, 1, NULL, &log, 20, "c"); /* offsets 0..99 in batches of 5 */
     km_rsim_set_high_watermark(r.sims[0], 37); /* inside batch 35..39 */
     r.cfg.fetch_max_wait_ms = 50;
     tq_rig_start(&r);
@@ -84,10 +100,8 @@ Test(quorum_faults, slow_high_watermark_holds_records_back)
     cr_assert(tq_run_until(&r, tq_caught_up, 30));
     cr_assert_eq(r.max_offset_over_hw, -1, "offset %lld was applied above the high watermark",
                  (long long)r.max_offset_over_hw);
-    km_image *want = tq_image_of(NULL, 0, 0, 0, log.data, log.len);
-    tq_assert_same_image(r.img, want, "slow high watermark");
+    assert_image_of_log(&r, &log, "slow high watermark");
     assert_offsets_increase(&r);
-    km_image_free(want);
     km_buf_free(&log);
     tq_rig_free(&r);
 }
@@ -95,12 +109,9 @@ Test(quorum_faults, slow_high_watermark_holds_records_back)
 Test(quorum_faults, uncommitted_buffer_is_bounded)
 {
     tq_rig r;
-    tq_rig_init(&r, 1, NULL);
     km_buf log;
-    km_buf_init(&log);
-    batches(&log, 0, 40, 1, "bound");
+    rig_with_log(&r, 1, NULL, &log, 40, "bound");
     size_t batch_bytes = log.len / 40;
-    append(r.sims[0], &log, 0);
     km_rsim_set_high_watermark(r.sims[0], 5);
     r.cfg.buffer_max_bytes = 4 * batch_bytes;
     r.cfg.fetch_max_wait_ms = 50;
@@ -115,9 +126,7 @@ Test(quorum_faults, uncommitted_buffer_is_bounded)
     cr_assert_eq(stats(&r).fetched_offset, 25, "the buffer grew past its bound");
     km_rsim_set_high_watermark(r.sims[0], -1);
     cr_assert(tq_run_until(&r, tq_caught_up, 30));
-    km_image *want = tq_image_of(NULL, 0, 0, 0, log.data, log.len);
-    tq_assert_same_image(r.img, want, "bounded buffer");
-    km_image_free(want);
+    assert_image_of_log(&r, &log, "bounded buffer");
     km_buf_free(&log);
     tq_rig_free(&r);
 }
@@ -145,8 +154,7 @@ Test(quorum_faults, failover_truncates_the_uncommitted_suffix)
     cr_assert(tq_run_until(&r, applied_and_fetched, 30));
     tq_set_leader(&r, 2, 2);
     cr_assert(tq_run_until(&r, tq_caught_up, 30), "fatal: %s", r.fatal ? r.fatal_why.msg : "no");
-    km_image *want = tq_image_of(NULL, 0, 0, 0, new_log.data, new_log.len);
-    tq_assert_same_image(r.img, want, "after failover");
+    assert_image_of_log(&r, &new_log, "after failover");
     for (size_t i = 0; i < r.n_applied; i++)
         cr_assert(r.applied[i].offset < 50 ? r.applied[i].epoch == 1 : r.applied[i].epoch == 2,
                   "record at offset %lld epoch %d applied", (long long)r.applied[i].offset, r.applied[i].epoch);
@@ -156,7 +164,6 @@ Test(quorum_faults, failover_truncates_the_uncommitted_suffix)
     km_rsim_stats st;
     km_rsim_get_stats(r.sims[1], &st);
     cr_assert_geq(st.diverging_sent, 1);
-    km_image_free(want);
     km_buf_free(&old_log);
     km_buf_free(&new_log);
     tq_rig_free(&r);
@@ -170,12 +177,8 @@ Test(quorum_faults, failover_between_three_voters_mid_stream_with_connection_cut
     km_rsim_config_init(&c);
     c.fetch_max_bytes = 600; /* a few batches per answer: the stream takes many fetches */
     tq_rig r;
-    tq_rig_init(&r, 3, &c);
     km_buf log;
-    km_buf_init(&log);
-    batches(&log, 0, 60, 1, "a");
-    for (int i = 0; i < 3; i++)
-        append(r.sims[i], &log, 0);
+    rig_with_log(&r, 3, &c, &log, 60, "a");
     tq_rig_start(&r);
     g_want_applied = 100;
     cr_assert(tq_run_until(&r, applied_past_half, 30));
@@ -189,12 +192,10 @@ Test(quorum_faults, failover_between_three_voters_mid_stream_with_connection_cut
     cr_assert(tq_run_until(&r, applied_past_half, 30), "fatal: %s", r.fatal ? r.fatal_why.msg : "no");
     km_rsim_drop_connections(r.sims[1]); /* cut the new leader's connection too */
     cr_assert(tq_run_until(&r, tq_caught_up, 30));
-    km_image *want = tq_image_of(NULL, 0, 0, 0, log.data, log.len);
-    tq_assert_same_image(r.img, want, "failover mid-stream");
+    assert_image_of_log(&r, &log, "failover mid-stream");
     assert_offsets_increase(&r);
     cr_assert_eq(stats(&r).leader_id, 2);
     cr_assert_geq(stats(&r).fetch_errors, 1);
-    km_image_free(want);
     km_buf_free(&log);
     tq_rig_free(&r);
 }
@@ -202,12 +203,8 @@ Test(quorum_faults, failover_between_three_voters_mid_stream_with_connection_cut
 Test(quorum_faults, silent_leader_is_left_for_the_new_one)
 {
     tq_rig r;
-    tq_rig_init(&r, 3, NULL);
     km_buf log;
-    km_buf_init(&log);
-    batches(&log, 0, 10, 1, "s");
-    for (int i = 0; i < 3; i++)
-        append(r.sims[i], &log, 0);
+    rig_with_log(&r, 3, NULL, &log, 10, "s");
     r.cfg.fetch_max_wait_ms = 100;
     r.cfg.request_timeout_ms = 300;
     tq_rig_start(&r);
@@ -221,11 +218,9 @@ Test(quorum_faults, silent_leader_is_left_for_the_new_one)
     }
     g_want_applied = 74, g_want_fetched = -1;
     cr_assert(tq_run_until(&r, applied_and_fetched, 60), "fatal: %s", r.fatal ? r.fatal_why.msg : "no");
-    km_image *want = tq_image_of(NULL, 0, 0, 0, log.data, log.len);
-    tq_assert_same_image(r.img, want, "after the silent leader");
+    assert_image_of_log(&r, &log, "after the silent leader");
     cr_assert_eq(stats(&r).leader_id, 2);
     assert_offsets_increase(&r);
-    km_image_free(want);
     km_buf_free(&log);
     tq_rig_free(&r);
 }
@@ -236,11 +231,8 @@ static bool loaded_and_caught_up(tq_rig *r) { return stats(r).snapshot_loads >= 
 Test(quorum_faults, snapshot_taken_mid_stream_is_fetched)
 {
     tq_rig r;
-    tq_rig_init(&r, 1, NULL);
     km_buf log;
-    km_buf_init(&log);
-    batches(&log, 0, 30, 1, "pre");
-    append(r.sims[0], &log, 0);
+    rig_with_log(&r, 1, NULL, &log, 30, "pre");
     km_rsim_set_high_watermark(r.sims[0], 50);
     r.cfg.fetch_max_wait_ms = 100;
     tq_rig_start(&r);
@@ -262,35 +254,41 @@ Test(quorum_faults, snapshot_taken_mid_stream_is_fetched)
     cr_assert(tq_run_until(&r, loaded_and_caught_up, 30), "fatal: %s", r.fatal ? r.fatal_why.msg : "no");
     km_image *want = tq_image_of(snap, snap_len, 200, 1, log.data + at, log.len - at);
     tq_assert_same_image(r.img, want, "snapshot mid-stream");
-    km_image *full = tq_image_of(NULL, 0, 0, 0, log.data, log.len);
-    tq_assert_same_image(r.img, full, "snapshot mid-stream vs the whole log");
+    assert_image_of_log(&r, &log, "snapshot mid-stream vs the whole log");
     cr_assert_eq(r.max_offset_over_hw, -1);
     km_image_free(want);
-    km_image_free(full);
     free(snap);
     km_buf_free(&log);
     tq_rig_free(&r);
 }
 
-static void corrupted_chunk(const char *spool, bool whole)
+/* One voter (256-byte snapshot chunks) holding a snapshot at offset 100 of 20 batches "snap", then 3
+ * batches "tail" in its log; log holds all 23. Returns the snapshot's bytes (malloc'd, *snap_len). */
+static uint8_t *snapshot_rig(tq_rig *r, km_buf *log, size_t *snap_len)
 {
     km_rsim_config c;
     km_rsim_config_init(&c);
     c.snapshot_chunk_bytes = 256;
+    tq_rig_init(r, 1, &c);
+    km_buf_init(log);
+    batches(log, 0, 20, 1, "snap");
+    uint8_t *snap = tq_snapshot_of(log->data, log->len, snap_len);
+    km_err err;
+    cr_assert_eq(km_rsim_add_snapshot(r->sims[0], snap, *snap_len, 100, 1, true, &err), 0, "%s", err.msg);
+    size_t at = log->len;
+    batches(log, 20, 23, 1, "tail");
+    append(r->sims[0], log, at);
+    return snap;
+}
+
+static void corrupted_chunk(const char *spool, bool whole)
+{
     tq_rig r;
-    tq_rig_init(&r, 1, &c);
+    km_buf log;
+    size_t snap_len;
+    uint8_t *snap = snapshot_rig(&r, &log, &snap_len);
     r.cfg.snapshot_dir = spool;
     r.cfg.snapshot_hold_whole = whole;
-    km_buf log;
-    km_buf_init(&log);
-    batches(&log, 0, 20, 1, "snap");
-    size_t snap_len;
-    uint8_t *snap = tq_snapshot_of(log.data, log.len, &snap_len);
-    km_err err;
-    cr_assert_eq(km_rsim_add_snapshot(r.sims[0], snap, snap_len, 100, 1, true, &err), 0, "%s", err.msg);
-    size_t at = log.len;
-    batches(&log, 20, 23, 1, "tail");
-    append(r.sims[0], &log, at);
     km_rsim_corrupt_snapshot_chunks(r.sims[0], 1);
     tq_rig_start(&r);
     cr_assert(tq_run_until(&r, loaded_and_caught_up, 30), "fatal: %s", r.fatal ? r.fatal_why.msg : "no");
@@ -299,9 +297,7 @@ static void corrupted_chunk(const char *spool, bool whole)
     km_rsim_stats st;
     km_rsim_get_stats(r.sims[0], &st);
     cr_assert_gt(st.fetch_snapshots, (snap_len + 255) / 256, "the snapshot was not fetched again");
-    km_image *want = tq_image_of(NULL, 0, 0, 0, log.data, log.len);
-    tq_assert_same_image(r.img, want, "after a corrupted chunk");
-    km_image_free(want);
+    assert_image_of_log(&r, &log, "after a corrupted chunk");
     free(snap);
     km_buf_free(&log);
     tq_rig_free(&r);
@@ -352,9 +348,7 @@ Test(quorum_faults, snapshot_abandoned_mid_download_leaves_the_image_to_the_log)
     g_want_applied = 400 * PER_BATCH - 1, g_want_fetched = -1;
     cr_assert(tq_run_until(&r, applied_and_fetched, 60), "fatal: %s", r.fatal ? r.fatal_why.msg : "no");
     cr_assert_eq(stats(&r).snapshot_loads, 0, "the snapshot finished before the leader moved: nothing was abandoned");
-    km_image *want = tq_image_of(NULL, 0, 0, 0, log.data, log.len);
-    tq_assert_same_image(r.img, want, "after an abandoned snapshot");
-    km_image_free(want);
+    assert_image_of_log(&r, &log, "after an abandoned snapshot");
     free(snap);
     km_buf_free(&log);
     tq_rig_free(&r);
@@ -366,11 +360,8 @@ static bool is_fatal(tq_rig *r) { return r->fatal; }
 Test(quorum_faults, contradiction_of_applied_records_stops)
 {
     tq_rig r;
-    tq_rig_init(&r, 1, NULL);
     km_buf log;
-    km_buf_init(&log);
-    batches(&log, 0, 10, 1, "x");
-    append(r.sims[0], &log, 0);
+    rig_with_log(&r, 1, NULL, &log, 10, "x");
     tq_rig_start(&r);
     cr_assert(tq_run_until(&r, tq_caught_up, 30));
     km_rsim_truncate(r.sims[0], 30);
@@ -392,11 +383,8 @@ Test(quorum_faults, contradiction_of_applied_records_stops)
 Test(quorum_faults, another_clusters_quorum_stops_the_observer)
 {
     tq_rig r;
-    tq_rig_init(&r, 1, NULL);
     km_buf log;
-    km_buf_init(&log);
-    batches(&log, 0, 2, 1, "c");
-    append(r.sims[0], &log, 0);
+    rig_with_log(&r, 1, NULL, &log, 2, "c");
     r.cfg.cluster_id = "some-other-cluster-id0";
     tq_rig_start(&r);
     cr_assert(tq_run_until(&r, is_fatal, 30));
@@ -406,10 +394,7 @@ Test(quorum_faults, another_clusters_quorum_stops_the_observer)
     km_buf_free(&log);
     tq_rig_free(&r);
 
-    tq_rig_init(&r, 1, NULL); /* the right one is accepted */
-    km_buf_init(&log);
-    batches(&log, 0, 2, 1, "c");
-    append(r.sims[0], &log, 0);
+    rig_with_log(&r, 1, NULL, &log, 2, "c"); /* the right one is accepted */
     r.cfg.cluster_id = "kmproxy-raftsim-cluster";
     tq_rig_start(&r);
     cr_assert(tq_run_until(&r, tq_caught_up, 30));
@@ -427,11 +412,8 @@ static bool never(tq_rig *r) { (void)r; return false; }
 Test(quorum_faults, fenced_by_the_same_leader_at_a_newer_epoch_refetches_at_once)
 {
     tq_rig r;
-    tq_rig_init(&r, 1, NULL);
     km_buf log;
-    km_buf_init(&log);
-    batches(&log, 0, 10, 1, "a");
-    append(r.sims[0], &log, 0);
+    rig_with_log(&r, 1, NULL, &log, 10, "a");
     tq_rig_start(&r);
     cr_assert(tq_run_until(&r, tq_caught_up, 30));
     uint64_t errors = stats(&r).fetch_errors;
@@ -454,11 +436,8 @@ Test(quorum_faults, unknown_high_watermark_after_an_election_is_never_caught_up)
     km_rsim_config_init(&c);
     c.unknown_hw_after_election = true;
     tq_rig r;
-    tq_rig_init(&r, 1, &c);
     km_buf log;
-    km_buf_init(&log);
-    batches(&log, 0, 10, 1, "a");
-    append(r.sims[0], &log, 0);
+    rig_with_log(&r, 1, &c, &log, 10, "a");
     tq_set_leader(&r, 1, 2); /* elected again: nothing of epoch 2 committed yet */
     cr_assert_eq(km_rsim_high_watermark(r.sims[0]), -1);
     tq_rig_start(&r);
@@ -487,11 +466,8 @@ Test(quorum_faults, bootstrap_servers_replace_the_voters_for_discovery)
     char voters[64];
     snprintf(voters, sizeof voters, "1@127.0.0.1:%u", ntohs(a.sin_port));
     tq_rig r;
-    tq_rig_init(&r, 1, NULL);
     km_buf log;
-    km_buf_init(&log);
-    batches(&log, 0, 4, 1, "a");
-    append(r.sims[0], &log, 0);
+    rig_with_log(&r, 1, NULL, &log, 4, "a");
     r.cfg.voters = voters;
     r.cfg.bootstrap_servers = r.servers;
     tq_rig_start(&r);
@@ -506,21 +482,10 @@ Test(quorum_faults, bootstrap_servers_replace_the_voters_for_discovery)
  * snapshot anew, position 0), as it does on SNAPSHOT_NOT_FOUND, and loads it. */
 Test(quorum_faults, position_out_of_range_starts_the_snapshot_over)
 {
-    km_rsim_config c;
-    km_rsim_config_init(&c);
-    c.snapshot_chunk_bytes = 256;
     tq_rig r;
-    tq_rig_init(&r, 1, &c);
     km_buf log;
-    km_buf_init(&log);
-    batches(&log, 0, 20, 1, "snap");
     size_t snap_len;
-    uint8_t *snap = tq_snapshot_of(log.data, log.len, &snap_len);
-    km_err err;
-    cr_assert_eq(km_rsim_add_snapshot(r.sims[0], snap, snap_len, 100, 1, true, &err), 0, "%s", err.msg);
-    size_t at = log.len;
-    batches(&log, 20, 23, 1, "tail");
-    append(r.sims[0], &log, at);
+    uint8_t *snap = snapshot_rig(&r, &log, &snap_len);
     km_rsim_fail_snapshot_positions(r.sims[0], 3);
     tq_rig_start(&r);
     cr_assert(tq_run_until(&r, loaded_and_caught_up, 30), "fatal: %s", r.fatal ? r.fatal_why.msg : "no");

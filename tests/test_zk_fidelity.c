@@ -13,20 +13,8 @@
 static km_zks *zs;
 static km_zkc *zc;
 
-static void start_zk(void)
-{
-    char err[512] = "";
-    zs = km_zks_start(1, NULL, 4 * 1024 * 1024, err, sizeof err);
-    cr_assert(zs, "%s", err);
-    zc = km_zkc_open(km_zks_hosts(zs, 0), NULL, 10000);
-    cr_assert(zc);
-}
-
-static void stop_zk(void)
-{
-    km_zkc_close(zc);
-    km_zks_stop(zs);
-}
+static void start_zk(void) { zkt_one_server_start(&zs, &zc, 4 * 1024 * 1024); }
+static void stop_zk(void) { zkt_one_server_stop(zs, zc); }
 
 TestSuite(zk_fidelity, .init = start_zk, .fini = stop_zk, .timeout = 240);
 

@@ -1,11 +1,29 @@
 /* Helpers for the zkbridge suites (see test_zk_util.h). */
 #include "test_zk_util.h"
 
+#include <criterion/criterion.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+void zkt_one_server_start(km_zks **zs_out, km_zkc **zc_out, int maxbuffer)
+{
+    char err[512] = "";
+    km_zks *zs = km_zks_start(1, NULL, maxbuffer, err, sizeof err);
+    *zs_out = zs;
+    cr_assert(zs, "%s", err);
+    km_zkc *zc = km_zkc_open(km_zks_hosts(zs, 0), NULL, 10000);
+    *zc_out = zc;
+    cr_assert(zc);
+}
+
+void zkt_one_server_stop(km_zks *zs, km_zkc *zc)
+{
+    km_zkc_close(zc);
+    km_zks_stop(zs);
+}
 
 static int64_t mono_ms(void)
 {

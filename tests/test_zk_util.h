@@ -21,6 +21,11 @@ typedef struct zkt_writer {
     char last_error[1024];
 } zkt_writer;
 
+/* A suite's one ZooKeeper server (jute.maxbuffer as km_zks_start takes it) and the test's own
+ * client on it, for TestSuite's .init: asserts both came up; stop them with zkt_one_server_stop. */
+void zkt_one_server_start(km_zks **zs_out, km_zkc **zc_out, int maxbuffer);
+void zkt_one_server_stop(km_zks *zs, km_zkc *zc);
+
 /* Runs the loop until pred(ctx) is true; false if guard_ms of wall time passed first. */
 bool zkt_run_until(struct ev_loop *loop, bool (*pred)(void *), void *ctx, int guard_ms);
 void zkt_spin(struct ev_loop *loop, int ms);

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,4 +113,26 @@ int ops_curl(int port, const char *path, char **body)
         *nl = '\0';
     *body = out;
     return code;
+}
+
+bool ops_notified(int fd, const char *needle, char *got, size_t cap, int timeout_s, void (*wait_step)(double seconds))
+{
+    for (int waited = 0; waited < timeout_s * 10; waited++) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, wait_step ? 0 : 100) <= 0) {
+            if (wait_step)
+                wait_step(0.1);
+            continue;
+        }
+        char buf[1024];
+        ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+        if (n <= 0)
+            continue;
+        buf[n] = '\0';
+        strncat(got, buf, cap - strlen(got) - 2);
+        strcat(got, "|");
+        if (strstr(buf, needle))
+            return true;
+    }
+    return false;
 }

@@ -4,6 +4,7 @@
 #define KM_OPS_UTIL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 typedef struct ops_proc {
@@ -25,5 +26,9 @@ int ops_count(const char *hay, const char *needle);
 int ops_dead_port(void);
 /* GET http://127.0.0.1:port/path with curl: the HTTP status (0: no answer); *body malloc'd. */
 int ops_curl(int port, const char *path, char **body);
+/* Reads datagrams on fd (a $NOTIFY_SOCKET) until one holds `needle`, appending each to got (cap bytes)
+ * followed by '|'; false after timeout_s. Between reads it waits with wait_step(0.1) when given (a
+ * test that serves simulators while it waits), else in poll. */
+bool ops_notified(int fd, const char *needle, char *got, size_t cap, int timeout_s, void (*wait_step)(double seconds));
 
 #endif

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -165,26 +164,6 @@ Test(daemon_health, sighup_reopens_the_log_file)
     env_free(&e);
 }
 
-/* Datagrams on fd until one holds `needle` (all of them appended to got). */
-static bool notified(int fd, const char *needle, char *got, size_t cap, int timeout_s)
-{
-    for (int waited = 0; waited < timeout_s * 10; waited++) {
-        struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, 100) <= 0)
-            continue;
-        char buf[1024];
-        ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
-        if (n <= 0)
-            continue;
-        buf[n] = '\0';
-        strncat(got, buf, cap - strlen(got) - 2);
-        strcat(got, "|");
-        if (strstr(buf, needle))
-            return true;
-    }
-    return false;
-}
-
 /* Type=notify: READY=1 once /readyz passes, STOPPING=1 on SIGTERM, over $NOTIFY_SOCKET. */
 Test(daemon_health, systemd_hears_ready_then_stopping)
 {
@@ -200,12 +179,12 @@ Test(daemon_health, systemd_hears_ready_then_stopping)
     inst a;
     start(&a, &e, "notify", zk, (const char *const[]){"brokers.enabled=false", NULL});
     unsetenv("NOTIFY_SOCKET");
-    cr_assert(notified(fd, "READY=1", got, sizeof got, 60), "no READY=1: %s", got);
+    cr_assert(ops_notified(fd, "READY=1", got, sizeof got, 60, NULL), "no READY=1: %s", got);
     char *body = NULL;
     cr_expect_eq(ops_curl(a.port, "/readyz", &body), 200, "READY=1 before /readyz passed: %s", body);
     free(body);
     kill(a.p.pid, SIGTERM);
-    cr_assert(notified(fd, "STOPPING=1", got, sizeof got, 60), "no STOPPING=1: %s", got);
+    cr_assert(ops_notified(fd, "STOPPING=1", got, sizeof got, 60, NULL), "no STOPPING=1: %s", got);
     int status = ops_stop(&a.p, 0);
     cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x", status);
     close(fd);

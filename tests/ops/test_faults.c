@@ -14,7 +14,6 @@
 #include <criterion/criterion.h>
 #include <ev.h>
 #include <jansson.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -288,28 +287,6 @@ Test(faults, ha_with_brokers_the_active_one_cut_from_zookeeper_steps_down_before
 
 /* ---- brokers (items 3, 4, 6, 11) ---- */
 
-/* Datagrams on fd until one holds needle (all appended to got), serving the simulators meanwhile. */
-static bool notified(int fd, const char *needle, char *got, size_t cap, int timeout_s)
-{
-    for (int waited = 0; waited < timeout_s * 10; waited++) {
-        struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, 0) <= 0) {
-            pause_for(0.1);
-            continue;
-        }
-        char buf[1024];
-        ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
-        if (n <= 0)
-            continue;
-        buf[n] = '\0';
-        strncat(got, buf, cap - strlen(got) - 2);
-        strcat(got, "|");
-        if (strstr(buf, needle))
-            return true;
-    }
-    return false;
-}
-
 /* Item 11: one broker down from the start does not hold systemd (READY=1 comes), it is a reason on
  * /readyz. Item 6: the reason counts right and names the broker. Then it comes back, goes down
  * again while running, and comes back again. */
@@ -328,8 +305,8 @@ Test(faults, a_broker_down_is_a_readiness_reason_not_a_reason_to_hold_systemd)
     inst a;
     start(&a, &e, "broker-down", zk, (const char *const[]){"brokers.enabled=true", request_setting(), NULL});
     unsetenv("NOTIFY_SOCKET");
-    cr_assert(notified(fd, "READY=1", got, sizeof got, 60), "no READY=1 with one broker down: %s; log: %s", got,
-              ops_slurp(a.log_file));
+    cr_assert(ops_notified(fd, "READY=1", got, sizeof got, 60, pause_for),
+              "no READY=1 with one broker down: %s; log: %s", got, ops_slurp(a.log_file));
     cr_expect(strstr(got, "not every ZK-mode broker is up to date"), "%s", got);
     readyz_until(&a, 503, "brokers unreachable: 1 of 3 ZK-mode brokers not connected (brokers 2); 2 up to date",
                  REQUEST_MS / 1000.0 + SLACK_S);
