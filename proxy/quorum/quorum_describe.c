@@ -3,7 +3,6 @@
 #include "quorum_oneshot.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 typedef struct dq_ctx {
