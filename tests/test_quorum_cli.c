@@ -16,6 +16,7 @@ typedef struct sim_thread {
     int n;
     ev_async stop;
     pthread_t thread;
+    bool running;
     char servers[256];
 } sim_thread;
 
@@ -49,12 +50,21 @@ static void sim_start(sim_thread *t)
     ev_async_init(&t->stop, on_stop);
     ev_async_start(t->loop, &t->stop);
     cr_assert_eq(pthread_create(&t->thread, NULL, run, t), 0);
+    t->running = true;
+}
+
+/* The simulators' thread ends; they stay for km_rsim_get_stats until sim_stop. */
+static void sim_join(sim_thread *t)
+{
+    ev_async_send(t->loop, &t->stop);
+    pthread_join(t->thread, NULL);
+    t->running = false;
 }
 
 static void sim_stop(sim_thread *t)
 {
-    ev_async_send(t->loop, &t->stop);
-    pthread_join(t->thread, NULL);
+    if (t->running)
+        sim_join(t);
     for (int i = 0; i < t->n; i++)
         km_rsim_free(t->sims[i]);
     ev_loop_destroy(t->loop);
@@ -152,6 +162,30 @@ Test(quorum_cli, not_authorized_says_which_acl_and_stops)
     free(out);
     free(errs);
     km_buf_free(&log);
+}
+
+/* The refusal is one every controller gives: `metadata quorum` asks no other (quorum_oneshot.c's give-up). */
+Test(quorum_cli, not_authorized_asks_no_other_controller)
+{
+    sim_thread t;
+    sim_init(&t, 2);
+    for (int i = 0; i < 2; i++) {
+        km_rsim_set_leader(t.sims[i], 1, 1);
+        km_rsim_set_denied(t.sims[i], false, true);
+    }
+    sim_start(&t);
+    char *out = NULL, *errs = NULL;
+    int rc = run_kmproxy(&out, &errs, "quorum", "--bootstrap-server", t.servers, NULL);
+    sim_join(&t);
+    km_rsim_stats first, second;
+    km_rsim_get_stats(t.sims[0], &first);
+    km_rsim_get_stats(t.sims[1], &second);
+    sim_stop(&t);
+    cr_assert(rc == 1 && strstr(errs, "ALLOW DESCRIBE"), "rc %d: %s", rc, errs);
+    cr_assert(first.denied == 1 && second.api_versions == 0, "denied by the first %llu; the second asked %llu times",
+              (unsigned long long)first.denied, (unsigned long long)second.api_versions);
+    free(out);
+    free(errs);
 }
 
 Test(quorum_cli, metadata_dump_over_the_network_prints_the_committed_log_only)
