@@ -107,6 +107,8 @@ static bool deliver_bytes(km_net_conn *c)
     size_t took = c->h.on_bytes(c, c->rbuf, c->rlen, c->ud);
     if (!km_net__leave(c))
         return false;
+    if (took < c->rlen) /* a forward counts from after everything offered */
+        km_net__forward_end(c);
     consume(c, took < c->rlen ? took : c->rlen);
     return true;
 }
@@ -195,7 +197,17 @@ void km_net__read_ready(km_net_conn *c)
     if (!deliver(c)) /* frames held back by a pause come first */
         return;
     for (int i = 0; i < READ_BUDGET; i++) {
-        if (c->paused || !ensure_room(c))
+        if (c->paused || c->fwd_wait)
+            return;
+        if (c->fwd_to && c->rlen == 0) { /* km_net_forward: the kernel moves the bytes (net_splice.c) */
+            net_pump st = km_net__pump(c);
+            if (st == NET_PUMP_STOP)
+                release_idle(c);
+            if (st == NET_PUMP_STOP || st == NET_PUMP_DEAD)
+                return;
+            continue;
+        }
+        if (!ensure_room(c))
             return;
         km_err e = {{0}};
         size_t n = 0;
@@ -235,8 +247,8 @@ void km_net__read_ready(km_net_conn *c)
  * then meets again and reports). */
 static size_t write_through(km_net_conn *c, const uint8_t *prefix, size_t plen, const void *data, size_t len)
 {
-    if (c->state != NET_READY || c->queued || c->tls || c->cap || c->closing)
-        return 0;
+    if (c->state != NET_READY || c->queued || c->piped || c->tls || c->cap || c->closing)
+        return 0; /* (piped: spliced bytes still in the pipe go first) */
     struct iovec iov[2] = {{(void *)prefix, plen}, {(void *)data, len}};
     struct msghdr msg = {.msg_iov = plen ? iov : iov + 1, .msg_iovlen = plen ? 2 : 1};
     ssize_t put;
@@ -334,6 +346,14 @@ static void advance(km_net_conn *c, size_t n)
 
 void km_net__write_ready(km_net_conn *c)
 {
+    if (c->piped) { /* spliced bytes came before anything queued */
+        km_err e = {{0}};
+        int st = km_net__flush_pipe(c, &e);
+        if (st < 0)
+            km_net__fail(c, &e);
+        if (st <= 0)
+            return;
+    }
     while (c->head) {
         km_err e = {{0}};
         size_t n = 0;
@@ -351,6 +371,7 @@ void km_net__write_ready(km_net_conn *c)
         advance(c, n);
     }
     c->write_block = KM_TLS_WANT_WRITE;
+    km_net__forward_resume(c);
     km_net__enter(c);
     if (c->h.on_drain)
         c->h.on_drain(c, c->ud);
