@@ -108,7 +108,7 @@ static bool deliver_bytes(km_net_conn *c)
     if (!km_net__leave(c))
         return false;
     if (took < c->rlen) /* a forward counts from after everything offered */
-        km_net__forward_end(c);
+        c->fwd_left = 0;
     consume(c, took < c->rlen ? took : c->rlen);
     return true;
 }
@@ -185,6 +185,8 @@ static void peer_closed(km_net_conn *c)
  * connection costs no receive buffer, and a burst of connections leaves none behind. */
 static void release_idle(km_net_conn *c)
 {
+    if (c->fwd_to && !c->fwd_left) /* a parked splice link too: its destination's pipe */
+        km_net__forward_end(c);
     if (c->rlen == 0 && c->rbuf) {
         free(c->rbuf);
         c->rbuf = NULL;
@@ -199,7 +201,7 @@ void km_net__read_ready(km_net_conn *c)
     for (int i = 0; i < READ_BUDGET; i++) {
         if (c->paused || c->fwd_wait)
             return;
-        if (c->fwd_to && c->rlen == 0) { /* km_net_forward: the kernel moves the bytes (net_splice.c) */
+        if (c->fwd_left && c->rlen == 0) { /* km_net_forward: the kernel moves the bytes (net_splice.c) */
             net_pump st = km_net__pump(c);
             if (st == NET_PUMP_STOP)
                 release_idle(c);

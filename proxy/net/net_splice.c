@@ -4,8 +4,10 @@
  * The pipe belongs to the destination, as the front of its write queue: spliced bytes that the
  * destination's socket could not take yet wait there, go out before anything queued later, and
  * still go out when the source has gone (a broker's last response before it closes).  It exists
- * only while a forward runs into that destination or bytes wait in it, so an idle or copying
- * connection holds no pipe descriptors.  The source splices in only once the pipe and the queue
+ * only while a source is linked to that destination or bytes wait in it, so an idle or copying
+ * connection holds no pipe descriptors.  A link outlives its forward ("parked") while the source
+ * keeps reading without a pause, so the next frame of a busy stream reuses the pipe instead of
+ * paying pipe2 + fcntl + 2 close again; the source's first drained read unlinks it.  The source splices in only once the pipe and the queue
  * are empty, so the pipe holds at most one step's bytes and its capacity bounds the memory. */
 #include "net_private.h"
 
@@ -65,10 +67,12 @@ int km_net_forward(km_net_conn *from, km_net_conn *to, uint64_t nbytes, km_net_f
         return -1;
     if (from->tls || to->tls || from->cap || to->cap || from->no_splice)
         return -1;
-    if (from->fwd_to || (to->fwd_from && to->fwd_from != from))
+    if (from->fwd_to && (from->fwd_to != to || from->fwd_left)) /* another destination, or still busy */
         return -1;
-    if (!sigpipe_ignored() || !open_pipe(to))
-        return -1;
+    if (!from->fwd_to) {
+        if ((to->fwd_from && to->fwd_from != from) || !sigpipe_ignored() || !open_pipe(to))
+            return -1;
+    }
     from->fwd_to = to;
     from->fwd_left = nbytes;
     from->fwd_progress = progress;
@@ -162,7 +166,7 @@ static bool report(km_net_conn *c, size_t n)
 net_pump km_net__pump(km_net_conn *c)
 {
     km_net_conn *to = c->fwd_to;
-    if (c->fwd_left == 0 || to->closing) { /* a closing destination refuses more: on_bytes says so */
+    if (to->closing) { /* a closing destination refuses more: on_bytes says so */
         km_net__forward_end(c);
         return NET_PUMP_OFF;
     }
@@ -181,7 +185,7 @@ net_pump km_net__pump(km_net_conn *c)
             ev_feed_event(to->loop, &to->wio, EV_WRITE);
         if (!report(c, n))
             return NET_PUMP_DEAD;
-        return c->fwd_to ? NET_PUMP_AGAIN : NET_PUMP_OFF;
+        return c->fwd_left ? NET_PUMP_AGAIN : NET_PUMP_OFF; /* at 0 the link parks */
     }
     if (got == 0) { /* stream mode: the owner knows whether that was inside a frame */
         km_net__fail(c, NULL);
