@@ -101,7 +101,7 @@ typedef void (*km_net_forward_fn)(km_net_conn *from, size_t n, void *ud);
  * either side, a side not ready or shutting down, `to` taking another forward, nbytes below
  * KM_NET_FORWARD_MIN, splice refused before, no pipe to be had, or SIGPIPE not ignored (a splice
  * onto a reset socket raises it; kmproxy ignores it, a library user may not). */
-#define KM_NET_FORWARD_MIN (16u * 1024u) /* below this a splice pair costs more than the copies */
+#define KM_NET_FORWARD_MIN (64u * 1024u) /* below one read's worth, the extra syscalls cost more than the copies */
 int km_net_forward(km_net_conn *from, km_net_conn *to, uint64_t nbytes, km_net_forward_fn progress);
 
 /* Stops (or resumes) delivering frames, e.g. while a downstream queue is full. */
