@@ -146,12 +146,36 @@ static bool ensure_room(km_net_conn *c)
     return true;
 }
 
+/* TLS gives one record (at most 16 KiB) per read.  The records already here are gathered into
+ * the buffer before the owner sees them, so a proxy parses and sends once per buffer rather than
+ * once per record.  Whatever stopped the gathering is held and answers the next read. */
+static km_tls_status tls_read(km_net_conn *c, uint8_t *dst, size_t cap, size_t *n, km_err *err)
+{
+    if (c->tls_held != KM_TLS_OK) {
+        km_tls_status held = c->tls_held;
+        c->tls_held = KM_TLS_OK;
+        *err = c->tls_held_err;
+        return held;
+    }
+    km_tls_status st = km_tls_read(c->tls, dst, cap, n, err);
+    while (st == KM_TLS_OK && *n < cap) {
+        size_t more = 0;
+        km_tls_status next = km_tls_read(c->tls, dst + *n, cap - *n, &more, &c->tls_held_err);
+        if (next != KM_TLS_OK) {
+            c->tls_held = next;
+            break;
+        }
+        *n += more;
+    }
+    return st;
+}
+
 static km_tls_status raw_read(km_net_conn *c, size_t *n, km_err *err)
 {
     uint8_t *dst = c->rbuf + c->rlen;
     size_t cap = c->rcap - c->rlen;
     if (c->tls)
-        return km_tls_read(c->tls, dst, cap, n, err);
+        return tls_read(c, dst, cap, n, err);
     for (;;) {
         ssize_t got = recv(c->fd, dst, cap, 0);
         if (got > 0) {

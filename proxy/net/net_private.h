@@ -39,6 +39,8 @@ struct km_net_conn {
     bool paused;
     bool closing;              /* km_net_shutdown: flush, then close */
     km_tls_status read_block;  /* what the last read waited for */
+    km_tls_status tls_held;    /* what ended gathering TLS records (net_io.c tls_read), due next read */
+    km_err tls_held_err;
     /* writing */
     net_chunk *head, *tail;
     size_t head_off, queued;
