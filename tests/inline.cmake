@@ -6,6 +6,8 @@ km_add_test(test_inline_forward SOURCES ${KM_INLINE_TESTS}/test_inline_forward.c
 target_link_libraries(test_inline_forward PRIVATE km_inline_rig)
 km_add_test(test_inline_edge SOURCES ${KM_INLINE_TESTS}/test_inline_edge.c)
 target_link_libraries(test_inline_edge PRIVATE km_inline_rig)
+km_add_test(test_inline_splice SOURCES ${KM_INLINE_TESTS}/test_inline_splice.c)
+target_link_libraries(test_inline_splice PRIVATE km_inline_rig)
 km_add_test(test_inline_cli SOURCES ${KM_INLINE_TESTS}/test_inline_cli.c)
 target_link_libraries(test_inline_cli PRIVATE km_inline_rig)
 km_add_test(test_inline_tls SOURCES ${KM_INLINE_TESTS}/test_inline_tls.c ${KM_INLINE_TESTS}/test_tls_certs.c)

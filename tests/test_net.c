@@ -40,6 +40,8 @@ typedef struct world {
     int raw_accepted_fd;        /* with raw_accept: the fd, never wrapped */
     bool raw_accept;
     int want_client_frames;
+    const km_net_handlers *server_h; /* NULL: server_handlers */
+    size_t stream_calls, stream_bytes, stream_largest; /* stream-mode server: on_bytes */
 } world;
 
 static void guard_fired(struct ev_loop *loop, ev_timer *w, int revents)
@@ -148,7 +150,8 @@ static void accepted(km_net_listener *l, int fd, const char *peer, void *ud)
         return;
     }
     km_err err = {{0}};
-    w->server.conn = km_net_accept(w->loop, fd, peer, &w->server_opts, &server_handlers, w, &err);
+    const km_net_handlers *h = w->server_h ? w->server_h : &server_handlers;
+    w->server.conn = km_net_accept(w->loop, fd, peer, &w->server_opts, h, w, &err);
     cr_assert(w->server.conn, "%s", err.msg);
     cr_assert(strncmp(peer, "127.0.0.1:", 10) == 0, "%s", peer);
 }
@@ -735,6 +738,63 @@ Test(net, tls_and_plaintext_mixups_are_explained)
     cr_assert(strstr(w.server.why.msg, "TLS handshake with 127.0.0.1:"), "%s", w.server.why.msg);
     cr_assert(strstr(w.server.why.msg, "wrong version number"), "OpenSSL's reason is passed on: %s",
               w.server.why.msg);
+    world_free(&w);
+    km_tls_ctx_free(sctx);
+    km_tls_ctx_free(cctx);
+    km_test_pki_free(&pki);
+}
+
+/* ---- TLS records gathered per read ------------------------------------------------------- */
+
+static void paused_ready(km_net_conn *c, void *ud)
+{
+    ((world *)ud)->server.ready = true;
+    km_net_pause(c, true); /* until the test has everything waiting in the socket */
+}
+
+static size_t count_bytes(km_net_conn *c, const uint8_t *d, size_t len, void *ud)
+{
+    (void)c, (void)d;
+    world *w = ud;
+    w->stream_calls++;
+    w->stream_bytes += len;
+    if (len > w->stream_largest)
+        w->stream_largest = len;
+    return len;
+}
+
+/* TLS delivers one record (16 KiB at most) per SSL_read; records already waiting go to the owner
+ * together, so a proxy sends once per buffer rather than once per record. */
+Test(net, tls_records_waiting_are_delivered_together)
+{
+    km_test_pki pki;
+    cr_assert_eq(km_test_pki_make(&pki), 0);
+    km_err err = {{0}};
+    km_tls_config scfg = {.cert_file = pki.server_cert, .key_file = pki.server_key};
+    km_tls_config ccfg = {.ca_file = pki.ca};
+    km_tls_ctx *sctx = km_tls_server_ctx_new(&scfg, &err), *cctx = km_tls_client_ctx_new(&ccfg, &err);
+    cr_assert(sctx && cctx, "%s", err.msg);
+    world w;
+    world_init(&w);
+    static const km_net_handlers stream = {.on_ready = paused_ready, .on_bytes = count_bytes,
+                                           .on_close = server_close};
+    w.server_h = &stream;
+    w.server_opts.tls = sctx;
+    uint16_t port = start_server(&w);
+    km_net_opts copts = {.tls = cctx, .tls_name = "localhost"};
+    connect_client(&w, port, &copts);
+    const size_t total = 200000; /* 13 records; the loopback socket holds them all */
+    uint8_t *data = pattern(total, 9);
+    cr_assert_eq(km_net_send(w.client.conn, data, total, &err), 0, "%s", err.msg);
+    while (!w.server.ready || km_net_queued(w.client.conn))
+        ev_run(w.loop, EVRUN_ONCE);
+    km_net_pause(w.server.conn, false);
+    while (w.stream_bytes < total && !w.server.closed)
+        ev_run(w.loop, EVRUN_ONCE);
+    cr_assert_eq(w.stream_bytes, total, "%s", w.server.why.msg);
+    cr_assert_gt(w.stream_largest, 16384, "one record per on_bytes call (largest %zu)", w.stream_largest);
+    cr_assert_leq(w.stream_calls, 5, "%zu on_bytes calls for %zu bytes", w.stream_calls, total);
+    free(data);
     world_free(&w);
     km_tls_ctx_free(sctx);
     km_tls_ctx_free(cctx);

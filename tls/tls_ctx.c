@@ -149,6 +149,10 @@ static void set_policy(SSL_CTX *ssl, const km_tls_config *cfg, bool server)
     /* Partial writes let km_net keep its own queue; moving buffers let it
      * retry a WANT_WRITE from a reallocated queue chunk. */
     SSL_CTX_set_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* One recv for several records (rather than a header read and a body read per record).
+     * km_net reads until WANT_READ, or feeds itself a read event, so what OpenSSL read ahead is
+     * never stranded out of the poller's sight. */
+    SSL_CTX_set_read_ahead(ssl, 1);
     /* Kafka peers close without close_notify; frames are self-delimiting, so a
      * truncated frame is caught by the framer and a bare EOF is a plain close. */
     SSL_CTX_set_options(ssl, SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_RENEGOTIATION);

@@ -174,6 +174,7 @@ static int forward(inl_session *s, bool upward, const uint8_t *d, size_t n)
 }
 
 static void connect_upstream(inl_session *s);
+static void offer_splice(inl_session *s, bool upward);
 
 /* ---- timers ------------------------------------------------------------------------ */
 
@@ -568,7 +569,11 @@ static size_t client_bytes(inl_session *s, const uint8_t *d, size_t len)
         off += (size_t)k;
     }
     track_request_read(s);
-    return flush(s, true) ? len : off;
+    if (flush(s, true))
+        return len;
+    if (off == len)
+        offer_splice(s, true);
+    return off;
 }
 
 static size_t on_client_bytes(km_net_conn *c, const uint8_t *d, size_t len, void *ud)
@@ -774,6 +779,40 @@ static long response_step(inl_session *s, const uint8_t *d, size_t n)
     return (long)k;
 }
 
+/* ---- splice hook ------------------------------------------------------------------------ */
+
+/* km_net moved n more bytes of the frame body being streamed (the read deadline, the idle
+ * clock and the byte counters see them as if on_bytes had). */
+static void on_spliced(km_net_conn *from, size_t n, void *ud)
+{
+    inl_session *s = ud;
+    s->last_activity = ev_now(s->p->loop);
+    if (from == s->client) {
+        s->rq.left -= n;
+        s->p->stats.bytes_up += n;
+        track_request_read(s);
+        return;
+    }
+    s->rs.left -= n;
+    s->p->stats.bytes_down += n;
+    if (!s->rs.left && s->sasl_raw_rounds)
+        s->sasl_raw_rounds--;
+    else if (!s->rs.left)
+        response_done(s);
+}
+
+/* After a read that ends inside a frame body passing unchanged (nothing to capture, inspect or
+ * rewrite), the rest may skip user space: km_net splices it when both sides allow (plaintext,
+ * nothing queued ahead; see km_net_forward) and otherwise on_bytes goes on as before. */
+static void offer_splice(inl_session *s, bool upward)
+{
+    km_net_conn *from = upward ? s->client : s->up, *to = upward ? s->up : s->client;
+    uint64_t left = upward ? s->rq.left : s->rs.left;
+    bool plain = !s->opaque && (upward ? !s->cap_req_on : !s->cap_resp_on && !s->rs.collecting);
+    if (from && to && left && plain)
+        km_net_forward(from, to, left, on_spliced);
+}
+
 static size_t up_bytes(inl_session *s, const uint8_t *d, size_t len);
 
 static size_t on_up_bytes(km_net_conn *c, const uint8_t *d, size_t len, void *ud)
@@ -796,7 +835,11 @@ static size_t up_bytes(inl_session *s, const uint8_t *d, size_t len)
             return len;
         off += (size_t)k;
     }
-    return flush(s, false) ? len : off;
+    if (flush(s, false))
+        return len;
+    if (off == len)
+        offer_splice(s, false);
+    return off;
 }
 
 /* ---- connection events --------------------------------------------------------------------- */

@@ -85,6 +85,25 @@ int km_net_send_pair(km_net_conn *c, const void *first, size_t flen, const void 
 size_t km_net_queued(const km_net_conn *c);
 size_t km_net_room(const km_net_conn *c);
 
+/* ---- forwarding in the kernel (plaintext) ------------------------------------------ */
+
+/* Called on from's userdata as forwarded bytes leave from's socket (they are then committed to `to`). */
+typedef void (*km_net_forward_fn)(km_net_conn *from, size_t n, void *ud);
+
+/* Stream mode: the next nbytes of from's stream, after the bytes the current on_bytes call takes,
+ * pass unchanged to `to`: km_net moves them socket -> pipe -> socket with splice(2), so they never
+ * enter user space, and reports each piece through progress.  Made from inside on_bytes, which
+ * must then take everything it was offered (otherwise the forward is dropped).  Bytes queued for
+ * `to` go out first; `to` gets a pipe (one per destination, only while forwarding or holding
+ * spliced bytes); from stops reading while `to` cannot take more.  Either side ending stops the
+ * forward: what is left arrives through on_bytes again, so progress is the only count to keep.
+ * Returns 0, or -1 (nothing changes, use on_bytes) when it does not apply: TLS or capture on
+ * either side, a side not ready or shutting down, `to` taking another forward, nbytes below
+ * KM_NET_FORWARD_MIN, splice refused before, no pipe to be had, or SIGPIPE not ignored (a splice
+ * onto a reset socket raises it; kmproxy ignores it, a library user may not). */
+#define KM_NET_FORWARD_MIN (64u * 1024u) /* below one read's worth, the extra syscalls cost more than the copies */
+int km_net_forward(km_net_conn *from, km_net_conn *to, uint64_t nbytes, km_net_forward_fn progress);
+
 /* Stops (or resumes) delivering frames, e.g. while a downstream queue is full. */
 void km_net_pause(km_net_conn *c, bool paused);
 /* Closes now, dropping anything queued; on_close is not called. */
@@ -103,8 +122,9 @@ void km_net_shutdown(km_net_conn *c);
 void km_net_capture(km_net_conn *c, km_capture *cap);
 
 typedef struct km_net_stats {
-    uint64_t frames_in, bytes_in;  /* delivered frames; bytes read (after TLS) */
-    uint64_t bytes_out;            /* bytes written to the socket (before TLS) */
+    uint64_t frames_in, bytes_in;  /* delivered frames; bytes read (after TLS), spliced ones included */
+    uint64_t bytes_out;            /* bytes written to the socket (before TLS), spliced ones included */
+    uint64_t bytes_spliced;        /* of bytes_in: moved on by km_net_forward without entering user space */
 } km_net_stats;
 void km_net_get_stats(const km_net_conn *c, km_net_stats *out);
 

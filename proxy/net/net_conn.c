@@ -36,8 +36,10 @@ void km_net__update_watchers(km_net_conn *c)
         w = !r;
         break;
     case NET_READY:
-        r = (!c->paused && c->read_block == KM_TLS_WANT_READ) || (c->queued && c->write_block == KM_TLS_WANT_READ);
-        w = (c->queued && c->write_block == KM_TLS_WANT_WRITE) || (!c->paused && c->read_block == KM_TLS_WANT_WRITE);
+        r = (!c->paused && !c->fwd_wait && c->read_block == KM_TLS_WANT_READ) ||
+            (c->queued && c->write_block == KM_TLS_WANT_READ);
+        w = ((c->queued || c->piped) && c->write_block == KM_TLS_WANT_WRITE) ||
+            (!c->paused && c->read_block == KM_TLS_WANT_WRITE);
         break;
     case NET_DEAD:
         break;
@@ -50,6 +52,7 @@ void km_net__update_watchers(km_net_conn *c)
 static void shut(km_net_conn *c)
 {
     km_net__tap_close(c);
+    km_net__forward_unlink(c);
     set_active(c, &c->rio, false);
     set_active(c, &c->wio, false);
     ev_clear_pending(c->loop, &c->rio); /* fed events must not outlive us */
@@ -117,6 +120,7 @@ static km_net_conn *conn_new(struct ev_loop *loop, const km_net_opts *opts, cons
         return km_fail(err, "net: out of memory for a connection"), NULL;
     c->loop = loop;
     c->fd = -1;
+    c->pipe[0] = c->pipe[1] = -1;
     fill_opts(&c->opts, opts);
     if (h)
         c->h = *h;
@@ -268,9 +272,9 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
         break;
     case NET_READY:
         /* Both directions are tried on either event: TLS can need the other one. */
-        if (c->queued)
+        if (c->queued || c->piped)
             km_net__write_ready(c);
-        if (c->state == NET_READY && c->closing && !c->queued)
+        if (c->state == NET_READY && c->closing && !c->queued && !c->piped)
             finish_shutdown(c);
         else if (c->state == NET_READY)
             km_net__read_ready(c);
@@ -376,7 +380,7 @@ int km_net_send_pair(km_net_conn *c, const void *first, size_t flen, const void 
     return km_net__enqueue(c, first, flen, then, len, err);
 }
 
-size_t km_net_queued(const km_net_conn *c) { return c->queued; }
+size_t km_net_queued(const km_net_conn *c) { return c->queued + c->piped; }
 void km_net_get_stats(const km_net_conn *c, km_net_stats *out) { *out = c->stats; }
 size_t km_net_room(const km_net_conn *c) { return c->opts.write_limit - c->queued; }
 bool km_net_is_ready(const km_net_conn *c) { return c->state == NET_READY; }

@@ -107,6 +107,8 @@ static bool deliver_bytes(km_net_conn *c)
     size_t took = c->h.on_bytes(c, c->rbuf, c->rlen, c->ud);
     if (!km_net__leave(c))
         return false;
+    if (took < c->rlen) /* a forward counts from after everything offered */
+        c->fwd_left = 0;
     consume(c, took < c->rlen ? took : c->rlen);
     return true;
 }
@@ -144,12 +146,36 @@ static bool ensure_room(km_net_conn *c)
     return true;
 }
 
+/* TLS gives one record (at most 16 KiB) per read.  The records already here are gathered into
+ * the buffer before the owner sees them, so a proxy parses and sends once per buffer rather than
+ * once per record.  Whatever stopped the gathering is held and answers the next read. */
+static km_tls_status tls_read(km_net_conn *c, uint8_t *dst, size_t cap, size_t *n, km_err *err)
+{
+    if (c->tls_held != KM_TLS_OK) {
+        km_tls_status held = c->tls_held;
+        c->tls_held = KM_TLS_OK;
+        *err = c->tls_held_err;
+        return held;
+    }
+    km_tls_status st = km_tls_read(c->tls, dst, cap, n, err);
+    while (st == KM_TLS_OK && *n < cap) {
+        size_t more = 0;
+        km_tls_status next = km_tls_read(c->tls, dst + *n, cap - *n, &more, &c->tls_held_err);
+        if (next != KM_TLS_OK) {
+            c->tls_held = next;
+            break;
+        }
+        *n += more;
+    }
+    return st;
+}
+
 static km_tls_status raw_read(km_net_conn *c, size_t *n, km_err *err)
 {
     uint8_t *dst = c->rbuf + c->rlen;
     size_t cap = c->rcap - c->rlen;
     if (c->tls)
-        return km_tls_read(c->tls, dst, cap, n, err);
+        return tls_read(c, dst, cap, n, err);
     for (;;) {
         ssize_t got = recv(c->fd, dst, cap, 0);
         if (got > 0) {
@@ -183,6 +209,8 @@ static void peer_closed(km_net_conn *c)
  * connection costs no receive buffer, and a burst of connections leaves none behind. */
 static void release_idle(km_net_conn *c)
 {
+    if (c->fwd_to && !c->fwd_left) /* a parked splice link too: its destination's pipe */
+        km_net__forward_end(c);
     if (c->rlen == 0 && c->rbuf) {
         free(c->rbuf);
         c->rbuf = NULL;
@@ -195,7 +223,17 @@ void km_net__read_ready(km_net_conn *c)
     if (!deliver(c)) /* frames held back by a pause come first */
         return;
     for (int i = 0; i < READ_BUDGET; i++) {
-        if (c->paused || !ensure_room(c))
+        if (c->paused || c->fwd_wait)
+            return;
+        if (c->fwd_left && c->rlen == 0) { /* km_net_forward: the kernel moves the bytes (net_splice.c) */
+            net_pump st = km_net__pump(c);
+            if (st == NET_PUMP_STOP)
+                release_idle(c);
+            if (st == NET_PUMP_STOP || st == NET_PUMP_DEAD)
+                return;
+            continue;
+        }
+        if (!ensure_room(c))
             return;
         km_err e = {{0}};
         size_t n = 0;
@@ -235,8 +273,8 @@ void km_net__read_ready(km_net_conn *c)
  * then meets again and reports). */
 static size_t write_through(km_net_conn *c, const uint8_t *prefix, size_t plen, const void *data, size_t len)
 {
-    if (c->state != NET_READY || c->queued || c->tls || c->cap || c->closing)
-        return 0;
+    if (c->state != NET_READY || c->queued || c->piped || c->tls || c->cap || c->closing)
+        return 0; /* (piped: spliced bytes still in the pipe go first) */
     struct iovec iov[2] = {{(void *)prefix, plen}, {(void *)data, len}};
     struct msghdr msg = {.msg_iov = plen ? iov : iov + 1, .msg_iovlen = plen ? 2 : 1};
     ssize_t put;
@@ -334,6 +372,14 @@ static void advance(km_net_conn *c, size_t n)
 
 void km_net__write_ready(km_net_conn *c)
 {
+    if (c->piped) { /* spliced bytes came before anything queued */
+        km_err e = {{0}};
+        int st = km_net__flush_pipe(c, &e);
+        if (st < 0)
+            km_net__fail(c, &e);
+        if (st <= 0)
+            return;
+    }
     while (c->head) {
         km_err e = {{0}};
         size_t n = 0;
@@ -351,6 +397,7 @@ void km_net__write_ready(km_net_conn *c)
         advance(c, n);
     }
     c->write_block = KM_TLS_WANT_WRITE;
+    km_net__forward_resume(c);
     km_net__enter(c);
     if (c->h.on_drain)
         c->h.on_drain(c, c->ud);
