@@ -26,5 +26,5 @@ km_add_test(test_inline_realkafka SOURCES ${KM_INLINE_TESTS}/test_inline_realkaf
 target_link_libraries(test_inline_realkafka PRIVATE km_inline_rig)
 
 # Every inline suite with 1 and 3 worker threads (km_inline_threads_variants, tests/CMakeLists.txt).
-km_inline_threads_variants(test_inline_forward test_inline_edge test_inline_cli test_inline_tls test_inline_capture
-                           test_inline_daemon test_inline_inspect test_inline_realkafka)
+km_inline_threads_variants(test_inline_forward test_inline_edge test_inline_splice test_inline_cli test_inline_tls
+                           test_inline_capture test_inline_daemon test_inline_inspect test_inline_realkafka)

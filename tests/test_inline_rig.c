@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <ev.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,7 @@ static void *run_loop(void *arg)
 void irig_start(irig *r)
 {
     km_err err = {{0}};
+    signal(SIGPIPE, SIG_IGN); /* as kmproxy proxy and the daemon do: the proxy splices frame bodies then */
     r->loop = ev_loop_new(EVFLAG_AUTO);
     r->proxy = km_inline_new(r->loop, &r->cfg, proxy_log, r, &err);
     cr_assert(r->proxy, "km_inline_new: %s", err.msg);

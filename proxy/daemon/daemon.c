@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <ev.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -347,6 +348,10 @@ void km_daemon_start(km_daemon *d)
     ev_signal_start(d->loop, &d->sigterm);
     ev_signal_start(d->loop, &d->sighup);
     ev_signal_start(d->loop, &d->sigusr1);
+    /* Every write already says MSG_NOSIGNAL or goes through km_tls' BIO; splice(2), which the inline
+     * proxy uses for frame bodies it passes unchanged, has no such flag (km_net_forward declines
+     * while SIGPIPE would kill the process). */
+    signal(SIGPIPE, SIG_IGN);
     km_daemon_start_health(d);
     km_daemon_start_notify(d);
     if (d->follow_io.fd >= 0)

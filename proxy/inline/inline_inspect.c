@@ -57,7 +57,7 @@ static bool first_time(km_inline *p, int16_t api, const char *topic, int32_t par
 static void diverged(km_inline *p, int16_t api, const char *topic, int32_t partition, const char *what)
 {
     INL_ADD(p->divergent[inspect_slot(api)], 1);
-    INL_ADD(p->stats.divergent, 1);
+    INL_ADD(p->main_stats.divergent, 1);
     if (first_time(p, api, topic, partition))
         inl_log(p, 1, "%s for %s-%d disagrees with the KRaft image: %s", km_api_name(api), topic, partition, what);
 }

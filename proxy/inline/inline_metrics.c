@@ -149,7 +149,7 @@ void inl_sum_stats(const km_inline *p, km_inline_stats *out)
 {
     memset(out, 0, sizeof *out);
     size_t n = sizeof *out / sizeof(uint64_t);
-    add_counters((uint64_t *)out, (const uint64_t *)&p->stats, n, true);
+    add_counters((uint64_t *)out, (const uint64_t *)&p->main_stats, n, true);
     for (size_t i = 0; i < p->n_workers; i++)
         add_counters((uint64_t *)out, (const uint64_t *)&p->workers[i]->stats, n, true);
     out->open = __atomic_load_n(&p->open, __ATOMIC_RELAXED);

@@ -149,7 +149,7 @@ struct km_inline {
     inl_worker **workers;
     size_t n_workers;
     size_t next_worker;                      /* round-robin start among the least loaded */
-    km_inline_stats stats;                   /* the main loop's: accepted, refused, listeners, divergent */
+    km_inline_stats main_stats;              /* the main loop's own: refused, listeners, divergent (never a worker's) */
     const struct km_image *img;              /* followed by the daemon: controller RPCs are checked against it */
     int32_t controller_epoch;                /* ZooKeeper's controller epoch; -1: unknown */
     uint64_t divergent[3];                   /* LeaderAndIsr, UpdateMetadata, StopReplica */

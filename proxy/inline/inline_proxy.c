@@ -113,7 +113,7 @@ static void on_accept(km_net_listener *l, int fd, const char *peer, void *ud)
         slot->n++;
     pthread_mutex_unlock(&p->lock);
     if (why) {
-        INL_ADD(p->stats.refused, 1);
+        INL_ADD(p->main_stats.refused, 1);
         char rname[48];
         inl_log_conn(p, INL_LOG_REFUSED, "refused client %s on the %s: %s reached", peer, inl_route_name(r, rname),
                      why);
@@ -161,7 +161,7 @@ static int open_listener(inl_route *r, bool running, km_err *err)
     r->listen_port = km_net_listener_port(l);
     if (!r->adv_port)
         r->adv_port = r->listen_port;
-    INL_ADD(r->p->stats.listeners, 1);
+    INL_ADD(r->p->main_stats.listeners, 1);
     if (!running) {
         km_net_listener_start(l, r->p->loop);
     } else {

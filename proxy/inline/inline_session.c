@@ -786,15 +786,15 @@ static long response_step(inl_session *s, const uint8_t *d, size_t n)
 static void on_spliced(km_net_conn *from, size_t n, void *ud)
 {
     inl_session *s = ud;
-    s->last_activity = ev_now(s->p->loop);
+    s->last_activity = ev_now(s->w->loop);
     if (from == s->client) {
         s->rq.left -= n;
-        s->p->stats.bytes_up += n;
+        INL_ADD(s->w->stats.bytes_up, n);
         track_request_read(s);
         return;
     }
     s->rs.left -= n;
-    s->p->stats.bytes_down += n;
+    INL_ADD(s->w->stats.bytes_down, n);
     if (!s->rs.left && s->sasl_raw_rounds)
         s->sasl_raw_rounds--;
     else if (!s->rs.left)
