@@ -42,6 +42,7 @@ typedef struct world {
     int want_client_frames;
     const km_net_handlers *server_h; /* NULL: server_handlers */
     size_t stream_calls, stream_bytes, stream_largest; /* stream-mode server: on_bytes */
+    int seq_next, seq_bad;      /* numbered frames (seq_frame): the next expected, those out of place */
 } world;
 
 static void guard_fired(struct ev_loop *loop, ev_timer *w, int revents)
@@ -795,6 +796,67 @@ Test(net, tls_records_waiting_are_delivered_together)
     cr_assert_gt(w.stream_largest, 16384, "one record per on_bytes call (largest %zu)", w.stream_largest);
     cr_assert_leq(w.stream_calls, 5, "%zu on_bytes calls for %zu bytes", w.stream_calls, total);
     free(data);
+    world_free(&w);
+    km_tls_ctx_free(sctx);
+    km_tls_ctx_free(cctx);
+    km_test_pki_free(&pki);
+}
+
+/* Frame i: its number, then (i % 200) bytes of pattern; anything else counts as out of place. */
+static void seq_frame(km_net_conn *c, const uint8_t *p, size_t len, void *ud)
+{
+    (void)c;
+    world *w = ud;
+    size_t want = 4 + (size_t)(w->seq_next % 200);
+    bool ok = len == want && km_be32(p) == (uint32_t)w->seq_next;
+    for (size_t i = 4; ok && i < len; i++)
+        ok = p[i] == (uint8_t)(i * 31 + (size_t)w->seq_next);
+    w->seq_bad += !ok;
+    w->seq_next++;
+}
+
+/* Thousands of small frames queued behind a reader that does not read: the queue's pieces go out
+ * gathered into records of up to 16 KiB, and when the socket is full OpenSSL must get the same
+ * first bytes again (a wrong retry fails with "bad write retry"): every frame arrives, in order. */
+Test(net, small_frames_over_tls_gathered_into_records_arrive_in_order)
+{
+    km_test_pki pki;
+    cr_assert_eq(km_test_pki_make(&pki), 0);
+    km_err err = {{0}};
+    km_tls_config scfg = {.cert_file = pki.server_cert, .key_file = pki.server_key};
+    km_tls_config ccfg = {.ca_file = pki.ca};
+    km_tls_ctx *sctx = km_tls_server_ctx_new(&scfg, &err), *cctx = km_tls_client_ctx_new(&ccfg, &err);
+    cr_assert(sctx && cctx, "%s", err.msg);
+    world w;
+    world_init(&w);
+    static const km_net_handlers numbered = {.on_ready = paused_ready, .on_frame = seq_frame,
+                                             .on_close = server_close};
+    w.server_h = &numbered;
+    w.server_opts.tls = sctx;
+    uint16_t port = start_server(&w);
+    km_net_opts copts = {.tls = cctx, .tls_name = "localhost"};
+    connect_client(&w, port, &copts);
+    enum { FRAMES = 100000 }; /* about 10 MB: more than the loopback socket buffers hold */
+    uint8_t buf[4 + 200];
+    for (int i = 0; i < FRAMES; i++) {
+        size_t len = 4 + (size_t)(i % 200);
+        buf[0] = (uint8_t)(i >> 24), buf[1] = (uint8_t)(i >> 16), buf[2] = (uint8_t)(i >> 8), buf[3] = (uint8_t)i;
+        for (size_t k = 4; k < len; k++)
+            buf[k] = (uint8_t)(k * 31 + (size_t)i);
+        cr_assert_eq(km_net_send_frame(w.client.conn, buf, len, &err), 0, "frame %d: %s", i, err.msg);
+        if (i % 5000 == 4999) /* let some go out (and the socket fill) while the rest queue */
+            ev_run(w.loop, EVRUN_NOWAIT);
+    }
+    while (!w.server.ready)
+        ev_run(w.loop, EVRUN_ONCE);
+    for (int i = 0; i < 50; i++) /* the client writes until the reader's socket is full */
+        ev_run(w.loop, EVRUN_NOWAIT);
+    cr_assert_gt(km_net_queued(w.client.conn), 0, "nothing left queued: the socket never filled");
+    km_net_pause(w.server.conn, false);
+    while (w.seq_next < FRAMES && !w.server.closed && !w.client.closed)
+        ev_run(w.loop, EVRUN_ONCE);
+    cr_assert_eq(w.seq_next, FRAMES, "server: %s; client: %s", w.server.why.msg, w.client.why.msg);
+    cr_assert_eq(w.seq_bad, 0);
     world_free(&w);
     km_tls_ctx_free(sctx);
     km_tls_ctx_free(cctx);

@@ -13,6 +13,7 @@
 #define RBUF_SHRINK (1024u * 1024u) /* give back big-frame buffers once they are done */
 #define READ_BUDGET 16              /* reads per event, so one busy peer cannot starve the rest */
 #define WRITEV_MAX 16
+#define TLS_RECORD_MAX 16384         /* plaintext bytes in one TLS record */
 
 void km_net__free_buffers(km_net_conn *c)
 {
@@ -267,14 +268,39 @@ void km_net__read_ready(km_net_conn *c)
     ev_feed_event(c->loop, &c->rio, EV_READ); /* budget spent: continue next loop iteration */
 }
 
-/* An idle plaintext connection writes at once rather than on the next loop
- * iteration: one poll round less per frame for a proxy's round trips.  Returns
- * the bytes the socket took (0 on EAGAIN or an error, which the queued path
- * then meets again and reports). */
+/* TLS, idle: the caller's bytes go straight into SSL_write (a frame head and what follows as two
+ * writes), saving the queue's copy and a poll round with its watcher changes.  What OpenSSL did
+ * not take is queued by the caller; after a WANT it must be offered again starting with the same
+ * bytes, which the queue does (write_block records which event to wait for). */
+static size_t tls_write_through(km_net_conn *c, const uint8_t *prefix, size_t plen, const void *data, size_t len)
+{
+    const uint8_t *piece[2] = {prefix, data};
+    size_t left[2] = {plen, len}, done = 0;
+    for (int i = 0; i < 2; i++)
+        while (left[i]) {
+            size_t put = 0;
+            km_err ignored = {{0}}; /* an error is met again, and reported, by the queued retry */
+            km_tls_status st = km_tls_write(c->tls, piece[i], left[i], &put, &ignored);
+            if (st != KM_TLS_OK) {
+                if (st == KM_TLS_WANT_READ || st == KM_TLS_WANT_WRITE)
+                    c->write_block = st;
+                return done;
+            }
+            piece[i] += put, left[i] -= put, done += put;
+            c->stats.bytes_out += put;
+        }
+    return done;
+}
+
+/* An idle connection writes at once rather than on the next loop iteration: one poll round less
+ * per frame for a proxy's round trips.  Returns the bytes the socket (or OpenSSL) took (0 on
+ * EAGAIN or an error, which the queued path then meets again and reports). */
 static size_t write_through(km_net_conn *c, const uint8_t *prefix, size_t plen, const void *data, size_t len)
 {
-    if (c->state != NET_READY || c->queued || c->piped || c->tls || c->cap || c->closing)
+    if (c->state != NET_READY || c->queued || c->piped || c->cap || c->closing)
         return 0; /* (piped: spliced bytes still in the pipe go first) */
+    if (c->tls)
+        return tls_write_through(c, prefix, plen, data, len);
     struct iovec iov[2] = {{(void *)prefix, plen}, {(void *)data, len}};
     struct msghdr msg = {.msg_iov = plen ? iov : iov + 1, .msg_iovlen = plen ? 2 : 1};
     ssize_t put;
@@ -324,10 +350,29 @@ int km_net__enqueue(km_net_conn *c, const uint8_t *prefix, size_t plen, const vo
     return 0;
 }
 
+/* Queued pieces smaller than a TLS record are written as one record: gathered from the head, so
+ * a retry after a WANT starts with the same bytes and is at least as long, as OpenSSL requires. */
+static km_tls_status tls_write_queued(km_net_conn *c, size_t *n, km_err *err)
+{
+    const uint8_t *from = c->head->data + c->head_off;
+    size_t len = c->head->len - c->head_off;
+    uint8_t gathered[TLS_RECORD_MAX];
+    if (len < sizeof gathered && c->head->next) {
+        memcpy(gathered, from, len);
+        for (net_chunk *k = c->head->next; k && len < sizeof gathered; k = k->next) {
+            size_t take = k->len < sizeof gathered - len ? k->len : sizeof gathered - len;
+            memcpy(gathered + len, k->data, take);
+            len += take;
+        }
+        from = gathered;
+    }
+    return km_tls_write(c->tls, from, len, n, err);
+}
+
 static km_tls_status raw_write(km_net_conn *c, size_t *n, km_err *err)
 {
     if (c->tls)
-        return km_tls_write(c->tls, c->head->data + c->head_off, c->head->len - c->head_off, n, err);
+        return tls_write_queued(c, n, err);
     struct iovec iov[WRITEV_MAX];
     int cnt = 0;
     for (net_chunk *k = c->head; k && cnt < WRITEV_MAX; k = k->next, cnt++) {
