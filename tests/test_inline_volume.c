@@ -17,6 +17,7 @@
  * (high watermarks, read through the proxy), the delivery reports must name each offset once, and
  * the consumer must see each sequence number once, at the partition and offset its delivery report
  * gave. */
+#include "km_testsupport.h"
 #include "test_inline_rig.h"
 
 #include <criterion/criterion.h>
@@ -27,15 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-
-#ifdef UNDER_ASAN
+#ifdef KM_TEST_UNDER_ASAN
 #define ROUNDS 3 /* ~4 s a round (the mock's 3 s first-join delay): fewer keep the sanitized CI lean */
 #else
 #define ROUNDS 10

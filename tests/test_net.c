@@ -215,6 +215,30 @@ static uint8_t *pattern(size_t len, unsigned seed)
     return p;
 }
 
+/* A throwaway PKI, a server context with its certificate and a client context trusting its CA. */
+typedef struct tls_pair {
+    km_test_pki pki;
+    km_tls_ctx *server, *client;
+} tls_pair;
+
+static void tls_pair_make(tls_pair *t)
+{
+    cr_assert_eq(km_test_pki_make(&t->pki), 0);
+    km_err err = {{0}};
+    km_tls_config scfg = {.cert_file = t->pki.server_cert, .key_file = t->pki.server_key};
+    km_tls_config ccfg = {.ca_file = t->pki.ca};
+    t->server = km_tls_server_ctx_new(&scfg, &err);
+    t->client = t->server ? km_tls_client_ctx_new(&ccfg, &err) : NULL;
+    cr_assert(t->server && t->client, "%s", err.msg);
+}
+
+static void tls_pair_free(tls_pair *t)
+{
+    km_tls_ctx_free(t->server);
+    km_tls_ctx_free(t->client);
+    km_test_pki_free(&t->pki);
+}
+
 static void echo_round_trip(world *w, uint16_t port, const km_net_opts *copts)
 {
     w->echo = true;
@@ -254,14 +278,9 @@ Test(net, framed_echo_over_loopback)
 
 Test(net, framed_echo_over_tls)
 {
-    km_test_pki pki;
-    cr_assert_eq(km_test_pki_make(&pki), 0);
-    km_err err = {{0}};
-    km_tls_config scfg = {.cert_file = pki.server_cert, .key_file = pki.server_key};
-    km_tls_config ccfg = {.ca_file = pki.ca};
-    km_tls_ctx *sctx = km_tls_server_ctx_new(&scfg, &err);
-    km_tls_ctx *cctx = km_tls_client_ctx_new(&ccfg, &err);
-    cr_assert(sctx && cctx, "%s", err.msg);
+    tls_pair t;
+    tls_pair_make(&t);
+    km_tls_ctx *sctx = t.server, *cctx = t.client;
     world w;
     world_init(&w);
     w.server_opts.tls = sctx;
@@ -269,9 +288,7 @@ Test(net, framed_echo_over_tls)
     km_net_opts copts = {.tls = cctx, .tls_name = "localhost"};
     echo_round_trip(&w, port, &copts);
     world_free(&w);
-    km_tls_ctx_free(sctx);
-    km_tls_ctx_free(cctx);
-    km_test_pki_free(&pki);
+    tls_pair_free(&t);
 }
 
 Test(net, tls_name_mismatch_reaches_on_close)
@@ -657,13 +674,10 @@ Test(net, frames_split_at_arbitrary_boundaries)
  * signals it; resuming must still deliver it. */
 Test(net, pause_and_resume_over_tls)
 {
-    km_test_pki pki;
-    cr_assert_eq(km_test_pki_make(&pki), 0);
+    tls_pair t;
+    tls_pair_make(&t);
+    km_tls_ctx *sctx = t.server, *cctx = t.client;
     km_err err = {{0}};
-    km_tls_config scfg = {.cert_file = pki.server_cert, .key_file = pki.server_key};
-    km_tls_config ccfg = {.ca_file = pki.ca};
-    km_tls_ctx *sctx = km_tls_server_ctx_new(&scfg, &err), *cctx = km_tls_client_ctx_new(&ccfg, &err);
-    cr_assert(sctx && cctx, "%s", err.msg);
     world w;
     world_init(&w);
     w.server_opts.tls = sctx;
@@ -685,9 +699,7 @@ Test(net, pause_and_resume_over_tls)
         free(frames[i]);
     }
     world_free(&w);
-    km_tls_ctx_free(sctx);
-    km_tls_ctx_free(cctx);
-    km_test_pki_free(&pki);
+    tls_pair_free(&t);
 }
 
 Test(net, listening_on_a_busy_port_names_it)
@@ -709,13 +721,9 @@ Test(net, listening_on_a_busy_port_names_it)
 /* The usual misconfiguration, both ways round: the errors must say what happened. */
 Test(net, tls_and_plaintext_mixups_are_explained)
 {
-    km_test_pki pki;
-    cr_assert_eq(km_test_pki_make(&pki), 0);
-    km_err err = {{0}};
-    km_tls_config scfg = {.cert_file = pki.server_cert, .key_file = pki.server_key};
-    km_tls_config ccfg = {.ca_file = pki.ca};
-    km_tls_ctx *sctx = km_tls_server_ctx_new(&scfg, &err), *cctx = km_tls_client_ctx_new(&ccfg, &err);
-    cr_assert(sctx && cctx, "%s", err.msg);
+    tls_pair t;
+    tls_pair_make(&t);
+    km_tls_ctx *sctx = t.server, *cctx = t.client;
 
     world w; /* TLS client, plaintext server */
     world_init(&w);
@@ -740,9 +748,7 @@ Test(net, tls_and_plaintext_mixups_are_explained)
     cr_assert(strstr(w.server.why.msg, "wrong version number"), "OpenSSL's reason is passed on: %s",
               w.server.why.msg);
     world_free(&w);
-    km_tls_ctx_free(sctx);
-    km_tls_ctx_free(cctx);
-    km_test_pki_free(&pki);
+    tls_pair_free(&t);
 }
 
 /* ---- TLS records gathered per read ------------------------------------------------------- */
@@ -764,26 +770,29 @@ static size_t count_bytes(km_net_conn *c, const uint8_t *d, size_t len, void *ud
     return len;
 }
 
+/* A TLS server with handlers h (paused_ready: it reads nothing until the test resumes it) and a
+ * TLS client connecting to it. */
+static void tls_world_paused(world *w, tls_pair *t, const km_net_handlers *h)
+{
+    tls_pair_make(t);
+    world_init(w);
+    w->server_h = h;
+    w->server_opts.tls = t->server;
+    uint16_t port = start_server(w);
+    km_net_opts copts = {.tls = t->client, .tls_name = "localhost"};
+    connect_client(w, port, &copts);
+}
+
 /* TLS delivers one record (16 KiB at most) per SSL_read; records already waiting go to the owner
  * together, so a proxy sends once per buffer rather than once per record. */
 Test(net, tls_records_waiting_are_delivered_together)
 {
-    km_test_pki pki;
-    cr_assert_eq(km_test_pki_make(&pki), 0);
-    km_err err = {{0}};
-    km_tls_config scfg = {.cert_file = pki.server_cert, .key_file = pki.server_key};
-    km_tls_config ccfg = {.ca_file = pki.ca};
-    km_tls_ctx *sctx = km_tls_server_ctx_new(&scfg, &err), *cctx = km_tls_client_ctx_new(&ccfg, &err);
-    cr_assert(sctx && cctx, "%s", err.msg);
-    world w;
-    world_init(&w);
     static const km_net_handlers stream = {.on_ready = paused_ready, .on_bytes = count_bytes,
                                            .on_close = server_close};
-    w.server_h = &stream;
-    w.server_opts.tls = sctx;
-    uint16_t port = start_server(&w);
-    km_net_opts copts = {.tls = cctx, .tls_name = "localhost"};
-    connect_client(&w, port, &copts);
+    tls_pair t;
+    world w;
+    tls_world_paused(&w, &t, &stream);
+    km_err err = {{0}};
     const size_t total = 200000; /* 13 records; the loopback socket holds them all */
     uint8_t *data = pattern(total, 9);
     cr_assert_eq(km_net_send(w.client.conn, data, total, &err), 0, "%s", err.msg);
@@ -797,9 +806,7 @@ Test(net, tls_records_waiting_are_delivered_together)
     cr_assert_leq(w.stream_calls, 5, "%zu on_bytes calls for %zu bytes", w.stream_calls, total);
     free(data);
     world_free(&w);
-    km_tls_ctx_free(sctx);
-    km_tls_ctx_free(cctx);
-    km_test_pki_free(&pki);
+    tls_pair_free(&t);
 }
 
 /* Frame i: its number, then (i % 200) bytes of pattern; anything else counts as out of place. */
@@ -820,22 +827,12 @@ static void seq_frame(km_net_conn *c, const uint8_t *p, size_t len, void *ud)
  * first bytes again (a wrong retry fails with "bad write retry"): every frame arrives, in order. */
 Test(net, small_frames_over_tls_gathered_into_records_arrive_in_order)
 {
-    km_test_pki pki;
-    cr_assert_eq(km_test_pki_make(&pki), 0);
-    km_err err = {{0}};
-    km_tls_config scfg = {.cert_file = pki.server_cert, .key_file = pki.server_key};
-    km_tls_config ccfg = {.ca_file = pki.ca};
-    km_tls_ctx *sctx = km_tls_server_ctx_new(&scfg, &err), *cctx = km_tls_client_ctx_new(&ccfg, &err);
-    cr_assert(sctx && cctx, "%s", err.msg);
-    world w;
-    world_init(&w);
     static const km_net_handlers numbered = {.on_ready = paused_ready, .on_frame = seq_frame,
                                              .on_close = server_close};
-    w.server_h = &numbered;
-    w.server_opts.tls = sctx;
-    uint16_t port = start_server(&w);
-    km_net_opts copts = {.tls = cctx, .tls_name = "localhost"};
-    connect_client(&w, port, &copts);
+    tls_pair t;
+    world w;
+    tls_world_paused(&w, &t, &numbered);
+    km_err err = {{0}};
     enum { FRAMES = 100000 }; /* about 10 MB: more than the loopback socket buffers hold */
     uint8_t buf[4 + 200];
     for (int i = 0; i < FRAMES; i++) {
@@ -858,7 +855,5 @@ Test(net, small_frames_over_tls_gathered_into_records_arrive_in_order)
     cr_assert_eq(w.seq_next, FRAMES, "server: %s; client: %s", w.server.why.msg, w.client.why.msg);
     cr_assert_eq(w.seq_bad, 0);
     world_free(&w);
-    km_tls_ctx_free(sctx);
-    km_tls_ctx_free(cctx);
-    km_test_pki_free(&pki);
+    tls_pair_free(&t);
 }

@@ -9,14 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-
 static int entries(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -57,7 +49,7 @@ Test(hygiene, a_run_leaves_nothing_in_tmpdir)
 
 Test(hygiene, a_sanitizer_report_fails_the_run)
 {
-#ifndef UNDER_ASAN
+#ifndef KM_TEST_UNDER_ASAN
     cr_skip_test("needs the ASan build (cmake -DKM_SANITIZE=ON): there is no report to see without it");
 #endif
     char *tmp = km_test_tmpdir("hygiene");

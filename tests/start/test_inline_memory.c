@@ -22,14 +22,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-
 #define ROUNDS 5
 #define CLIENTS 1000
 #define RSS_BOUND_KB (24 * 1024) /* above the pre-burst level once a round is over */
@@ -218,7 +210,7 @@ static long settled_rss(pid_t pid, int idle_fds, long target_kb)
 
 Test(inline_memory, rss_comes_back_after_bursts_of_clients, .timeout = 300)
 {
-#ifdef UNDER_ASAN
+#ifdef KM_TEST_UNDER_ASAN
     cr_skip_test("under ASan freed memory stays resident (quarantine, shadow): RSS says nothing here");
 #endif
     upstream u;

@@ -5,6 +5,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* KM_TEST_UNDER_ASAN: built with AddressSanitizer (gcc says __SANITIZE_ADDRESS__, clang
+ * __has_feature), for suites that do less work, or skip a measurement, under it. */
+#if defined(__SANITIZE_ADDRESS__)
+#define KM_TEST_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KM_TEST_UNDER_ASAN 1
+#endif
+#endif
+
 /* ../shared next to the checkout; corpus tests skip when it is absent. */
 const char *km_test_shared_dir(void);
 /* Path of the built kmproxy binary. */
