@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1165,4 +1166,19 @@ Test(inline_edge, freeing_the_proxy_ends_every_workers_clients)
         cr_expect(irig_wait_eof(fds[i]), "client %d still connected after the proxy was freed", i);
         close(fds[i]);
     }
+}
+
+/* proxy.threads=0: one worker per CPU the process may run on (its affinity), not per CPU online. */
+Test(inline_edge, the_default_worker_count_follows_the_cpu_affinity)
+{
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
+    cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0); /* this test's own process only */
+    irig r;
+    start_over_mock(&r);
+    irig_set(&r, "proxy.threads", "0");
+    irig_start(&r);
+    cr_expect_eq(km_inline_threads(r.proxy), 1);
+    irig_free(&r);
 }

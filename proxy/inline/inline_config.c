@@ -39,8 +39,8 @@ static const int_key INT_KEYS[] = {
      "client's requests wait unread meanwhile. 0: close the client at the first failed dial."},
     {"proxy.threads", offsetof(km_inline_config, threads), 0, 256,
      "Worker threads carrying client connections, each with its own event loop (no lock on the data path); "
-     "the main loop accepts and hands each new client to the worker with the fewest. 0: one per CPU core "
-     "online at start."},
+     "the main loop accepts and hands each new client to the worker with the fewest. 0: one per CPU the "
+     "process may run on at start (its affinity: taskset, a container's cpuset; a CPU quota is not seen)."},
     {"proxy.discovery.interval.ms", offsetof(km_inline_config, discovery_interval_ms), 0, INT32_MAX,
      "At start and then every this long, the proxy asks the bootstrap upstream for the cluster's brokers "
      "(Metadata) and opens their dynamic listeners or SNI routes, so that several instances with the same config "

@@ -7,6 +7,7 @@
  * take no lock; only the rare shared steps do (routes, per-IP counts, TLS contexts). */
 #include "inline_private.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,10 +90,19 @@ static inl_worker *worker_new(km_inline *p, unsigned index, km_err *err)
     return w;
 }
 
+/* The CPUs this process may run on (taskset, a container's cpuset), else those online. */
+static size_t usable_cpus(void)
+{
+    cpu_set_t set;
+    if (!sched_getaffinity(0, sizeof set, &set) && CPU_COUNT(&set) > 0)
+        return (size_t)CPU_COUNT(&set);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 ? (size_t)online : 1;
+}
+
 int inl_workers_start(km_inline *p, int32_t threads, km_err *err)
 {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    size_t n = threads > 0 ? (size_t)threads : cores > 0 ? (size_t)cores : 1;
+    size_t n = threads > 0 ? (size_t)threads : usable_cpus();
     p->workers = calloc(n, sizeof *p->workers);
     if (!p->workers)
         return km_fail(err, "proxy: out of memory for %zu workers", n);

@@ -48,7 +48,7 @@ typedef struct km_inline_config {
     int32_t idle_timeout_ms;       /* proxy.idle.timeout.ms: nothing in flight and no bytes */
     int32_t request_timeout_ms;    /* proxy.request.timeout.ms: the upstream's answer to the oldest request */
     int32_t upstream_hold_ms;      /* proxy.upstream.hold.ms: a client held while its broker cannot be dialled */
-    int32_t threads;               /* proxy.threads: worker loops; 0: one per core */
+    int32_t threads;               /* proxy.threads: worker loops; 0: one per CPU of the affinity */
     int32_t discovery_interval_ms; /* proxy.discovery.interval.ms: brokers asked of the bootstrap upstream; 0: off */
     int32_t request_read_timeout_ms;/* proxy.request.read.timeout.ms: a client's whole request, from its first byte */
     int32_t listen_backlog;        /* proxy.listen.backlog: listen(2)'s backlog (the kernel caps it at somaxconn) */
