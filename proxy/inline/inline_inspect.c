@@ -24,7 +24,8 @@ void km_inline_set_controller_epoch(km_inline *p, int32_t epoch)
 
 bool inl_inspect_wanted(const km_inline *p, int16_t api)
 {
-    return __atomic_load_n(&p->img, __ATOMIC_ACQUIRE) && (api == KM_API_LEADER_AND_ISR || api == KM_API_UPDATE_METADATA || api == KM_API_STOP_REPLICA);
+    bool controller_rpc = api == KM_API_LEADER_AND_ISR || api == KM_API_UPDATE_METADATA || api == KM_API_STOP_REPLICA;
+    return controller_rpc && __atomic_load_n(&p->img, __ATOMIC_ACQUIRE);
 }
 
 static int inspect_slot(int16_t api)

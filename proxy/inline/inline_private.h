@@ -18,7 +18,8 @@
 
 /* Counters with one writer thread each, read from any (metrics, stats): relaxed atomics, which
  * cost the writer a plain load and store (no lock prefix) and make the readers' loads defined. */
-#define INL_ADD(field, n) __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (n), __ATOMIC_RELAXED)
+#define INL_ADD(field, n) \
+    __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (n), __ATOMIC_RELAXED)
 #define INL_GET(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
 #define INL_MAX(field, v) do { if ((v) > INL_GET(field)) __atomic_store_n(&(field), (v), __ATOMIC_RELAXED); } while (0)
 
