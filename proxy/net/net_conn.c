@@ -295,7 +295,7 @@ static void on_timeout(struct ev_loop *loop, ev_timer *w, int revents)
     km_net__enter(c);
     if (c->closing && c->state == NET_READY)
         km_fail(&e, "shutdown of %s: flush timed out after %.3g s with %zu bytes unsent", c->peer,
-                c->opts.connect_timeout, c->queued);
+                c->opts.connect_timeout, c->queued + c->piped); /* piped: spliced bytes still in its pipe */
     else if (c->fd < 0) /* every address failed at once; reported here so it is always asynchronous */
         e = c->last_err;
     else if (c->state == NET_CONNECTING)
