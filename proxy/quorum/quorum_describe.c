@@ -44,20 +44,12 @@ static void send_leader_probe(dq_ctx *d)
     km_fetch_request rq;
     km_fetch_request_partition part;
     km_fetch_request_topic topic;
-    km_fetch_request_init(&rq);
-    const km_struct_desc *tsd = q_sub(km_fetch_request_desc.root, "Topics");
-    km_init(tsd, &topic);
-    km_init(q_sub(tsd, "Partitions"), &part);
+    q_fetch_request_init(&rq, &topic, &part, d->fetch_v); /* v17 here: the topic by id */
     rq.replica_state.replica_id = -1;
     rq.max_wait_ms = 0;
-    topic.topic_id.b[15] = 1; /* Uuid.METADATA_TOPIC_ID */
     part.current_leader_epoch = 0;
     part.last_fetched_epoch = 0;
     part.partition_max_bytes = 1;
-    topic.partitions.count = 1;
-    topic.partitions.items = &part;
-    rq.topics.count = 1;
-    rq.topics.items = &topic;
     q_oneshot_send(&d->o, KM_API_FETCH, d->fetch_v, &rq);
 }
 

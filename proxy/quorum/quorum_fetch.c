@@ -8,15 +8,30 @@
 
 #define Q_FETCH_ARENA (256u * 1024u * 1024u)
 
+void q_fetch_request_init(km_fetch_request *rq, km_fetch_request_topic *topic, km_fetch_request_partition *part,
+                          int16_t v)
+{
+    km_fetch_request_init(rq);
+    const km_struct_desc *tsd = q_sub(km_fetch_request_desc.root, "Topics");
+    km_init(tsd, topic);
+    km_init(q_sub(tsd, "Partitions"), part);
+    if (v >= 13)
+        topic->topic_id.b[15] = 1; /* Uuid.METADATA_TOPIC_ID */
+    else
+        topic->topic = km_cstr(Q_METADATA_TOPIC);
+    part->partition = 0;
+    topic->partitions.count = 1;
+    topic->partitions.items = part;
+    rq->topics.count = 1;
+    rq->topics.items = topic;
+}
+
 int q_send_fetch(km_quorum *q, km_err *err)
 {
     km_fetch_request rq;
     km_fetch_request_partition part;
     km_fetch_request_topic topic;
-    km_fetch_request_init(&rq);
-    const km_struct_desc *tsd = q_sub(km_fetch_request_desc.root, "Topics");
-    km_init(tsd, &topic);
-    km_init(q_sub(tsd, "Partitions"), &part);
+    q_fetch_request_init(&rq, &topic, &part, q->fetch_v);
     rq.cluster_id = km_cstr(q->cfg.cluster_id);
     if (q->fetch_v >= 15)
         rq.replica_state.replica_id = q->cfg.node_id;
@@ -24,19 +39,10 @@ int q_send_fetch(km_quorum *q, km_err *err)
         rq.replica_id = q->cfg.node_id;
     rq.max_wait_ms = q->cfg.fetch_max_wait_ms;
     rq.min_bytes = 0;
-    if (q->fetch_v >= 13)
-        topic.topic_id.b[15] = 1; /* Uuid.METADATA_TOPIC_ID */
-    else
-        topic.topic = km_cstr(Q_METADATA_TOPIC);
-    part.partition = 0;
     part.current_leader_epoch = q->epoch;
     part.fetch_offset = q_fetch_offset(q);
     part.last_fetched_epoch = q_last_fetched_epoch(q);
     part.partition_max_bytes = 8 << 20;
-    topic.partitions.count = 1;
-    topic.partitions.items = &part;
-    rq.topics.count = 1;
-    rq.topics.items = &topic;
     q->phase = Q_FETCH;
     return q_send(q, KM_API_FETCH, q->fetch_v, &rq, err);
 }

@@ -168,6 +168,10 @@ bool q_sasl_maybe_reauthenticate(km_quorum *q);
 
 /* quorum_fetch.c */
 int q_send_fetch(km_quorum *q, km_err *err);
+/* A Fetch of __cluster_metadata partition 0 at version v, every field at its default: the topic named
+ * as v wants it (its id from v13), rq -> topic -> part linked.  The caller fills in the rest. */
+void q_fetch_request_init(km_fetch_request *rq, km_fetch_request_topic *topic, km_fetch_request_partition *part,
+                          int16_t v);
 void q_on_fetch_response(km_quorum *q, const uint8_t *body, size_t len);
 
 /* quorum_snap.c */
