@@ -14,15 +14,6 @@ static const char *const KIND_NAMES[INL_LOG_KINDS] = {
     [INL_LOG_LEFT] = "client-left-inside-a-frame", [INL_LOG_UPSTREAM] = "upstream-failure",
 };
 
-/* The sink under log_lock (held by the caller). */
-static void emit_locked(km_inline *p, int level, const char *msg)
-{
-    if (p->log)
-        p->log(p->log_ud, level, msg);
-    else
-        fprintf(stderr, "kmproxy proxy: %s\n", msg);
-}
-
 static void flush(km_inline *p, double now)
 {
     pthread_mutex_lock(&p->log_lock);
@@ -33,7 +24,7 @@ static void flush(km_inline *p, double now)
             snprintf(msg, sizeof msg, "%" PRIu64 " more %s warnings in the last %.0f s were not logged (at most %d "
                      "per %.0f s are)", r->suppressed, KIND_NAMES[k], now - r->window_start, INL_LOG_BURST,
                      INL_LOG_WINDOW);
-            emit_locked(p, 1, msg);
+            inl_log_sink_locked(p, 1, msg);
         }
         *r = (inl_log_rate){0};
     }
@@ -93,7 +84,7 @@ void inl_log_conn(km_inline *p, inl_log_kind kind, const char *fmt, ...)
         if (r->logged == INL_LOG_BURST)
             snprintf(msg + strnlen(msg, sizeof msg - 80), 80, " (more such lines are counted, not logged, until "
                      "the window ends)");
-        emit_locked(p, 1, msg);
+        inl_log_sink_locked(p, 1, msg);
     }
     pthread_mutex_unlock(&p->log_lock);
     if (opened)

@@ -155,6 +155,16 @@ void inl_sum_stats(const km_inline *p, km_inline_stats *out)
     out->open = __atomic_load_n(&p->open, __ATOMIC_RELAXED);
 }
 
+void km_inline_get_worker_stats(const km_inline *p, size_t worker, km_inline_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (worker >= p->n_workers)
+        return;
+    const inl_worker *w = p->workers[worker];
+    add_counters((uint64_t *)out, (const uint64_t *)&w->stats, sizeof *out / sizeof(uint64_t), true);
+    out->open = __atomic_load_n(&w->assigned, __ATOMIC_RELAXED);
+}
+
 /* Every worker's per-broker figures added up, one entry per broker (malloc'd; *n entries). */
 static inl_bstats *sum_bstats(const km_inline *p, size_t *n)
 {

@@ -247,6 +247,8 @@ struct inl_session {
 
 /* inline_proxy.c */
 void inl_log(km_inline *p, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The sink itself, with log_lock held by the caller (the rate limit decides under the same lock). */
+void inl_log_sink_locked(km_inline *p, int level, const char *msg);
 /* inline_loglimit.c: a warning about one connection, at most INL_LOG_BURST of a kind per window. */
 void inl_log_conn(km_inline *p, inl_log_kind kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void inl_log_limit_init(km_inline *p);

@@ -10,6 +10,14 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+void inl_log_sink_locked(km_inline *p, int level, const char *msg)
+{
+    if (p->log)
+        p->log(p->log_ud, level, msg);
+    else
+        fprintf(stderr, "kmproxy proxy: %s\n", msg);
+}
+
 void inl_log(km_inline *p, int level, const char *fmt, ...)
 {
     char msg[1024];
@@ -18,10 +26,7 @@ void inl_log(km_inline *p, int level, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     pthread_mutex_lock(&p->log_lock); /* workers log too: one line at a time reaches the sink */
-    if (p->log)
-        p->log(p->log_ud, level, msg);
-    else
-        fprintf(stderr, "kmproxy proxy: %s\n", msg);
+    inl_log_sink_locked(p, level, msg);
     pthread_mutex_unlock(&p->log_lock);
 }
 

@@ -194,16 +194,3 @@ size_t km_inline_threads(const km_inline *p)
 {
     return p->n_workers;
 }
-
-void km_inline_get_worker_stats(const km_inline *p, size_t worker, km_inline_stats *out)
-{
-    memset(out, 0, sizeof *out);
-    if (worker >= p->n_workers)
-        return;
-    const inl_worker *w = p->workers[worker];
-    const uint64_t *from = (const uint64_t *)&w->stats;
-    uint64_t *to = (uint64_t *)out;
-    for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
-        to[i] = __atomic_load_n(&from[i], __ATOMIC_RELAXED);
-    out->open = __atomic_load_n(&w->assigned, __ATOMIC_RELAXED);
-}
