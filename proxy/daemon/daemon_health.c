@@ -154,6 +154,11 @@ static int readiness(km_daemon *d, km_buf *out, bool with_brokers)
                                                   (json_int_t)d->active_since, "takeovers",
                                                   (json_int_t)d->takeovers));
     json_decref(reasons);
+    return km_daemon_json_reply(body, out, ready ? 200 : 503);
+}
+
+int km_daemon_json_reply(json_t *body, km_buf *out, int status)
+{
     char *s = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(body);
     if (!s)
@@ -161,7 +166,7 @@ static int readiness(km_daemon *d, km_buf *out, bool with_brokers)
     km_buf_put(out, s, strlen(s));
     km_buf_put(out, "\n", 1);
     free(s);
-    return ready ? 200 : 503;
+    return status;
 }
 
 static int route(const char *path, km_buf *out, void *ud)

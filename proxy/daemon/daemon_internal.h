@@ -109,6 +109,10 @@ km_zkb *km_daemon_zkb(const km_daemon *d);
 
 /* daemon_health.c: /healthz, /readyz (on the metrics listener) and the full sync's progress */
 void km_daemon_start_health(km_daemon *d);
+struct json_t;
+/* An HTTP answer of body as one line of compact JSON (body is released); status, or 500 if it
+ * cannot be written.  /readyz, /healthz and /status share it. */
+int km_daemon_json_reply(struct json_t *body, km_buf *out, int status);
 void km_daemon_stop_health(km_daemon *d);
 const char *km_daemon_role(const km_daemon *d);
 bool km_daemon_ready(const km_daemon *d);

@@ -141,12 +141,5 @@ int km_daemon_status_json(km_daemon *d, km_buf *out)
     json_object_set_new(o, "brokers", brokers_json(d));
     json_object_set_new(o, "proxy", proxy_json(d));
     json_object_set_new(o, "ha", ha_json(d));
-    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(o);
-    if (!s)
-        return 500;
-    km_buf_put(out, s, strlen(s));
-    km_buf_put(out, "\n", 1);
-    free(s);
-    return 200;
+    return km_daemon_json_reply(o, out, 200);
 }
