@@ -5,6 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config python3
+  clang libclang-rt-dev          # .ci/run's clang Release build; `make fuzz` (libFuzzer, sanitizers)
   librdkafka-dev kcat            # error names, mock cluster, real Kafka peer in tests
   zookeeper libzookeeper-java    # real servers for tests; the jute compiler for the client (deploy/zookeeper-c)
   libev-dev libssl-dev openssl libjansson-dev
