@@ -280,14 +280,18 @@ void km_daemon_health_metrics(const km_daemon *d, km_buf *out)
     km_metrics_sample(out, "kmproxy_zk_sync_znodes_done", "gauge",
                       "Znode writes of the running (or last) full sync acknowledged by ZooKeeper.", NULL, true,
                       (double)d->sync_eta.done);
-    km_metrics_sample(out, "kmproxy_zk_sync_znodes_total", "gauge",
+    km_metrics_sample(out, "kmproxy_zk_sync_znodes_planned", "gauge",
                       "Znode writes the running (or last) full sync needs (estimated while it still plans).", NULL,
                       true, (double)d->sync_eta.total);
-    km_metrics_sample(out, "kmproxy_zk_sync_rate", "gauge", "Znodes per second over the last progress interval.",
-                      NULL, true, d->sync_eta.rate);
+    km_metrics_sample(out, "kmproxy_zk_sync_znodes_per_second", "gauge",
+                      "Znodes per second over the last progress interval.", NULL, true, d->sync_eta.rate);
     km_metrics_sample(out, "kmproxy_zk_sync_eta_seconds", "gauge", "Seconds the running sync still needs (-1: unknown).",
                       NULL, true, d->sync_eta.eta_seconds);
     km_metrics_sample(out, "kmproxy_ready", "gauge", "1 while /readyz answers 200.", NULL, true, km_daemon_ready(d));
+    /* the rules compare the lags with the threshold this instance really applies, not a copy of it */
+    km_metrics_sample(out, "kmproxy_config_health_max_lag_records", "gauge",
+                      "health.max.lag.records: /readyz fails while the ZooKeeper or quorum lag is above it.", NULL,
+                      true, d->cfg.health_max_lag_records);
     fault_metrics(d, out);
 }
 
