@@ -376,6 +376,8 @@ bool km_zkel_leader(const km_zkel *e);
  * the session may expire any moment and another instance take over. */
 bool km_zkel_connected(const km_zkel *e);
 const char *km_zkel_node(const km_zkel *e); /* our node's name; "" while we have none */
+/* What the leading node says (`data`: the leading instance's name, ours when we lead); "" while unknown. */
+const char *km_zkel_leader_data(const km_zkel *e);
 /* Leaves the lead (if held) and joins again at the back: how a fenced leader steps down. */
 void km_zkel_rejoin(km_zkel *e);
 

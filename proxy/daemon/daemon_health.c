@@ -239,6 +239,19 @@ static bool ready_as(const km_daemon *d, bool with_brokers)
 
 bool km_daemon_ready(const km_daemon *d) { return ready_as(d, true); }
 
+struct json_t *km_daemon_readyz_reasons(km_daemon *d)
+{
+    km_buf b;
+    km_buf_init(&b);
+    readiness(d, &b, true);
+    km_buf_put(&b, "", 1);
+    json_t *body = json_loads((const char *)b.data, 0, NULL), *reasons = json_object_get(body, "reasons");
+    json_t *copy = json_is_array(reasons) ? json_incref(reasons) : json_array();
+    json_decref(body);
+    km_buf_free(&b);
+    return copy;
+}
+
 bool km_daemon_does_its_job(const km_daemon *d) { return ready_as(d, false); }
 
 /* Every ZooKeeper session this instance needs has its connection: the election's (ha.enabled) and,
