@@ -281,6 +281,18 @@ Test(cli_status, shows_a_running_daemon_as_json_and_as_a_table, .timeout = 240)
     free(dir);
 }
 
+/* A listening socket on 127.0.0.1 and a free port (in a); nothing accepts until the test does. */
+static int listen_on_loopback(struct sockaddr_in *a)
+{
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    *a = (struct sockaddr_in){.sin_family = AF_INET};
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof *a;
+    cr_assert(!bind(l, (struct sockaddr *)a, sizeof *a) && !listen(l, 4) &&
+              !getsockname(l, (struct sockaddr *)a, &len));
+    return l;
+}
+
 Test(cli_status, an_unreachable_or_silent_url_exits_1_and_says_so, .timeout = 60)
 {
     int dead = ops_dead_port();
@@ -293,12 +305,8 @@ Test(cli_status, an_unreachable_or_silent_url_exits_1_and_says_so, .timeout = 60
     free(errs);
 
     /* a listener that never answers: the connection is queued, the request never read */
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    cr_assert(!bind(l, (struct sockaddr *)&a, sizeof a) && !listen(l, 4) &&
-              !getsockname(l, (struct sockaddr *)&a, &len));
+    struct sockaddr_in a;
+    int l = listen_on_loopback(&a);
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", ntohs(a.sin_port));
     char *argv[] = {(char *)km_test_binary(), "status", "--url", url, "--json", "--timeout", "1", NULL};
@@ -321,12 +329,8 @@ Test(cli_status, an_unreachable_or_silent_url_exits_1_and_says_so, .timeout = 60
 /* One HTTP answer with `json` as the body, from a child process; returns the port. */
 static int serve_once(const char *json, pid_t *pid)
 {
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    cr_assert(!bind(l, (struct sockaddr *)&a, sizeof a) && !listen(l, 4) &&
-              !getsockname(l, (struct sockaddr *)&a, &len));
+    struct sockaddr_in a;
+    int l = listen_on_loopback(&a);
     pid_t parent = getpid();
     *pid = fork();
     cr_assert(*pid >= 0);
