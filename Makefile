@@ -31,10 +31,12 @@ test-asan: deps
 
 test: test-plain test-asan
 
-# Regenerates docs/configuration.md (from the key registry) and docs/metrics.md (from what a running
-# daemon and proxy export); the test_docs_* tests fail while the committed files are stale.
+# Regenerates docs/configuration.md (from the key registry), docs/commands.md (from every command's
+# --help, its hand-written part kept) and docs/metrics.md (from what a running daemon and proxy export);
+# the test_docs_* tests fail while the committed files are stale.
 docs: build
 	$(BUILD)/kmproxy config docs > docs/configuration.md.new && mv docs/configuration.md.new docs/configuration.md
+	python3 tests/docs/commands_md.py $(BUILD)/kmproxy docs/commands.md > docs/commands.md.new && mv docs/commands.md.new docs/commands.md
 	cmake --build $(BUILD) -j $(JOBS) --target test_docs_metrics
 	rm -f $(BUILD)/generated-docs/metrics.md
 	$(BUILD)/tests/test_docs_metrics --filter 'docs_metrics/metrics_md*' >/dev/null 2>&1 || true

@@ -22,6 +22,9 @@ else()
     add_test(NAME ${t} COMMAND sh -c "echo 'promtool not found: run deploy/install-deps.sh (package prometheus)'; exit 1")
   endforeach()
 endif()
+# Every alert's runbook_url names a section docs/runbook.md has.
+add_test(NAME prometheus_rules_runbook_urls COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/docs/runbook_urls.py
+         ${KM_RULES_DIR}/kmproxy-rules.yml ${CMAKE_SOURCE_DIR}/docs/runbook.md)
 # Every expression of the Grafana dashboard parses as PromQL (written out as recording rules).
 if(KM_PROMTOOL)
   add_test(NAME grafana_dashboard_promql COMMAND sh -c

@@ -199,11 +199,23 @@ void km_zkw_abandon(km_zkw *w);
 /* The raw handle, for async reads by the bridge (never for writes); NULL without a session. */
 struct _zhandle *km_zkw_handle(km_zkw *w);
 
+/* A latency histogram (rendered by the daemon as a Prometheus histogram): counts[i] holds the observations
+ * in bucket i, not cumulative (<= bounds[0], then up to bounds[i]), counts[n] those above the last bound. */
+#define KM_ZKW_HIST_MAX 16
+typedef struct km_zkw_hist {
+    const double *bounds;           /* upper bounds in seconds, ascending */
+    size_t n;
+    uint64_t counts[KM_ZKW_HIST_MAX + 1];
+    double sum;                     /* seconds */
+} km_zkw_hist;
+
 typedef struct km_zkw_metrics {
     int64_t write_behind_lag;       /* ZkWriteBehindLag: log offset - confirmed offset */
     int64_t blocking_kraft_ms;      /* total time the log reader was held back by the bound */
     int64_t write_delta_time_ms;    /* ZkWriteDeltaTimeMs: last delta batch, submit to confirm */
     int64_t write_snapshot_time_ms; /* ZkWriteSnapshotTimeMs: last full sync (set by the bridge) */
+    km_zkw_hist write_delta;        /* every delta batch, submit to confirm */
+    km_zkw_hist write_snapshot;     /* every full sync */
     km_zkw_state state;
     uint64_t multis_ok, multis_resent, lost_acks_adopted, sessions, claims;
     uint64_t disconnects;           /* connections lost while the session lived (the client reconnects) */
@@ -364,6 +376,8 @@ bool km_zkel_leader(const km_zkel *e);
  * the session may expire any moment and another instance take over. */
 bool km_zkel_connected(const km_zkel *e);
 const char *km_zkel_node(const km_zkel *e); /* our node's name; "" while we have none */
+/* What the leading node says (`data`: the leading instance's name, ours when we lead); "" while unknown. */
+const char *km_zkel_leader_data(const km_zkel *e);
 /* Leaves the lead (if held) and joins again at the back: how a fenced leader steps down. */
 void km_zkel_rejoin(km_zkel *e);
 

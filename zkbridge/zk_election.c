@@ -18,6 +18,7 @@ struct km_zkel {
     char *hosts, *path, *data;
     zk_session sess;
     char node[128];       /* our node's name below path; "" while we have none */
+    char leader_data[128]; /* what the leading node says (its instance name); "" while unknown */
     bool joining;         /* a create is on its way */
     bool leader, connected, closing;
 };
@@ -78,6 +79,36 @@ static int by_sequence(const void *a, const void *b)
     return strcmp(sx ? sx : x, sy ? sy : y);
 }
 
+/* The leading node changed or went: list again, which also learns the new leader. */
+static void on_leader_watch(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh; (void)state; (void)path;
+    km_zkel *e = ctx;
+    if (!e->closing && (type == ZOO_DELETED_EVENT || type == ZOO_CHANGED_EVENT))
+        check(e);
+}
+
+static void on_leader_data(int rc, const char *value, int len, const struct Stat *st, const void *data)
+{
+    (void)st;
+    km_zkel *e = (km_zkel *)data;
+    if (gone(e, rc))
+        return;
+    if (rc == ZNONODE)
+        return check(e);
+    if (rc == ZOK && value && len >= 0)
+        snprintf(e->leader_data, sizeof e->leader_data, "%.*s", len, value);
+}
+
+/* A standby learns who leads (the lowest node's data) and hears when that changes, for status pages. */
+static void learn_leader(km_zkel *e, const char *lowest)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", e->path, lowest);
+    e->leader_data[0] = '\0';
+    zoo_awget(e->sess.zh, path, on_leader_watch, e, on_leader_data, e);
+}
+
 static void on_children(int rc, const struct String_vector *v, const void *data)
 {
     km_zkel *e = (km_zkel *)data;
@@ -99,6 +130,7 @@ static void on_children(int rc, const struct String_vector *v, const void *data)
         return join(e);
     }
     if (mine == 0) {
+        snprintf(e->leader_data, sizeof e->leader_data, "%s", e->data);
         if (!e->leader)
             el_log(e, KM_LOG_INFO, "election: %s/%s is the lowest of %d: leading", e->path, e->node, v->count);
         return set_leader(e, true);
@@ -108,6 +140,7 @@ static void on_children(int rc, const struct String_vector *v, const void *data)
     el_log(e, KM_LOG_INFO, "election: %s/%s is number %d of %d: standing by behind %s", e->path, e->node, mine + 1,
            v->count, v->data[mine - 1]);
     set_leader(e, false);
+    learn_leader(e, v->data[0]);
     zoo_awexists(e->sess.zh, pred, on_pred_watch, e, on_pred_exists, e);
 }
 
@@ -142,6 +175,7 @@ static void join(km_zkel *e)
 {
     if (e->joining || e->node[0] || !e->sess.zh)
         return;
+    e->leader_data[0] = '\0'; /* known again once our node is listed */
     for (size_t i = 1; e->path[i - 1]; i++) {
         if (e->path[i] != '/' && e->path[i])
             continue;
@@ -254,4 +288,5 @@ void km_zkel_free(km_zkel *e)
 
 bool km_zkel_leader(const km_zkel *e) { return e->leader; }
 bool km_zkel_connected(const km_zkel *e) { return e->connected; }
+const char *km_zkel_leader_data(const km_zkel *e) { return e->leader_data; }
 const char *km_zkel_node(const km_zkel *e) { return e->node; }

@@ -325,7 +325,7 @@ static void confirm_batch(km_zkw *w, zkw_batch *b, int version)
     w->mig_len = b->mig_len;
     w->confirmed_offset = b->offset;
     w->confirmed_epoch = b->epoch;
-    w->m.write_delta_time_ms = zk_now_ms() - b->submitted_ms;
+    zkw_note_delta_time(w, zk_now_ms() - b->submitted_ms);
 }
 
 void zkw_ack(km_zkw *w, zkw_multi *m, bool adopted, int mig_version)

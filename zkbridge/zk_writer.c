@@ -228,7 +228,35 @@ bool km_zkw_idle(const km_zkw *w) { return km_zkw_get_state(w) == KM_ZKW_READY &
 void km_zkw_cache_put(km_zkw *w, const char *path, int version) { zk_vcache_put(&w->cache, path, version); }
 void km_zkw_cache_forget_all(km_zkw *w) { zk_vcache_clear(&w->cache); }
 int km_zkw_cache_get(const km_zkw *w, const char *path) { return zk_vcache_get(&w->cache, path); }
-void km_zkw_set_snapshot_time(km_zkw *w, int64_t ms) { w->m.write_snapshot_time_ms = ms; }
+
+/* Buckets for what a delta batch takes (a round trip or a few, up to a ZooKeeper that stalls) and what a
+ * full sync takes (seconds for a small cluster, up to an hour for a large one). */
+static const double DELTA_BOUNDS[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+static const double SNAPSHOT_BOUNDS[] = {0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600};
+#define N_OF(a) (sizeof(a) / sizeof *(a))
+_Static_assert(N_OF(DELTA_BOUNDS) <= KM_ZKW_HIST_MAX && N_OF(SNAPSHOT_BOUNDS) <= KM_ZKW_HIST_MAX, "histogram size");
+
+static void hist_observe(km_zkw_hist *h, const double *bounds, size_t n, int64_t ms)
+{
+    double seconds = (double)ms / 1000;
+    size_t i = 0;
+    while (i < n && seconds > bounds[i])
+        i++;
+    h->counts[i]++;
+    h->sum += seconds;
+}
+
+void zkw_note_delta_time(km_zkw *w, int64_t ms)
+{
+    w->m.write_delta_time_ms = ms;
+    hist_observe(&w->m.write_delta, DELTA_BOUNDS, N_OF(DELTA_BOUNDS), ms);
+}
+
+void km_zkw_set_snapshot_time(km_zkw *w, int64_t ms)
+{
+    w->m.write_snapshot_time_ms = ms;
+    hist_observe(&w->m.write_snapshot, SNAPSHOT_BOUNDS, N_OF(SNAPSHOT_BOUNDS), ms);
+}
 
 void km_zkw_note_log_offset(km_zkw *w, int64_t offset)
 {
@@ -256,6 +284,10 @@ void km_zkw_get_metrics(const km_zkw *w, km_zkw_metrics *m)
     m->write_behind_lag = w->log_offset < 0 || lag < 0 ? 0 : lag;
     m->blocking_kraft_ms = w->blocked_total + (w->blocked_since ? zk_now_ms() - w->blocked_since : 0);
     m->state = km_zkw_get_state(w);
+    m->write_delta.bounds = DELTA_BOUNDS;
+    m->write_delta.n = N_OF(DELTA_BOUNDS);
+    m->write_snapshot.bounds = SNAPSHOT_BOUNDS;
+    m->write_snapshot.n = N_OF(SNAPSHOT_BOUNDS);
 }
 
 char *km_zkw_metrics_json(const km_zkw *w)

@@ -137,6 +137,8 @@ struct km_zkw {
 void zkw_log(km_zkw *w, km_log_level lvl, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void zkw_fence(km_zkw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void zkw_emit(km_zkw *w, km_zkw_event ev);
+/* A delta batch confirmed ms after its submit: the last figure and the histogram. */
+void zkw_note_delta_time(km_zkw *w, int64_t ms);
 /* zk_claim.c */
 void zkw_claim_start(km_zkw *w);
 void zkw_claim_resume(km_zkw *w);

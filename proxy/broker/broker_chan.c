@@ -15,6 +15,8 @@ void km_bchan__log(km_bchan *ch, int level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
     va_end(ap);
+    if (level <= 2) /* errors and warnings: the last one is shown by /status and `kmproxy status` */
+        snprintf(ch->st.last_error, sizeof ch->st.last_error, "%s", msg + n);
     if (ch->cfg.log)
         ch->cfg.log(level, msg, ch->cfg.log_ud);
     else if (level <= 2)

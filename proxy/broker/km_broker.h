@@ -207,6 +207,7 @@ typedef struct km_bchan_stats {
     uint64_t auth_failures;            /* SASL handshakes or authentications the broker refused */
     uint64_t reauthentications;        /* SASL sessions renewed on the same connection (KIP-368) */
     uint64_t error_by_code[128];       /* all APIs, index = code (0: codes outside 1..127) */
+    char last_error[256];              /* the last error or warning logged for this broker ("" none yet) */
     bool ready, stopped;
 } km_bchan_stats;
 void km_bchan_get_stats(const km_bchan *ch, km_bchan_stats *out);

@@ -68,6 +68,7 @@ static void print_listeners(const km_inline *p, const km_config *cfg)
 static void render(km_buf *out, void *ud)
 {
     km_inline_render_metrics(ud, out);
+    km_metrics_render_standard(out);
 }
 
 static int serve(km_config *cfg)

@@ -1,7 +1,8 @@
-/* kmproxy status [--url http://HOST:PORT] [--json] [--timeout S]: asks a running daemon's metrics
- * listener for GET /status and prints the migration at a glance, as a table for people or the
+/* kmproxy status [--url http://HOST:PORT] [--json | --check] [--timeout S]: asks a running daemon's
+ * metrics listener for GET /status and prints the migration at a glance, as a table for people or the
  * JSON as served for scripts.  Exit 0 when the daemon answered; 1 when it could not be reached or
- * did not answer with a status (said on stderr with the URL); 2 for bad usage. */
+ * did not answer with a status (said on stderr with the URL); 2 for bad usage.  --check is for probes
+ * and scripts: one line, exit 0 ready, 1 not ready (the /readyz reasons), 2 could not ask. */
 #include "km_cli.h"
 
 #include <errno.h>
@@ -20,14 +21,16 @@
 
 static void usage(FILE *to)
 {
-    fprintf(to, "usage: kmproxy status [--url http://HOST:PORT] [--json] [--timeout S]\n"
+    fprintf(to, "usage: kmproxy status [--url http://HOST:PORT] [--json | --check] [--timeout S]\n"
                 "  The migration at a glance from a running `kmproxy run`: role and readiness, ZooKeeper session\n"
                 "  and claim, write-behind lag, quorum leader / high watermark / applied offset, each ZK-mode\n"
                 "  broker's channel state, versions and pending stops, inline proxy connections.\n"
                 "  --url      the daemon's metrics.listen (default %s); GET /status there\n"
                 "  --json     print the JSON as served, for scripts\n"
+                "  --check    print one line, ready or not and why; exit 0 ready, 1 not ready, 2 could not ask\n"
                 "  --timeout  seconds to wait for the answer (default 5)\n"
-                "  Exit 0 when the daemon answered, 1 when it could not be reached or gave no status.\n",
+                "  Exit 0 when the daemon answered, 1 when it could not be reached or gave no status\n"
+                "  (with --check: 2), 2 for bad usage.\n",
             DEFAULT_URL);
 }
 
@@ -180,23 +183,34 @@ static const char *str(json_t *o, const char *key)
 }
 static const char *yes(json_t *o, const char *key) { return json_is_true(json_object_get(o, key)) ? "yes" : "no"; }
 
+static void print_reasons(FILE *to, json_t *st)
+{
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(st, "reasons"), i, r)
+        fprintf(to, "  not ready: %s\n", json_string_value(r) ? json_string_value(r) : "?");
+}
+
 static void print_head(FILE *to, const char *url, json_t *st)
 {
     json_int_t up = num(st, "uptime_seconds");
     fprintf(to, "kmproxy at %s: %s, %s, up %lldh%02lldm%02llds\n", url, str(st, "role"),
-            json_is_true(json_object_get(st, "ready")) ? "ready" : "NOT READY (see /readyz)", (long long)up / 3600,
+            json_is_true(json_object_get(st, "ready")) ? "ready" : "NOT READY", (long long)up / 3600,
             (long long)up / 60 % 60, (long long)up % 60);
+    print_reasons(to, st);
     if (json_is_string(json_object_get(st, "fatal")))
         fprintf(to, "  FATAL: %s\n", str(st, "fatal"));
     json_t *ha = json_object_get(st, "ha");
     if (json_is_object(ha))
-        fprintf(to, "  ha: instance %s, election node %s, election session %s, takeovers %lld\n", str(ha, "instance"),
-                str(ha, "node"), yes(ha, "election_session"), (long long)num(ha, "takeovers"));
+        fprintf(to, "  ha: instance %s, election node %s, election session %s, takeovers %lld; active instance: %s\n",
+                str(ha, "instance"), str(ha, "node"), yes(ha, "election_session"), (long long)num(ha, "takeovers"),
+                json_is_string(json_object_get(ha, "active_instance")) ? str(ha, "active_instance") : "unknown");
 }
 
 static void print_metadata(FILE *to, json_t *st)
 {
     json_t *m = json_object_get(st, "metadata"), *q = json_object_get(st, "quorum");
+    fprintf(to, "migration  %s\n", str(m, "migration_state"));
     fprintf(to, "metadata   source %s, image offset %lld (epoch %lld), %lld partitions, metadata.version %lld%s\n",
             str(m, "source"), (long long)num(m, "image_offset"), (long long)num(m, "image_epoch"),
             (long long)num(m, "partitions"), (long long)num(m, "metadata_version"),
@@ -237,6 +251,34 @@ static void version_cell(FILE *to, json_t *versions, const char *api)
     fprintf(to, " %-*s", (int)strlen(api), cell);
 }
 
+/* Column widths that hold every row: host names are shown whole. */
+static void broker_widths(json_t *chans, int *ep_w, int *state_w)
+{
+    size_t i;
+    json_t *c;
+    *ep_w = (int)strlen("ENDPOINT");
+    *state_w = (int)strlen("STATE");
+    json_array_foreach(chans, i, c) {
+        int ep = snprintf(NULL, 0, "%s:%lld", str(c, "host"), (long long)num(c, "port"));
+        int state = (int)strlen(str(c, "state"));
+        *ep_w = ep > *ep_w ? ep : *ep_w;
+        *state_w = state > *state_w ? state : *state_w;
+    }
+}
+
+static void print_broker_row(FILE *to, json_t *c, int ep_w, int state_w)
+{
+    char ep[600];
+    snprintf(ep, sizeof ep, "%s:%lld", str(c, "host"), (long long)num(c, "port"));
+    fprintf(to, "  %-6lld %-*s %-*s", (long long)num(c, "id"), ep_w, ep, state_w, str(c, "state"));
+    json_t *v = json_object_get(c, "versions");
+    version_cell(to, v, "LeaderAndIsr");
+    version_cell(to, v, "UpdateMetadata");
+    version_cell(to, v, "StopReplica");
+    fprintf(to, " %8lld %6lld %6lld  %s\n", (long long)num(c, "pending_requests"), (long long)num(c, "pending_stops"),
+            (long long)num(c, "errors"), str(c, "last_error"));
+}
+
 static void print_brokers(FILE *to, json_t *st)
 {
     json_t *b = json_object_get(st, "brokers"), *chans = json_object_get(b, "channels");
@@ -249,21 +291,14 @@ static void print_brokers(FILE *to, json_t *st)
             json_is_true(json_object_get(b, "fenced")) ? ", FENCED" : "");
     if (!json_array_size(chans))
         return;
-    fprintf(to, "  %-6s %-22s %-16s LeaderAndIsr UpdateMetadata StopReplica %8s %6s %6s\n", "BROKER", "ENDPOINT",
-            "STATE", "PENDING", "STOPS", "ERRORS");
+    int ep_w, state_w;
+    broker_widths(chans, &ep_w, &state_w);
+    fprintf(to, "  %-6s %-*s %-*s LeaderAndIsr UpdateMetadata StopReplica %8s %6s %6s  %s\n", "BROKER", ep_w,
+            "ENDPOINT", state_w, "STATE", "PENDING", "STOPS", "ERRORS", "LAST ERROR");
     size_t i;
     json_t *c;
-    json_array_foreach(chans, i, c) {
-        char ep[300];
-        snprintf(ep, sizeof ep, "%s:%lld", str(c, "host"), (long long)num(c, "port"));
-        fprintf(to, "  %-6lld %-22s %-16s", (long long)num(c, "id"), ep, str(c, "state"));
-        json_t *v = json_object_get(c, "versions");
-        version_cell(to, v, "LeaderAndIsr");
-        version_cell(to, v, "UpdateMetadata");
-        version_cell(to, v, "StopReplica");
-        fprintf(to, " %8lld %6lld %6lld\n", (long long)num(c, "pending_requests"), (long long)num(c, "pending_stops"),
-                (long long)num(c, "errors"));
-    }
+    json_array_foreach(chans, i, c)
+        print_broker_row(to, c, ep_w, state_w);
 }
 
 static void print_proxy(FILE *to, json_t *st)
@@ -298,54 +333,106 @@ static int print_table(const char *url, const char *body)
     return 0;
 }
 
+/* --check: one line; 0 ready, 1 not ready. */
+static int print_check(const char *url, const char *body)
+{
+    json_t *st = json_loads(body, 0, NULL);
+    if (!json_is_object(st) || !json_is_boolean(json_object_get(st, "ready"))) {
+        fprintf(stderr, "kmproxy status: %s/status answered no readiness\n", url);
+        json_decref(st);
+        return 2;
+    }
+    bool ready = json_is_true(json_object_get(st, "ready"));
+    printf("kmproxy at %s: %s, %s", url, str(st, "role"), ready ? "ready" : "not ready");
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(st, "reasons"), i, r)
+        printf("%s%s", i ? "; " : ": ", json_string_value(r) ? json_string_value(r) : "?");
+    putchar('\n');
+    json_decref(st);
+    return ready ? 0 : 1;
+}
+
 /* ---- the command ---- */
 
-int km_cli_status(int argc, char **argv)
+typedef struct status_args {
+    const char *url;
+    bool json, check;
+    int64_t timeout;
+} status_args;
+
+/* 0, or the exit code of bad usage (said on stderr). */
+static int parse_args(int argc, char **argv, status_args *a)
 {
-    if (km_cli_wants_help(argc, argv))
-        return usage(stdout), 0;
     static const struct option longopts[] = {{"url", required_argument, NULL, 'u'}, {"json", no_argument, NULL, 'j'},
+                                             {"check", no_argument, NULL, 'c'},
                                              {"timeout", required_argument, NULL, 't'}, {NULL, 0, NULL, 0}};
-    const char *url = DEFAULT_URL;
-    bool json = false;
-    int64_t timeout = 5;
+    *a = (status_args){.url = DEFAULT_URL, .timeout = 5};
     optind = 1;
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
         if (c == 'u')
-            url = optarg;
+            a->url = optarg;
         else if (c == 'j')
-            json = true;
-        else if (c == 't' && km_cli_parse_int(optarg, 1, 3600, &timeout))
+            a->json = true;
+        else if (c == 'c')
+            a->check = true;
+        else if (c == 't' && km_cli_parse_int(optarg, 1, 3600, &a->timeout))
             return fprintf(stderr, "kmproxy status: --timeout %s: not a whole number of seconds in 1..3600\n", optarg), 2;
         else if (c != 't')
             return fprintf(stderr, "kmproxy status: bad option '%s'\n", argv[optind - 1]), usage(stderr), 2;
     }
     if (optind < argc)
         return fprintf(stderr, "kmproxy status: unexpected argument '%s'\n", argv[optind]), usage(stderr), 2;
-    char host[256], port[16], why[300];
-    if (parse_url(url, host, sizeof host, port, sizeof port))
-        return fprintf(stderr, "kmproxy status: --url %s: expected http://HOST:PORT\n", url), 2;
-    char *body = NULL;
-    int status = http_get_status(host, port, (double)timeout, &body, why, sizeof why);
-    if (status < 0)
-        return fprintf(stderr, "kmproxy status: cannot get %s/status: %s\n", url, why), 1;
-    int rc = 1;
-    if (status == 404)
+    if (a->json && a->check)
+        return fprintf(stderr, "kmproxy status: --json and --check exclude each other\n"), usage(stderr), 2;
+    return 0;
+}
+
+/* What the daemon answered (HTTP status), printed as asked: the exit code. */
+static int print_answer(const status_args *a, int status, const char *body)
+{
+    int failed = a->check ? 2 : 1; /* --check: 1 means "not ready", never "could not ask" */
+    if (status == 404) {
         fprintf(stderr, "kmproxy status: %s has no /status (404): not the metrics.listen of a `kmproxy run` daemon "
-                        "of this version?\n", url);
-    else if (status != 200)
-        fprintf(stderr, "kmproxy status: %s/status answered HTTP %d: %s", url, status, body);
-    else if (json) {
-        json_error_t jerr;
-        json_t *st = json_loads(body, 0, &jerr);
-        if (json_is_object(st))
-            rc = 0, fputs(body, stdout);
-        else
-            fprintf(stderr, "kmproxy status: %s/status answered no JSON object: %s\n", url, jerr.text);
-        json_decref(st);
-    } else
-        rc = print_table(url, body);
+                        "of this version?\n", a->url);
+        return failed;
+    }
+    if (status != 200) {
+        fprintf(stderr, "kmproxy status: %s/status answered HTTP %d: %s", a->url, status, body);
+        return failed;
+    }
+    if (a->check)
+        return print_check(a->url, body);
+    if (!a->json)
+        return print_table(a->url, body);
+    json_error_t jerr;
+    json_t *st = json_loads(body, 0, &jerr);
+    int rc = json_is_object(st) ? 0 : 1;
+    if (!rc)
+        fputs(body, stdout);
+    else
+        fprintf(stderr, "kmproxy status: %s/status answered no JSON object: %s\n", a->url, jerr.text);
+    json_decref(st);
+    return rc;
+}
+
+int km_cli_status(int argc, char **argv)
+{
+    if (km_cli_wants_help(argc, argv))
+        return usage(stdout), 0;
+    status_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc)
+        return rc;
+    char host[256], port[16], why[300];
+    if (parse_url(a.url, host, sizeof host, port, sizeof port))
+        return fprintf(stderr, "kmproxy status: --url %s: expected http://HOST:PORT\n", a.url), 2;
+    char *body = NULL;
+    int status = http_get_status(host, port, (double)a.timeout, &body, why, sizeof why);
+    if (status < 0)
+        return fprintf(stderr, "kmproxy status: cannot get %s/status: %s\n", a.url, why), a.check ? 2 : 1;
+    rc = print_answer(&a, status, body);
     free(body);
     return rc;
 }

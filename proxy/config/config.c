@@ -73,7 +73,7 @@ static const key_def KEYS[] = {
         "ZooKeeper session timeout (Kafka's default); HA takeovers happen within it."),
     INT("zk.write.behind.max.records", zk_max_pending_records, 1, 10000000,
         "Records waiting for ZooKeeper before kmproxy stops reading the log until they drain "
-        "(`zk_blocking_kraft_ms`)."),
+        "(`kmproxy_zk_blocking_kraft_seconds_total`)."),
     BOOL("zk.force", zk_force,
         "Override the guards before a claim (migration state, image behind `/migration`, a live ZK-mode "
         "controller); never a cluster id mismatch or an empty image."),
@@ -124,7 +124,8 @@ static const key_def KEYS[] = {
     STR("log.file", log_file,
         "Append the log to this file (reopened on SIGHUP); unset: stderr."),
     INT("health.max.lag.records", health_max_lag_records, 0, INT32_MAX,
-        "/readyz answers 503 while ZooKeeper is more than this many records behind the log."),
+        "/readyz answers 503 while ZooKeeper is more than this many records behind the log (exported as "
+        "`kmproxy_config_health_max_lag_records` for the alert rules)."),
     BOOL("ha.enabled", ha_enabled,
         "Elect one active instance among several under `kmproxy.election.path`; the others follow the log and "
         "take over."),

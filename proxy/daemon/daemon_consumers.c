@@ -550,33 +550,38 @@ void km_daemon_consumers_status(const km_daemon *d, km_daemon_status *st)
     }
 }
 
+static void zk_hist(km_buf *out, const char *name, const char *help, const km_zkw_hist *h)
+{
+    km_metrics_histogram(out, name, help, NULL, true, h->bounds, h->counts, h->n, h->sum);
+}
+
 static void zk_metrics(const km_daemon *d, km_zkb *zkb, km_buf *out)
 {
     km_zkw_metrics m;
     km_zkw_get_metrics(km_zkb_writer(zkb), &m);
-    km_metrics_sample(out, "zk_write_behind_lag", "gauge",
+    km_metrics_sample(out, "kmproxy_zk_write_behind_lag_records", "gauge",
                       "Last image offset minus the offset ZooKeeper is confirmed to hold (ZkWriteBehindLag).", NULL,
                       true, (double)m.write_behind_lag);
-    km_metrics_sample(out, "zk_blocking_kraft_ms", "counter",
+    km_metrics_sample(out, "kmproxy_zk_blocking_kraft_seconds_total", "counter",
                       "Time the log reader was held back by the write-behind bound.", NULL, true,
-                      (double)m.blocking_kraft_ms);
-    km_metrics_sample(out, "zk_write_delta_time_ms", "gauge", "Last delta batch, submit to confirm (ZkWriteDeltaTimeMs).",
-                      NULL, true, (double)m.write_delta_time_ms);
-    km_metrics_sample(out, "zk_write_snapshot_time_ms", "gauge", "Last full sync (ZkWriteSnapshotTimeMs).", NULL, true,
-                      (double)m.write_snapshot_time_ms);
-    km_metrics_sample(out, "zk_migration_state", "gauge",
+                      (double)m.blocking_kraft_ms / 1000);
+    zk_hist(out, "kmproxy_zk_write_delta_seconds", "Delta batches written to ZooKeeper, submit to confirm "
+            "(Kafka's ZkWriteDeltaTimeMs is the last one).", &m.write_delta);
+    zk_hist(out, "kmproxy_zk_write_snapshot_seconds", "Full syncs into ZooKeeper, start to end "
+            "(Kafka's ZkWriteSnapshotTimeMs is the last one).", &m.write_snapshot);
+    km_metrics_sample(out, "kmproxy_zk_migration_state", "gauge",
                       "ZkMigrationState from the image: 0 NONE, 1 MIGRATION, 2 PRE_MIGRATION, 3 POST_MIGRATION.", NULL,
                       true, km_image_zk_migration_state(d->img));
     char labels[64];
     snprintf(labels, sizeof labels, "state=\"%s\"", km_zkw_state_name(m.state));
-    km_metrics_sample(out, "zk_writer_state", "gauge", "The ZooKeeper writer's state (1 for the current one).",
+    km_metrics_sample(out, "kmproxy_zk_writer_state", "gauge", "The ZooKeeper writer's state (1 for the current one).",
                       labels, true, 1);
-    km_metrics_sample(out, "zk_fenced", "gauge", "1 once another writer owns ZooKeeper.", NULL, true,
+    km_metrics_sample(out, "kmproxy_zk_fenced", "gauge", "1 once another writer owns ZooKeeper.", NULL, true,
                       m.state == KM_ZKW_FENCED);
-    km_metrics_sample(out, "zk_disconnects_total", "counter",
+    km_metrics_sample(out, "kmproxy_zk_disconnects_total", "counter",
                       "Connections to ZooKeeper lost while the session lived (the client reconnects).", NULL, true,
                       (double)m.disconnects);
-    km_metrics_sample(out, "zk_lost_acks_adopted_total", "counter",
+    km_metrics_sample(out, "kmproxy_zk_lost_acks_adopted_total", "counter",
                       "Writes whose ack was lost and that were found to have landed.", NULL, true,
                       (double)m.lost_acks_adopted);
 }

@@ -239,6 +239,19 @@ static bool ready_as(const km_daemon *d, bool with_brokers)
 
 bool km_daemon_ready(const km_daemon *d) { return ready_as(d, true); }
 
+struct json_t *km_daemon_readyz_reasons(km_daemon *d)
+{
+    km_buf b;
+    km_buf_init(&b);
+    readiness(d, &b, true);
+    km_buf_put(&b, "", 1);
+    json_t *body = json_loads((const char *)b.data, 0, NULL), *reasons = json_object_get(body, "reasons");
+    json_t *copy = json_is_array(reasons) ? json_incref(reasons) : json_array();
+    json_decref(body);
+    km_buf_free(&b);
+    return copy;
+}
+
 bool km_daemon_does_its_job(const km_daemon *d) { return ready_as(d, false); }
 
 /* Every ZooKeeper session this instance needs has its connection: the election's (ha.enabled) and,
@@ -280,14 +293,18 @@ void km_daemon_health_metrics(const km_daemon *d, km_buf *out)
     km_metrics_sample(out, "kmproxy_zk_sync_znodes_done", "gauge",
                       "Znode writes of the running (or last) full sync acknowledged by ZooKeeper.", NULL, true,
                       (double)d->sync_eta.done);
-    km_metrics_sample(out, "kmproxy_zk_sync_znodes_total", "gauge",
+    km_metrics_sample(out, "kmproxy_zk_sync_znodes_planned", "gauge",
                       "Znode writes the running (or last) full sync needs (estimated while it still plans).", NULL,
                       true, (double)d->sync_eta.total);
-    km_metrics_sample(out, "kmproxy_zk_sync_rate", "gauge", "Znodes per second over the last progress interval.",
-                      NULL, true, d->sync_eta.rate);
+    km_metrics_sample(out, "kmproxy_zk_sync_znodes_per_second", "gauge",
+                      "Znodes per second over the last progress interval.", NULL, true, d->sync_eta.rate);
     km_metrics_sample(out, "kmproxy_zk_sync_eta_seconds", "gauge", "Seconds the running sync still needs (-1: unknown).",
                       NULL, true, d->sync_eta.eta_seconds);
     km_metrics_sample(out, "kmproxy_ready", "gauge", "1 while /readyz answers 200.", NULL, true, km_daemon_ready(d));
+    /* the rules compare the lags with the threshold this instance really applies, not a copy of it */
+    km_metrics_sample(out, "kmproxy_config_health_max_lag_records", "gauge",
+                      "health.max.lag.records: /readyz fails while the ZooKeeper or quorum lag is above it.", NULL,
+                      true, d->cfg.health_max_lag_records);
     fault_metrics(d, out);
 }
 

@@ -24,6 +24,7 @@ static void render(km_buf *out, void *ud)
     km_daemon_ha_metrics(d, out);
     if (d->proxy)
         km_inline_render_metrics(d->proxy, out);
+    km_metrics_render_standard(out);
 }
 
 int km_daemon_start_metrics(km_daemon *d, km_err *err)

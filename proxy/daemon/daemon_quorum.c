@@ -169,12 +169,9 @@ void km_daemon_quorum_metrics(const km_daemon *d, km_buf *out)
                       NULL, true, (double)st.applied_offset);
     km_metrics_sample(out, "kmproxy_quorum_uncommitted_bytes", "gauge", "Fetched bytes waiting for the high watermark.",
                       NULL, true, (double)st.buffered_bytes);
-    km_metrics_sample(out, "kmproxy_quorum_fetch_latency_seconds_sum", "counter", "Time from Fetch to its answer.",
-                      NULL, true, st.fetch_latency_sum);
-    km_metrics_sample(out, "kmproxy_quorum_fetch_latency_seconds_count", "counter", "Fetch answers received.", NULL,
-                      true, (double)st.fetches);
-    km_metrics_sample(out, "kmproxy_quorum_fetch_latency_seconds_max", "gauge", "Slowest Fetch answer.", NULL, true,
-                      st.fetch_latency_max);
+    km_metrics_histogram(out, "kmproxy_quorum_fetch_latency_seconds", "Time from Fetch to its answer (a long poll "
+                         "waits up to MaxWaitMs for records).", NULL, true, st.fetch_latency_bounds,
+                         st.fetch_latency_counts, st.fetch_latency_n, st.fetch_latency_sum);
     km_metrics_sample(out, "kmproxy_quorum_fetch_errors_total", "counter",
                       "Failed exchanges (errors, lost connections, timeouts).", NULL, true, (double)st.fetch_errors);
     km_metrics_sample(out, "kmproxy_quorum_snapshot_loads_total", "counter", "Snapshots fetched and loaded.", NULL,

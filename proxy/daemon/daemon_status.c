@@ -22,7 +22,9 @@ static const char *phase_name(km_zkb_phase p)
 
 static json_t *metadata_json(const km_daemon *d)
 {
-    return json_pack("{s:s,s:I,s:i,s:I,s:i,s:i,s:b}", "source", km_daemon_quorum_mode(d) ? "quorum" : "dir",
+    const char *state = km_zk_migration_state_name(km_image_zk_migration_state(d->img));
+    return json_pack("{s:s,s:s,s:I,s:i,s:I,s:i,s:i,s:b}", "source", km_daemon_quorum_mode(d) ? "quorum" : "dir",
+                     "migration_state", state ? state : "unknown",
                      "image_offset", (json_int_t)km_image_offset(d->img), "image_epoch", km_image_epoch(d->img),
                      "batches_applied", (json_int_t)d->batches_applied, "partitions",
                      (int)km_image_partition_count(d->img), "metadata_version", km_image_metadata_version(d->img),
@@ -69,6 +71,13 @@ static json_t *zookeeper_json(const km_daemon *d)
     return o;
 }
 
+/* A log line as JSON: null when empty, or when not UTF-8 (jansson refuses it) rather than no status at all. */
+static json_t *text_or_null(const char *s)
+{
+    json_t *j = s[0] ? json_string(s) : NULL;
+    return j ? j : json_null();
+}
+
 static json_t *channel_json(km_bprop *p, size_t i)
 {
     static const struct { const char *name; int16_t api; } apis[] = {
@@ -85,11 +94,11 @@ static json_t *channel_json(km_bprop *p, size_t i)
     km_bchan_stats s;
     km_bchan_get_stats(ch, &s);
     int32_t id = km_bchan_broker_id(ch);
-    return json_pack("{s:i,s:s,s:i,s:s,s:o,s:I,s:I,s:I,s:I}", "id", id, "host", host ? host : "", "port", port,
+    return json_pack("{s:i,s:s,s:i,s:s,s:o,s:I,s:I,s:I,s:I,s:o}", "id", id, "host", host ? host : "", "port", port,
                      "state", km_bchan_state_name(ch), "versions", versions, "pending_requests",
                      (json_int_t)km_bchan_pending(ch), "pending_stops", (json_int_t)km_bprop_pending_stops(p, id),
                      "errors", (json_int_t)(s.errors[0] + s.errors[1] + s.errors[2]), "reconnects",
-                     (json_int_t)s.connects);
+                     (json_int_t)s.connects, "last_error", text_or_null(s.last_error));
 }
 
 static json_t *brokers_json(const km_daemon *d)
@@ -123,16 +132,19 @@ static json_t *ha_json(const km_daemon *d)
 {
     if (!d->election)
         return json_null();
-    return json_pack("{s:s,s:s,s:b,s:I,s:I}", "instance", d->instance, "node", km_zkel_node(d->election),
-                     "election_session", km_zkel_connected(d->election), "active_since",
-                     (json_int_t)d->active_since, "takeovers", (json_int_t)d->takeovers);
+    const char *active = km_daemon_is_active(d) ? d->instance : km_zkel_leader_data(d->election);
+    return json_pack("{s:s,s:s,s:b,s:o,s:I,s:I}", "instance", d->instance, "node", km_zkel_node(d->election),
+                     "election_session", km_zkel_connected(d->election), "active_instance", text_or_null(active),
+                     "active_since", (json_int_t)d->active_since, "takeovers", (json_int_t)d->takeovers);
 }
 
 int km_daemon_status_json(km_daemon *d, km_buf *out)
 {
     json_t *o = json_object();
     json_object_set_new(o, "role", json_string(km_daemon_role(d)));
-    json_object_set_new(o, "ready", json_boolean(km_daemon_ready(d)));
+    json_t *reasons = km_daemon_readyz_reasons(d);
+    json_object_set_new(o, "ready", json_boolean(json_array_size(reasons) == 0));
+    json_object_set_new(o, "reasons", reasons);
     json_object_set_new(o, "fatal", d->fatal[0] ? json_string(d->fatal) : json_null());
     json_object_set_new(o, "uptime_seconds", json_integer((json_int_t)(ev_now(d->loop) - d->started_at)));
     json_object_set_new(o, "metadata", metadata_json(d));

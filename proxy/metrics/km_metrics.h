@@ -35,4 +35,14 @@ void km_metrics_free(km_metrics_server *s);
 void km_metrics_sample(km_buf *out, const char *name, const char *type, const char *help, const char *labels,
                        bool first, double value);
 
+/* A histogram family (Prometheus text): counts[i] holds the observations in bucket i (not cumulative):
+ * <= bounds[0], then (bounds[i-1], bounds[i]], and counts[n] those above bounds[n-1]; sum is theirs.
+ * The owner keeps the counts (km_metrics_observe adds one). */
+void km_metrics_histogram(km_buf *out, const char *name, const char *help, const char *labels, bool first,
+                          const double *bounds, const uint64_t *counts, size_t n, double sum);
+void km_metrics_observe(const double *bounds, uint64_t *counts, size_t n, double value);
+/* kmproxy_build_info and the standard process_* families (CPU, memory, descriptors, start time), which
+ * every exporter of this program appends to its own. */
+void km_metrics_render_standard(km_buf *out);
+
 #endif

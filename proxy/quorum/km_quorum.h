@@ -119,6 +119,7 @@ void km_quorum_free(km_quorum *q);
 /* Holds the next request back (the one in flight still completes) while a consumer is full. */
 void km_quorum_set_paused(km_quorum *q, bool paused);
 
+#define KM_QUORUM_LATENCY_BUCKETS 14
 typedef struct km_quorum_stats {
     int32_t leader_id, leader_epoch;   /* -1: no leader known */
     int64_t high_watermark;            /* -1: none learned yet */
@@ -128,7 +129,12 @@ typedef struct km_quorum_stats {
     uint64_t fetches, fetch_errors, snapshot_loads, snapshot_refused, leader_changes, truncations;
     uint64_t auth_failures;            /* SASL exchanges refused or failed */
     uint64_t reauthentications;        /* SASL sessions renewed on the same connection (KIP-368) */
-    double fetch_latency_sum, fetch_latency_max; /* seconds, over `fetches` answered fetches */
+    double fetch_latency_sum;          /* seconds, over `fetches` answered fetches */
+    /* Fetch to its answer, as a histogram: fetch_latency_counts[i] answers in bucket i (not cumulative), up to
+     * fetch_latency_bounds[i] seconds; the last count is above every bound. */
+    const double *fetch_latency_bounds;
+    size_t fetch_latency_n;
+    uint64_t fetch_latency_counts[KM_QUORUM_LATENCY_BUCKETS + 1];
     bool caught_up;                    /* applied every batch wholly below the leader's latest high watermark */
     bool failed;
     bool unauthorized;                 /* the last answer was CLUSTER_AUTHORIZATION_FAILED (see docs/quorum.md) */

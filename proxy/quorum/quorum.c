@@ -713,9 +713,24 @@ void km_quorum_set_paused(km_quorum *q, bool paused)
     }
 }
 
+/* A Fetch answer comes at once while records wait, or after up to MaxWaitMs (500 ms by default) of long
+ * poll; a slow link or leader shows past that. */
+static const double FETCH_LATENCY_BOUNDS[KM_QUORUM_LATENCY_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                                      0.25, 0.5, 0.75, 1, 2.5, 5, 10};
+
+void q_observe_fetch_latency(km_quorum *q, double seconds)
+{
+    size_t i = 0;
+    while (i < KM_QUORUM_LATENCY_BUCKETS && seconds > FETCH_LATENCY_BOUNDS[i])
+        i++;
+    q->st.fetch_latency_counts[i]++;
+}
+
 void km_quorum_get_stats(const km_quorum *q, km_quorum_stats *out)
 {
     *out = q->st;
+    out->fetch_latency_bounds = FETCH_LATENCY_BOUNDS;
+    out->fetch_latency_n = KM_QUORUM_LATENCY_BUCKETS;
     out->high_watermark = q->leader_hw;
     out->fetched_offset = q_fetch_offset(q);
     out->applied_offset = km_image_offset(q->img);

@@ -158,8 +158,7 @@ void q_on_fetch_response(km_quorum *q, const uint8_t *body, size_t len)
     }
     q->st.fetches++;
     q->st.fetch_latency_sum += latency;
-    if (latency > q->st.fetch_latency_max)
-        q->st.fetch_latency_max = latency;
+    q_observe_fetch_latency(q, latency);
     learn_endpoints(q, &rs);
     const km_fetch_response_partition_data *p = only_partition(&rs, q->fetch_v);
     if (q_top_level_ok(q, "Fetch", rs.error_code, p != NULL) &&

@@ -111,6 +111,8 @@ void q_retry(km_quorum *q, bool forget_leader, const char *why);
 /* An answer was taken whole: backoff and the retry lines start afresh.  Not before: an answer
  * refused (a corrupt batch) must keep backing off and stay rate-limited in the log. */
 void q_healthy(km_quorum *q);
+/* One Fetch answered after `seconds`: into the latency histogram of the stats. */
+void q_observe_fetch_latency(km_quorum *q, double seconds);
 /* Kafka's maybeHandleCommonResponse for Fetch/FetchSnapshot answers: 1 handled (a request
  * was re-issued or a retry scheduled), 0 go on with the answer. */
 int q_common_response(km_quorum *q, int16_t error, int32_t leader_id, int32_t epoch);

@@ -1,5 +1,6 @@
 /* docs/configuration.md: it is what `kmproxy config docs` prints now (regenerate: make docs), every key
- * the parser accepts is in it, every key in it is accepted, and README's quick-start config is valid. */
+ * the parser accepts is in it, every key in it is accepted, and README's quick-start config is valid.
+ * docs/commands.md: every command's --help as the binary prints it. */
 #include "km_config.h"
 #include "km_testsupport.h"
 #include "docs_util.h"
@@ -23,6 +24,22 @@ Test(docs_config, configuration_md_is_what_config_docs_prints)
     cr_assert_eq(km_test_run(argv, NULL, 0, &out, NULL, &err), 0, "kmproxy config docs: %s", err);
     char *committed = config_md();
     docs_assert_same(committed, out, "docs/configuration.md", "make docs");
+    free(committed);
+    free(out);
+    free(err);
+}
+
+/* docs/commands.md: every command's and subcommand's --help as the binary prints it now, with its
+ * hand-written part (exit codes, the demo) kept as it is (regenerate: make docs). */
+Test(docs_config, commands_md_is_every_commands_help)
+{
+    char script[1024], md[1024];
+    snprintf(script, sizeof script, "%s/tests/docs/commands_md.py", km_test_source_dir());
+    snprintf(md, sizeof md, "%s/docs/commands.md", km_test_source_dir());
+    char *argv[] = {"/usr/bin/python3", script, (char *)km_test_binary(), md, NULL}, *out = NULL, *err = NULL;
+    cr_assert_eq(km_test_run(argv, NULL, 0, &out, NULL, &err), 0, "commands_md.py: %s", err);
+    char *committed = docs_slurp(md);
+    docs_assert_same(committed, out, "docs/commands.md", "make docs");
     free(committed);
     free(out);
     free(err);

@@ -80,8 +80,12 @@ Test(daemon_health, ready_once_synced_with_the_sync_figures_and_a_clean_sigterm)
     cr_assert_eq(ops_curl(a.port, "/metrics", &m), 200);
     cr_expect_eq(metric(m, "kmproxy_ready"), 1);
     cr_expect_eq(metric(m, "kmproxy_zk_sync_in_progress"), 0);
-    double done = metric(m, "kmproxy_zk_sync_znodes_done"), total = metric(m, "kmproxy_zk_sync_znodes_total");
+    double done = metric(m, "kmproxy_zk_sync_znodes_done"), total = metric(m, "kmproxy_zk_sync_znodes_planned");
     cr_expect(done > 0 && done == total, "sync figures: %g of %g", done, total);
+    /* the full sync is one observation of its histogram, in seconds, and the threshold is exported */
+    cr_expect_eq(metric(m, "kmproxy_zk_write_snapshot_seconds_count"), 1, "%s", m);
+    cr_expect_eq(metric(m, "kmproxy_zk_write_snapshot_seconds_bucket{le=\"+Inf\"}"), 1, "%s", m);
+    cr_expect_eq(metric(m, "kmproxy_config_health_max_lag_records"), 1000, "%s", m);
     free(m);
     char *log = ops_slurp(a.log_file);
     cr_expect(strstr(log, "zk sync: done: "), "%s", log);
@@ -211,7 +215,7 @@ Test(daemon_health, a_stalled_full_sync_reports_its_progress)
     char *m = NULL;
     cr_assert_eq(ops_curl(a.port, "/metrics", &m), 200);
     cr_expect(metric(m, "kmproxy_zk_sync_in_progress") == 1 && metric(m, "kmproxy_zk_sync_znodes_done") == 0 &&
-              metric(m, "kmproxy_zk_sync_znodes_total") > 0 && metric(m, "kmproxy_zk_sync_eta_seconds") == -1, "%s", m);
+              metric(m, "kmproxy_zk_sync_znodes_planned") > 0 && metric(m, "kmproxy_zk_sync_eta_seconds") == -1, "%s", m);
     free(m);
     free(scrape_until(&a, "/readyz", 503, "not caught up: the full sync into ZooKeeper is still running", 30));
     km_fp_disarm(fp);
