@@ -101,6 +101,9 @@ void km_daemon_consumers_status(const km_daemon *d, km_daemon_status *st);
 /* The ZooKeeper bridge has a session (false before it starts). */
 bool km_daemon_zk_connected(const km_daemon *d);
 void km_daemon_consumers_metrics(const km_daemon *d, km_buf *out);
+/* The full update of the last activation (a claim, a re-claim, a takeover; at *zk_epoch) is not yet answered by
+ * every broker: *pending requests left. */
+bool km_daemon_brokers_updating(const km_daemon *d, int32_t *zk_epoch, size_t *pending);
 /* NULL before the log was read to its end or with brokers.enabled=false. */
 const km_daemon_listener *km_daemon_listener_status(const km_daemon *d);
 
@@ -115,7 +118,6 @@ struct json_t;
 int km_daemon_json_reply(struct json_t *body, km_buf *out, int status);
 void km_daemon_stop_health(km_daemon *d);
 const char *km_daemon_role(const km_daemon *d);
-bool km_daemon_ready(const km_daemon *d);
 /* Ready except, perhaps, for the brokers (systemd's READY=1: a broker that is down does not hold start-up). */
 bool km_daemon_does_its_job(const km_daemon *d);
 /* A full sync has just finished: its final figures. */
