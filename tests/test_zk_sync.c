@@ -750,3 +750,78 @@ Test(zk_sync, password_configs_are_written_encoded_and_compared_decoded)
     km_test_rmtree(dir);
     free(dir);
 }
+
+static bool claimed_and_decided(void *ctx)
+{
+    zkt_bridge *t = ctx;
+    return km_zkw_get_state(km_zkb_writer(t->b)) == KM_ZKW_READY &&
+           (km_zkb_awaited_offset(t->b) >= 0 || km_zkb_get_phase(t->b) != KM_ZKB_WAITING);
+}
+
+static int64_t migration_offset(km_zkc *c)
+{
+    char *mig = zkt_get(c, "/migration", NULL);
+    cr_assert(mig, "no /migration");
+    json_t *j = json_loads(mig, 0, NULL);
+    int64_t off = json_integer_value(json_object_get(j, "kraft_metadata_offset"));
+    json_decref(j);
+    free(mig);
+    return off;
+}
+
+/* Issue 27 item 4: a claim finds /migration ahead of the image it holds (the previous writer had
+ * read further; here the guard is overridden so that the claim goes ahead). As Kafka's
+ * SyncKRaftMetadataEvent does, the full sync waits until the image reaches that offset: /migration
+ * never moves backwards, and the log keeps being read meanwhile. */
+Test(zk_sync, a_claim_behind_migration_waits_for_the_image_before_syncing)
+{
+    char *dir = km_test_tmpdir("zkahead");
+    char log[512], hosts[256];
+    snprintf(log, sizeof log, "%s/log", dir);
+    snprintf(hosts, sizeof hosts, "%s/migration-ahead", km_zks_hosts(zs, 0));
+    km_image *ahead = gen_image(log, 4, 3, 40);
+    zkt_bridge *first = zkt_bridge_new(hosts, ahead, 3000, 3, NULL); /* the writer that read further */
+    cr_assert(zkt_bridge_wait_idle(first, 60000), "%s", km_zkb_error(first->b));
+    zkt_bridge_free(first);
+    km_zkc *c = km_zksec_open(hosts, 10000);
+    cr_assert(c);
+    int64_t recorded = migration_offset(c);
+    cr_assert_eq(recorded, km_image_offset(ahead));
+
+    km_image *img = km_image_new(); /* this process's image: one batch of the same log */
+    km_err err = {{0}};
+    km_metalog_opts opts = {0};
+    km_image_follow *f = km_image_follow_open(img, log, &opts, &err);
+    cr_assert(f, "%s", err.msg);
+    km_delta *d = km_delta_new();
+    cr_assert_eq(km_image_follow_next(f, d, &err), 1, "%s", err.msg);
+    cr_assert_lt(km_image_offset(img), recorded);
+    zkt_bridge *t = zkt_bridge_new(hosts, img, 3000, 4, &FORCED);
+    cr_assert(zkt_run_until(t->loop, claimed_and_decided, t, 60000), "never claimed: %s", km_zkb_error(t->b));
+    cr_assert_eq(km_zkb_awaited_offset(t->b), recorded, "the sync did not wait for the image (phase %d)",
+                 (int)km_zkb_get_phase(t->b));
+    cr_assert(km_zkb_can_accept(t->b), "the log must be read while the sync waits for it");
+    zkt_spin(t->loop, 200);
+    cr_assert_eq(migration_offset(c), recorded, "/migration moved backwards");
+
+    int r;
+    while ((r = km_image_follow_next(f, d, &err)) == 1) {
+        cr_assert_eq(km_zkb_delta(t->b, d, &err), 0, "%s", err.msg);
+        cr_assert_geq(migration_offset(c), recorded, "/migration moved backwards at image offset %lld",
+                      (long long)km_image_offset(img));
+    }
+    cr_assert_eq(r, 0, "%s", err.msg);
+    cr_assert(zkt_bridge_wait_idle(t, 60000), "%s", km_zkb_error(t->b));
+    cr_assert_eq(migration_offset(c), km_image_offset(img));
+    char why[512];
+    cr_assert(zkt_zk_equals_image(c, img, 4, why, sizeof why), "%s", why);
+
+    km_zkc_close(c);
+    km_delta_free(d);
+    km_image_follow_close(f);
+    zkt_bridge_free(t);
+    km_image_free(img);
+    km_image_free(ahead);
+    km_test_rmtree(dir);
+    free(dir);
+}
