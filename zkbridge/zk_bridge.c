@@ -49,6 +49,7 @@ struct km_zkb {
     char verdict[600];     /* diff_only: why a sync would be refused ("" when it would not) */
     zk_acl_diff acl_diff;  /* diff_only with zookeeper.set.acl: the ACLs of what was read */
     int64_t await_offset;  /* after a claim: /migration's offset, ahead of the image; -1: not waiting */
+    bool rollback_forced;  /* the claim's guard saw the image behind /migration and --force overrode it */
     int32_t await_epoch;
 };
 
@@ -371,7 +372,7 @@ static void sync_when_image_reaches_migration(km_zkb *b)
     int64_t offset = km_zkw_confirmed_offset(b->w);
     int32_t epoch = km_zkw_confirmed_epoch(b->w);
     b->await_offset = -1;
-    if (!b->cfg.diff_only && offset >= 0 && image_behind(b, offset, epoch)) {
+    if (!b->cfg.diff_only && !b->rollback_forced && offset >= 0 && image_behind(b, offset, epoch)) {
         b->await_offset = offset;
         b->await_epoch = epoch;
         zkw_log(b->w, KM_LOG_WARN, "zk claim: /migration records offset %lld epoch %d, ahead of the image (offset "
@@ -447,6 +448,9 @@ static int bridge_guard(km_zkw *w, const km_zk_found *f, char *why, size_t cap, 
     else if (why[0])
         zkw_log(w, KM_LOG_WARN, "zk claim: %s", why);
     const km_zk_guard *g = &b->cfg.guard;
+    /* the operator took over knowing the image is behind: the sync rolls ZooKeeper back, as asked */
+    b->rollback_forced = g->force && f->has_migration && f->migration_offset >= 0 &&
+                         image_behind(b, f->migration_offset, f->migration_epoch);
     b->delete_limit = g->max_deletes_set ? g->max_deletes : km_zk_first_sync(f) ? 0 : -1;
     return 0;
 }
