@@ -44,6 +44,17 @@ static km_image *gen_image(const char *dir, int topics, int partitions, int lead
     return img;
 }
 
+/* Follows log into img, which holds its first batch on return. */
+static km_image_follow *follow_first_batch(const char *log, km_image *img, km_delta *d)
+{
+    km_err err = {{0}};
+    km_metalog_opts opts = {0};
+    km_image_follow *f = km_image_follow_open(img, log, &opts, &err);
+    cr_assert(f, "%s", err.msg);
+    cr_assert_eq(km_image_follow_next(f, d, &err), 1, "%s", err.msg);
+    return f;
+}
+
 /* These tests sync unrelated images one after the other on purpose (each must delete what the one
  * before left): past the guards that refuse exactly that (test_zk_guard.c). */
 static const km_zkb_config FORCED = {.guard = {.force = true, .max_deletes_set = true, .max_deletes = -1}};
@@ -144,11 +155,8 @@ Test(zk_sync, dual_write_follows_deltas)
     km_image *expect = gen_image(log, 6, 5, 300);
     km_image *img = km_image_new();
     km_err err = {{0}};
-    km_metalog_opts opts = {0};
-    km_image_follow *f = km_image_follow_open(img, log, &opts, &err);
-    cr_assert(f, "%s", err.msg);
     km_delta *d = km_delta_new();
-    cr_assert_eq(km_image_follow_next(f, d, &err), 1, "%s", err.msg);
+    km_image_follow *f = follow_first_batch(log, img, d);
     zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, 3, &(km_zkb_config){.zk.max_multi_ops = 10});
     cr_assert(zkt_bridge_wait_idle(t, 60000), "%s", km_zkb_error(t->b));
     int r, deltas = 0;
@@ -791,11 +799,8 @@ Test(zk_sync, a_claim_behind_migration_waits_for_the_image_before_syncing)
 
     km_image *img = km_image_new(); /* this process's image: the log's first batch */
     km_err err = {{0}};
-    km_metalog_opts opts = {0};
-    km_image_follow *f = km_image_follow_open(img, log, &opts, &err);
-    cr_assert(f, "%s", err.msg);
     km_delta *d = km_delta_new();
-    cr_assert_eq(km_image_follow_next(f, d, &err), 1, "%s", err.msg);
+    km_image_follow *f = follow_first_batch(log, img, d);
     int64_t recorded = km_image_offset(ahead);
     cr_assert_lt(km_image_offset(img), recorded);
 

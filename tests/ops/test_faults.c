@@ -147,17 +147,25 @@ Test(faults, zookeeper_stopped_makes_the_instance_unready_until_it_is_back)
 
 /* The network to ZooKeeper silently drops everything (no reset): the client notices after two thirds
  * of the session timeout; /readyz must say so before the session could expire. */
+/* One instance (no brokers) on a fresh env, reaching ZooKeeper (chroot /tag) through a fault proxy,
+ * ready: the proxy is returned. */
+static km_fp *ready_behind_a_proxy(env *e, inst *a, const char *tag)
+{
+    char perr[256] = "", zk[128];
+    env_init(e);
+    km_fp *fp = km_fp_start(km_zks_port(zs, 0), perr, sizeof perr);
+    cr_assert(fp, "%s", perr);
+    snprintf(zk, sizeof zk, "%s/%s", km_fp_hosts(fp), tag);
+    start(a, e, tag, zk, (const char *const[]){"brokers.enabled=false", session_setting(), NULL});
+    readyz_until(a, 200, "\"ready\":true", 60);
+    return fp;
+}
+
 Test(faults, a_silent_network_to_zookeeper_is_unready_within_the_session_timeout)
 {
     env e;
-    env_init(&e);
-    char perr[256] = "", zk[128];
-    km_fp *fp = km_fp_start(km_zks_port(zs, 0), perr, sizeof perr);
-    cr_assert(fp, "%s", perr);
-    snprintf(zk, sizeof zk, "%s/silent", km_fp_hosts(fp));
     inst a;
-    start(&a, &e, "zk-silent", zk, (const char *const[]){"brokers.enabled=false", session_setting(), NULL});
-    readyz_until(&a, 200, "\"ready\":true", 60);
+    km_fp *fp = ready_behind_a_proxy(&e, &a, "zk-silent");
     km_fp_pause(fp, true);
     double down = readyz_until(&a, 503, "zookeeper disconnected: ", SESSION_MS / 1000.0 + SLACK_S);
     cr_expect_eq(metric_of(&a, "kmproxy_zk_connected"), 0);
@@ -198,14 +206,9 @@ static void check_ready_after_resync(inst *in)
 Test(faults, a_session_expiry_while_the_log_grows_is_survived_with_true_reasons)
 {
     env e;
-    env_init(&e);
-    char perr[256] = "", zk[128], value[32];
-    km_fp *fp = km_fp_start(km_zks_port(zs, 0), perr, sizeof perr);
-    cr_assert(fp, "%s", perr);
-    snprintf(zk, sizeof zk, "%s/expiry", km_fp_hosts(fp));
     inst a;
-    start(&a, &e, "zk-expiry", zk, (const char *const[]){"brokers.enabled=false", session_setting(), NULL});
-    readyz_until(&a, 200, "\"ready\":true", 60);
+    char value[32];
+    km_fp *fp = ready_behind_a_proxy(&e, &a, "zk-expiry");
     km_fp_pause(fp, true);
     double t0 = now_s();
     int appended = 0;
