@@ -118,6 +118,7 @@ struct json_t;
 int km_daemon_json_reply(struct json_t *body, km_buf *out, int status);
 void km_daemon_stop_health(km_daemon *d);
 const char *km_daemon_role(const km_daemon *d);
+bool km_daemon_ready(const km_daemon *d);
 /* Ready except, perhaps, for the brokers (systemd's READY=1: a broker that is down does not hold start-up). */
 bool km_daemon_does_its_job(const km_daemon *d);
 /* A full sync has just finished: its final figures. */
