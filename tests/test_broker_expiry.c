@@ -2,14 +2,16 @@
  * real ZooKeeper behind the fault proxy, simulated ZK-mode brokers, and a log that keeps growing
  * (a topic config change every 20 ms, as a busy KRaft leader's log does). The link to ZooKeeper goes
  * silent well past the session timeout, then comes back: the server has expired the session.
- *  - the daemon never stops: deltas that arrive while it re-claims wait, then the re-sync has them;
+ *  - the daemon never stops: deltas that arrive while it re-claims (the claim's multi is held a
+ *    second by the proxy, so that they surely do) wait, then the re-sync has them;
  *  - after the re-claim every broker gets a full update (Type=2 LeaderAndIsr) at the new controller
  *    epoch and ends equal to the image;
  *  - /readyz (km_daemon_ready, what it answers) is checked before every loop iteration blocks, from
  *    the moment the silence outlasted the session timeout: it is never 200 until the brokers hold
  *    the new epoch and the full update.
  * With ha.enabled the same holds: the expired instance is fenced, steps down, leads again (it is
- * alone) and claims anew. */
+ * alone) and claims anew; while it is a standby it may be ready (a standby is, when it can take
+ * over: docs/health.md), so /readyz is checked while it is active. */
 #include "test_broker_drig.h"
 
 #include <criterion/criterion.h>
