@@ -28,6 +28,9 @@ target_link_libraries(test_broker_daemon PRIVATE km_brokersim km_daemon)
 # topic, client.id and the default listener.
 km_add_test(test_broker_daemon_rpcs SOURCES ${KM_BROKER_TESTS}/test_broker_daemon_rpcs.c ${KM_BROKER_DRIG} TIMEOUT 600)
 target_link_libraries(test_broker_daemon_rpcs PRIVATE km_brokersim km_daemon)
+# Issue 27: a ZooKeeper session expiry during dual-write, with deltas throughout, with and without HA.
+km_add_test(test_broker_expiry SOURCES ${KM_BROKER_TESTS}/test_broker_expiry.c ${KM_BROKER_DRIG} TIMEOUT 600)
+target_link_libraries(test_broker_expiry PRIVATE km_brokersim km_daemon)
 # Secured listeners: SASL mechanisms over PLAINTEXT and TLS, refusals, the authorizer, limits.
 km_add_test(test_broker_sasl SOURCES ${KM_BROKER_TESTS}/test_broker_sasl.c ${KM_BROKER_TESTS}/test_tls_certs.c
             ${KM_BROKER_TESTS}/test_broker_rig.c ${KM_BROKER_TESTS}/test_broker_check.c

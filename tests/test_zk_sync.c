@@ -44,6 +44,17 @@ static km_image *gen_image(const char *dir, int topics, int partitions, int lead
     return img;
 }
 
+/* Follows log into img, which holds its first batch on return. */
+static km_image_follow *follow_first_batch(const char *log, km_image *img, km_delta *d)
+{
+    km_err err = {{0}};
+    km_metalog_opts opts = {0};
+    km_image_follow *f = km_image_follow_open(img, log, &opts, &err);
+    cr_assert(f, "%s", err.msg);
+    cr_assert_eq(km_image_follow_next(f, d, &err), 1, "%s", err.msg);
+    return f;
+}
+
 /* These tests sync unrelated images one after the other on purpose (each must delete what the one
  * before left): past the guards that refuse exactly that (test_zk_guard.c). */
 static const km_zkb_config FORCED = {.guard = {.force = true, .max_deletes_set = true, .max_deletes = -1}};
@@ -144,11 +155,8 @@ Test(zk_sync, dual_write_follows_deltas)
     km_image *expect = gen_image(log, 6, 5, 300);
     km_image *img = km_image_new();
     km_err err = {{0}};
-    km_metalog_opts opts = {0};
-    km_image_follow *f = km_image_follow_open(img, log, &opts, &err);
-    cr_assert(f, "%s", err.msg);
     km_delta *d = km_delta_new();
-    cr_assert_eq(km_image_follow_next(f, d, &err), 1, "%s", err.msg);
+    km_image_follow *f = follow_first_batch(log, img, d);
     zkt_bridge *t = zkt_bridge_new(km_zks_hosts(zs, 0), img, 3000, 3, &(km_zkb_config){.zk.max_multi_ops = 10});
     cr_assert(zkt_bridge_wait_idle(t, 60000), "%s", km_zkb_error(t->b));
     int r, deltas = 0;
@@ -747,6 +755,93 @@ Test(zk_sync, password_configs_are_written_encoded_and_compared_decoded)
     cr_assert_str_eq(clear, plain);
     free(stored); free(topic); free(threads); free(back); free(tback); free(again); free(aback); free(clear);
     km_image_free(img);
+    km_test_rmtree(dir);
+    free(dir);
+}
+
+static bool claimed_and_decided(void *ctx)
+{
+    zkt_bridge *t = ctx;
+    return km_zkw_get_state(km_zkb_writer(t->b)) == KM_ZKW_READY &&
+           (km_zkb_awaited_offset(t->b) >= 0 || km_zkb_get_phase(t->b) != KM_ZKB_WAITING);
+}
+
+static int64_t migration_offset(km_zkc *c)
+{
+    char *mig = zkt_get(c, "/migration", NULL);
+    cr_assert(mig, "no /migration");
+    json_t *j = json_loads(mig, 0, NULL);
+    int64_t off = json_integer_value(json_object_get(j, "kraft_metadata_offset"));
+    json_decref(j);
+    free(mig);
+    return off;
+}
+
+static bool claim_multi_dropped(void *ctx) { return km_fp_fired(ctx) >= 1; }
+
+/* Issue 27 item 4: between the claim's first read (the guard's, which saw /migration within the image)
+ * and its read of /migration after the claim, /migration moved ahead of the image - as when the last
+ * batch of the instance that wrote before lands (its multi checked the old /controller_epoch). The
+ * fault proxy lets the claim's multi commit and drops its reply; while the writer has not heard back,
+ * the test moves /migration ahead. As Kafka's SyncKRaftMetadataEvent does, the full sync must wait
+ * until the image reaches that offset: /migration never moves backwards, and the log keeps being read
+ * meanwhile. */
+Test(zk_sync, a_claim_behind_migration_waits_for_the_image_before_syncing)
+{
+    char *dir = km_test_tmpdir("zkahead");
+    char log[512], direct[256], proxied[256], perr[256] = "";
+    snprintf(log, sizeof log, "%s/log", dir);
+    km_image *ahead = gen_image(log, 4, 3, 40); /* the whole log: where the other writer got */
+    km_fp *fp = km_fp_start(km_zks_port(zs, 0), perr, sizeof perr);
+    cr_assert(fp, "%s", perr);
+    snprintf(direct, sizeof direct, "%s/migration-ahead", km_zks_hosts(zs, 0));
+    snprintf(proxied, sizeof proxied, "%s/migration-ahead", km_fp_hosts(fp));
+
+    km_image *img = km_image_new(); /* this process's image: the log's first batch */
+    km_err err = {{0}};
+    km_delta *d = km_delta_new();
+    km_image_follow *f = follow_first_batch(log, img, d);
+    int64_t recorded = km_image_offset(ahead);
+    cr_assert_lt(km_image_offset(img), recorded);
+
+    km_fp_arm(fp, KM_FP_MULTI_ANY, KM_FP_DROP_REPLY, "", 0); /* the session's first multi: the claim */
+    zkt_bridge *t = zkt_bridge_new(proxied, img, 3000, 3, NULL);
+    cr_assert(zkt_run_until(t->loop, claim_multi_dropped, fp, 60000), "the claim's multi never came");
+    km_zkc *c = km_zksec_open(direct, 10000);
+    cr_assert(c);
+    char mig[256];
+    cr_assert_gt(km_zk_migration_json(mig, sizeof mig, 3000, 3, recorded, km_image_epoch(ahead)), 0);
+    int rc = km_zkc_create(c, "/migration", mig, 0);
+    if (rc == ZNODEEXISTS)
+        rc = km_zkc_set(c, "/migration", mig, -1, NULL);
+    cr_assert_eq(rc, ZOK, "writing /migration: %s", zerror(rc));
+    km_fp_disarm(fp);
+
+    cr_assert(zkt_run_until(t->loop, claimed_and_decided, t, 60000), "never claimed: %s", km_zkb_error(t->b));
+    cr_assert_eq(km_zkb_awaited_offset(t->b), recorded, "the sync did not wait for the image (phase %d)",
+                 (int)km_zkb_get_phase(t->b));
+    cr_assert(km_zkb_can_accept(t->b), "the log must be read while the sync waits for it");
+    zkt_spin(t->loop, 200);
+    cr_assert_eq(migration_offset(c), recorded, "/migration moved backwards");
+    int r;
+    while ((r = km_image_follow_next(f, d, &err)) == 1) {
+        cr_assert_eq(km_zkb_delta(t->b, d, &err), 0, "%s", err.msg);
+        cr_assert_geq(migration_offset(c), recorded, "/migration moved backwards at image offset %lld",
+                      (long long)km_image_offset(img));
+    }
+    cr_assert_eq(r, 0, "%s", err.msg);
+    cr_assert(zkt_bridge_wait_idle(t, 60000), "%s", km_zkb_error(t->b));
+    cr_assert_eq(migration_offset(c), km_image_offset(img));
+    char why[512];
+    cr_assert(zkt_zk_equals_image(c, img, 3, why, sizeof why), "%s", why);
+
+    km_zkc_close(c);
+    km_delta_free(d);
+    km_image_follow_close(f);
+    zkt_bridge_free(t);
+    km_fp_stop(fp);
+    km_image_free(img);
+    km_image_free(ahead);
     km_test_rmtree(dir);
     free(dir);
 }

@@ -65,6 +65,7 @@ static void on_event(km_zkw *w, km_zkw_event ev, void *ctx)
     case KM_ZKW_EV_RESYNC: t->resync++; break;
     case KM_ZKW_EV_FENCED: t->fenced++; break;
     case KM_ZKW_EV_REFUSED: t->refused++; break;
+    case KM_ZKW_EV_SESSION_LOST: t->sessions_lost++; break;
     }
 }
 

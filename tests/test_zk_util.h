@@ -16,7 +16,7 @@
 typedef struct zkt_writer {
     struct ev_loop *loop;
     km_zkw *w;
-    int claimed, confirmed, drained, resync, fenced, refused;
+    int claimed, confirmed, drained, resync, fenced, refused, sessions_lost;
     int errors_logged;
     char last_error[1024];
 } zkt_writer;

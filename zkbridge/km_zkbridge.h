@@ -42,6 +42,8 @@ typedef enum km_zkw_event {
     KM_ZKW_EV_RESYNC,       /* ZooKeeper's data differed from what we predicted: redo the full sync */
     KM_ZKW_EV_FENCED,       /* terminal; km_zkw_fence_reason() says why */
     KM_ZKW_EV_REFUSED,      /* terminal */
+    KM_ZKW_EV_SESSION_LOST, /* the session expired (no fence_on_expiry): a new one, a re-claim and a full
+                             * re-sync follow (CLAIMED); nothing can be submitted until then */
 } km_zkw_event;
 
 typedef enum km_log_level { KM_LOG_ERROR = 1, KM_LOG_WARN, KM_LOG_INFO, KM_LOG_DEBUG } km_log_level;
@@ -193,6 +195,9 @@ int km_zkw_read_controller_epoch(km_zkw *w, void (*cb)(int rc, int32_t epoch, vo
 /* The session's connection is up. False while the client reconnects (the session may still be
  * alive on the server, until its timeout) and before the first session. */
 bool km_zkw_connected(const km_zkw *w);
+/* Seconds since the connection was lost (or since the writer started, before its first one); 0
+ * while connected. */
+double km_zkw_seconds_disconnected(const km_zkw *w);
 /* The network to ZooKeeper is gone (another session of ours lost its connection): cuts this one's, so
  * that freeing the writer does not block waiting for ZooKeeper to answer the close. */
 void km_zkw_abandon(km_zkw *w);
@@ -314,8 +319,15 @@ const char *km_zkb_refused_deletes(const km_zkb *b);
 /* The image moved by `d` (already applied). In DUAL_WRITE it becomes one batch; before that it is
  * folded into the pending full sync. -1 when the bridge is stopped or the batch was refused. */
 int km_zkb_delta(km_zkb *b, const struct km_delta *d, km_err *err);
-/* False while the write-behind bound is full or a full sync is running: stop reading the log. */
+/* False while the write-behind bound is full, a full sync is running or the session is being
+ * re-established and re-claimed: stop reading the log (the deltas wait in it; the re-sync that
+ * follows the claim writes the image as it then is). True while the bridge waits for the image to
+ * reach what /migration records (km_zkb_awaited_offset): the log must be read for that. */
 bool km_zkb_can_accept(km_zkb *b);
+/* After a claim, /migration recorded an offset (and epoch) ahead of the image: the full sync waits
+ * until the image reaches it, so that /migration never moves backwards (Kafka's
+ * SyncKRaftMetadataEvent). The offset waited for, or -1 when not waiting. */
+int64_t km_zkb_awaited_offset(const km_zkb *b);
 /* DUAL_WRITE, nothing pending, and ZooKeeper confirmed at the image's offset. */
 bool km_zkb_idle(const km_zkb *b);
 /* A pass over the image (full sync or catch-up) still has slices to plan; what it planned so far

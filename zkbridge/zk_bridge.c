@@ -48,6 +48,9 @@ struct km_zkb {
     char *refused_deletes; /* "- path" lines of the pass that was refused */
     char verdict[600];     /* diff_only: why a sync would be refused ("" when it would not) */
     zk_acl_diff acl_diff;  /* diff_only with zookeeper.set.acl: the ACLs of what was read */
+    int64_t await_offset;  /* after a claim: /migration's offset, ahead of the image; -1: not waiting */
+    bool rollback_forced;  /* the claim's guard saw the image behind /migration and --force overrode it */
+    int32_t await_epoch;
 };
 
 static void set_phase(km_zkb *b, km_zkb_phase p)
@@ -71,6 +74,7 @@ static void abort_pass(km_zkb *b)
 static void stop(km_zkb *b, const char *why)
 {
     snprintf(b->error, sizeof b->error, "%s", why);
+    b->await_offset = -1;
     abort_pass(b);
     set_phase(b, KM_ZKB_STOPPED);
 }
@@ -353,6 +357,43 @@ static void on_walked(zk_walk *wk, int rc, void *ctx)
     begin_pass(b, true, &b->actual);
 }
 
+/* OffsetAndEpoch.compareTo: the epoch decides, then the offset. */
+static bool image_behind(const km_zkb *b, int64_t offset, int32_t epoch)
+{
+    int32_t ours = km_image_epoch(b->img);
+    return ours != epoch ? ours < epoch : km_image_offset(b->img) < offset;
+}
+
+/* After a claim /migration may record more than the image holds (the previous writer was ahead of
+ * this process's log): syncing now would write an older image and move /migration backwards.
+ * Like Kafka's SyncKRaftMetadataEvent, the sync waits for the image to reach it. */
+static void sync_when_image_reaches_migration(km_zkb *b)
+{
+    int64_t offset = km_zkw_confirmed_offset(b->w);
+    int32_t epoch = km_zkw_confirmed_epoch(b->w);
+    b->await_offset = -1;
+    if (!b->cfg.diff_only && !b->rollback_forced && offset >= 0 && image_behind(b, offset, epoch)) {
+        b->await_offset = offset;
+        b->await_epoch = epoch;
+        zkw_log(b->w, KM_LOG_WARN, "zk claim: /migration records offset %lld epoch %d, ahead of the image (offset "
+                "%lld epoch %d): the full sync waits until the log reaches it, so that /migration never moves "
+                "backwards", (long long)offset, epoch, (long long)km_image_offset(b->img), km_image_epoch(b->img));
+        return;
+    }
+    start_full_sync(b);
+}
+
+/* The session expired: nothing can be submitted until the new session's claim, whose full re-sync
+ * writes the image as it is then (deltas meanwhile are folded into it, never refused). */
+static void session_lost(km_zkb *b)
+{
+    ev_timer_stop(b->loop, &b->retry);
+    abort_pass(b);
+    b->await_offset = -1;
+    b->dirty = true;
+    set_phase(b, KM_ZKB_WAITING);
+}
+
 static void on_writer_event(km_zkw *w, km_zkw_event ev, void *ctx)
 {
     km_zkb *b = ctx;
@@ -370,7 +411,10 @@ static void on_writer_event(km_zkw *w, km_zkw_event ev, void *ctx)
         break;
     case KM_ZKW_EV_CLAIMED:
         set_phase(b, KM_ZKB_WAITING);
-        start_full_sync(b);
+        sync_when_image_reaches_migration(b);
+        break;
+    case KM_ZKW_EV_SESSION_LOST:
+        session_lost(b);
         break;
     case KM_ZKW_EV_CONFIRMED:
         if (b->cfg.on_confirmed)
@@ -404,6 +448,9 @@ static int bridge_guard(km_zkw *w, const km_zk_found *f, char *why, size_t cap, 
     else if (why[0])
         zkw_log(w, KM_LOG_WARN, "zk claim: %s", why);
     const km_zk_guard *g = &b->cfg.guard;
+    /* the operator took over knowing the image is behind: the sync rolls ZooKeeper back, as asked */
+    b->rollback_forced = g->force && f->has_migration && f->migration_offset >= 0 &&
+                         image_behind(b, f->migration_offset, f->migration_epoch);
     b->delete_limit = g->max_deletes_set ? g->max_deletes : km_zk_first_sync(f) ? 0 : -1;
     return 0;
 }
@@ -425,6 +472,7 @@ km_zkb *km_zkb_new(struct ev_loop *loop, const km_image *img, const km_zkb_confi
     b->cfg.zk.on_event = on_writer_event;
     b->cfg.zk.guard = bridge_guard;
     b->delete_limit = cfg->guard.max_deletes_set ? cfg->guard.max_deletes : -1;
+    b->await_offset = -1;
     b->cfg.zk.read_only = cfg->diff_only;
     b->user_log = cfg->zk.log;
     b->user_ctx = cfg->zk.ctx;
@@ -473,8 +521,12 @@ const char *km_zkb_refused_deletes(const km_zkb *b) { return b->refused_deletes 
 
 bool km_zkb_can_accept(km_zkb *b)
 {
+    if (b->await_offset >= 0)
+        return true; /* the image must move for the sync to start */
     return b->phase == KM_ZKB_DUAL_WRITE && km_zkw_can_accept(b->w);
 }
+
+int64_t km_zkb_awaited_offset(const km_zkb *b) { return b->await_offset; }
 
 bool km_zkb_idle(const km_zkb *b)
 {
@@ -517,6 +569,12 @@ int km_zkb_delta(km_zkb *b, const km_delta *d, km_err *err)
     if (b->phase != KM_ZKB_DUAL_WRITE || b->cfg.diff_only) {
         b->dirty = true; /* the running (or next) full sync catches up with the newer image */
         b->plan.image_moved |= km_zkb_planning(b);
+        if (b->await_offset >= 0 && !image_behind(b, b->await_offset, b->await_epoch)) {
+            zkw_log(b->w, KM_LOG_INFO, "zk sync: the image reached offset %lld, which /migration records: "
+                    "starting the full sync", (long long)km_image_offset(b->img));
+            b->await_offset = -1;
+            start_full_sync(b);
+        }
         return 0;
     }
     if (km_delta_is_snapshot(d)) { /* a new snapshot replaced the image: reconcile all of it */

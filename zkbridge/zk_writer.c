@@ -101,18 +101,30 @@ void zkw_drop_pipeline(km_zkw *w)
 }
 
 /* The client reconnects on its own and says nothing: a lost connection is logged here, because
- * until it is back nothing reaches ZooKeeper and the session may expire at any moment. */
+ * until it is back nothing reaches ZooKeeper and the session may expire at any moment; and so is
+ * its return, at once, with how long it was gone (measured from the loss, not from a later check). */
 static void track_connection(km_zkw *w, int state)
 {
     bool up = state == ZOO_CONNECTED_STATE;
+    double gone = (double)(zk_now_ms() - w->down_since_ms) / 1000.0;
     if (w->connected && !up && state != ZOO_EXPIRED_SESSION_STATE) {
         w->m.disconnects++;
         zkw_log(w, KM_LOG_WARN, "lost the connection to ZooKeeper %s; the client reconnects, and the session "
                 "expires if none is back within %d ms", w->hosts, w->cfg.session_timeout_ms);
-    } else if (!w->connected && up && w->m.sessions > 0 && w->state != KM_ZKW_CONNECTING) {
-        zkw_log(w, KM_LOG_INFO, "connection to ZooKeeper %s back, same session", w->hosts);
+    } else if (!w->connected && up && w->state == KM_ZKW_CONNECTING && w->m.sessions > 0) {
+        zkw_log(w, KM_LOG_INFO, "new session with ZooKeeper %s established %.1f s after the connection was lost",
+                w->hosts, gone);
+    } else if (!w->connected && up && w->m.sessions > 0) {
+        zkw_log(w, KM_LOG_INFO, "connection to ZooKeeper %s back after %.1f s, same session", w->hosts, gone);
     }
+    if (w->connected && !up)
+        w->down_since_ms = zk_now_ms();
     w->connected = up;
+}
+
+double km_zkw_seconds_disconnected(const km_zkw *w)
+{
+    return w->connected ? 0 : (double)(zk_now_ms() - w->down_since_ms) / 1000.0;
 }
 
 static void on_session(zk_session *s, int state)
@@ -140,6 +152,7 @@ static void on_session(zk_session *s, int state)
         zkw_log(w, KM_LOG_WARN, "zk session expired: new session, re-claim, full re-sync");
         w->state = KM_ZKW_CONNECTING;
         zk_session_restart(&w->sess);
+        zkw_emit(w, KM_ZKW_EV_SESSION_LOST); /* the bridge stops submitting until the next CLAIMED */
         return;
     }
     if (state != ZOO_CONNECTED_STATE)
@@ -181,6 +194,7 @@ km_zkw *km_zkw_new(struct ev_loop *loop, const km_zkw_config *cfg, km_err *err)
     w->state = KM_ZKW_CONNECTING;
     w->log_offset = -1;
     w->confirmed_offset = -1;
+    w->down_since_ms = zk_now_ms(); /* no connection yet */
     w->sess.hosts = w->hosts;
     w->sess.timeout_ms = w->cfg.session_timeout_ms;
     w->sess.security = cfg->security;

@@ -124,6 +124,7 @@ struct km_zkw {
     size_t pending_ops;
     bool recover_wanted;                   /* stop sending; verify once everything is back */
     bool connected;                        /* the session's connection is up (not just the session alive) */
+    int64_t down_since_ms;                 /* zk_now_ms() when it went down (or the writer started) */
     bool verify_running;
     int probes_pending;                    /* recovery: existence checks outstanding */
     bool probe_failed;

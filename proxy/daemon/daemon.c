@@ -82,7 +82,8 @@ static void set_reading(km_daemon *d, bool on)
         km_daemon_log(d, KM_LOG_INFO, "log: reading resumed");
     } else {
         ev_timer_stop(d->loop, &d->follow_poll);
-        km_daemon_log(d, KM_LOG_INFO, "log: reading paused: the ZooKeeper write-behind bound is full");
+        km_daemon_log(d, KM_LOG_INFO, "log: reading paused until the ZooKeeper mirror takes more (a full sync or a "
+                      "re-claim runs, or the write-behind bound is full)");
     }
     if (d->follow_io.fd >= 0)
         (on ? ev_io_start : ev_io_stop)(d->loop, &d->follow_io);
@@ -424,6 +425,7 @@ void km_daemon_get_status(const km_daemon *d, km_daemon_status *st)
     st->batches_applied = d->batches_applied;
     st->reading_paused = d->reading_paused;
     st->fatal = d->fatal[0] ? d->fatal : NULL;
+    st->active = km_daemon_is_active(d);
     st->zk_confirmed_offset = -1;
     km_daemon_consumers_status(d, st);
 }

@@ -26,11 +26,12 @@ typedef struct km_daemon_consumers {
     int32_t controller_id, controller_epoch;  /* what the bridge claimed with */
     ev_timer resume;                          /* while reading is paused: is there room again? */
     ev_timer zk_watch;                        /* reports a missing ZooKeeper session, with backoff */
-    double zk_lost_since;                     /* ev_now when the session went missing; 0: have one */
     int zk_attempts;                          /* reports since then */
     double stale_logged_at;                   /* the last "rejects our epoch" error (one a minute) */
     int stale_unlogged;                       /* such rejections since, not logged */
     bool caught_up_once;                      /* the log was read to its end once: start-up is over */
+    int32_t brokers_zk_epoch;                 /* the controller epoch the brokers were last activated with */
+    bool full_update_pending;                 /* the last activation's full update is not answered by every broker */
     km_daemon_listener listener;              /* broker.listener against the image's registrations */
     char listener_logged[KM_DAEMON_LISTENER_TEXT]; /* what was last logged about it */
 } km_daemon_consumers;
@@ -66,17 +67,40 @@ static void log_refused_deletes(km_daemon *d, const char *lines)
 }
 
 /* Brokers only hear from us once ZooKeeper holds our claim and the full sync is done; while the
- * bridge re-syncs (after a session loss) they are held, then released up to what ZooKeeper holds. */
+ * bridge re-syncs (after a session loss) they are held, then released up to what ZooKeeper holds.
+ * A re-claim (a session expiry) bumped /controller_epoch: every broker then gets the full update a
+ * takeover sends (full UpdateMetadata and LeaderAndIsr at the new epoch), as Kafka's migration driver
+ * does after it claims again; whatever was queued for the old epoch is dropped for it. */
 static void release_brokers(km_daemon *d, km_daemon_consumers *c, km_zkb *b)
 {
     km_bprop_zk_holds(c->bprop, km_zkw_confirmed_offset(km_zkb_writer(b)));
-    if (km_bprop_active(c->bprop))
+    int32_t zk_epoch = km_zkw_zk_controller_epoch(km_zkb_writer(b));
+    bool again = km_bprop_active(c->bprop);
+    if (again && zk_epoch == c->brokers_zk_epoch)
         return;
     km_err err = {{0}};
-    int32_t zk_epoch = km_zkw_zk_controller_epoch(km_zkb_writer(b));
-    km_daemon_log(d, KM_LOG_INFO, "zk: in sync; sending to ZK-mode brokers with controller epoch %d", zk_epoch);
+    if (again)
+        km_daemon_log(d, KM_LOG_INFO, "zk: re-claimed (controller epoch %d, was %d) and re-synced; a full update "
+                      "(UpdateMetadata and LeaderAndIsr of every partition) goes to every ZK-mode broker", zk_epoch,
+                      c->brokers_zk_epoch);
+    else
+        km_daemon_log(d, KM_LOG_INFO, "zk: in sync; sending to ZK-mode brokers with controller epoch %d", zk_epoch);
+    c->brokers_zk_epoch = zk_epoch;
+    c->full_update_pending = true; /* ready once every broker answered it all (km_daemon_brokers_updating) */
     if (km_bprop_activate(c->bprop, d->img, zk_epoch, &err))
         km_daemon_fatal(d, "brokers: %s", err.msg);
+}
+
+bool km_daemon_brokers_updating(const km_daemon *d, int32_t *zk_epoch, size_t *pending)
+{
+    km_daemon_consumers *c = d->consumers;
+    if (!c || !c->bprop || !c->full_update_pending)
+        return false;
+    *zk_epoch = c->brokers_zk_epoch;
+    *pending = km_bprop_pending(c->bprop);
+    if (*pending == 0 && km_bprop_ready(c->bprop) == km_bprop_channel_count(c->bprop))
+        c->full_update_pending = false; /* every broker answered everything at the new epoch */
+    return c->full_update_pending;
 }
 
 static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
@@ -221,21 +245,15 @@ static void zk_watch_cb(struct ev_loop *loop, ev_timer *t, int revents)
     if (!b)
         return ev_timer_stop(loop, t); /* stepped down: nothing of ours is connecting */
     km_zkw *w = km_zkb_writer(b);
-    if (km_zkw_connected(w)) {
-        if (c->zk_attempts)
-            km_daemon_log(d, KM_LOG_INFO, "zk: session with %s established after %.0f s", d->cfg.zk_connect,
-                          ev_now(loop) - c->zk_lost_since);
-        c->zk_lost_since = 0;
+    if (km_zkw_connected(w)) { /* the writer logged its return at once, with how long it was gone */
         c->zk_attempts = 0;
         t->repeat = ZK_WATCH_FIRST_SECONDS;
     } else {
-        if (!c->zk_lost_since)
-            c->zk_lost_since = ev_now(loop) - t->repeat;
         c->zk_attempts++;
         double next = t->repeat * 2 < ZK_WATCH_MAX_SECONDS ? t->repeat * 2 : ZK_WATCH_MAX_SECONDS;
-        km_daemon_log(d, KM_LOG_WARN, "zk: no %s with %s for %.0f s (check %d); the client keeps retrying, "
+        km_daemon_log(d, KM_LOG_WARN, "zk: no %s with %s for %.1f s (check %d); the client keeps retrying, "
                       "next check in %.0f s", km_zkw_get_state(w) == KM_ZKW_CONNECTING ? "session" : "connection",
-                      d->cfg.zk_connect, ev_now(loop) - c->zk_lost_since, c->zk_attempts, next);
+                      d->cfg.zk_connect, km_zkw_seconds_disconnected(w), c->zk_attempts, next);
         t->repeat = next;
     }
     ev_timer_again(loop, t);
@@ -434,6 +452,8 @@ void km_daemon_publish_delta(km_daemon *d, const km_delta *delta)
     proxy_brokers(d, delta);
     km_daemon_consumers *c = d->consumers;
     km_err err = {{0}};
+    if (!km_daemon_is_active(d))
+        return; /* stepping down (HA): the bridge and channels are about to go; the next active one syncs */
     if (c->zkb && km_zkb_delta(c->zkb, delta, &err)) {
         km_daemon_fatal(d, "zk: %s", err.msg);
         return;
@@ -609,7 +629,6 @@ void km_daemon_stop_active(km_daemon *d)
     ev_timer_stop(d->loop, &c->zk_watch);
     ev_timer_stop(d->loop, &c->resume);
     stop_all(c);
-    c->zk_lost_since = 0;
     c->zk_attempts = 0;
     km_daemon_kick(d); /* reading may have been held back by the bridge we just dropped */
 }

@@ -42,14 +42,25 @@ static void zk_reasons(km_daemon *d, km_zkb *zkb, json_t *reasons, json_t *body)
         add_reason(reasons, "fenced: %s", km_zkw_fence_reason(w));
     else if (phase == KM_ZKB_STOPPED)
         add_reason(reasons, "zookeeper mirror stopped: %s", km_zkb_error(zkb));
+    else if (m.state == KM_ZKW_CONNECTING && m.sessions > 0) /* this writer had one: it expired */
+        add_reason(reasons, "zookeeper session expired: opening a new session with %s, then a new claim and a full "
+                   "re-sync (deltas wait in the log meanwhile)", d->cfg.zk_connect);
     else if (m.state == KM_ZKW_CONNECTING)
-        add_reason(reasons, "zookeeper disconnected: no session with %s", d->cfg.zk_connect);
+        add_reason(reasons, "zookeeper disconnected: no session with %s yet", d->cfg.zk_connect);
     else if (!km_zkw_connected(w)) /* nothing we write lands, and the session may expire any moment */
         add_reason(reasons, "zookeeper disconnected: lost the connection to %s; the client reconnects, the session "
                    "expires if none is back within %d ms", d->cfg.zk_connect, d->cfg.zk_session_timeout_ms);
+    else if (m.state == KM_ZKW_CLAIMING)
+        add_reason(reasons, "not caught up: claiming /controller and /controller_epoch in %s (the full sync follows)",
+                   d->cfg.zk_connect);
+    else if (km_zkb_awaited_offset(zkb) >= 0)
+        add_reason(reasons, "not caught up: /migration records offset %lld, ahead of the image at %lld: the full sync "
+                   "waits for the log to reach it", (long long)km_zkb_awaited_offset(zkb),
+                   (long long)km_image_offset(d->img));
     else if (phase != KM_ZKB_DUAL_WRITE)
         add_reason(reasons, "not caught up: the full sync into ZooKeeper is still running");
-    if (m.write_behind_lag > d->cfg.health_max_lag_records)
+    /* during a claim or a sync the lag is the sync's distance, not a write-behind: the reason above says it */
+    if (phase == KM_ZKB_DUAL_WRITE && m.write_behind_lag > d->cfg.health_max_lag_records)
         add_reason(reasons, "lag: %lld records behind the log, over health.max.lag.records=%d",
                    (long long)m.write_behind_lag, d->cfg.health_max_lag_records);
     json_object_set_new(body, "zookeeper", json_pack("{s:s,s:s,s:I,s:i}", "address", d->cfg.zk_connect,
@@ -113,9 +124,14 @@ static void broker_reasons(km_daemon *d, json_t *reasons, json_t *body)
                    "STALE_CONTROLLER_EPOCH to epoch %d: they have seen a newer one, from another ZooKeeper or chroot "
                    "than zookeeper.connect=%s", f.rejecting, st.brokers_total, f.rejecting_ids, f.rejected_epoch,
                    d->cfg.zk_connect);
+    int32_t new_epoch;
+    size_t pending;
     if (d->cfg.brokers_enabled && !f.down && !f.rejecting && st.brokers_in_sync < st.brokers_total)
         add_reason(reasons, "brokers not up to date: %d of %d ZK-mode brokers still getting their full sync",
                    st.brokers_total - st.brokers_in_sync, st.brokers_total);
+    else if (d->cfg.brokers_enabled && km_daemon_brokers_updating(d, &new_epoch, &pending))
+        add_reason(reasons, "brokers not up to date: the full update (UpdateMetadata and LeaderAndIsr) at controller "
+                   "epoch %d is not answered by every broker yet (%zu requests pending)", new_epoch, pending);
     json_object_set_new(body, "brokers", json_pack("{s:b,s:i,s:i,s:i}", "enabled", d->cfg.brokers_enabled, "total",
                                                    st.brokers_total, "in_sync", st.brokers_in_sync, "rejecting",
                                                    f.rejecting));

@@ -101,6 +101,9 @@ void km_daemon_consumers_status(const km_daemon *d, km_daemon_status *st);
 /* The ZooKeeper bridge has a session (false before it starts). */
 bool km_daemon_zk_connected(const km_daemon *d);
 void km_daemon_consumers_metrics(const km_daemon *d, km_buf *out);
+/* The full update of the last activation (a claim, a re-claim, a takeover; at *zk_epoch) is not yet answered by
+ * every broker: *pending requests left. */
+bool km_daemon_brokers_updating(const km_daemon *d, int32_t *zk_epoch, size_t *pending);
 /* NULL before the log was read to its end or with brokers.enabled=false. */
 const km_daemon_listener *km_daemon_listener_status(const km_daemon *d);
 

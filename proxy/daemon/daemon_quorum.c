@@ -96,6 +96,9 @@ bool km_daemon_quorum_unready(const km_daemon *d, char *why, size_t cap)
         return false; /* on_fatal: the daemon's own "stopping" reason says why */
     if (st.unauthorized)
         snprintf(why, cap, "quorum: not authorized: %s", last);
+    else if (d->reading_paused) /* our own pause: no Fetch is in flight, so no answer is missing */
+        snprintf(why, cap, "quorum: fetching paused by kmproxy at offset %lld until the ZooKeeper mirror takes more "
+                 "(a full sync or a re-claim runs, or the write-behind bound is full)", (long long)st.applied_offset);
     else if (st.since_answer > st.answer_bound || (st.since_answer < 0 && since_start > st.answer_bound))
         snprintf(why, cap, "quorum unreachable: no usable answer from the quorum leader for %.1f s (bound %.1f s: "
                  "MaxWaitMs + controller.quorum.request.timeout.ms); last: %s",
@@ -115,7 +118,8 @@ bool km_daemon_quorum_unready(const km_daemon *d, char *why, size_t cap)
 static void log_usability(km_daemon *d)
 {
     char why[700];
-    bool unusable = km_daemon_quorum_unready(d, why, sizeof why) && strncmp(why, "quorum: not caught up", 21);
+    bool unusable = km_daemon_quorum_unready(d, why, sizeof why) && strncmp(why, "quorum: not caught up", 21) &&
+                    strncmp(why, "quorum: fetching paused", 23);
     if (unusable == d->quorum_unusable)
         return;
     d->quorum_unusable = unusable;
@@ -134,7 +138,8 @@ void km_daemon_quorum_step(km_daemon *d)
     if (ready == d->reading_paused) {
         d->reading_paused = !ready;
         km_quorum_set_paused(d->quorum, !ready);
-        km_daemon_log(d, KM_LOG_INFO, "quorum: fetching %s", ready ? "resumed" : "paused: the ZooKeeper write-behind bound is full");
+        km_daemon_log(d, KM_LOG_INFO, "quorum: fetching %s", ready ? "resumed" : "paused until the ZooKeeper mirror "
+                      "takes more (a full sync or a re-claim runs, or the write-behind bound is full)");
     }
     km_quorum_stats st;
     km_quorum_get_stats(d->quorum, &st);

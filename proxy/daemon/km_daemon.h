@@ -41,8 +41,11 @@ typedef struct km_daemon_status {
     size_t broker_requests_pending;  /* queued or in flight over all brokers */
     bool reading_paused;           /* held back by the write-behind bound */
     const char *fatal;             /* NULL while healthy */
+    bool active;                   /* writes ZooKeeper and talks to brokers (always without ha.enabled) */
 } km_daemon_status;
 void km_daemon_get_status(const km_daemon *d, km_daemon_status *st);
 uint16_t km_daemon_metrics_port(const km_daemon *d);
+/* What /readyz answers now: true for 200 (the instance does its job), false for 503. */
+bool km_daemon_ready(const km_daemon *d);
 
 #endif

@@ -147,17 +147,25 @@ Test(faults, zookeeper_stopped_makes_the_instance_unready_until_it_is_back)
 
 /* The network to ZooKeeper silently drops everything (no reset): the client notices after two thirds
  * of the session timeout; /readyz must say so before the session could expire. */
+/* One instance (no brokers) on a fresh env, reaching ZooKeeper (chroot /tag) through a fault proxy,
+ * ready: the proxy is returned. */
+static km_fp *ready_behind_a_proxy(env *e, inst *a, const char *tag)
+{
+    char perr[256] = "", zk[128];
+    env_init(e);
+    km_fp *fp = km_fp_start(km_zks_port(zs, 0), perr, sizeof perr);
+    cr_assert(fp, "%s", perr);
+    snprintf(zk, sizeof zk, "%s/%s", km_fp_hosts(fp), tag);
+    start(a, e, tag, zk, (const char *const[]){"brokers.enabled=false", session_setting(), NULL});
+    readyz_until(a, 200, "\"ready\":true", 60);
+    return fp;
+}
+
 Test(faults, a_silent_network_to_zookeeper_is_unready_within_the_session_timeout)
 {
     env e;
-    env_init(&e);
-    char perr[256] = "", zk[128];
-    km_fp *fp = km_fp_start(km_zks_port(zs, 0), perr, sizeof perr);
-    cr_assert(fp, "%s", perr);
-    snprintf(zk, sizeof zk, "%s/silent", km_fp_hosts(fp));
     inst a;
-    start(&a, &e, "zk-silent", zk, (const char *const[]){"brokers.enabled=false", session_setting(), NULL});
-    readyz_until(&a, 200, "\"ready\":true", 60);
+    km_fp *fp = ready_behind_a_proxy(&e, &a, "zk-silent");
     km_fp_pause(fp, true);
     double down = readyz_until(&a, 503, "zookeeper disconnected: ", SESSION_MS / 1000.0 + SLACK_S);
     cr_expect_eq(metric_of(&a, "kmproxy_zk_connected"), 0);
@@ -165,6 +173,86 @@ Test(faults, a_silent_network_to_zookeeper_is_unready_within_the_session_timeout
     km_fp_pause(fp, false);
     double back = readyz_until(&a, 200, "\"ready\":true", RECOVER_S);
     figures("network to ZooKeeper silent (one instance)", down, back);
+    stop_cleanly(&a);
+    km_fp_stop(fp);
+    env_free(&e);
+}
+
+/* The last occurrence of needle in hay, or NULL. */
+static const char *last_of(const char *hay, const char *needle)
+{
+    const char *last = NULL;
+    for (const char *at = strstr(hay, needle); at; at = strstr(at + 1, needle))
+        last = at;
+    return last;
+}
+
+/* A 200 after the expiry is right only once the log says the re-claim and its full re-sync are done. */
+static void check_ready_after_resync(inst *in)
+{
+    char *log = ops_slurp(in->log_file);
+    const char *claim = last_of(log, "zk claim: /controller_epoch is now 2 ");
+    cr_assert(claim, "/readyz said 200 after the expiry before the re-claim; log: %s", log);
+    cr_assert(strstr(claim, "zk sync: done"), "/readyz said 200 after the re-claim, before its full re-sync; log: %s",
+              log);
+    free(log);
+}
+
+/* Issue 27 items 1, 3 and 9 as an operator sees them: the network to ZooKeeper goes silent past the
+ * session timeout while the log keeps growing. The process never exits; /readyz, polled without a
+ * break from the moment the link is back, never says 200 before the new claim's full re-sync and
+ * never gives a false reason (no "no session" while it has one, no write-behind "lag" that is the
+ * sync's distance); the log says when the new session came, measured from the loss. */
+Test(faults, a_session_expiry_while_the_log_grows_is_survived_with_true_reasons)
+{
+    env e;
+    inst a;
+    char value[32];
+    km_fp *fp = ready_behind_a_proxy(&e, &a, "zk-expiry");
+    km_fp_pause(fp, true);
+    double t0 = now_s();
+    int appended = 0;
+    while (now_s() - t0 < SESSION_MS / 1000.0 + 2.0) { /* past the timeout: ZooKeeper expires the session */
+        snprintf(value, sizeof value, "%d", 5000 + appended++);
+        append_record(e.metadata, value);
+        pause_for(0.1);
+    }
+    km_fp_pause(fp, false);
+    int polls = 0, unready = 0;
+    for (double t1 = now_s(); now_s() - t1 < RECOVER_S; polls++) {
+        char *body = NULL;
+        int st = ops_curl(a.port, "/readyz", &body);
+        cr_assert(st == 200 || st == 503, "/readyz answered %d (the process exited?); log: %s", st,
+                  ops_slurp(a.log_file));
+        if (st == 200 && strstr(body, "\"ready\":true")) {
+            free(body);
+            check_ready_after_resync(&a);
+            break;
+        }
+        unready++;
+        cr_assert(!strstr(body, "lag: ") && !strstr(body, "no session with") && !strstr(body, "quorum unreachable"),
+                  "a false reason after the expiry: %s", body);
+        free(body);
+        if (polls % 5 == 0) { /* the log keeps growing */
+            snprintf(value, sizeof value, "%d", 5000 + appended++);
+            append_record(e.metadata, value);
+        }
+    }
+    char *log = ops_slurp(a.log_file);
+    cr_assert(!strstr(log, "stopping:"), "the daemon stopped: %s", log);
+    const char *lost = strstr(log, "zk session expired: new session, re-claim, full re-sync");
+    const char *back = lost ? strstr(lost, "new session with ZooKeeper ") : NULL;
+    const char *claim = strstr(log, "zk claim: /controller_epoch is now 2 ");
+    cr_assert(lost && back && claim && back < claim, "the expiry, the new session and the re-claim, in that order: %s",
+              log);
+    const char *figure = strstr(back, " established ");
+    double gone = figure ? strtod(figure + strlen(" established "), NULL) : -1;
+    /* the client notices the silence after two thirds of the timeout: at least 2 s of it followed */
+    cr_assert_geq(gone, 2.0, "the new session's line gives %.1f s without a connection: %.200s", gone, back);
+    free(log);
+    printf("fault figures: session expiry: %d polls of /readyz, %d of them 503, %d records appended\n", polls,
+           unready, appended);
+    readyz_until(&a, 200, "\"ready\":true", RECOVER_S);
     stop_cleanly(&a);
     km_fp_stop(fp);
     env_free(&e);
