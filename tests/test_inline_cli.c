@@ -80,8 +80,8 @@ Test(inline_cli, the_daemon_config_delegates_proxy_keys)
     km_config_free(&c);
 }
 
-/* An HTTP/1.0 request to 127.0.0.1:port; the answer, malloc'd. */
-static char *http(unsigned port, const char *req)
+/* An HTTP/1.0 request to 127.0.0.1:port; the answer (any status), malloc'd. */
+static char *http_any(unsigned port, const char *req)
 {
     int fd = irig_connect((uint16_t)port);
     cr_assert(irig_send_all(fd, req, strlen(req)));
@@ -92,6 +92,13 @@ static char *http(unsigned port, const char *req)
         len += (size_t)k;
     buf[len] = '\0';
     close(fd);
+    return buf;
+}
+
+/* The same, answered 200. */
+static char *http(unsigned port, const char *req)
+{
+    char *buf = http_any(port, req);
     cr_assert(strstr(buf, "200"), "%s: %.200s", req, buf);
     return buf;
 }
@@ -101,19 +108,24 @@ static char *scrape(unsigned port)
     return http(port, "GET /metrics HTTP/1.0\r\n\r\n");
 }
 
-/* Runs `kmproxy proxy`, reads its "listening" line, serves a metadata request, stops on SIGTERM. */
-Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
+/* A `kmproxy proxy` child over the mock's broker 1 with metrics and a JSON-lines capture in dir
+ * (off until switched on); extra: one more --set (NULL: none). */
+typedef struct cli_proxy {
+    pid_t pid;
+    FILE *out;
+    unsigned metrics;
+    int base;
+    char bootstrap[64];
+} cli_proxy;
+
+static void cli_proxy_start(cli_proxy *cp, irig *r, const char *dir, const char *extra)
 {
-    irig r;
-    irig_init(&r);
-    irig_mock(&r, 3, "cli", 1);
     char up[64], set_up[96], set_base[64], set_jsonl[600];
-    char *dir = km_test_tmpdir("inline-cli");
     snprintf(set_jsonl, sizeof set_jsonl, "proxy.capture.jsonl=%s/c.jsonl", dir);
-    irig_mock_broker_address(&r, 1, up, sizeof up);
+    irig_mock_broker_address(r, 1, up, sizeof up);
     snprintf(set_up, sizeof set_up, "proxy.bootstrap.upstream=%s", up);
-    int base = irig_free_port_base(3);
-    snprintf(set_base, sizeof set_base, "proxy.port.base=%d", base);
+    cp->base = irig_free_port_base(3);
+    snprintf(set_base, sizeof set_base, "proxy.port.base=%d", cp->base);
     char threads_buf[32];
     const char *threads = km_test_proxy_threads(threads_buf, sizeof threads_buf);
     int out[2];
@@ -126,30 +138,69 @@ Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
         execl(km_test_binary(), "kmproxy", "proxy", "--set", "proxy.bootstrap.listen=127.0.0.1:0", "--set", set_up,
               "--set", set_base, "--set", "proxy.advertised.host=127.0.0.1", "--set", "proxy.listen.host=127.0.0.1",
               "--set", "log.level=warn", "--set", "metrics.listen=127.0.0.1:0", "--set", set_jsonl, "--set",
-              threads ? threads : "log.level=warn", (char *)NULL);
+              threads ? threads : "log.level=warn", "--set", extra ? extra : "log.level=warn", (char *)NULL);
         _exit(127);
     }
     close(out[1]);
-    FILE *f = fdopen(out[0], "r");
+    cp->pid = pid;
+    cp->out = fdopen(out[0], "r");
     char line[256];
-    unsigned port = 0, metrics = 0;
-    cr_assert(fgets(line, sizeof line, f), "kmproxy proxy printed nothing");
-    cr_assert_eq(sscanf(line, "metrics port=%u", &metrics), 1, "line: %s", line);
-    cr_assert(fgets(line, sizeof line, f), "kmproxy proxy printed no listener");
+    unsigned port = 0;
+    cr_assert(fgets(line, sizeof line, cp->out), "kmproxy proxy printed nothing");
+    cr_assert_eq(sscanf(line, "metrics port=%u", &cp->metrics), 1, "line: %s", line);
+    cr_assert(fgets(line, sizeof line, cp->out), "kmproxy proxy printed no listener");
     cr_assert_eq(sscanf(line, "listening broker=-1 port=%u", &port), 1, "line: %s", line);
-    char bootstrap[64];
-    snprintf(bootstrap, sizeof bootstrap, "127.0.0.1:%u", port);
-    char *answer = http(metrics, "POST /capture/on HTTP/1.0\r\n\r\n"); /* off until now */
-    cr_expect(strstr(answer, "capture on"), "%s", answer);
-    free(answer);
-    rd_kafka_t *rk = irig_producer(bootstrap, NULL);
+    snprintf(cp->bootstrap, sizeof cp->bootstrap, "127.0.0.1:%u", port);
+}
+
+/* SIGTERM: exit 0. */
+static void cli_proxy_stop(cli_proxy *cp)
+{
+    kill(cp->pid, SIGTERM);
+    int status = 0;
+    waitpid(cp->pid, &status, 0);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+    fclose(cp->out);
+}
+
+/* What `kmproxy capture read` lists of the METADATA frames in dir's c.jsonl. */
+static char *captured_metadata(const char *dir)
+{
+    char path[600], *listing = NULL, *errs = NULL;
+    snprintf(path, sizeof path, "%s/c.jsonl", dir);
+    char *argv[] = {(char *)km_test_binary(), "capture", "read", path, "--api", "METADATA", NULL};
+    km_test_run(argv, NULL, 0, &listing, NULL, &errs);
+    free(errs);
+    return listing ? listing : strdup("");
+}
+
+/* One metadata request through the proxy: 3 brokers at the proxy's ports. */
+static void metadata_through(const cli_proxy *cp)
+{
+    rd_kafka_t *rk = irig_producer(cp->bootstrap, NULL);
     const struct rd_kafka_metadata *md = NULL;
     cr_assert_eq(rd_kafka_metadata(rk, 1, NULL, &md, 10000), 0);
     cr_assert_eq(md->broker_cnt, 3, "%d brokers", md->broker_cnt);
     for (int i = 0; i < 3; i++)
-        cr_expect_eq(md->brokers[i].port, base + md->brokers[i].id);
+        cr_expect_eq(md->brokers[i].port, cp->base + md->brokers[i].id);
     rd_kafka_metadata_destroy(md);
     rd_kafka_destroy(rk);
+}
+
+/* Runs `kmproxy proxy`, reads its "listening" line, serves a metadata request, stops on SIGTERM. */
+Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
+{
+    irig r;
+    irig_init(&r);
+    irig_mock(&r, 3, "cli", 1);
+    char *dir = km_test_tmpdir("inline-cli");
+    cli_proxy cp;
+    cli_proxy_start(&cp, &r, dir, "metrics.post.enabled=true");
+    unsigned metrics = cp.metrics;
+    char *answer = http(metrics, "POST /capture/on HTTP/1.0\r\n\r\n"); /* off until now */
+    cr_expect(strstr(answer, "capture on"), "%s", answer);
+    free(answer);
+    metadata_through(&cp);
     char *text = scrape(metrics);
     static const char *const EXPECT[] = {
         "kmproxy_inline_requests_total{broker=\"-1\",api=\"METADATA\"}",
@@ -162,18 +213,76 @@ Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
     for (size_t i = 0; i < sizeof EXPECT / sizeof EXPECT[0]; i++)
         cr_expect(strstr(text, EXPECT[i]), "/metrics lacks %s", EXPECT[i]);
     free(text);
-    kill(pid, SIGTERM);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
-    fclose(f);
-    char path[600], *listing = NULL, *errs = NULL;
-    snprintf(path, sizeof path, "%s/c.jsonl", dir);
-    char *argv[] = {(char *)km_test_binary(), "capture", "read", path, "--api", "METADATA", NULL};
-    cr_assert_eq(km_test_run(argv, NULL, 0, &listing, NULL, &errs), 0, "%s", errs);
+    cli_proxy_stop(&cp);
+    char *listing = captured_metadata(dir);
     cr_expect(strstr(listing, "<- METADATA"), "nothing captured after POST /capture/on: %s", listing);
     free(listing);
-    free(errs);
+    km_test_rmtree(dir);
+    free(dir);
+    irig_free(&r);
+}
+
+/* The metrics port may be reachable by anyone: POST /capture/on without metrics.post.enabled is
+ * 403 and the capture stays off (nothing of the client's metadata request is written). */
+Test(inline_cli, post_is_refused_unless_enabled)
+{
+    irig r;
+    irig_init(&r);
+    irig_mock(&r, 3, "cli-guard", 1);
+    char *dir = km_test_tmpdir("inline-cli-guard");
+    cli_proxy cp;
+    cli_proxy_start(&cp, &r, dir, NULL);
+    char *answer = http_any(cp.metrics, "POST /capture/on HTTP/1.0\r\n\r\n");
+    cr_expect(!strncmp(answer, "HTTP/1.0 403 ", 13), "%s", answer);
+    free(answer);
+    answer = http(cp.metrics, "GET /metrics HTTP/1.0\r\n\r\n"); /* GETs stay open */
+    free(answer);
+    metadata_through(&cp);
+    cli_proxy_stop(&cp);
+    char *listing = captured_metadata(dir);
+    cr_expect(!strstr(listing, "METADATA"), "a refused POST switched the capture on: %s", listing);
+    free(listing);
+    km_test_rmtree(dir);
+    free(dir);
+    irig_free(&r);
+}
+
+/* metrics.post.token.file: a POST without the bearer token, or with another, is 401 and switches
+ * nothing; with it, the capture goes on. */
+Test(inline_cli, post_needs_the_configured_bearer_token)
+{
+    irig r;
+    irig_init(&r);
+    irig_mock(&r, 3, "cli-token", 1);
+    char *dir = km_test_tmpdir("inline-cli-token");
+    char token_file[600], set_token[700];
+    snprintf(token_file, sizeof token_file, "%s/token", dir);
+    FILE *f = fopen(token_file, "w");
+    cr_assert(f);
+    fputs("s3cret-t0ken\n", f);
+    fclose(f);
+    snprintf(set_token, sizeof set_token, "metrics.post.token.file=%s", token_file);
+    cli_proxy cp;
+    cli_proxy_start(&cp, &r, dir, set_token);
+    static const char *const WRONG[] = {
+        "POST /capture/on HTTP/1.0\r\n\r\n",
+        "POST /capture/on HTTP/1.0\r\nAuthorization: Bearer s3cret-t0ke\r\n\r\n",
+        "POST /capture/on HTTP/1.0\r\nAuthorization: Bearer s3cret-t0ken2\r\n\r\n",
+        "POST /capture/on HTTP/1.0\r\nAuthorization: Basic s3cret-t0ken\r\n\r\n"};
+    for (size_t i = 0; i < sizeof WRONG / sizeof WRONG[0]; i++) {
+        char *answer = http_any(cp.metrics, WRONG[i]);
+        cr_expect(!strncmp(answer, "HTTP/1.0 401 ", 13) && !strstr(answer, "capture on"), "%s -> %s", WRONG[i],
+                  answer);
+        free(answer);
+    }
+    char *answer = http(cp.metrics, "POST /capture/on HTTP/1.0\r\nauthorization: bearer s3cret-t0ken\r\n\r\n");
+    cr_expect(strstr(answer, "capture on"), "%s", answer);
+    free(answer);
+    metadata_through(&cp);
+    cli_proxy_stop(&cp);
+    char *listing = captured_metadata(dir);
+    cr_expect(strstr(listing, "<- METADATA"), "nothing captured after the authorized POST: %s", listing);
+    free(listing);
     km_test_rmtree(dir);
     free(dir);
     irig_free(&r);

@@ -167,3 +167,28 @@ int km_cli_config(int argc, char **argv)
     }
     return 0;
 }
+
+int km_cli_reread_config(int argc, char **argv, km_config *cfg, km_err *err)
+{
+    static const struct option longopts[] = {
+        {"config", required_argument, 0, 'c'}, {"set", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    km_config_defaults(cfg);
+    const char *file = NULL;
+    char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    if (!sets)
+        return km_fail(err, "out of memory");
+    int n_sets = 0, saved_opterr = opterr;
+    opterr = 0; /* the line was checked at start: nothing to say about it now */
+    optind = 0; /* glibc: start afresh */
+    for (int c; (c = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
+        if (c == 'c')
+            file = optarg;
+        else if (c == 's')
+            sets[n_sets++] = optarg;
+    }
+    opterr = saved_opterr;
+    int rc = apply(cfg, file, sets, n_sets, err);
+    free(sets);
+    return rc;
+}

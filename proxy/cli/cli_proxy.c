@@ -81,7 +81,10 @@ static int serve(km_config *cfg)
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
     km_inline *p = km_inline_new(loop, &cfg->proxy, log_line, cfg, &err);
     km_metrics_server *metrics = NULL;
-    if (p && cfg->metrics_listen && !(metrics = km_metrics_listen(loop, cfg->metrics_listen, render, p, &err))) {
+    if (p && cfg->metrics_listen && (!(metrics = km_metrics_listen(loop, cfg->metrics_listen, render, p, &err)) ||
+        km_metrics_guard_post(metrics, cfg->metrics_post_enabled, cfg->metrics_post_token_file, &err))) {
+        km_metrics_free(metrics);
+        metrics = NULL;
         km_inline_free(p);
         p = NULL;
     }
