@@ -187,13 +187,26 @@ static void metadata_through(const cli_proxy *cp)
     rd_kafka_destroy(rk);
 }
 
+/* A mock cluster of 3 brokers and a fresh directory (returned) for one `kmproxy proxy` test. */
+static char *cli_setup(irig *r, const char *tag)
+{
+    irig_init(r);
+    irig_mock(r, 3, tag, 1);
+    return km_test_tmpdir(tag);
+}
+
+static void cli_teardown(irig *r, char *dir)
+{
+    km_test_rmtree(dir);
+    free(dir);
+    irig_free(r);
+}
+
 /* Runs `kmproxy proxy`, reads its "listening" line, serves a metadata request, stops on SIGTERM. */
 Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
 {
     irig r;
-    irig_init(&r);
-    irig_mock(&r, 3, "cli", 1);
-    char *dir = km_test_tmpdir("inline-cli");
+    char *dir = cli_setup(&r, "inline-cli");
     cli_proxy cp;
     cli_proxy_start(&cp, &r, dir, "metrics.post.enabled=true");
     unsigned metrics = cp.metrics;
@@ -217,9 +230,7 @@ Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
     char *listing = captured_metadata(dir);
     cr_expect(strstr(listing, "<- METADATA"), "nothing captured after POST /capture/on: %s", listing);
     free(listing);
-    km_test_rmtree(dir);
-    free(dir);
-    irig_free(&r);
+    cli_teardown(&r, dir);
 }
 
 /* The metrics port may be reachable by anyone: POST /capture/on without metrics.post.enabled is
@@ -227,9 +238,7 @@ Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
 Test(inline_cli, post_is_refused_unless_enabled)
 {
     irig r;
-    irig_init(&r);
-    irig_mock(&r, 3, "cli-guard", 1);
-    char *dir = km_test_tmpdir("inline-cli-guard");
+    char *dir = cli_setup(&r, "inline-cli-guard");
     cli_proxy cp;
     cli_proxy_start(&cp, &r, dir, NULL);
     char *answer = http_any(cp.metrics, "POST /capture/on HTTP/1.0\r\n\r\n");
@@ -242,9 +251,7 @@ Test(inline_cli, post_is_refused_unless_enabled)
     char *listing = captured_metadata(dir);
     cr_expect(!strstr(listing, "METADATA"), "a refused POST switched the capture on: %s", listing);
     free(listing);
-    km_test_rmtree(dir);
-    free(dir);
-    irig_free(&r);
+    cli_teardown(&r, dir);
 }
 
 /* metrics.post.token.file: a POST without the bearer token, or with another, is 401 and switches
@@ -252,9 +259,7 @@ Test(inline_cli, post_is_refused_unless_enabled)
 Test(inline_cli, post_needs_the_configured_bearer_token)
 {
     irig r;
-    irig_init(&r);
-    irig_mock(&r, 3, "cli-token", 1);
-    char *dir = km_test_tmpdir("inline-cli-token");
+    char *dir = cli_setup(&r, "inline-cli-token");
     char token_file[600], set_token[700];
     snprintf(token_file, sizeof token_file, "%s/token", dir);
     FILE *f = fopen(token_file, "w");
@@ -283,7 +288,5 @@ Test(inline_cli, post_needs_the_configured_bearer_token)
     char *listing = captured_metadata(dir);
     cr_expect(strstr(listing, "<- METADATA"), "nothing captured after the authorized POST: %s", listing);
     free(listing);
-    km_test_rmtree(dir);
-    free(dir);
-    irig_free(&r);
+    cli_teardown(&r, dir);
 }
