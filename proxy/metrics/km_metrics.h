@@ -3,7 +3,8 @@
  * The daemon renders its modules' metrics (zkbridge, broker channels, image) on each scrape;
  * this module only serves the bytes.  Connections are bounded in number, size and time (a short
  * deadline for the request), and a new connection when all slots are taken evicts the oldest one
- * still sending its request, so idle or slow clients can neither hold the loop nor starve probes. */
+ * still sending its request (else the oldest one), so idle or slow clients can neither hold the
+ * loop nor starve probes. */
 #ifndef KM_METRICS_H
 #define KM_METRICS_H
 

@@ -223,24 +223,28 @@ static void client_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
 }
 
 /* Room for one more: when every slot is taken, the oldest connection still sending its request
- * goes (an idle or slow one holds a slot the least useful way); false when all are answering. */
+ * goes (an idle or slow one holds a slot the least useful way), else the oldest one not taking
+ * its answer: a new probe is always served. */
 static bool make_room(km_metrics_server *s)
 {
     if (s->n_clients < MAX_CLIENTS)
         return true;
+    metrics_client *victim = s->clients;
     for (metrics_client *c = s->clients; c; c = c->next)
         if (!c->resp.len) {
-            client_free(c);
-            return true;
+            victim = c;
+            break;
         }
-    return false;
+    if (victim)
+        client_free(victim);
+    return victim != NULL;
 }
 
 static void add_client(km_metrics_server *s, int fd)
 {
     metrics_client *c = make_room(s) ? calloc(1, sizeof *c) : NULL;
     if (!c) {
-        close(fd);  /* every slot is sending an answer (or no memory): the prober retries */
+        close(fd);  /* no memory: the prober retries */
         return;
     }
     c->srv = s;
