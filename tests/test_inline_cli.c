@@ -46,6 +46,9 @@ Test(inline_cli, bad_keys_and_values_are_refused)
     refused((const char *[]){"proxy.bootstrap.listen=0.0.0.0:0", "proxy.bootstrap.upstream=127.0.0.1:1", NULL},
             "set proxy.advertised.host");
     refused((const char *[]){NULL}, "the proxy has no listener");
+    refused((const char *[]){"proxy.bootstrap.listen=127.0.0.1:0", "proxy.bootstrap.upstream=127.0.0.1:1",
+                             "metrics.listen=127.0.0.1:0", "metrics.post.token.file=/nonexistent/token", NULL},
+            "metrics.post.token.file");
     refused((const char *[]){"proxy.client.ssl.client.auth=maybe", NULL}, "must be required, requested or none");
     refused((const char *[]){"proxy.upstream.security.protocol=sasl_ssl", NULL}, "must be plaintext or ssl");
     refused((const char *[]){"proxy.upstream.ssl.endpoint.identification.algorithm=x", NULL}, "must be https");
