@@ -112,8 +112,9 @@ static char *scrape(unsigned port)
 }
 
 /* A `kmproxy proxy` child over the mock's broker 1 with metrics and a JSON-lines capture in dir
- * (off until switched on); extra: one more --set (NULL: none). */
+ * (off until switched on), its stderr in dir/err.log; extra: one more --set (NULL: none). */
 typedef struct cli_proxy {
+    const char *config;      /* --config FILE too, when set before cli_proxy_start */
     pid_t pid;
     FILE *out;
     unsigned metrics;
@@ -138,10 +139,17 @@ static void cli_proxy_start(cli_proxy *cp, irig *r, const char *dir, const char 
         km_test_die_with_parent(parent);
         dup2(out[1], 1);
         close(out[0]);
-        execl(km_test_binary(), "kmproxy", "proxy", "--set", "proxy.bootstrap.listen=127.0.0.1:0", "--set", set_up,
+        char err_log[600];
+        snprintf(err_log, sizeof err_log, "%s/err.log", dir);
+        FILE *errs = fopen(err_log, "w");
+        if (errs)
+            dup2(fileno(errs), 2);
+        const char *argv[] = {"kmproxy", "proxy", "--set", "proxy.bootstrap.listen=127.0.0.1:0", "--set", set_up,
               "--set", set_base, "--set", "proxy.advertised.host=127.0.0.1", "--set", "proxy.listen.host=127.0.0.1",
               "--set", "log.level=warn", "--set", "metrics.listen=127.0.0.1:0", "--set", set_jsonl, "--set",
-              threads ? threads : "log.level=warn", "--set", extra ? extra : "log.level=warn", (char *)NULL);
+              threads ? threads : "log.level=warn", "--set", extra ? extra : "log.level=warn",
+              cp->config ? "--config" : NULL, cp->config, NULL};
+        execv(km_test_binary(), (char *const *)argv);
         _exit(127);
     }
     close(out[1]);
@@ -210,7 +218,7 @@ Test(inline_cli, kmproxy_proxy_serves_until_sigterm)
 {
     irig r;
     char *dir = cli_setup(&r, "inline-cli");
-    cli_proxy cp;
+    cli_proxy cp = {0};
     cli_proxy_start(&cp, &r, dir, "metrics.post.enabled=true");
     unsigned metrics = cp.metrics;
     char *answer = http(metrics, "POST /capture/on HTTP/1.0\r\n\r\n"); /* off until now */
@@ -242,7 +250,7 @@ Test(inline_cli, post_is_refused_unless_enabled)
 {
     irig r;
     char *dir = cli_setup(&r, "inline-cli-guard");
-    cli_proxy cp;
+    cli_proxy cp = {0};
     cli_proxy_start(&cp, &r, dir, NULL);
     char *answer = http_any(cp.metrics, "POST /capture/on HTTP/1.0\r\n\r\n");
     cr_expect(!strncmp(answer, "HTTP/1.0 403 ", 13), "%s", answer);
@@ -270,7 +278,7 @@ Test(inline_cli, post_needs_the_configured_bearer_token)
     fputs("s3cret-t0ken\n", f);
     fclose(f);
     snprintf(set_token, sizeof set_token, "metrics.post.token.file=%s", token_file);
-    cli_proxy cp;
+    cli_proxy cp = {0};
     cli_proxy_start(&cp, &r, dir, set_token);
     static const char *const WRONG[] = {
         "POST /capture/on HTTP/1.0\r\n\r\n",
@@ -291,5 +299,58 @@ Test(inline_cli, post_needs_the_configured_bearer_token)
     char *listing = captured_metadata(dir);
     cr_expect(strstr(listing, "<- METADATA"), "nothing captured after the authorized POST: %s", listing);
     free(listing);
+    cli_teardown(&r, dir);
+}
+
+/* The whole file (malloc'd; NULL when it cannot be read). */
+static char *file_text(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 16;
+    char *buf = malloc(cap);
+    size_t len = buf ? fread(buf, 1, cap - 1, f) : 0;
+    if (!buf) {
+        fclose(f);
+        return NULL;
+    }
+    buf[len] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* SIGHUP: the TLS material is read again, and the keys changed in the --config file since start
+ * are named as needing a restart (the proxy's listeners and limits are built at start). */
+Test(inline_cli, sighup_names_the_changed_keys)
+{
+    irig r;
+    char *dir = cli_setup(&r, "inline-cli-hup");
+    char conf[600], err_log[600];
+    snprintf(conf, sizeof conf, "%s/proxy.properties", dir);
+    snprintf(err_log, sizeof err_log, "%s/err.log", dir);
+    FILE *f = fopen(conf, "w");
+    cr_assert(f);
+    fputs("proxy.max.connections=500\n", f);
+    fclose(f);
+    cli_proxy cp = {.config = conf};
+    cli_proxy_start(&cp, &r, dir, NULL);
+    f = fopen(conf, "w");
+    cr_assert(f);
+    fputs("proxy.max.connections=600\nproxy.idle.timeout.ms=1000\n", f);
+    fclose(f);
+    kill(cp.pid, SIGHUP);
+    char *text = NULL;
+    for (int i = 0; i < 600 && !(text && strstr(text, "need a restart")); i++) {
+        free(text);
+        usleep(50 * 1000);
+        text = file_text(err_log);
+    }
+    const char *line = text ? strstr(text, "need a restart") : NULL;
+    cr_expect(line && strstr(line, "proxy.max.connections") && strstr(line, "proxy.idle.timeout.ms") &&
+              !strstr(line, "metrics.listen"), "stderr: %s", text ? text : "");
+    free(text);
+    metadata_through(&cp); /* still serving */
+    cli_proxy_stop(&cp);
     cli_teardown(&r, dir);
 }
