@@ -187,23 +187,25 @@ static void client_write(metrics_client *c)
     client_free(c);
 }
 
-static void client_read(metrics_client *c)
+/* Reads what has come; answers once the request is whole. false when c was freed. */
+static bool client_read(metrics_client *c)
 {
     ssize_t n = recv(c->io.fd, c->req + c->req_len, sizeof c->req - 1 - c->req_len, 0);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
+        return true;
     if (n <= 0 || c->req_len + (size_t)n >= sizeof c->req - 1) {  /* gone, or an absurd request */
         client_free(c);
-        return;
+        return false;
     }
     c->req_len += (size_t)n;
     c->req[c->req_len] = '\0';
     if (!strstr(c->req, "\r\n\r\n") && !strstr(c->req, "\n\n"))
-        return;
+        return true;
     build_response(c);
     ev_io_stop(c->srv->loop, &c->io);
     ev_io_set(&c->io, c->io.fd, EV_WRITE);
     ev_io_start(c->srv->loop, &c->io);
+    return true;
 }
 
 static void client_cb(struct ev_loop *loop, ev_io *w, int revents)
@@ -216,10 +218,17 @@ static void client_cb(struct ev_loop *loop, ev_io *w, int revents)
         client_write(c);
 }
 
+/* A loop held up past the deadline (a long full sync) runs this before the read that is ready:
+ * a request that did arrive in time is read and answered, not dropped with its probe. */
 static void client_timeout_cb(struct ev_loop *loop, ev_timer *t, int revents)
 {
     (void)loop; (void)revents;
-    client_free(t->data);
+    metrics_client *c = t->data;
+    bool was_reading = !c->resp.len;
+    if (was_reading && !client_read(c))
+        return;
+    if (!was_reading || !c->resp.len) /* the answer not taken in time, or still no whole request */
+        client_free(c);
 }
 
 /* Room for one more: when every slot is taken, the oldest connection still sending its request
