@@ -31,3 +31,7 @@ target_link_libraries(test_cli_status PRIVATE km_brokersim km_raftsim)
 target_include_directories(test_cli_status PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 # A single daemon restarted (SIGTERM, kill -9) claims over its own standing claim; someone else's is refused.
 km_add_test(test_daemon_restart SOURCES ${KM_OPS_TESTS}/test_daemon_restart.c ${KM_OPS_TESTS}/ops_daemon.c ${KM_OPS_TESTS}/ops_util.c TIMEOUT 300)
+# The health port under siege: idle and slow connections never starve /healthz and /readyz; POST guarded.
+km_add_test(test_health_port SOURCES ${KM_OPS_TESTS}/test_health_port.c ${KM_OPS_TESTS}/ops_daemon.c ${KM_OPS_TESTS}/ops_util.c TIMEOUT 300)
+# SIGHUP with an edited --config file: changed keys named as needing a restart, log.file applied.
+km_add_test(test_daemon_sighup SOURCES ${KM_OPS_TESTS}/test_daemon_sighup.c ${KM_OPS_TESTS}/ops_daemon.c ${KM_OPS_TESTS}/ops_util.c TIMEOUT 240)

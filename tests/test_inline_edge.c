@@ -258,59 +258,65 @@ Test(inline_edge, describe_cluster_and_find_coordinator_carry_proxy_addresses)
     km_arena a;
     km_arena_init(&a, 1 << 20);
 
-    km_describe_cluster_request dcq;
-    km_describe_cluster_request_init(&dcq);
-    send_request(fd, KM_API_DESCRIBE_CLUSTER, 1, 1, &dcq);
-    expect_request(up, KM_API_DESCRIBE_CLUSTER, 1, 1);
-    km_describe_cluster_response dc;
-    km_describe_cluster_response_init(&dc);
-    km_describe_cluster_response_broker brokers[2] = {{.broker_id = 1, .host = km_cstr("10.9.9.1"), .port = 9092},
-                                                      {.broker_id = 2, .host = km_cstr("10.9.9.2"), .port = 9093}};
-    dc.brokers.count = 2, dc.brokers.items = brokers, dc.cluster_id = km_cstr("c1"), dc.endpoint_type = 1;
-    send_response(up, KM_API_DESCRIBE_CLUSTER, 1, 1, &dc);
-    km_describe_cluster_response dcr;
-    read_response(fd, KM_API_DESCRIBE_CLUSTER, 1, 1, &dcr, &a);
-    cr_assert_eq(dcr.brokers.count, 2);
-    for (int i = 0; i < 2; i++) {
-        cr_expect(km_str_eq(dcr.brokers.items[i].host, "127.0.0.1"));
-        cr_expect_eq(dcr.brokers.items[i].port, base + dcr.brokers.items[i].broker_id);
+    /* Every version of DescribeCluster, v0 to v2 (Kafka 4.x: IsFenced, kept as it was) */
+    for (int16_t v = 0; v <= 2; v++) {
+        km_describe_cluster_request dcq;
+        km_describe_cluster_request_init(&dcq);
+        dcq.include_fenced_brokers = v >= 2;
+        send_request(fd, KM_API_DESCRIBE_CLUSTER, v, 1 + v, &dcq);
+        expect_request(up, KM_API_DESCRIBE_CLUSTER, v, 1 + v);
+        km_describe_cluster_response dc;
+        km_describe_cluster_response_init(&dc);
+        km_describe_cluster_response_broker brokers[2] = {
+            {.broker_id = 1, .host = km_cstr("10.9.9.1"), .port = 9092},
+            {.broker_id = 2, .host = km_cstr("10.9.9.2"), .port = 9093, .is_fenced = v >= 2}};
+        dc.brokers.count = 2, dc.brokers.items = brokers, dc.cluster_id = km_cstr("c1"), dc.endpoint_type = 1;
+        send_response(up, KM_API_DESCRIBE_CLUSTER, v, 1 + v, &dc);
+        km_describe_cluster_response dcr;
+        read_response(fd, KM_API_DESCRIBE_CLUSTER, v, 1 + v, &dcr, &a);
+        cr_assert_eq(dcr.brokers.count, 2);
+        for (int i = 0; i < 2; i++) {
+            cr_expect(km_str_eq(dcr.brokers.items[i].host, "127.0.0.1"));
+            cr_expect_eq(dcr.brokers.items[i].port, base + dcr.brokers.items[i].broker_id);
+            cr_expect_eq(dcr.brokers.items[i].is_fenced, v >= 2 && dcr.brokers.items[i].broker_id == 2);
+        }
+        cr_expect(km_str_eq(dcr.cluster_id, "c1"), "nothing else changes");
     }
-    cr_expect(km_str_eq(dcr.cluster_id, "c1"), "nothing else changes");
 
     km_find_coordinator_request fcq;
     km_find_coordinator_request_init(&fcq);
     fcq.key = km_cstr("g");
-    send_request(fd, KM_API_FIND_COORDINATOR, 3, 2, &fcq);
-    expect_request(up, KM_API_FIND_COORDINATOR, 3, 2);
+    send_request(fd, KM_API_FIND_COORDINATOR, 3, 5, &fcq);
+    expect_request(up, KM_API_FIND_COORDINATOR, 3, 5);
     km_find_coordinator_response fc;
     km_find_coordinator_response_init(&fc);
     fc.node_id = 3, fc.host = km_cstr("10.9.9.3"), fc.port = 9094;
-    send_response(up, KM_API_FIND_COORDINATOR, 3, 2, &fc);
+    send_response(up, KM_API_FIND_COORDINATOR, 3, 5, &fc);
     km_find_coordinator_response fcr;
-    read_response(fd, KM_API_FIND_COORDINATOR, 3, 2, &fcr, &a);
+    read_response(fd, KM_API_FIND_COORDINATOR, 3, 5, &fcr, &a);
     cr_expect(km_str_eq(fcr.host, "127.0.0.1"));
     cr_expect_eq(fcr.port, base + 3);
 
     km_find_coordinator_request_init(&fcq); /* v4+: batched */
     km_str keys[2] = {km_cstr("g1"), km_cstr("g2")};
     fcq.coordinator_keys.count = 2, fcq.coordinator_keys.items = keys;
-    send_request(fd, KM_API_FIND_COORDINATOR, 4, 3, &fcq);
-    expect_request(up, KM_API_FIND_COORDINATOR, 4, 3);
+    send_request(fd, KM_API_FIND_COORDINATOR, 4, 6, &fcq);
+    expect_request(up, KM_API_FIND_COORDINATOR, 4, 6);
     km_find_coordinator_response_init(&fc);
     km_find_coordinator_response_coordinator cs[2] = {
         {.key = km_cstr("g1"), .node_id = 2, .host = km_cstr("10.9.9.2"), .port = 9093},
         {.key = km_cstr("g2"), .node_id = -1, .host = km_cstr(""), .port = -1, .error_code = 15}};
     fc.coordinators.count = 2, fc.coordinators.items = cs;
-    send_response(up, KM_API_FIND_COORDINATOR, 4, 3, &fc);
-    read_response(fd, KM_API_FIND_COORDINATOR, 4, 3, &fcr, &a);
+    send_response(up, KM_API_FIND_COORDINATOR, 4, 6, &fc);
+    read_response(fd, KM_API_FIND_COORDINATOR, 4, 6, &fcr, &a);
     cr_assert_eq(fcr.coordinators.count, 2);
     cr_expect(km_str_eq(fcr.coordinators.items[0].host, "127.0.0.1"));
     cr_expect_eq(fcr.coordinators.items[0].port, base + 2);
     cr_expect_eq(fcr.coordinators.items[1].error_code, 15, "an error entry passes as it was");
     cr_expect_eq(fcr.coordinators.items[1].port, -1);
 
-    /* Every version of Metadata, v0 to v12. */
-    for (int16_t v = 0; v <= 12; v++) {
+    /* Every version of Metadata, v0 to v13 (Kafka 4.x: a top-level ErrorCode, kept as it was). */
+    for (int16_t v = 0; v <= 13; v++) {
         km_metadata_request mq;
         km_metadata_request_init(&mq);
         send_request(fd, KM_API_METADATA, v, 10 + v, &mq);
@@ -318,19 +324,20 @@ Test(inline_edge, describe_cluster_and_find_coordinator_carry_proxy_addresses)
         km_metadata_response m;
         km_metadata_response_init(&m);
         km_metadata_response_response_broker mb[1] = {{.node_id = 1, .host = km_cstr("10.9.9.1"), .port = 9092}};
-        m.brokers.count = 1, m.brokers.items = mb;
+        m.brokers.count = 1, m.brokers.items = mb, m.error_code = v >= 13 ? 7 : 0;
         send_response(up, KM_API_METADATA, v, 10 + v, &m);
         km_metadata_response mr;
         read_response(fd, KM_API_METADATA, v, 10 + v, &mr, &a);
         cr_assert_eq(mr.brokers.count, 1);
         cr_expect(km_str_eq(mr.brokers.items[0].host, "127.0.0.1"));
         cr_expect_eq(mr.brokers.items[0].port, base + 1);
+        cr_expect_eq(mr.error_code, v >= 13 ? 7 : 0);
     }
     km_arena_free(&a);
     close(fd), close(up), close(lfd);
     km_inline_stats st;
     irig_stop(&r, &st);
-    cr_expect_eq(st.rewritten, 3 + 13);
+    cr_expect_eq(st.rewritten, 3 + 2 + 14);
     irig_free(&r);
 }
 
@@ -890,6 +897,99 @@ Test(inline_edge, api_versions_stop_before_responses_that_carry_endpoints)
     irig_free(&r);
 }
 
+/* A newer broker (Kafka 4.x) offers Metadata v13 and DescribeCluster v2, and a future one more:
+ * every API whose answers carry broker addresses is offered up to the version the rewriter
+ * rewrites (the codec's newest), never past it, or its answer would pass with upstream addresses. */
+Test(inline_edge, api_versions_cap_address_carrying_apis_at_what_the_rewriter_knows)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    int fd = irig_connect(irig_port(&r, -1)), up = irig_accept(lfd);
+    km_api_versions_request av;
+    km_api_versions_request_init(&av);
+    send_request(fd, KM_API_API_VERSIONS, 2, 1, &av);
+    expect_request(up, KM_API_API_VERSIONS, 2, 1);
+    km_api_versions_response resp;
+    km_api_versions_response_init(&resp);
+    km_api_versions_response_api_version keys[4] = {{.api_key = KM_API_METADATA, .max_version = 14},
+                                                    {.api_key = KM_API_FIND_COORDINATOR, .max_version = 9},
+                                                    {.api_key = KM_API_DESCRIBE_CLUSTER, .max_version = 3},
+                                                    {.api_key = KM_API_DESCRIBE_GROUPS, .max_version = 99}};
+    resp.api_keys.count = 4, resp.api_keys.items = keys;
+    send_response(up, KM_API_API_VERSIONS, 2, 1, &resp);
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+    km_api_versions_response got;
+    read_response(fd, KM_API_API_VERSIONS, 2, 1, &got, &a);
+    cr_assert_eq(got.api_keys.count, 4);
+    static const int16_t want[4] = {13, 6, 2, 99}; /* Kafka 4.x's newest rewritten ones; others as they were */
+    for (int i = 0; i < 4; i++)
+        cr_expect_eq(got.api_keys.items[i].max_version, want[i], "api %d offered up to v%d", got.api_keys.items[i].api_key,
+                     got.api_keys.items[i].max_version);
+    km_arena_free(&a);
+    close(fd), close(up), close(lfd);
+    irig_free(&r);
+}
+
+/* A newer broker's tagged fields in a flexible response header (header v1) come back to the client
+ * as they were when the body is rewritten, the bytes checked at the frame level. */
+Test(inline_edge, unknown_header_tags_of_a_rewritten_response_are_kept)
+{
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    irig_start(&r);
+    int base = r.cfg.port_base, fd = irig_connect(irig_port(&r, -1)), up = irig_accept(lfd);
+    km_metadata_request mq;
+    km_metadata_request_init(&mq);
+    send_request(fd, KM_API_METADATA, 12, 5, &mq);
+    expect_request(up, KM_API_METADATA, 12, 5);
+    km_response_header h;
+    km_response_header_init(&h);
+    h.correlation_id = 5;
+    km_raw_tag tags[2] = {{.tag = 3, .data = {(const uint8_t *)"abc", 3}}, {.tag = 9, .data = {(const uint8_t *)"z", 1}}};
+    h.unknown_tags.count = 2, h.unknown_tags.items = tags;
+    km_metadata_response m;
+    km_metadata_response_init(&m);
+    km_metadata_response_response_broker mb[1] = {{.node_id = 2, .host = km_cstr("10.9.9.2"), .port = 9093}};
+    m.brokers.count = 1, m.brokers.items = mb;
+    km_buf b;
+    km_buf_init(&b);
+    km_err err = {{0}};
+    km_buf_put_i32(&b, 0);
+    cr_assert_eq(km_encode(&km_response_header_desc, 1, &h, &b, &err), 0, "%s", err.msg);
+    size_t header_len = b.len - 4;
+    cr_assert_eq(km_encode(&km_metadata_response_desc, 12, &m, &b, &err), 0, "%s", err.msg);
+    km_buf_patch_i32(&b, 0, (int32_t)(b.len - 4));
+    uint8_t header[64];
+    cr_assert_leq(header_len, sizeof header);
+    memcpy(header, b.data + 4, header_len);
+    cr_assert(irig_send_all(up, b.data, b.len));
+    km_buf_free(&b);
+    uint8_t *p;
+    size_t len;
+    cr_assert(irig_read_frame(fd, &p, &len), "no answer");
+    cr_assert_geq(len, header_len);
+    cr_expect(!memcmp(p, header, header_len), "the response header changed on the way");
+    km_arena a;
+    km_arena_init(&a, 1 << 20);
+    km_response_header hr;
+    km_metadata_response mr;
+    cr_assert_eq(km_decode(&km_response_header_desc, 1, p, header_len, &hr, &a, NULL, &err), 0, "%s", err.msg);
+    cr_expect_eq(hr.unknown_tags.count, 2);
+    cr_assert_eq(km_decode(&km_metadata_response_desc, 12, p + header_len, len - header_len, &mr, &a, NULL, &err), 0,
+                 "%s", err.msg);
+    cr_assert_eq(mr.brokers.count, 1);
+    cr_expect(km_str_eq(mr.brokers.items[0].host, "127.0.0.1"), "the body was rewritten");
+    cr_expect_eq(mr.brokers.items[0].port, base + 2);
+    free(p);
+    km_arena_free(&a);
+    close(fd), close(up), close(lfd);
+    irig_free(&r);
+}
+
 /* A streamed response's top-level error code is counted per broker and API (Heartbeat v1:
  * throttle time, then the error code), with no need to hold the response. */
 Test(inline_edge, top_level_errors_are_counted_per_broker_and_api)
@@ -1079,6 +1179,40 @@ Test(inline_edge, a_client_is_held_while_its_broker_is_down_and_served_once_it_i
     irig_stop(&r, &st);
     cr_expect_eq(st.cut, 0);
     cr_expect_geq(st.upstream_failures, 1);
+    irig_free(&r);
+}
+
+/* 400 clients of a broker that is down: each is held, each dial failure is counted, and the
+ * "holding the client" warning goes through the connection-warning limiter, not once per client. */
+#define INL_TEST_LOG_BURST 10 /* inline_loglimit.c's INL_LOG_BURST: lines of one kind per window */
+Test(inline_edge, holding_many_clients_logs_a_bounded_number_of_lines)
+{
+    enum { CLIENTS = 400 };
+    irig r;
+    int lfd;
+    start_scripted(&r, &lfd);
+    close(lfd); /* the broker is down */
+    irig_set(&r, "proxy.upstream.hold.ms", "60000");
+    irig_start(&r);
+    static int fds[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++)
+        fds[i] = irig_connect(irig_port(&r, -1));
+    km_inline_stats st = {0};
+    /* every client accepted, and as many failed dials (a client's first comes at its accept) */
+    for (int tries = 0; tries < 600 && (st.accepted < CLIENTS || st.upstream_failures < CLIENTS); tries++) {
+        usleep(50 * 1000);
+        irig_stop(&r, &st);
+        irig_resume(&r);
+    }
+    cr_assert_geq(st.upstream_failures, CLIENTS, "only %llu dials failed", (unsigned long long)st.upstream_failures);
+    pthread_mutex_lock(&r.log_lock);
+    int lines = r.log_lines;
+    pthread_mutex_unlock(&r.log_lock);
+    cr_expect_leq(lines, INL_TEST_LOG_BURST + 2, "%d lines logged for %d held clients (last: %s)", lines, CLIENTS,
+                  r.last_log);
+    for (int i = 0; i < CLIENTS; i++)
+        close(fds[i]);
+    irig_stop(&r, &st);
     irig_free(&r);
 }
 

@@ -52,17 +52,19 @@ static int refuse(const char *cmd, void (*usage)(FILE *), const char *fmt, const
     return 2;
 }
 
+/* The options of every command that reads the daemon's configuration (at start and on SIGHUP). */
+static const struct option CONFIG_OPTIONS[] = {
+    {"config", required_argument, 0, 'c'}, {"set", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0}};
+
 int km_cli_read_config(int argc, char **argv, const char *cmd, void (*usage)(FILE *), km_config *cfg)
 {
-    static const struct option longopts[] = {
-        {"config", required_argument, 0, 'c'}, {"set", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
     km_config_defaults(cfg);
     const char *file = NULL;
     char **sets = calloc((size_t)argc + 1, sizeof *sets);
     int n_sets = 0, rc = 0;
     optind = 1;
-    for (int c; !rc && sets && (c = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
+    for (int c; !rc && sets && (c = getopt_long(argc, argv, "", CONFIG_OPTIONS, NULL)) != -1;) {
         if (c == 'h') {
             usage(stdout);
             rc = 1;
@@ -166,4 +168,26 @@ int km_cli_config(int argc, char **argv)
         return 1;
     }
     return 0;
+}
+
+int km_cli_reread_config(int argc, char **argv, km_config *cfg, km_err *err)
+{
+    km_config_defaults(cfg);
+    const char *file = NULL;
+    char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    if (!sets)
+        return km_fail(err, "out of memory");
+    int n_sets = 0, saved_opterr = opterr;
+    opterr = 0; /* the line was checked at start: nothing to say about it now */
+    optind = 0; /* glibc: start afresh */
+    for (int c; (c = getopt_long(argc, argv, "", CONFIG_OPTIONS, NULL)) != -1;) {
+        if (c == 'c')
+            file = optarg;
+        else if (c == 's')
+            sets[n_sets++] = optarg;
+    }
+    opterr = saved_opterr;
+    int rc = apply(cfg, file, sets, n_sets, err);
+    free(sets);
+    return rc;
 }

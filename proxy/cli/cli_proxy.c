@@ -16,7 +16,8 @@ static void proxy_usage(FILE *to)
                 "  metrics.listen (its /metrics) and log.level; other keys of the file are checked but unused.\n"
                 "  --set applies after the file.\n"
                 "  Prints one 'listening broker=ID port=PORT' line per configured listener, then serves\n"
-                "  until SIGINT or SIGTERM.  SIGHUP reloads the TLS certificates (live connections stay);\n"
+                "  until SIGINT or SIGTERM.  SIGHUP reloads the TLS certificates (live connections stay) and\n"
+                "  names the keys changed since start, which need a restart;\n"
                 "  SIGUSR1 turns the capture (proxy.capture.*) on or off.\n");
 }
 
@@ -37,11 +38,49 @@ static void on_stop_signal(struct ev_loop *loop, ev_signal *w, int revents)
     ev_break(loop, EVBREAK_ALL);
 }
 
+/* What SIGHUP needs: the proxy, the configuration it runs, and the line to read it again from. */
+typedef struct proxy_run {
+    km_inline *p;
+    const km_config *cfg;
+    int argc;
+    char **argv;
+} proxy_run;
+
+static void add_key_name(const char *key, void *ud)
+{
+    km_buf *names = ud;
+    if (names->len)
+        km_buf_put(names, ", ", 2);
+    km_buf_put(names, key, strlen(key));
+}
+
+/* SIGHUP: the keys whose value changed since start are named; listeners, limits and routes are
+ * built at start, so each needs a restart (only the TLS material is read again). */
+static void report_changed_keys(const proxy_run *run)
+{
+    km_config fresh;
+    km_err err = {{0}};
+    km_buf names;
+    km_buf_init(&names);
+    if (km_cli_reread_config(run->argc, run->argv, &fresh, &err))
+        fprintf(stderr, "kmproxy proxy: SIGHUP: the configuration does not read (%s); nothing of it changes\n",
+                err.msg);
+    else
+        km_config_each_change(run->cfg, &fresh, add_key_name, &names);
+    if (names.len)
+        fprintf(stderr, "kmproxy proxy: SIGHUP: keys changed in the configuration that need a restart to take "
+                "effect (the running values stay until then): %.*s\n", (int)names.len, (const char *)names.data);
+    km_buf_free(&names);
+    km_config_free(&fresh);
+}
+
 static void on_reload_signal(struct ev_loop *loop, ev_signal *w, int revents)
 {
     (void)loop, (void)revents;
+    const proxy_run *run = w->data;
+    report_changed_keys(run);
     km_err err = {{0}};
-    if (km_inline_reload_tls(w->data, &err))
+    if (km_inline_reload_tls(run->p, &err))
         fprintf(stderr, "kmproxy proxy: SIGHUP: TLS reload failed, the previous certificates stay in use: %s\n",
                 err.msg);
 }
@@ -71,7 +110,7 @@ static void render(km_buf *out, void *ud)
     km_metrics_render_standard(out);
 }
 
-static int serve(km_config *cfg)
+static int serve(km_config *cfg, int argc, char **argv)
 {
     km_err err = {{0}};
     /* the keys' combinations first: a file that a wrong combination names is not the mistake to report */
@@ -82,7 +121,10 @@ static int serve(km_config *cfg)
     struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
     km_inline *p = km_inline_new(loop, &cfg->proxy, log_line, cfg, &err);
     km_metrics_server *metrics = NULL;
-    if (p && cfg->metrics_listen && !(metrics = km_metrics_listen(loop, cfg->metrics_listen, render, p, &err))) {
+    if (p && cfg->metrics_listen && (!(metrics = km_metrics_listen(loop, cfg->metrics_listen, render, p, &err)) ||
+        km_metrics_guard_post(metrics, cfg->metrics_post_enabled, cfg->metrics_post_token_file, &err))) {
+        km_metrics_free(metrics);
+        metrics = NULL;
         km_inline_free(p);
         p = NULL;
     }
@@ -99,7 +141,8 @@ static int serve(km_config *cfg)
     ev_signal_init(&sigint, on_stop_signal, SIGINT);
     ev_signal_init(&sigterm, on_stop_signal, SIGTERM);
     ev_signal_init(&sighup, on_reload_signal, SIGHUP);
-    sighup.data = p;
+    proxy_run run = {p, cfg, argc, argv};
+    sighup.data = &run;
     ev_signal_init(&sigusr1, on_capture_signal, SIGUSR1);
     sigusr1.data = p;
     ev_signal_start(loop, &sigusr1);
@@ -118,7 +161,7 @@ int km_cli_proxy(int argc, char **argv)
     km_config cfg;
     int rc = km_cli_read_config(argc, argv, "proxy", proxy_usage, &cfg);
     if (rc == 0)
-        rc = serve(&cfg);
+        rc = serve(&cfg, argc, argv);
     km_config_free(&cfg);
     return rc == 1 ? 0 : rc;
 }

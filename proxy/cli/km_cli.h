@@ -31,6 +31,8 @@ int km_cli_apply_set(struct km_config *cfg, char *kv, struct km_err *err);
  * printed on stdout (exit 0); 2: bad usage or configuration, said on stderr.  The caller frees
  * cfg in every case. */
 int km_cli_read_config(int argc, char **argv, const char *cmd, void (*usage)(FILE *), struct km_config *cfg);
+/* The same configuration read again from the same line (SIGHUP), saying nothing: 0, or -1 + err. */
+int km_cli_reread_config(int argc, char **argv, struct km_config *cfg, struct km_err *err);
 
 /* A whole decimal option value in [lo, hi]: no trailing text, no overflow. 0, or -1 (proxy/cli_args.c). */
 int km_cli_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);

@@ -115,7 +115,13 @@ static const key_def KEYS[] = {
     STR("broker.sasl.password.file", broker_sasl_password_file,
         "File whose first line is the broker SASL password (reloaded on SIGHUP)."),
     STR("metrics.listen", metrics_listen,
-        "HOST:PORT for /metrics, /healthz, /readyz (and POST /capture/on|off); unset: no listener."),
+        "HOST:PORT for /metrics, /healthz, /readyz, /status (and POST /capture/on|off); unset: no listener. "
+        "Whoever reaches it can read them (docs/security.md)."),
+    BOOL("metrics.post.enabled", metrics_post_enabled,
+         "Allow POST (POST /capture/on|off) on `metrics.listen`; false: every POST answers 403 (GETs stay open)."),
+    STR("metrics.post.token.file", metrics_post_token_file,
+        "File whose first line is a bearer token: POST on `metrics.listen` is allowed with "
+        "`Authorization: Bearer <token>` only (401 without); setting it enables POST. Read at start."),
     STR("capture.pcapng", capture_pcapng,
         "Capture every frame to and from the ZK-mode brokers into this pcapng file (truncated at start)."),
     STR("capture.jsonl", capture_jsonl,
@@ -283,7 +289,7 @@ static int set_listener_jaas(km_config *c, const char *key, const char *value, c
     return set_string(&c->listener_jaas_values[i], value, where, key, err);
 }
 
-int km_config_set(km_config *c, const char *key, const char *value, const char *where, km_err *err)
+static int set_value(km_config *c, const char *key, const char *value, const char *where, km_err *err)
 {
     if (is_listener_jaas_key(key))
         return set_listener_jaas(c, key, value, where, err);
@@ -295,6 +301,58 @@ int km_config_set(km_config *c, const char *key, const char *value, const char *
         return km_inline_config_set(&c->proxy, key, value, where, err);
     const key_def *k = find_key(key);
     return k ? parse_value(k, c, value, where, err) : km_fail(err, "%s: unknown key '%s'", where, key);
+}
+
+static int given_index(const km_config *c, const char *key)
+{
+    for (int i = 0; i < c->n_given; i++)
+        if (!strcmp(c->given_keys[i], key))
+            return i;
+    return -1;
+}
+
+/* Remembers key=value as given (the later value of a key replaces the earlier). */
+static int remember(km_config *c, const char *key, const char *value, km_err *err)
+{
+    char *v = strdup(value);
+    int i = given_index(c, key);
+    if (v && i >= 0) {
+        explicit_bzero(c->given_values[i], strlen(c->given_values[i]));
+        free(c->given_values[i]);
+        c->given_values[i] = v;
+        return 0;
+    }
+    char **keys = v ? realloc(c->given_keys, (size_t)(c->n_given + 1) * sizeof *keys) : NULL;
+    if (keys)
+        c->given_keys = keys;
+    char **values = keys ? realloc(c->given_values, (size_t)(c->n_given + 1) * sizeof *values) : NULL;
+    if (values)
+        c->given_values = values;
+    char *k = values ? strdup(key) : NULL;
+    if (!k) {
+        free(v);
+        return km_fail(err, "config: out of memory");
+    }
+    c->given_keys[c->n_given] = k;
+    c->given_values[c->n_given++] = v;
+    return 0;
+}
+
+int km_config_set(km_config *c, const char *key, const char *value, const char *where, km_err *err)
+{
+    return set_value(c, key, value, where, err) ? -1 : remember(c, key, value, err);
+}
+
+void km_config_each_change(const km_config *a, const km_config *b, km_config_change_fn fn, void *ud)
+{
+    for (int i = 0; i < a->n_given; i++) {
+        int j = given_index(b, a->given_keys[i]);
+        if (j < 0 || strcmp(a->given_values[i], b->given_values[j]))
+            fn(a->given_keys[i], ud);
+    }
+    for (int j = 0; j < b->n_given; j++)
+        if (given_index(a, b->given_keys[j]) < 0)
+            fn(b->given_keys[j], ud);
 }
 
 static char *trim(char *s)
@@ -507,5 +565,12 @@ void km_config_free(km_config *c)
         if (KEYS[i].kind == K_STRING || KEYS[i].kind == K_LEVEL)
             free(*(char **)((char *)c + KEYS[i].offset));
     km_inline_config_free(&c->proxy);
+    for (int i = 0; i < c->n_given; i++) {
+        explicit_bzero(c->given_values[i], strlen(c->given_values[i]));
+        free(c->given_values[i]);
+        free(c->given_keys[i]);
+    }
+    free(c->given_values);
+    free(c->given_keys);
     memset(c, 0, sizeof *c);
 }

@@ -45,6 +45,7 @@ int km_config_check_files(const km_config *c, km_err *err)
         {"broker.tls.cert.file", c->broker_tls_cert},
         {"broker.tls.key.file", c->broker_tls_key},
         {"broker.sasl.password.file", c->broker_sasl_password_file},
+        {"metrics.post.token.file", c->metrics_post_token_file},
         {"ssl.truststore.location", c->ssl_truststore_location},
         {"ssl.keystore.location", c->ssl_keystore_location},
         {"proxy.client.ssl.certificate.location", c->proxy.client_ssl_cert},

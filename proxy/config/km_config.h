@@ -56,6 +56,8 @@ typedef struct km_config {
     char *broker_sasl_jaas_config;   /* Kafka's PlainLoginModule / ScramLoginModule line */
     char *broker_sasl_username, *broker_sasl_password_file; /* instead of the JAAS line */
     char *metrics_listen;            /* metrics.listen: HOST:PORT for Prometheus text; NULL = off */
+    bool metrics_post_enabled;       /* metrics.post.enabled: POST (run-time switches) allowed on that port */
+    char *metrics_post_token_file;   /* metrics.post.token.file: POST needs this bearer token (enables POST) */
     char *capture_pcapng, *capture_jsonl;
     char *log_level;                 /* log.level: error, warn, info, debug */
     char *log_file;                  /* log.file: append the log here (reopened on SIGHUP); NULL = stderr */
@@ -70,6 +72,10 @@ typedef struct km_config {
     int32_t password_encoder_key_length;
     int32_t password_encoder_iterations;
     km_inline_config proxy;          /* every proxy.* key, parsed strictly by km_inline */
+    /* Every key given (file, --set), with its last value, in the order first given: what SIGHUP
+     * compares to name the keys that changed (km_config_each_change). */
+    char **given_keys, **given_values;
+    int n_given;
     /* A secured ZooKeeper, with the keys Kafka's brokers use (config_zk.c, docs/zookeeper-security.md) */
     bool zk_set_acl;                 /* zookeeper.set.acl */
     bool zk_ssl_client_enable;       /* zookeeper.ssl.client.enable */
@@ -92,6 +98,10 @@ int km_config_set(km_config *c, const char *key, const char *value, const char *
 /* Checks what a whole configuration needs (required keys, pairs that go together). */
 int km_config_validate(const km_config *c, km_err *err);
 void km_config_free(km_config *c);
+/* Calls fn with every key given to a or b whose value differs (set in one only, or changed), in
+ * the order a gave them, then b's new ones. Values are not passed on: some are secrets. */
+typedef void (*km_config_change_fn)(const char *key, void *ud);
+void km_config_each_change(const km_config *a, const km_config *b, km_config_change_fn fn, void *ud);
 
 /* The key registry's documentation (docs/configuration.md is `kmproxy config docs`): fn gets every
  * key the daemon itself accepts (patterns such as listener.name.<listener>.<mechanism>.sasl.jaas.config

@@ -243,12 +243,17 @@ static void hangup_cb(struct ev_loop *loop, ev_signal *s, int revents)
     (void)loop; (void)revents;
     km_daemon *d = s->data;
     km_err err = {{0}};
+    int changes_level;
+    char *changes = km_daemon_reread_config(d, &changes_level); /* first: a new log.file is what the reopen opens */
     if (!d->cfg.log_file)
         km_daemon_log(d, KM_LOG_INFO, "SIGHUP: logging to stderr (no log.file): nothing to reopen");
     else if (open_log_file(d, &err))
         km_daemon_log(d, KM_LOG_ERROR, "SIGHUP: %s; still writing to the file open before", err.msg);
     else
         km_daemon_log(d, KM_LOG_INFO, "SIGHUP: reopened log.file %s", d->cfg.log_file);
+    if (changes)
+        km_daemon_log(d, changes_level, "%s", changes);
+    free(changes);
     km_daemon_reload_brokers(d);
     reload_proxy_tls(d);
 }

@@ -35,6 +35,8 @@ struct km_daemon {
     ev_timer drain;              /* while stopping: are the in-flight ZooKeeper writes done? */
     double stop_deadline;        /* ev_now past which they are abandoned */
     FILE *log_fp;                /* log.file (reopened on SIGHUP); NULL: stderr */
+    km_daemon_reread_fn reread;  /* SIGHUP: the configuration read again, to name the changed keys */
+    void *reread_ud;
     pthread_mutex_t log_lock;    /* the inline proxy's worker threads log too: a reopen must not close
                                   * the file under one of their lines */
     double started_at;
@@ -143,6 +145,9 @@ void km_daemon_ha_metrics(const km_daemon *d, km_buf *out);
 void km_daemon_stop_active(km_daemon *d);
 /* SIGHUP: rebuild the broker channels with their TLS material (and SASL password file) read again. */
 void km_daemon_reload_brokers(km_daemon *d);
+/* daemon_reload.c. SIGHUP, before the log reopens: the configuration read again (a changed
+ * log.file applied); the line to log after the reopen, malloc'd, or NULL without a reader. */
+char *km_daemon_reread_config(km_daemon *d, int *level);
 /* The broker channels' files and TLS material read and checked as a start would (daemon_consumers.c). */
 int km_daemon_check_broker_material(km_daemon *d, km_err *err);
 /* daemon_cluster_id.c: the image has a cluster id, from cluster.id or from the controllers; false:

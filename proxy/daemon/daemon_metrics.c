@@ -34,6 +34,11 @@ int km_daemon_start_metrics(km_daemon *d, km_err *err)
     d->metrics = km_metrics_listen(d->loop, d->cfg.metrics_listen, render, d, err);
     if (!d->metrics)
         return -1;
+    if (km_metrics_guard_post(d->metrics, d->cfg.metrics_post_enabled, d->cfg.metrics_post_token_file, err)) {
+        km_metrics_free(d->metrics);
+        d->metrics = NULL;
+        return -1;
+    }
     km_daemon_log(d, KM_LOG_INFO, "metrics on http://127.0.0.1:%u/metrics", km_metrics_port(d->metrics));
     return 0;
 }

@@ -44,6 +44,13 @@ typedef struct km_daemon_status {
     bool active;                   /* writes ZooKeeper and talks to brokers (always without ha.enabled) */
 } km_daemon_status;
 void km_daemon_get_status(const km_daemon *d, km_daemon_status *st);
+
+/* SIGHUP reads the configuration again through fn (kmproxy run: the same --config and --set) and
+ * logs every key whose value changed: log.file is applied (the log goes to the new path); every
+ * other changed key is named as needing a restart (the running value stays). Without fn, or when
+ * the configuration no longer reads, SIGHUP only reopens the log and reloads TLS material. */
+typedef int (*km_daemon_reread_fn)(km_config *out, void *ud, km_err *err);
+void km_daemon_on_sighup_reread(km_daemon *d, km_daemon_reread_fn fn, void *ud);
 uint16_t km_daemon_metrics_port(const km_daemon *d);
 /* What /readyz answers now: true for 200 (the instance does its job), false for 503. */
 bool km_daemon_ready(const km_daemon *d);

@@ -14,17 +14,33 @@ bool inl_api_needs_rewrite(int16_t api_key)
            api_key == KM_API_API_VERSIONS;
 }
 
-/* KIP-951 put leader endpoints (host, port) into Fetch v16+ and Produce v10+ responses, and
- * KIP-932's share fetches carry them too.  Rewriting those would mean holding every Fetch whole,
- * so ApiVersions offers the versions before them instead: no upstream address reaches a client.
- * 1 when the answer changed. */
+/* The newest version of api_key this proxy may let a client use.  KIP-951 put leader endpoints
+ * (host, port) into Fetch v16+ and Produce v10+ responses; rewriting those would mean holding
+ * every Fetch whole, so the versions before them are offered.  The answers that carry broker
+ * addresses and are rewritten (Metadata, FindCoordinator, DescribeCluster) are rewritten at the
+ * versions the codec knows: a newer one would pass through with the upstream's addresses, so
+ * the codec's newest is the cap. */
+static int16_t version_cap(int16_t api_key)
+{
+    if (api_key == KM_API_FETCH)
+        return 15;
+    if (api_key == KM_API_PRODUCE)
+        return 9;
+    if (api_key == KM_API_API_VERSIONS || !inl_api_needs_rewrite(api_key))
+        return KM_VER_MAX;
+    const km_message_desc *md = km_find_message(KM_K_RESPONSE, api_key);
+    return md ? md->valid.hi : KM_VER_MAX;
+}
+
+/* Caps every API at version_cap; KIP-932's share fetches carry leader endpoints at every version
+ * and are not offered at all. 1 when the answer changed. */
 static int cap_versions(km_api_versions_response *m)
 {
     int changed = 0;
     int32_t kept = 0;
     for (int32_t i = 0; i < m->api_keys.count; i++) {
         km_api_versions_response_api_version *v = &m->api_keys.items[i];
-        int16_t cap = v->api_key == KM_API_FETCH ? 15 : v->api_key == KM_API_PRODUCE ? 9 : KM_VER_MAX;
+        int16_t cap = version_cap(v->api_key);
         if (v->api_key == KM_API_SHARE_FETCH || v->api_key == KM_API_SHARE_ACKNOWLEDGE) {
             changed = 1;
             continue;
@@ -100,6 +116,26 @@ static void rewrite_find_coordinator(km_inline *p, int16_t version, km_find_coor
     }
 }
 
+/* [size][the upstream's own header bytes][body]: the header goes back as it came, with any tagged
+ * fields a newer broker put there (the codec would drop the ones it does not know). */
+static int frame_keeping_header(const uint8_t *payload, size_t header_len, const km_message_desc *md,
+                                int16_t version, const void *body, km_buf *out, km_err *err)
+{
+    size_t start = out->len;
+    km_buf_put_i32(out, 0);
+    km_buf_put(out, payload, header_len);
+    if (km_encode(md, version, body, out, err)) {
+        out->len = start;
+        return -1;
+    }
+    if (out->oom || out->len - start - 4 > INT32_MAX) {
+        out->len = start;
+        return km_fail(err, "%s v%d: out of memory or a frame over 2 GiB re-encoding it", md->name, version);
+    }
+    km_buf_patch_i32(out, start, (int32_t)(out->len - start - 4));
+    return 0;
+}
+
 /* Bytes after the body (a newer broker's fields, or padding such as librdkafka 2.15's mock sends)
  * follow the rewritten body as they came: Kafka's clients read what they know and ignore the rest
  * (AbstractResponse.parseResponse does not check for leftovers), so the proxy does the same. */
@@ -151,13 +187,14 @@ static int rewrite_api_versions(inl_worker *w, int16_t version, const uint8_t *p
     km_api_versions_response body;
     km_err why = {{0}};
     int rc;
+    size_t header_len = 0;
     if (km_parse_response_header(&r, KM_API_API_VERSIONS, version, &correlation_id, &why) ||
-        km_decode_from(md, version, &r, &body, &arena, &why))
+        (header_len = r.pos, km_decode_from(md, version, &r, &body, &arena, &why)))
         rc = api_versions_unparsed(w, version, why.msg, err);
     else if (!cap_versions(&body))
         rc = 0;
     else
-        rc = km_frame_response(KM_API_API_VERSIONS, version, correlation_id, &body, out, err) ||
+        rc = frame_keeping_header(payload, header_len, md, version, &body, out, err) ||
                      append_rest(out, &r, err) ? -1 : 1;
     km_arena_free(&arena);
     return rc;
@@ -179,10 +216,11 @@ int inl_rewrite_response(inl_worker *w, int16_t api_key, int16_t version, const 
     int32_t correlation_id;
     void *body = km_arena_alloc(&arena, md->root->size);
     int rc = -1;
+    size_t header_len = 0;
     if (!body)
         km_fail(err, "out of memory decoding a %s", md->name);
     else if (!km_parse_response_header(&r, api_key, version, &correlation_id, err) &&
-             !km_decode_from(md, version, &r, body, &arena, err))
+             (header_len = r.pos, !km_decode_from(md, version, &r, body, &arena, err)))
         rc = 0;
     if (rc == 0) {
         if (api_key == KM_API_METADATA)
@@ -191,7 +229,7 @@ int inl_rewrite_response(inl_worker *w, int16_t api_key, int16_t version, const 
             rewrite_find_coordinator(p, version, body);
         else
             rewrite_describe_cluster(p, body);
-        rc = km_frame_response(api_key, version, correlation_id, body, out, err) ? -1 : 1;
+        rc = frame_keeping_header(payload, header_len, md, version, body, out, err) ? -1 : 1;
     }
     if (rc == 1 && append_rest(out, &r, err))
         rc = -1;

@@ -928,9 +928,10 @@ static void upstream_unreachable(inl_session *s, const char *why)
     }
     if (s->up_backoff == 0) {
         char rname[48];
-        inl_log(p, 1, "client %s (%s): upstream %s:%u unreachable (%s); holding the client for up to "
-                "proxy.upstream.hold.ms=%.0f while dialling again", s->peer, inl_route_name(s->route, rname),
-                s->up_host, s->up_port, why, p->upstream_hold * 1000);
+        /* one line per client, rate-limited: a broker down under hundreds of clients must not flood the log */
+        inl_log_conn(p, INL_LOG_UPSTREAM, "client %s (%s): upstream %s:%u unreachable (%s); holding the client "
+                     "for up to proxy.upstream.hold.ms=%.0f while dialling again", s->peer,
+                     inl_route_name(s->route, rname), s->up_host, s->up_port, why, p->upstream_hold * 1000);
     }
     s->up_backoff = s->up_backoff ? s->up_backoff * 2 : 0.05;
     if (s->up_backoff > 1)

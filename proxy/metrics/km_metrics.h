@@ -1,8 +1,10 @@
 /* km_metrics.h - Prometheus text exposition over a minimal HTTP/1.0 endpoint on the libev loop.
  *
  * The daemon renders its modules' metrics (zkbridge, broker channels, image) on each scrape;
- * this module only serves the bytes.  Connections are bounded in number, size and time, so a
- * misbehaving scraper can never hold the loop. */
+ * this module only serves the bytes.  Connections are bounded in number, size and time (a short
+ * deadline for the request), and a new connection when all slots are taken evicts the oldest one
+ * still sending its request (else the oldest one), so idle or slow clients can neither hold the
+ * loop nor starve probes. */
 #ifndef KM_METRICS_H
 #define KM_METRICS_H
 
@@ -25,9 +27,15 @@ uint16_t km_metrics_port(const km_metrics_server *s);
 typedef int (*km_metrics_route_fn)(const char *path, km_buf *body, void *ud);
 void km_metrics_set_route(km_metrics_server *s, km_metrics_route_fn route);
 /* POST PATH runs fn (body ignored): 0 answers 200 with what fn appended to out, -1 answers 404.
- * For run-time switches (the inline proxy's capture: POST /capture/on, /capture/off). */
+ * For run-time switches (the inline proxy's capture: POST /capture/on, /capture/off), and only
+ * as km_metrics_guard_post allows. */
 typedef int (*km_metrics_action_fn)(const char *path, km_buf *out, void *ud);
 void km_metrics_on_post(km_metrics_server *s, km_metrics_action_fn fn, void *ud);
+/* The guard on POST (the port's GETs stay open): every POST answers 403 unless enabled or a token
+ * file is given; with token_file (its first line is the token) a POST without
+ * "Authorization: Bearer <token>" answers 401. -1 + err when the file cannot be read (POST stays
+ * refused). The default is refused. */
+int km_metrics_guard_post(km_metrics_server *s, bool enabled, const char *token_file, km_err *err);
 void km_metrics_free(km_metrics_server *s);
 
 /* One sample with its HELP and TYPE lines; type is "gauge" or "counter".  labels may be NULL or
