@@ -287,13 +287,20 @@ static bool check_acls(km_zkc *c, const km_image *img, char *why, size_t whylen)
                                 "ClusterAction", "DescribeConfigs", "AlterConfigs", "IdempotentWrite"};
     size_t it = 0;
     const km_acl *a;
+    char last[512] = "";
+    json_t *j = NULL; /* the last path's znode: thousands of ACLs on one resource are read once */
     while ((a = km_image_next_acl(img, &it))) {
         if (a->resource_type < 2 || a->resource_type > 7 || a->operation < 2 || a->operation > 12)
             continue;
         char path[512];
         snprintf(path, sizeof path, a->pattern_type == 3 ? "/kafka-acl/%s/%s" : "/kafka-acl-extended/prefixed/%s/%s",
                  types[a->resource_type], a->resource_name);
-        json_t *j = get_json(c, path), *acls = j ? json_object_get(j, "acls") : NULL;
+        if (strcmp(path, last)) {
+            json_decref(j);
+            j = get_json(c, path);
+            snprintf(last, sizeof last, "%s", path);
+        }
+        json_t *acls = j ? json_object_get(j, "acls") : NULL;
         bool found = false;
         for (size_t i = 0; i < json_array_size(acls) && !found; i++) {
             json_t *e = json_array_get(acls, i);
@@ -303,10 +310,12 @@ static bool check_acls(km_zkc *c, const km_image *img, char *why, size_t whylen)
                     !strcmp(json_string_value(json_object_get(e, "permissionType")),
                             a->permission_type == 3 ? "Allow" : "Deny");
         }
-        json_decref(j);
-        if (!found)
+        if (!found) {
+            json_decref(j);
             return WHY("%s lacks the image's ACL %s %s", path, a->principal, ops[a->operation]);
+        }
     }
+    json_decref(j);
     return true;
 }
 

@@ -213,6 +213,16 @@ static void count_ops(km_zkb *b, zk_ops *o)
     o->created = o->updated = o->deleted = 0;
 }
 
+/* A znode ZooKeeper cannot hold: the image itself is what no retry can write, so the bridge stops
+ * as refused (bad input) instead of re-syncing into the same refusal. */
+static void refuse_too_large(km_zkb *b, const char *what, const char *msg)
+{
+    char why[sizeof b->error];
+    snprintf(why, sizeof why, "%s: %s", what, msg);
+    b->refused = true;
+    stop(b, why);
+}
+
 /* Hands the planned ops to the writer: as a partial batch (checks only) while the pass goes on,
  * as the batch that moves /migration to the pass's offset at its end. So a crash half way never
  * leaves ZooKeeper claiming more than it holds. */
@@ -224,6 +234,8 @@ static void hand_over(km_zkb *b, bool last)
     int rc = last ? km_zkw_submit(b->w, o->v, o->n, b->pass_offset, b->pass_epoch, &err)
                   : km_zkw_submit_partial(b->w, o->v, o->n, &err);
     zk_ops_free(o);
+    if (rc && km_zkw_znode_too_large(b->w))
+        return refuse_too_large(b, "zk sync", err.msg);
     if (rc) {
         zkw_log(b->w, KM_LOG_ERROR, "zk sync: %s", err.msg);
         return abort_pass(b); /* the writer asked for a re-sync (RESYNC), or a new claim restarts it */
@@ -536,6 +548,10 @@ int km_zkb_delta(km_zkb *b, const km_delta *d, km_err *err)
     int rc = ops.oom ? km_fail(err, "zk delta: out of memory at offset %lld", (long long)km_delta_offset(d))
                      : km_zkw_submit(b->w, ops.v, ops.n, km_delta_offset(d), km_delta_epoch(d), err);
     zk_ops_free(&ops);
+    if (rc && km_zkw_znode_too_large(b->w)) {
+        refuse_too_large(b, "zk delta", err ? err->msg : "a znode is too large");
+        km_fail(err, "%s", b->error);
+    }
     return rc;
 }
 
