@@ -344,13 +344,29 @@ static int reset_model(km_zkb *b)
     return zk_vcache_reserve(&b->known, expect) || zk_vcache_reserve(&b->w->cache, expect) ? -1 : 0;
 }
 
+/* ZooKeeper's ACL on a znode denies our (authenticated) identity: asking again gets the same
+ * answer, so the credentials are what is wrong (bad input), never something to wait out. */
+static void refuse_unreadable(km_zkb *b, const char *path)
+{
+    char why[sizeof b->error];
+    snprintf(why, sizeof why, "zk %s: not authorized to read %.300s: its ZooKeeper ACL denies this session's identity "
+             "(ZooKeeper: not authenticated); use the brokers' credentials (zookeeper.* keys, the JAAS Client "
+             "section)", b->cfg.diff_only ? "diff" : "sync", path[0] ? path : "the mirrored namespace");
+    b->refused = true;
+    stop(b, why);
+}
+
 static void on_walked(zk_walk *wk, int rc, void *ctx)
 {
     km_zkb *b = ctx;
+    char failed[sizeof wk->failed_path];
+    snprintf(failed, sizeof failed, "%s", wk->failed_path);
     zk_walk_free(wk);
     b->walking = false;
     if (b->phase == KM_ZKB_STOPPED)
         return; /* fenced, or being freed: the replies are ZCLOSING */
+    if (rc == ZNOAUTH)
+        return refuse_unreadable(b, failed);
     if (rc != ZOK) {
         zkw_log(b->w, KM_LOG_WARN, "zk sync: reading ZooKeeper failed (%s); retrying", zerror(rc));
         ev_timer_set(&b->retry, 0.1, 0.);

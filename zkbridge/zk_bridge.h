@@ -120,6 +120,7 @@ struct zk_walk {
     size_t qn, qcap;
     int inflight;
     int rc;
+    char failed_path[512];  /* where rc (the first failure) came from; "" when no znode names it */
     bool finished;
     void (*done)(zk_walk *wk, int rc, void *ctx);
     void *ctx;
