@@ -24,41 +24,11 @@ TestSuite(zk_fidelity, .init = start_zk, .fini = stop_zk, .timeout = 240);
  * guards' overrides are on (they are tested in test_zk_guard.c). */
 static const km_zkb_config FORCED = {.guard = {.force = true, .max_deletes_set = true, .max_deletes = -1}};
 
-typedef struct fixture {
-    char *dir;
-    km_image *img;
-    km_delta *d;
-    int64_t off;
-} fixture;
+typedef zkt_fixture fixture;
 
-static void fixture_open(fixture *f, int topics)
-{
-    f->dir = km_test_tmpdir("zkfid");
-    char log[512];
-    snprintf(log, sizeof log, "%s/log", f->dir);
-    f->img = km_image_new();
-    km_gen_opts o = {.brokers = 3, .topics = topics, .partitions = 2, .seed = 11, .zk_migration = true};
-    km_err err = {{0}};
-    cr_assert_geq(km_gen_write(log, &o, f->img, &err), 0, "%s", err.msg);
-    f->d = km_delta_new();
-    f->off = km_image_offset(f->img);
-}
-
-static void fixture_close(fixture *f)
-{
-    km_delta_free(f->d);
-    km_image_free(f->img);
-    km_test_rmtree(f->dir);
-    free(f->dir);
-}
-
-/* Applies one record to the image; with `delta`, into the fixture's delta too. */
-static void apply(fixture *f, int16_t type, const void *rec, bool delta)
-{
-    km_err err = {{0}};
-    cr_assert_eq(km_image_apply(f->img, type, 0, rec, ++f->off, 1, "t", delta ? f->d : NULL, &err), 0, "%s",
-                 err.msg);
-}
+static void fixture_open(fixture *f, int topics) { zkt_fixture_open(f, "zkfid", topics, 11); }
+static void fixture_close(fixture *f) { zkt_fixture_close(f); }
+static void apply(fixture *f, int16_t type, const void *rec, bool delta) { zkt_fixture_apply(f, type, rec, delta); }
 
 /* A quota of the entity {user} or, with a client, {user, client-id}. */
 static void quota(fixture *f, bool delta, const char *user, const char *client, const char *key, double value)

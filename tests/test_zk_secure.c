@@ -227,16 +227,24 @@ static void sync_secured(const char *hosts, const km_image *img, const km_zk_sec
 static const km_zk_security KAFKA_SASL = {.sasl_mechanism = "DIGEST-MD5", .sasl_username = "kafka",
                                           .sasl_password = "kafka-secret", .set_acl = true};
 
-/* SASL enabled, not required: the brokers' tree, the mirror's sync, and what a stranger sees. */
-Test(zk_secure, sasl_sync_writes_kafka_acls_and_an_unauthenticated_client_reads_no_secret, .timeout = 240)
+/* A server with SASL enabled (not required) for KAFKA_USERS, and a session on it as kafka. */
+static km_zks *start_sasl_server(km_zkc **kafka)
 {
     char err[512] = "";
     km_zks *zs = km_zks_start_opts(1, &(km_zks_options){.sasl_users = KAFKA_USERS}, err, sizeof err);
     cr_assert(zs, "%s", err);
+    *kafka = km_zkc_open_auth(km_zks_hosts(zs, 0),
+                              &(km_zkc_auth){.sasl_user = "kafka", .sasl_password = "kafka-secret"}, 10000);
+    cr_assert(*kafka, "SASL session as kafka");
+    return zs;
+}
+
+/* SASL enabled, not required: the brokers' tree, the mirror's sync, and what a stranger sees. */
+Test(zk_secure, sasl_sync_writes_kafka_acls_and_an_unauthenticated_client_reads_no_secret, .timeout = 240)
+{
+    km_zkc *kafka = NULL;
+    km_zks *zs = start_sasl_server(&kafka);
     const char *hosts = km_zks_hosts(zs, 0);
-    km_zkc *kafka = km_zkc_open_auth(hosts, &(km_zkc_auth){.sasl_user = "kafka", .sasl_password = "kafka-secret"},
-                                     10000);
-    cr_assert(kafka, "SASL session as kafka");
     populate_as_kafka(kafka, "sasl:kafka");
     char *dir = NULL;
     km_image *img = gen_image_in(&dir);
@@ -265,13 +273,9 @@ Test(zk_secure, sasl_sync_writes_kafka_acls_and_an_unauthenticated_client_reads_
  * it, never "reading ZooKeeper failed (not authenticated); retrying" for ever (`timeout` ends a loop). */
 Test(zk_secure, diff_without_read_rights_names_the_znode_and_exits_2, .timeout = 240)
 {
-    char err[512] = "";
-    km_zks *zs = km_zks_start_opts(1, &(km_zks_options){.sasl_users = KAFKA_USERS}, err, sizeof err);
-    cr_assert(zs, "%s", err);
+    km_zkc *kafka = NULL;
+    km_zks *zs = start_sasl_server(&kafka);
     const char *hosts = km_zks_hosts(zs, 0);
-    km_zkc *kafka = km_zkc_open_auth(hosts, &(km_zkc_auth){.sasl_user = "kafka", .sasl_password = "kafka-secret"},
-                                     10000);
-    cr_assert(kafka, "SASL session as kafka");
     char *dir = NULL;
     km_image *img = gen_image_in(&dir);
     sync_secured(hosts, img, &(km_zk_security){.sasl_mechanism = "DIGEST-MD5", .sasl_username = "kafka",

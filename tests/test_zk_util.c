@@ -483,3 +483,31 @@ bool zkt_bridge_wait_idle(zkt_bridge *t, int guard_ms)
     zkt_run_until(t->loop, bridge_settled, t, guard_ms);
     return km_zkb_idle(t->b);
 }
+
+void zkt_fixture_open(zkt_fixture *f, const char *tag, int32_t topics, uint64_t seed)
+{
+    f->dir = km_test_tmpdir(tag);
+    char log[512];
+    snprintf(log, sizeof log, "%s/log", f->dir);
+    f->img = km_image_new();
+    km_gen_opts o = {.brokers = 3, .topics = topics, .partitions = 2, .seed = seed, .zk_migration = true};
+    km_err err = {{0}};
+    cr_assert_geq(km_gen_write(log, &o, f->img, &err), 0, "%s", err.msg);
+    f->d = km_delta_new();
+    f->off = km_image_offset(f->img);
+}
+
+void zkt_fixture_close(zkt_fixture *f)
+{
+    km_delta_free(f->d);
+    km_image_free(f->img);
+    km_test_rmtree(f->dir);
+    free(f->dir);
+}
+
+void zkt_fixture_apply(zkt_fixture *f, int16_t type, const void *rec, bool delta)
+{
+    km_err err = {{0}};
+    cr_assert_eq(km_image_apply(f->img, type, 0, rec, ++f->off, 1, "t", delta ? f->d : NULL, &err), 0, "%s",
+                 err.msg);
+}

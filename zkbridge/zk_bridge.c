@@ -411,7 +411,8 @@ static void on_writer_event(km_zkw *w, km_zkw_event ev, void *ctx)
         break;
     case KM_ZKW_EV_FENCED:
     case KM_ZKW_EV_REFUSED:
-        b->refused |= km_zkw_auth_refused(b->w); /* wrong credentials: bad input, retrying cannot help */
+        /* wrong credentials, a znode the servers cannot take: bad input, retrying cannot help */
+        b->refused |= km_zkw_auth_refused(b->w) || km_zkw_znode_too_large(b->w);
         stop(b, km_zkw_fence_reason(b->w));
         break;
     }

@@ -170,6 +170,7 @@ static int split(km_zkw *w, zkw_batch *b, const km_zop *ops, size_t n, km_err *e
                 zkw_free_multi(m);
                 return -1;
             }
+        m->bytes = bytes;
         b->multis_left++;
         append_multi(w, m);
         i = j;
@@ -454,6 +455,29 @@ static void on_failed(km_zkw *w, zkw_multi *m, int rc)
             f == 0 ? "/controller_epoch" : "/migration", zerror(rc));
 }
 
+/* How many times in a row a multi too large to share one may lose the connection before we conclude
+ * that the servers' jute.maxbuffer is smaller than zookeeper.jute.maxbuffer says: a server closes
+ * the connection on a request above it, so resending would loop for ever. */
+#define BIG_MULTI_LOSSES 3
+
+/* A multi above max_multi_bytes lost its connection: true when that keeps happening and the writer
+ * stopped, refused, naming the znode (km_zkw_znode_too_large). */
+static bool big_multi_lost(km_zkw *w, const zkw_multi *m)
+{
+    if (m->bytes <= w->cfg.max_multi_bytes || ++w->big_losses < BIG_MULTI_LOSSES)
+        return false;
+    const zkw_op *big = &m->ops[0];
+    for (int i = 1; i < m->nops; i++)
+        if (m->ops[i].len > big->len)
+            big = &m->ops[i];
+    w->too_large = true;
+    zkw_fence(w, "ZooKeeper closed the connection each of the %d times the multi writing znode %.200s (%d bytes, "
+              "%zu with its multi) was sent: its servers' jute.maxbuffer must be smaller than "
+              "zookeeper.jute.maxbuffer=%zu; set zookeeper.jute.maxbuffer to the servers' value, or raise theirs",
+              w->big_losses, big->path, big->len, m->bytes, w->cfg.jute_maxbuffer);
+    return true;
+}
+
 static void on_multi(int rc, const void *data)
 {
     zkw_multi *m = (zkw_multi *)data;
@@ -464,10 +488,14 @@ static void on_multi(int rc, const void *data)
         return;
     }
     if (rc == ZOK) {
+        if (m->bytes > w->cfg.max_multi_bytes)
+            w->big_losses = 0;
         zkw_ack(w, m, false, m->mig_stat.version);
     } else if (session_gone(rc)) {
         m->st = M_UNKNOWN;
         w->recover_wanted = true;
+        if (rc == ZCONNECTIONLOSS && big_multi_lost(w, m))
+            return;
     } else {
         on_failed(w, m, rc);
     }
