@@ -217,3 +217,35 @@ Test(zk_large, a_znode_past_the_servers_limit_is_refused_naming_it)
     fixture_close(&f);
     km_zks_stop(small);
 }
+
+/* As an operator meets it: `kmproxy zk sync` of a generated log with a 40,000-partition topic
+ * against a server whose jute.maxbuffer (and zookeeper.jute.maxbuffer in --zk-config) is 256 KiB:
+ * exit 2, one line naming the topic's znode and the key, instead of five re-syncs and exit 1. */
+Test(zk_large, cli_sync_of_a_topic_the_server_cannot_hold_exits_2)
+{
+    enum { SMALL = 256 * 1024 };
+    char msg[512] = "";
+    km_zks *small = km_zks_start(1, NULL, SMALL, msg, sizeof msg);
+    cr_assert(small, "%s", msg);
+    char *dir = km_test_tmpdir("zklargecli"), log[600], props[600];
+    snprintf(log, sizeof log, "%s/log", dir);
+    snprintf(props, sizeof props, "%s/zk.properties", dir);
+    km_gen_opts o = {.brokers = 3, .topics = 1, .partitions = BIG_PARTITIONS, .seed = 5, .zk_migration = true};
+    km_err err = {{0}};
+    cr_assert_geq(km_gen_write(log, &o, NULL, &err), 0, "%s", err.msg);
+    FILE *f = fopen(props, "w");
+    cr_assert(f && fprintf(f, "zookeeper.jute.maxbuffer=%d\n", SMALL) > 0 && fclose(f) == 0);
+    char *argv[] = {"/usr/bin/timeout", "300", (char *)km_test_binary(), "zk", "sync", "--zookeeper",
+                    (char *)km_zks_hosts(small, 0), "--metadata", log, "--zk-config", props, NULL};
+    char *out = NULL, *errs = NULL;
+    int rc = km_test_run(argv, NULL, 0, &out, NULL, &errs);
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, errs);
+    cr_assert(strstr(errs, "kmproxy zk: refused: zk sync: znode /brokers/topics/topic-0 is ") &&
+              strstr(errs, "zookeeper.jute.maxbuffer=262144"), "%s", errs);
+    cr_assert_null(strstr(errs, "full syncs in a row"), "%s", errs);
+    free(out);
+    free(errs);
+    km_test_rmtree(dir);
+    free(dir);
+    km_zks_stop(small);
+}
