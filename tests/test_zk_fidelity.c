@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define ZK_EMPTY_CONFIG_TEXT "{\"version\":1,\"config\":{}}"
+
 static km_zks *zs;
 static km_zkc *zc;
 
@@ -22,41 +24,11 @@ TestSuite(zk_fidelity, .init = start_zk, .fini = stop_zk, .timeout = 240);
  * guards' overrides are on (they are tested in test_zk_guard.c). */
 static const km_zkb_config FORCED = {.guard = {.force = true, .max_deletes_set = true, .max_deletes = -1}};
 
-typedef struct fixture {
-    char *dir;
-    km_image *img;
-    km_delta *d;
-    int64_t off;
-} fixture;
+typedef zkt_fixture fixture;
 
-static void fixture_open(fixture *f, int topics)
-{
-    f->dir = km_test_tmpdir("zkfid");
-    char log[512];
-    snprintf(log, sizeof log, "%s/log", f->dir);
-    f->img = km_image_new();
-    km_gen_opts o = {.brokers = 3, .topics = topics, .partitions = 2, .seed = 11, .zk_migration = true};
-    km_err err = {{0}};
-    cr_assert_geq(km_gen_write(log, &o, f->img, &err), 0, "%s", err.msg);
-    f->d = km_delta_new();
-    f->off = km_image_offset(f->img);
-}
-
-static void fixture_close(fixture *f)
-{
-    km_delta_free(f->d);
-    km_image_free(f->img);
-    km_test_rmtree(f->dir);
-    free(f->dir);
-}
-
-/* Applies one record to the image; with `delta`, into the fixture's delta too. */
-static void apply(fixture *f, int16_t type, const void *rec, bool delta)
-{
-    km_err err = {{0}};
-    cr_assert_eq(km_image_apply(f->img, type, 0, rec, ++f->off, 1, "t", delta ? f->d : NULL, &err), 0, "%s",
-                 err.msg);
-}
+static void fixture_open(fixture *f, int topics) { zkt_fixture_open(f, "zkfid", topics, 11); }
+static void fixture_close(fixture *f) { zkt_fixture_close(f); }
+static void apply(fixture *f, int16_t type, const void *rec, bool delta) { zkt_fixture_apply(f, type, rec, delta); }
 
 /* A quota of the entity {user} or, with a client, {user, client-id}. */
 static void quota(fixture *f, bool delta, const char *user, const char *client, const char *key, double value)
@@ -70,6 +42,20 @@ static void quota(fixture *f, bool delta, const char *user, const char *client, 
     q.key = km_cstr(key);
     q.value = value;
     apply(f, KM_MDR_CLIENT_QUOTA_RECORD, &q, delta);
+}
+
+/* Removes a quota key of {user} or {user, client}; a NULL user is the default entity. */
+static void unquota(fixture *f, const char *user, const char *client, const char *key)
+{
+    km_client_quota_record q;
+    km_client_quota_record_init(&q);
+    km_client_quota_record_entity_data e[2] = {{km_cstr("user"), km_cstr(user), {0, NULL}},
+                                               {km_cstr("client-id"), km_cstr(client ? client : ""), {0, NULL}}};
+    q.entity.count = client ? 2 : 1;
+    q.entity.items = e;
+    q.key = km_cstr(key);
+    q.remove = true;
+    apply(f, KM_MDR_CLIENT_QUOTA_RECORD, &q, true);
 }
 
 static void scram(fixture *f, bool delta, const char *user)
@@ -333,6 +319,112 @@ Test(zk_fidelity, a_deleted_topics_config_goes_without_a_notification)
     send_delta(&f, t);
     cr_assert(!exists("/config/topics/topic-1"));
     cr_assert_eq(notifications("topics/topic-1"), created, "a notification for the deleted topic's config");
+    check_image(&f, 1);
+    zkt_bridge_free(t);
+    fixture_close(&f);
+}
+
+/* Issue 27 item 6. Kafka 3.9 deletes no client quota or SCRAM znode: for an entity the image no
+ * longer has, KRaftMigrationZkWriter (handleClientQuotasDelta, handleClientQuotasSnapshot) calls
+ * ZkConfigMigrationClient.writeClientQuotas with empty maps, an empty config plus a change
+ * notification. dave's credential and his last client quota go in one delta: both znodes emptied,
+ * in that delta (no NOTEMPTY on /config/users/dave, no re-sync meanwhile). */
+static int full_syncs(zkt_bridge *t)
+{
+    km_zkb_summary s;
+    km_zkb_get_summary(t->b, &s);
+    return (int)s.full_syncs;
+}
+
+static void assert_config(const char *path, const char *want)
+{
+    char *s = zkt_get(zc, path, NULL);
+    cr_assert_str_eq(s ? s : "(absent)", want, "%s", path);
+    free(s);
+}
+
+Test(zk_fidelity, a_users_credential_and_last_client_quota_removed_together_are_emptied)
+{
+    fixture f;
+    fixture_open(&f, 1);
+    scram(&f, false, "dave");
+    quota(&f, false, "dave", "app", "request_percentage", 40);
+    zkt_bridge *t = synced(&f, 1);
+    int syncs = full_syncs(t), user_notes = notifications("users/dave");
+    int client_notes = notifications("users/dave/clients/app");
+    unscram(&f, "dave");
+    unquota(&f, "dave", "app", "request_percentage");
+    send_delta(&f, t);
+    cr_assert_eq(full_syncs(t), syncs, "the delta failed and a full re-sync ran");
+    assert_config("/config/users/dave", ZK_EMPTY_CONFIG_TEXT);
+    assert_config("/config/users/dave/clients/app", ZK_EMPTY_CONFIG_TEXT);
+    cr_assert(exists("/config/users/dave/clients"));
+    cr_assert_eq(notifications("users/dave"), user_notes + 1);
+    cr_assert_eq(notifications("users/dave/clients/app"), client_notes + 1);
+    check_image(&f, 1);
+    zkt_bridge_free(t);
+    fixture_close(&f);
+}
+
+/* erin's last client quota goes alone: its znode is emptied (with a notification), and it, its
+ * clients/ parent and erin's znode stay, as Kafka leaves them. A full sync finds frank's quota
+ * znodes, which the image does not have: emptied the same way, nothing deleted (a first sync with
+ * zk.max.deletes=0 goes through). */
+Test(zk_fidelity, a_last_client_quota_removed_alone_is_emptied_as_kafka_does)
+{
+    fixture f;
+    fixture_open(&f, 1);
+    quota(&f, false, "erin", "app", "producer_byte_rate", 2048);
+    zkt_bridge *t = synced(&f, 1);
+    int notes = notifications("users/erin/clients/app");
+    unquota(&f, "erin", "app", "producer_byte_rate");
+    send_delta(&f, t);
+    assert_config("/config/users/erin/clients/app", ZK_EMPTY_CONFIG_TEXT);
+    cr_assert(exists("/config/users/erin/clients") && exists("/config/users/erin"));
+    cr_assert_eq(notifications("users/erin/clients/app"), notes + 1);
+    zkt_bridge_free(t);
+
+    cr_assert_eq(km_zkc_create(zc, "/config/users/frank", "{\"version\":1,\"config\":{\"producer_byte_rate\":\"10\"}}", 0),
+                 ZOK);
+    cr_assert_eq(km_zkc_mkdirs(zc, "/config/users/frank/clients"), ZOK);
+    cr_assert_eq(km_zkc_create(zc, "/config/users/frank/clients/x",
+                               "{\"version\":1,\"config\":{\"consumer_byte_rate\":\"20\"}}", 0), ZOK);
+    km_zkb_config cfg = FORCED;
+    cfg.guard.max_deletes = 0;
+    t = zkt_bridge_new(km_zks_hosts(zs, 0), f.img, 3000, 2, &cfg);
+    cr_assert(t);
+    cr_assert(zkt_bridge_wait_idle(t, 60000), "%s", km_zkb_error(t->b));
+    assert_config("/config/users/frank", ZK_EMPTY_CONFIG_TEXT);
+    assert_config("/config/users/frank/clients/x", ZK_EMPTY_CONFIG_TEXT);
+    assert_config("/config/users/erin/clients/app", ZK_EMPTY_CONFIG_TEXT);
+    check_image(&f, 2);
+    zkt_bridge_free(t);
+    fixture_close(&f);
+}
+
+/* A user literally named "<default>" (Kafka's %3Cdefault%3E znode) with a quota and a SCRAM
+ * credential, beside the default user entity's quota (<default>): one znode each, the first
+ * holding both its quota and its credential. */
+Test(zk_fidelity, a_user_named_default_keeps_its_quota_and_credential_in_one_znode)
+{
+    fixture f;
+    fixture_open(&f, 1);
+    quota(&f, false, "<default>", NULL, "producer_byte_rate", 4096);
+    scram(&f, false, "<default>");
+    km_client_quota_record q;
+    km_client_quota_record_init(&q);
+    km_client_quota_record_entity_data e[1] = {{km_cstr("user"), km_cstr(NULL), {0, NULL}}};
+    q.entity.count = 1;
+    q.entity.items = e;
+    q.key = km_cstr("consumer_byte_rate");
+    q.value = 1024;
+    apply(&f, KM_MDR_CLIENT_QUOTA_RECORD, &q, false);
+    zkt_bridge *t = synced(&f, 1);
+    char *s = zkt_get(zc, "/config/users/%3Cdefault%3E", NULL);
+    cr_assert(s && strstr(s, "\"producer_byte_rate\":\"4096\"") && strstr(s, "\"SCRAM-SHA-256\":\"salt="), "%s",
+              s ? s : "(absent)");
+    free(s);
+    assert_config("/config/users/<default>", "{\"version\":1,\"config\":{\"consumer_byte_rate\":\"1024\"}}");
     check_image(&f, 1);
     zkt_bridge_free(t);
     fixture_close(&f);

@@ -227,16 +227,24 @@ static void sync_secured(const char *hosts, const km_image *img, const km_zk_sec
 static const km_zk_security KAFKA_SASL = {.sasl_mechanism = "DIGEST-MD5", .sasl_username = "kafka",
                                           .sasl_password = "kafka-secret", .set_acl = true};
 
-/* SASL enabled, not required: the brokers' tree, the mirror's sync, and what a stranger sees. */
-Test(zk_secure, sasl_sync_writes_kafka_acls_and_an_unauthenticated_client_reads_no_secret, .timeout = 240)
+/* A server with SASL enabled (not required) for KAFKA_USERS, and a session on it as kafka. */
+static km_zks *start_sasl_server(km_zkc **kafka)
 {
     char err[512] = "";
     km_zks *zs = km_zks_start_opts(1, &(km_zks_options){.sasl_users = KAFKA_USERS}, err, sizeof err);
     cr_assert(zs, "%s", err);
+    *kafka = km_zkc_open_auth(km_zks_hosts(zs, 0),
+                              &(km_zkc_auth){.sasl_user = "kafka", .sasl_password = "kafka-secret"}, 10000);
+    cr_assert(*kafka, "SASL session as kafka");
+    return zs;
+}
+
+/* SASL enabled, not required: the brokers' tree, the mirror's sync, and what a stranger sees. */
+Test(zk_secure, sasl_sync_writes_kafka_acls_and_an_unauthenticated_client_reads_no_secret, .timeout = 240)
+{
+    km_zkc *kafka = NULL;
+    km_zks *zs = start_sasl_server(&kafka);
     const char *hosts = km_zks_hosts(zs, 0);
-    km_zkc *kafka = km_zkc_open_auth(hosts, &(km_zkc_auth){.sasl_user = "kafka", .sasl_password = "kafka-secret"},
-                                     10000);
-    cr_assert(kafka, "SASL session as kafka");
     populate_as_kafka(kafka, "sasl:kafka");
     char *dir = NULL;
     km_image *img = gen_image_in(&dir);
@@ -256,6 +264,48 @@ Test(zk_secure, sasl_sync_writes_kafka_acls_and_an_unauthenticated_client_reads_
     cr_assert_geq(s.denied, 3, "SCRAM credentials, user quotas and broker configs must be unreadable");
     cr_assert_gt(s.readable, 10, "ordinary znodes stay world-readable, as Kafka leaves them");
     km_zkc_close(stranger);
+    km_zkc_close(kafka);
+    km_image_free(img);
+    km_zks_stop(zs);
+}
+
+/* `kmproxy zk diff` authenticated as a user ZooKeeper's ACL denies reading one znode: exit 2 naming
+ * it, never "reading ZooKeeper failed (not authenticated); retrying" for ever (`timeout` ends a loop). */
+Test(zk_secure, diff_without_read_rights_names_the_znode_and_exits_2, .timeout = 240)
+{
+    km_zkc *kafka = NULL;
+    km_zks *zs = start_sasl_server(&kafka);
+    const char *hosts = km_zks_hosts(zs, 0);
+    char *dir = NULL;
+    km_image *img = gen_image_in(&dir);
+    sync_secured(hosts, img, &(km_zk_security){.sasl_mechanism = "DIGEST-MD5", .sasl_username = "kafka",
+                                               .sasl_password = "kafka-secret"});
+    enum { ALL = 0x1f };
+    struct ACL kafka_only[] = {{ALL, {"sasl", "kafka"}}};
+    cr_assert_eq(km_zkc_delete(kafka, "/config/topics/topic-1", -1), ZOK);
+    cr_assert_eq(km_zkc_create_acl(kafka, "/config/topics/topic-1", "{\"version\":1,\"config\":{}}",
+                                   &(struct ACL_vector){1, kafka_only}), ZOK);
+    char jaas[700], props[700], log[700], cfg[1000];
+    snprintf(jaas, sizeof jaas, "%s/jaas.conf", dir);
+    snprintf(props, sizeof props, "%s/zk.properties", dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    write_text(jaas, "Client {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+                     "  username=\"other\"\n  password=\"other-secret\";\n};\n");
+    snprintf(cfg, sizeof cfg, "java.security.auth.login.config=%s\n", jaas);
+    write_text(props, cfg);
+    char *argv[] = {"/usr/bin/timeout", "60", (char *)km_test_binary(), "zk", "diff", "--zookeeper", (char *)hosts,
+                    "--metadata", log, "--zk-config", props, NULL};
+    char *out = NULL, *errs = NULL;
+    int rc = km_test_run(argv, NULL, 0, &out, NULL, &errs);
+    cr_assert_neq(rc, 124, "zk diff was still running after 60 s: %s", errs);
+    cr_assert_eq(rc, 2, "exit %d: %s %s", rc, out, errs);
+    cr_assert(strstr(errs, "not authorized to read /config/topics/topic-1"), "%s", errs);
+    cr_assert_null(strstr(errs, "retrying"), "%s", errs);
+    cr_assert_null(strstr(out, "zk diff: "), "no result it did not compute: %s", out);
+    free(out);
+    free(errs);
+    km_test_rmtree(dir);
+    free(dir);
     km_zkc_close(kafka);
     km_image_free(img);
     km_zks_stop(zs);

@@ -56,3 +56,16 @@ typedef struct zkt_bridge {
 zkt_bridge *zkt_bridge_new(const char *hosts, const km_image *img, int32_t id, int32_t epoch, const km_zkb_config *base);
 void zkt_bridge_free(zkt_bridge *t);
 bool zkt_bridge_wait_idle(zkt_bridge *t, int guard_ms);
+
+/* A `metadata gen` image of a migrating cluster (3 brokers, `topics` topics of 2 partitions; its log
+ * in a temporary dir) and a delta that records applied with zkt_fixture_apply can go into. */
+typedef struct zkt_fixture {
+    char *dir;
+    km_image *img;
+    km_delta *d;
+    int64_t off;
+} zkt_fixture;
+void zkt_fixture_open(zkt_fixture *f, const char *tag, int32_t topics, uint64_t seed);
+void zkt_fixture_close(zkt_fixture *f);
+/* Applies one record to the image; with `delta`, into the fixture's delta too. */
+void zkt_fixture_apply(zkt_fixture *f, int16_t type, const void *rec, bool delta);

@@ -193,15 +193,32 @@ Test(zk_writer, large_batch_is_split_under_the_byte_limit)
     zkt_writer_free(t);
 }
 
+/* A znode larger than the multis are packed to goes alone in one; one that the server's
+ * jute.maxbuffer cannot take is refused before anything is queued, naming it and the key. */
 Test(zk_writer, unit_that_cannot_fit_one_multi_is_refused)
 {
-    zkt_writer *t = claimed_writer(3000, 5, &(km_zkw_config){.max_multi_bytes = 4096});
     static char big[8000];
     memset(big, 'y', sizeof big - 1);
-    km_zop op = {KM_ZOP_CREATE, "/huge", big, (int)strlen(big), false};
+    km_zop ops[3] = {{KM_ZOP_CREATE, "/small1", "s", 1, false}, {KM_ZOP_CREATE, "/big8k", big, (int)strlen(big), false},
+                     {KM_ZOP_CREATE, "/small2", "s", 1, false}};
+    zkt_writer *t = claimed_writer(3000, 5, &(km_zkw_config){.max_multi_bytes = 4096});
     km_err err = {{0}};
-    cr_assert_eq(km_zkw_submit(t->w, &op, 1, 1, 1, &err), -1);
-    cr_assert(strstr(err.msg, "/huge") && strstr(err.msg, "cannot fit"), "%s", err.msg);
+    cr_assert_eq(km_zkw_submit(t->w, ops, 3, 1, 1, &err), 0, "%s", err.msg);
+    cr_assert(zkt_wait_drained(t, 30000));
+    km_zkw_metrics m;
+    km_zkw_get_metrics(t->w, &m);
+    cr_assert_eq(m.multis_ok, 3, "small, the big one alone, small: %llu multis", (unsigned long long)m.multis_ok);
+    cr_assert_not(km_zkw_znode_too_large(t->w));
+    zkt_writer_free(t);
+
+    t = claimed_writer(3000, 6, &(km_zkw_config){.jute_maxbuffer = 4096});
+    km_zop op = {KM_ZOP_CREATE, "/huge", big, (int)strlen(big), false};
+    cr_assert_eq(km_zkw_submit(t->w, &op, 1, 2, 1, &err), -1);
+    cr_assert(strstr(err.msg, "/huge is 7999 bytes") && strstr(err.msg, "zookeeper.jute.maxbuffer=4096"), "%s",
+              err.msg);
+    cr_assert(km_zkw_znode_too_large(t->w));
+    cr_assert_eq(km_zkw_pending_ops(t->w), 0);
+    cr_assert_eq(t->resync, 0, "refused, not re-synced");
     km_zop seq = {KM_ZOP_CREATE_SEQ, "/c/config_change_", "{}", 2, false};
     cr_assert_eq(km_zkw_submit(t->w, &seq, 1, 1, 1, &err), -1);
     cr_assert(strstr(err.msg, "sequential"), "%s", err.msg);

@@ -13,3 +13,6 @@ km_add_test(test_zk_chaos SOURCES ${KM_ZK_TESTS}/test_zk_chaos.c ${KM_ZK_TESTS}/
 km_add_test_env(test_zk_chaos_sasl test_zk_chaos KM_TEST_ZK_SECURE=sasl)
 km_add_test(test_zk_guard SOURCES ${KM_ZK_TESTS}/test_zk_guard.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 600)
 km_add_test(test_zk_fidelity SOURCES ${KM_ZK_TESTS}/test_zk_fidelity.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 600)
+# Znodes past 512 KiB (a topic of 40,000 partitions, 6,000 ACLs on one resource) and a server whose
+# jute.maxbuffer is smaller than one of them.
+km_add_test(test_zk_large SOURCES ${KM_ZK_TESTS}/test_zk_large.c ${KM_ZK_TESTS}/test_zk_util.c TIMEOUT 1800)

@@ -102,7 +102,12 @@ typedef struct km_zkw_config {
     int session_timeout_ms;         /* 0: 10000 */
     int32_t controller_id;          /* our KRaft node id */
     int32_t controller_epoch;       /* our KRaft leader epoch */
-    size_t max_multi_bytes;         /* 0: 512 KiB; keep well under the server's jute.maxbuffer */
+    /* The ZooKeeper servers' jute.maxbuffer (zookeeper.jute.maxbuffer, as ZooKeeper's clients read it);
+     * 0: ZooKeeper's default, 1 MiB - 1. No multi is larger than it less KM_ZKW_JUTE_HEADROOM. */
+    size_t jute_maxbuffer;
+    /* What ordinary multis are packed up to; 0: 512 KiB (less under a small jute_maxbuffer). A znode
+     * too large to share one goes alone in its own multi (with both guards), as Kafka writes it. */
+    size_t max_multi_bytes;
     int max_multi_ops;              /* 0: 1000 */
     int max_inflight;               /* multis outstanding at once; 0: 64 */
     size_t max_pending_ops;         /* write-behind bound in znode ops (records); 0: 100000 */
@@ -140,6 +145,12 @@ bool km_zkw_fenced_by_foreign(const km_zkw *w);
 /* The claim was refused by what ZooKeeper holds - Kafka's epoch rule on /controller, or a writer past
  * the claim record - not by a transient error: the next start meets the same ZooKeeper. */
 bool km_zkw_claim_refused(const km_zkw *w);
+/* The last submit was refused, nothing of it queued, because one of its znodes cannot fit one
+ * multi under jute_maxbuffer: ZooKeeper cannot hold it, and retrying or re-syncing cannot help. */
+bool km_zkw_znode_too_large(const km_zkw *w);
+/* ZooKeeper's jute.maxbuffer is the whole request and the transaction it logs: the packet and
+ * request headers, the two guards, ACLs and the transaction header take this much of it. */
+#define KM_ZKW_JUTE_HEADROOM 1024
 
 /* ---- the neutral write interface ---- */
 typedef enum km_zop_kind {

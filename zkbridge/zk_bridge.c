@@ -217,6 +217,16 @@ static void count_ops(km_zkb *b, zk_ops *o)
     o->created = o->updated = o->deleted = 0;
 }
 
+/* A znode ZooKeeper cannot hold: the image itself is what no retry can write, so the bridge stops
+ * as refused (bad input) instead of re-syncing into the same refusal. */
+static void refuse_too_large(km_zkb *b, const char *what, const char *msg)
+{
+    char why[sizeof b->error];
+    snprintf(why, sizeof why, "%s: %s", what, msg);
+    b->refused = true;
+    stop(b, why);
+}
+
 /* Hands the planned ops to the writer: as a partial batch (checks only) while the pass goes on,
  * as the batch that moves /migration to the pass's offset at its end. So a crash half way never
  * leaves ZooKeeper claiming more than it holds. */
@@ -228,6 +238,8 @@ static void hand_over(km_zkb *b, bool last)
     int rc = last ? km_zkw_submit(b->w, o->v, o->n, b->pass_offset, b->pass_epoch, &err)
                   : km_zkw_submit_partial(b->w, o->v, o->n, &err);
     zk_ops_free(o);
+    if (rc && km_zkw_znode_too_large(b->w))
+        return refuse_too_large(b, "zk sync", err.msg);
     if (rc) {
         zkw_log(b->w, KM_LOG_ERROR, "zk sync: %s", err.msg);
         return abort_pass(b); /* the writer asked for a re-sync (RESYNC), or a new claim restarts it */
@@ -336,13 +348,29 @@ static int reset_model(km_zkb *b)
     return zk_vcache_reserve(&b->known, expect) || zk_vcache_reserve(&b->w->cache, expect) ? -1 : 0;
 }
 
+/* ZooKeeper's ACL on a znode denies our (authenticated) identity: asking again gets the same
+ * answer, so the credentials are what is wrong (bad input), never something to wait out. */
+static void refuse_unreadable(km_zkb *b, const char *path)
+{
+    char why[sizeof b->error];
+    snprintf(why, sizeof why, "zk %s: not authorized to read %.300s: its ZooKeeper ACL denies this session's identity "
+             "(ZooKeeper: not authenticated); use the brokers' credentials (zookeeper.* keys, the JAAS Client "
+             "section)", b->cfg.diff_only ? "diff" : "sync", path[0] ? path : "the mirrored namespace");
+    b->refused = true;
+    stop(b, why);
+}
+
 static void on_walked(zk_walk *wk, int rc, void *ctx)
 {
     km_zkb *b = ctx;
+    char failed[sizeof wk->failed_path];
+    snprintf(failed, sizeof failed, "%s", wk->failed_path);
     zk_walk_free(wk);
     b->walking = false;
     if (b->phase == KM_ZKB_STOPPED)
         return; /* fenced, or being freed: the replies are ZCLOSING */
+    if (rc == ZNOAUTH)
+        return refuse_unreadable(b, failed);
     if (rc != ZOK) {
         zkw_log(b->w, KM_LOG_WARN, "zk sync: reading ZooKeeper failed (%s); retrying", zerror(rc));
         ev_timer_set(&b->retry, 0.1, 0.);
@@ -427,7 +455,8 @@ static void on_writer_event(km_zkw *w, km_zkw_event ev, void *ctx)
         break;
     case KM_ZKW_EV_FENCED:
     case KM_ZKW_EV_REFUSED:
-        b->refused |= km_zkw_auth_refused(b->w); /* wrong credentials: bad input, retrying cannot help */
+        /* wrong credentials, a znode the servers cannot take: bad input, retrying cannot help */
+        b->refused |= km_zkw_auth_refused(b->w) || km_zkw_znode_too_large(b->w);
         stop(b, km_zkw_fence_reason(b->w));
         break;
     }
@@ -594,6 +623,10 @@ int km_zkb_delta(km_zkb *b, const km_delta *d, km_err *err)
     int rc = ops.oom ? km_fail(err, "zk delta: out of memory at offset %lld", (long long)km_delta_offset(d))
                      : km_zkw_submit(b->w, ops.v, ops.n, km_delta_offset(d), km_delta_epoch(d), err);
     zk_ops_free(&ops);
+    if (rc && km_zkw_znode_too_large(b->w)) {
+        refuse_too_large(b, "zk delta", err ? err->msg : "a znode is too large");
+        km_fail(err, "%s", b->error);
+    }
     return rc;
 }
 

@@ -120,6 +120,7 @@ struct zk_walk {
     size_t qn, qcap;
     int inflight;
     int rc;
+    char failed_path[512];  /* where rc (the first failure) came from; "" when no znode names it */
     bool finished;
     void (*done)(zk_walk *wk, int rc, void *ctx);
     void *ctx;
@@ -163,6 +164,10 @@ void zk_reconcile(zk_vcache *known, const zk_tree *cands, const zk_tree *want, c
 void zk_reconcile_writes(zk_vcache *known, const zk_tree *want, int pass, const km_zk_pwenc *pw, zk_ops *o);
 bool zk_deletable(const char *path);
 void zk_reconcile_delete(zk_vcache *known, const char *path, zk_ops *o);
+/* A client quota or SCRAM znode Kafka keeps when its entity goes: emptied (an empty config plus a
+ * change notification), never deleted (zk_reconcile.c, kafka_keeps). */
+bool zk_emptied_not_deleted(const char *path);
+void zk_reconcile_empty(zk_vcache *known, const char *path, int mark, zk_ops *o);
 int zk_path_depth(const char *path);
 
 /* zk_plan.c: a pass over the whole image (the full sync's plan, or a catch-up from our model),

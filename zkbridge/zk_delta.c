@@ -9,8 +9,23 @@
 
 static void add_path(zk_tree *t, const char *path) { zk_tree_add(t, path, NULL, ZN_DIR, NOTIFY_NONE, NULL); }
 
+/* True the first time this delta renders path. An entity's znode is rendered whole from the image,
+ * so once per delta is enough: a delta of 40,000 new partitions would otherwise render their
+ * topic's 700 KB assignment 40,000 times, and 6,000 ACLs on one resource its 700 KB list 6,000
+ * times (gigabytes, quadratic time). */
+static bool first_render(zk_vcache *seen, const char *path, zk_tree *want)
+{
+    if (zk_vcache_get(seen, path) >= 0)
+        return false;
+    if (zk_vcache_put(seen, path, 0)) {
+        want->oom = true;
+        return false;
+    }
+    return true;
+}
+
 static void topics(const km_image *img, const km_delta *d, int32_t epoch, const km_zk_pwenc *pw, zk_tree *want,
-                   zk_tree *cands)
+                   zk_tree *cands, zk_vcache *seen)
 {
     size_t it = 0;
     km_topic_change tc;
@@ -21,13 +36,18 @@ static void topics(const km_image *img, const km_delta *d, int32_t epoch, const 
          * /admin/delete_topics marker (the KRaft controller deletes the replicas with StopReplica;
          * a marker would make a ZK controller after a rollback delete a re-created topic). */
         const km_topic *t = km_image_topic_by_id(img, tc.id);
-        if (t)
+        if (!t)
+            continue;
+        char path[1024];
+        snprintf(path, sizeof path, "/brokers/topics/%s", km_topic_name(t));
+        if (first_render(seen, path, want))
             zk_render_topic_nodes(img, t, epoch, pw, want);
     }
 }
 
 /* A changed partition: its state, and the topic znode (assignment) when replicas moved. */
-static void partitions(const km_image *img, const km_delta *d, int32_t epoch, zk_tree *want, zk_tree *cands)
+static void partitions(const km_image *img, const km_delta *d, int32_t epoch, zk_tree *want, zk_tree *cands,
+                       zk_vcache *seen)
 {
     size_t it = 0;
     km_partition_change pc;
@@ -48,8 +68,8 @@ static void partitions(const km_image *img, const km_delta *d, int32_t epoch, zk
         zs_init(&s);
         zk_render_state(&s, &pc.new, epoch);
         zk_tree_add(want, buf, zs_take(&s), ZN_STATE, NOTIFY_NONE, NULL);
-        if (pc.what & (KM_PC_REPLICAS | KM_PC_ADDING | KM_PC_REMOVING)) {
-            snprintf(buf, sizeof buf, "/brokers/topics/%s", name);
+        snprintf(buf, sizeof buf, "/brokers/topics/%s", name);
+        if ((pc.what & (KM_PC_REPLICAS | KM_PC_ADDING | KM_PC_REMOVING)) && first_render(seen, buf, want)) {
             add_path(cands, buf);
             zs_init(&s);
             zk_render_topic(&s, t);
@@ -77,13 +97,13 @@ static void configs(const km_image *img, const km_delta *d, const km_zk_pwenc *p
     }
 }
 
-static void quotas_and_scram(const km_image *img, const km_delta *d, zk_tree *want, zk_tree *cands)
+static void quotas_and_scram(const km_image *img, const km_delta *d, zk_tree *want, zk_tree *cands, zk_vcache *seen)
 {
     size_t it = 0;
     km_quota_change qc;
     while (km_delta_next_quota(d, &it, &qc)) {
         char *p = zk_quota_path(qc.new ? qc.new : qc.old);
-        if (p) {
+        if (p && first_render(seen, p, want)) {
             add_path(cands, p);
             zk_render_quotas(img, p, want);
         }
@@ -93,7 +113,7 @@ static void quotas_and_scram(const km_image *img, const km_delta *d, zk_tree *wa
     km_scram_change sc;
     while (km_delta_next_scram(d, &it, &sc)) {
         char *p = zk_scram_user_path((sc.new ? sc.new : sc.old)->user);
-        if (p) {
+        if (p && first_render(seen, p, want)) {
             add_path(cands, p);
             zk_render_quotas(img, p, want);
         }
@@ -101,13 +121,13 @@ static void quotas_and_scram(const km_image *img, const km_delta *d, zk_tree *wa
     }
 }
 
-static void acls_tokens_pids(const km_image *img, const km_delta *d, zk_tree *want, zk_tree *cands)
+static void acls_tokens_pids(const km_image *img, const km_delta *d, zk_tree *want, zk_tree *cands, zk_vcache *seen)
 {
     size_t it = 0;
     km_acl_change ac;
     while (km_delta_next_acl(d, &it, &ac)) {
         char *p = zk_acl_path(ac.new ? ac.new : ac.old);
-        if (p) {
+        if (p && first_render(seen, p, want)) {
             add_path(cands, p);
             zk_render_acls(img, p, want);
         }
@@ -134,11 +154,13 @@ static void acls_tokens_pids(const km_image *img, const km_delta *d, zk_tree *wa
 void zk_delta_render(const km_image *img, const km_delta *d, int32_t controller_epoch, const km_zk_pwenc *pw,
                      zk_tree *want, zk_tree *cands)
 {
-    topics(img, d, controller_epoch, pw, want, cands);
-    partitions(img, d, controller_epoch, want, cands);
+    zk_vcache seen = {0};
+    topics(img, d, controller_epoch, pw, want, cands, &seen);
+    partitions(img, d, controller_epoch, want, cands, &seen);
     configs(img, d, pw, want, cands);
-    quotas_and_scram(img, d, want, cands);
-    acls_tokens_pids(img, d, want, cands);
+    quotas_and_scram(img, d, want, cands, &seen);
+    acls_tokens_pids(img, d, want, cands, &seen);
+    zk_vcache_clear(&seen);
     zk_tree_sort(want);
     zk_tree_sort(cands);
 }

@@ -141,7 +141,8 @@ static void unqueue_after(km_zkw *w, zkw_multi *keep)
     }
 }
 
-/* Splits ops into multis under max_multi_bytes / max_multi_ops without splitting a unit. */
+/* Splits ops into multis under max_multi_bytes / max_multi_ops without splitting a unit. A unit too
+ * large to share a multi goes alone in one (check_sizes proved it fits the server's limit). */
 static int split(km_zkw *w, zkw_batch *b, const km_zop *ops, size_t n, km_err *err)
 {
     size_t i = 0;
@@ -151,14 +152,15 @@ static int split(km_zkw *w, zkw_batch *b, const km_zop *ops, size_t n, km_err *e
             int len = unit_len(ops, n, j, &ub, err);
             if (len < 0)
                 return -1;
-            if (count && (bytes + ub > w->cfg.max_multi_bytes || count + (size_t)len > (size_t)w->cfg.max_multi_ops))
+            bool alone = MULTI_FIXED_BYTES + ub > w->cfg.max_multi_bytes;
+            if (count && (alone || bytes + ub > w->cfg.max_multi_bytes ||
+                          count + (size_t)len > (size_t)w->cfg.max_multi_ops))
                 break;
-            if (bytes + ub > w->cfg.max_multi_bytes)
-                return km_fail(err, "zk submit: op %zu (%s): %zu bytes cannot fit one multi of %zu", j,
-                               ops[j].path, ub, w->cfg.max_multi_bytes);
             bytes += ub;
             count += (size_t)len;
             j += (size_t)len;
+            if (alone)
+                break;
         }
         zkw_multi *m = multi_new(w, b, (int)count);
         if (!m)
@@ -168,11 +170,48 @@ static int split(km_zkw *w, zkw_batch *b, const km_zop *ops, size_t n, km_err *e
                 zkw_free_multi(m);
                 return -1;
             }
+        m->bytes = bytes;
         b->multis_left++;
         append_multi(w, m);
         i = j;
     }
     w->tail->is_last = b->bumps;
+    return 0;
+}
+
+/* The op of the unit at ops[i] with the most data: what an operator must know about. */
+static const km_zop *largest_op(const km_zop *ops, size_t i, int len)
+{
+    const km_zop *big = &ops[i];
+    for (int k = 1; k < len; k++)
+        if (ops[i + (size_t)k].len > big->len)
+            big = &ops[i + (size_t)k];
+    return big;
+}
+
+/* Refuses, before anything is queued, a batch holding a unit that no multi under the server's
+ * jute.maxbuffer can carry: ZooKeeper would close the connection on it (or fail to read its own
+ * transaction log back), so neither a resend nor a re-sync could ever write it. */
+static int check_sizes(km_zkw *w, const km_zop *ops, size_t n, km_err *err)
+{
+    size_t limit = zkw_multi_limit(w), ub;
+    km_err ignored;
+    w->too_large = false;
+    for (size_t i = 0; i < n;) {
+        int len = unit_len(ops, n, i, &ub, &ignored);
+        if (len < 0)
+            return 0; /* split() reports a malformed unit */
+        if (MULTI_FIXED_BYTES + ub > limit) {
+            const km_zop *big = largest_op(ops, i, len);
+            w->too_large = true;
+            return km_fail(err, "znode %s is %d bytes (%zu with its multi), more than ZooKeeper takes in one "
+                           "request: a multi may take %zu under zookeeper.jute.maxbuffer=%zu; raise jute.maxbuffer on "
+                           "the ZooKeeper servers, then zookeeper.jute.maxbuffer here (and the brokers' own) to match",
+                           big->path, big->len > 0 ? big->len : 0, MULTI_FIXED_BYTES + ub, limit,
+                           w->cfg.jute_maxbuffer);
+        }
+        i += (size_t)len;
+    }
     return 0;
 }
 
@@ -184,6 +223,8 @@ static int submit_batch(km_zkw *w, const km_zop *ops, size_t n, int64_t offset, 
                        w->cfg.read_only ? " (read only)" : "");
     if (!bumps && n == 0)
         return 0;
+    if (check_sizes(w, ops, n, err))
+        return -1;
     zkw_batch *b = batch_new(w, offset, epoch, bumps);
     if (!b)
         return km_fail(err, "zk submit: out of memory");
@@ -414,6 +455,29 @@ static void on_failed(km_zkw *w, zkw_multi *m, int rc)
             f == 0 ? "/controller_epoch" : "/migration", zerror(rc));
 }
 
+/* How many times in a row a multi too large to share one may lose the connection before we conclude
+ * that the servers' jute.maxbuffer is smaller than zookeeper.jute.maxbuffer says: a server closes
+ * the connection on a request above it, so resending would loop for ever. */
+#define BIG_MULTI_LOSSES 3
+
+/* A multi above max_multi_bytes lost its connection: true when that keeps happening and the writer
+ * stopped, refused, naming the znode (km_zkw_znode_too_large). */
+static bool big_multi_lost(km_zkw *w, const zkw_multi *m)
+{
+    if (m->bytes <= w->cfg.max_multi_bytes || ++w->big_losses < BIG_MULTI_LOSSES)
+        return false;
+    const zkw_op *big = &m->ops[0];
+    for (int i = 1; i < m->nops; i++)
+        if (m->ops[i].len > big->len)
+            big = &m->ops[i];
+    w->too_large = true;
+    zkw_fence(w, "ZooKeeper closed the connection each of the %d times the multi writing znode %.200s (%d bytes, "
+              "%zu with its multi) was sent: its servers' jute.maxbuffer must be smaller than "
+              "zookeeper.jute.maxbuffer=%zu; set zookeeper.jute.maxbuffer to the servers' value, or raise theirs",
+              w->big_losses, big->path, big->len, m->bytes, w->cfg.jute_maxbuffer);
+    return true;
+}
+
 static void on_multi(int rc, const void *data)
 {
     zkw_multi *m = (zkw_multi *)data;
@@ -424,10 +488,14 @@ static void on_multi(int rc, const void *data)
         return;
     }
     if (rc == ZOK) {
+        if (m->bytes > w->cfg.max_multi_bytes)
+            w->big_losses = 0;
         zkw_ack(w, m, false, m->mig_stat.version);
     } else if (session_gone(rc)) {
         m->st = M_UNKNOWN;
         w->recover_wanted = true;
+        if (rc == ZCONNECTIONLOSS && big_multi_lost(w, m))
+            return;
     } else {
         on_failed(w, m, rc);
     }

@@ -59,14 +59,19 @@ static int load_slice(zk_plan *p)
     return 0;
 }
 
-/* The candidates no slice of this pass wanted, and ours to delete. Returns -1 when out of memory. */
-static int scan_slice(zk_plan *p)
+/* The candidates no slice of this pass wanted, and ours to delete (or, quota znodes Kafka keeps,
+ * to empty at once: no deletion). Returns -1 when out of memory. */
+static int scan_slice(zk_plan *p, zk_ops *o)
 {
     size_t end = slice_end(p, PLAN_SLICE_ZNODES * 4, p->cands.n);
     for (; p->it < end; p->it++) {
         const char *path = p->cands.v[p->it].path;
         size_t slot = zk_vcache_slot(p->known, path);
-        if (slot == ZK_VCACHE_NONE || p->known->vals[slot] == p->pass || !zk_deletable(path))
+        if (slot == ZK_VCACHE_NONE || p->known->vals[slot] == p->pass)
+            continue;
+        if (zk_emptied_not_deleted(path))
+            zk_reconcile_empty(p->known, path, p->pass, o);
+        if (!zk_deletable(path))
             continue;
         if (p->n_doomed == p->cap_doomed) {
             size_t cap = p->cap_doomed ? p->cap_doomed * 2 : 256;
@@ -176,7 +181,7 @@ bool zk_plan_step(zk_plan *p, zk_ops *o)
             p->stage = PLAN_DONE;
             return true;
         }
-        if (scan_slice(p))
+        if (scan_slice(p, o))
             o->oom = true;
         if (p->it == p->cands.n) {
             p->stage = PLAN_DELETES;

@@ -207,16 +207,24 @@ static bool is_user_only(const km_client_quota *q)
     return u && !c && !ip;
 }
 
+/* The user a quota entity names as KRaft names it: "" for the default entity (a null name), so a
+ * user literally called "<default>" keeps its own name (and its SCRAM credentials). */
+static const char *kraft_user(const km_client_quota *q)
+{
+    for (int32_t i = 0; i < q->n_parts; i++)
+        if (!strcmp(q->parts[i].type, "user"))
+            return q->parts[i].name ? q->parts[i].name : "";
+    return "";
+}
+
 static void render_users(const km_image *img, const char *only_path, zk_tree *out)
 {
     size_t it = 0;
     const km_client_quota *q;
     while ((q = km_image_next_quota(img, &it))) {
-        bool present;
-        const char *user = part(q, "user", &present);
         char *p = is_user_only(q) ? zk_quota_path(q) : NULL;
         if (p && (!only_path || !strcmp(p, only_path)))
-            render_user(img, !strcmp(user, "<default>") ? "" : user, p, out);
+            render_user(img, kraft_user(q), p, out);
         free(p);
     }
     it = 0;

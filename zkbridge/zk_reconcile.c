@@ -51,14 +51,18 @@ int zk_path_depth(const char *path)
 
 static bool starts(const char *s, const char *prefix) { return !strncmp(s, prefix, strlen(prefix)); }
 
-/* Only entity znodes are ours to delete; type directories and anything else stay. */
+static bool kafka_keeps(const char *path);
+
+/* Only entity znodes are ours to delete; type directories and anything else stay. So do the
+ * client quota and SCRAM znodes Kafka keeps (kafka_keeps): they are emptied instead. */
 bool zk_deletable(const char *path)
 {
     int d = zk_path_depth(path);
     if (starts(path, "/brokers/topics/")) return d >= 3;
-    if (starts(path, "/config/users/")) return d >= 3 && d <= 5;
-    if (starts(path, "/config/topics/") || starts(path, "/config/brokers/") || starts(path, "/config/clients/") ||
-        starts(path, "/config/ips/"))
+    if (starts(path, "/config/users/")) return d >= 3 && d <= 5 && !kafka_keeps(path);
+    if (starts(path, "/config/clients/") || starts(path, "/config/ips/"))
+        return d == 3 && !kafka_keeps(path);
+    if (starts(path, "/config/topics/") || starts(path, "/config/brokers/"))
         return d == 3;
     if (starts(path, "/kafka-acl/")) return d == 3;
     if (starts(path, "/kafka-acl-extended/prefixed/")) return d == 4;
@@ -153,6 +157,44 @@ static void canonical_entity(zstr *s, const char *entity)
     }
 }
 
+/* A client quota or SCRAM entity's znode under Kafka's own name for it. */
+static bool kafka_quota_znode(const char *path)
+{
+    int d = zk_path_depth(path);
+    bool users = starts(path, "/config/users/") &&
+                 (d == 3 || (d == 5 && strstr(path + 14, "/clients/") && !strchr(strstr(path + 14, "/clients/") + 9, '/')));
+    if (!users && !((starts(path, "/config/clients/") || starts(path, "/config/ips/")) && d == 3))
+        return false;
+    zstr canon;
+    zs_init(&canon);
+    canonical_entity(&canon, path + strlen("/config/"));
+    bool same = canon.p && !strcmp(canon.p, path + strlen("/config/"));
+    zs_free(&canon);
+    return same;
+}
+
+/* Kafka 3.9 never deletes a client quota or SCRAM znode: for an entity the image no longer has,
+ * KRaftMigrationZkWriter (handleClientQuotasDelta, handleClientQuotasSnapshot) calls
+ * ZkConfigMigrationClient.writeClientQuotas with empty maps, which writes an empty config and a
+ * change notification. So /config/users/<u>, its clients/ directory and /config/users/<u>/clients/<c>
+ * stay, emptied: deleting the user's znode while a client's znode is left below it fails NOTEMPTY.
+ * A znode an older writer named raw is not Kafka's name for the entity and goes. */
+static bool kafka_keeps(const char *path)
+{
+    if (starts(path, "/config/users/") && zk_path_depth(path) == 4) {
+        const char *dir = strrchr(path, '/');
+        if (strcmp(dir, "/clients"))
+            return false;
+        char *user = strndup(path, (size_t)(dir - path));
+        bool kept = user && kafka_quota_znode(user);
+        free(user);
+        return kept;
+    }
+    return kafka_quota_znode(path);
+}
+
+bool zk_emptied_not_deleted(const char *path) { return zk_path_depth(path) != 4 && kafka_keeps(path); }
+
 /* The notification for deleting `path` (the deleted entity is no longer rendered). None for a
  * deleted topic's config: ZkTopicMigrationClient.deleteTopic writes none, and the deleteConfigs
  * that follows finds no znode (NONODE) and so writes none either. */
@@ -226,12 +268,34 @@ void zk_reconcile_delete(zk_vcache *known, const char *path, zk_ops *o)
     zk_vcache_del(known, path);
 }
 
+void zk_reconcile_empty(zk_vcache *known, const char *path, int mark, zk_ops *o)
+{
+    const char *kdata = NULL;
+    if (zk_vcache_get_data(known, path, &kdata) < 0 ||
+        zk_same_data(ZN_CONFIG_PARENT, kdata, kdata ? (int)strlen(kdata) : 0, ZK_EMPTY_CONFIG, NULL))
+        return; /* already empty (or null, as a parent is created): Kafka finds nothing to write */
+    zstr payload;
+    zs_init(&payload);
+    zk_render_config_notify(&payload, path + strlen("/config/"));
+    add_with_notify(o, KM_ZOP_SET, path, ZK_EMPTY_CONFIG, NOTIFY_CONFIG, payload.p);
+    zs_free(&payload);
+    diff_line(o, '~', path);
+    o->updated++;
+    char *data = strdup(ZK_EMPTY_CONFIG);
+    if (!data || zk_vcache_put_data(known, path, mark, data))
+        o->oom = true;
+}
+
 static void reconcile_deletes(zk_vcache *known, const zk_tree *cands, const zk_tree *want, zk_ops *o)
 {
     for (size_t i = cands->n; i-- > 0;) {
         const char *p = cands->v[i].path, *kdata;
-        if (!zk_tree_find(want, p) && zk_vcache_get_data(known, p, &kdata) >= 0 && zk_deletable(p))
+        if (zk_tree_find(want, p) || zk_vcache_get_data(known, p, &kdata) < 0)
+            continue;
+        if (zk_deletable(p))
             zk_reconcile_delete(known, p, o);
+        else if (zk_emptied_not_deleted(p))
+            zk_reconcile_empty(known, p, 0, o);
     }
 }
 

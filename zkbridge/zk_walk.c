@@ -3,6 +3,7 @@
 #include "zk_bridge.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,10 +35,12 @@ static void walk_finish_one(zk_walk *wk, walk_req *r)
     walk_pump(wk);
 }
 
-static void note_rc(zk_walk *wk, int rc)
+static void note_rc(zk_walk *wk, int rc, const char *path)
 {
-    if (rc != ZOK && rc != ZNONODE && wk->rc == ZOK)
+    if (rc != ZOK && rc != ZNONODE && wk->rc == ZOK) {
         wk->rc = rc;
+        snprintf(wk->failed_path, sizeof wk->failed_path, "%s", path);
+    }
 }
 
 static void push(zk_walk *wk, char *path, int depth_left)
@@ -80,7 +83,7 @@ static void on_children(int rc, const struct String_vector *v, const void *data)
 {
     walk_req *r = (walk_req *)data;
     zk_walk *wk = r->wk;
-    note_rc(wk, rc);
+    note_rc(wk, rc, r->path);
     if (rc == ZOK)
         push_children(wk, r, v);
     walk_finish_one(wk, r);
@@ -91,7 +94,7 @@ static void on_dir(int rc, const struct String_vector *v, const struct Stat *st,
 {
     walk_req *r = (walk_req *)data;
     zk_walk *wk = r->wk;
-    note_rc(wk, rc);
+    note_rc(wk, rc, r->path);
     if (rc == ZOK && wk->rc == ZOK) {
         add_read(wk, r->path, NULL, ZN_DIR, st->version);
         push_children(wk, r, v);
@@ -116,7 +119,7 @@ static void on_data(int rc, const char *value, int len, const struct Stat *st, c
 {
     walk_req *r = (walk_req *)data;
     zk_walk *wk = r->wk;
-    note_rc(wk, rc);
+    note_rc(wk, rc, r->path);
     if (rc == ZOK && wk->rc == ZOK) {
         char *copy = NULL;
         if (value && len >= 0 && (copy = malloc((size_t)len + 1))) {
@@ -131,10 +134,10 @@ static void on_data(int rc, const char *value, int len, const struct Stat *st, c
                 if (zoo_aget_children(wk->zh, c->path, 0, on_children, c) == ZOK)
                     wk->inflight++;
                 else
-                    note_rc(wk, ZCONNECTIONLOSS), free(c->path), free(c);
+                    note_rc(wk, ZCONNECTIONLOSS, c->path), free(c->path), free(c);
             } else {
                 free(c);
-                note_rc(wk, ZSYSTEMERROR);
+                note_rc(wk, ZSYSTEMERROR, r->path);
             }
         }
     }

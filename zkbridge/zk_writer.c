@@ -187,7 +187,13 @@ km_zkw *km_zkw_new(struct ev_loop *loop, const km_zkw_config *cfg, km_err *err)
         return km_fail(err, "zk writer: out of memory"), NULL;
     }
     if (!w->cfg.session_timeout_ms) w->cfg.session_timeout_ms = 10000;
+    if (!w->cfg.jute_maxbuffer) w->cfg.jute_maxbuffer = 0xfffff; /* ZooKeeper's own default */
+    if (w->cfg.jute_maxbuffer < 2 * KM_ZKW_JUTE_HEADROOM) {
+        km_zkw_free(w);
+        return km_fail(err, "zk writer: jute.maxbuffer %zu is too small for any multi", cfg->jute_maxbuffer), NULL;
+    }
     if (!w->cfg.max_multi_bytes) w->cfg.max_multi_bytes = 512 * 1024;
+    if (w->cfg.max_multi_bytes > zkw_multi_limit(w)) w->cfg.max_multi_bytes = zkw_multi_limit(w);
     if (!w->cfg.max_multi_ops) w->cfg.max_multi_ops = 1000;
     if (!w->cfg.max_inflight) w->cfg.max_inflight = 64;
     if (!w->cfg.max_pending_ops) w->cfg.max_pending_ops = 100000;
@@ -228,6 +234,8 @@ const char *km_zkw_fence_reason(const km_zkw *w) { return w->fence_reason; }
 bool km_zkw_fenced_by_foreign(const km_zkw *w) { return w->foreign; }
 
 bool km_zkw_claim_refused(const km_zkw *w) { return w->claim_refused; }
+bool km_zkw_znode_too_large(const km_zkw *w) { return w->too_large; }
+size_t zkw_multi_limit(const km_zkw *w) { return w->cfg.jute_maxbuffer - KM_ZKW_JUTE_HEADROOM; }
 
 const char *zkw_outside(const km_zkw *w) { return w->cfg.single_instance ? "kmproxy" : "the election"; }
 int64_t km_zkw_confirmed_offset(const km_zkw *w) { return w->confirmed_offset; }

@@ -64,6 +64,7 @@ typedef struct zkw_multi {
     int nops;
     bool is_last;        /* sets /migration */
     bool resent;         /* a previous attempt's outcome is unknown */
+    size_t bytes;        /* its estimated size on the wire, guards and framing included */
     zkw_mstate st;
     unsigned generation; /* session generation it was sent on */
     /* live while sent: */
@@ -100,6 +101,8 @@ struct km_zkw {
     char fence_reason[512];
     bool foreign;                          /* fenced by a writer outside the election (claim_record) */
     bool claim_refused;                    /* km_zkw_claim_refused */
+    bool too_large;                        /* km_zkw_znode_too_large */
+    int big_losses;                        /* connections lost in a row with a multi above max_multi_bytes out */
     char *claim_record, *claim_owner;      /* owned copies of the config's strings */
     int record_version;                    /* claim_record's zkVersion as the claim read it; -1: absent */
     zk_vcache cache;
@@ -152,6 +155,7 @@ void zk_found_migration(km_zk_found *f, const char *data);
 void zkw_pump(km_zkw *w);
 void zkw_recover_start(km_zkw *w);
 void zkw_drop_pipeline(km_zkw *w);
+size_t zkw_multi_limit(const km_zkw *w); /* the largest multi ZooKeeper takes, in bytes */
 void zkw_free_multi(zkw_multi *m);
 void zkw_ack(km_zkw *w, zkw_multi *m, bool adopted, int mig_version);
 typedef struct zkw_popped {

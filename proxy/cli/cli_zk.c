@@ -65,10 +65,11 @@ static int usage(FILE *to, int code)
                 "stops (exit 2) a sync that would delete more znodes before it writes any, listing them\n"
                 "(diff lists them too, and says why a sync would refuse); the default is 0 on the first\n"
                 "sync of a cluster ZK-mode brokers wrote (/migration absent or never written), no limit after.\n"
-                "diff exits 0 when ZooKeeper equals the image, 1 when they differ, 2 on bad input.\n"
+                "diff exits 0 when ZooKeeper equals the image, 1 when they differ, 2 on bad input (a znode\n"
+                "whose ZooKeeper ACL denies the configured identity: \"not authorized to read PATH\").\n"
                 "--zk-config FILE: the daemon's zookeeper.* keys (TLS, the JAAS file for SASL, digest,\n"
-                "zookeeper.set.acl); with zookeeper.set.acl=true diff also lists \"! path\" for every znode\n"
-                "whose ACL is not the one Kafka gives it (ZkData.defaultAcls).\n"
+                "zookeeper.set.acl, zookeeper.jute.maxbuffer); with zookeeper.set.acl=true diff also lists\n"
+                "\"! path\" for every znode whose ACL is not the one Kafka gives it (ZkData.defaultAcls).\n"
                 "The controller id/epoch default to the raft leader and epoch seen in the log.\n"
                 "Without a ZooKeeper session after MS (default: the 10000 ms session timeout) the\n"
                 "command exits 1; progress goes to stderr every few seconds. Interrupted (SIGINT,\n"
@@ -401,6 +402,7 @@ static int run(zk_cli *c)
     cfg.zk.controller_id = c->controller_id;
     cfg.zk.controller_epoch = c->controller_epoch;
     cfg.zk.max_pending_ops = (size_t)c->max_pending;
+    cfg.zk.jute_maxbuffer = (size_t)c->zk_cfg.zk_jute_maxbuffer; /* 0 without --zk-config: ZooKeeper's default */
     cfg.zk.log = cli_log;
     cfg.zk.ctx = c;
     cfg.zk.security = &c->zk_sec.sec;

@@ -71,6 +71,11 @@ static const key_def KEYS[] = {
         "Required."),
     INT("zookeeper.session.timeout.ms", zk_session_timeout_ms, 2000, 600000,
         "ZooKeeper session timeout (Kafka's default); HA takeovers happen within it."),
+    INT("zookeeper.jute.maxbuffer", zk_jute_maxbuffer, 4096, INT32_MAX,
+        "The ZooKeeper servers' `jute.maxbuffer` in bytes (ZooKeeper's default, 1 MiB - 1, when unset): the "
+        "largest request they take. A znode too large to share a multi (a topic with tens of thousands of "
+        "partitions, thousands of ACLs on one resource) is written alone in one, as Kafka does; one that cannot "
+        "fit even so (1 KiB of headroom) stops the mirror with exit 2 naming it. Set it to the servers' value."),
     INT("zk.write.behind.max.records", zk_max_pending_records, 1, 10000000,
         "Records waiting for ZooKeeper before kmproxy stops reading the log until they drain "
         "(`kmproxy_zk_blocking_kraft_seconds_total`)."),
@@ -189,6 +194,7 @@ void km_config_defaults(km_config *c)
     memset(c, 0, sizeof *c);
     c->kraft_controller_id = -1;
     c->zk_session_timeout_ms = 18000;      /* Kafka's zookeeper.session.timeout.ms */
+    c->zk_jute_maxbuffer = 0xfffff;        /* ZooKeeper's jute.maxbuffer default */
     c->zk_max_pending_records = 10000;
     c->zk_max_deletes = KM_CONFIG_UNSET;
     c->brokers_enabled = true;

@@ -41,6 +41,7 @@ typedef struct km_config {
     int32_t kraft_controller_id;     /* kraft.controller.id: -1 = the raft leader the log names */
     char *zk_connect;                /* zookeeper.connect: HOST:PORT[,HOST:PORT][/chroot] (required) */
     int32_t zk_session_timeout_ms;   /* zookeeper.session.timeout.ms */
+    int32_t zk_jute_maxbuffer;       /* zookeeper.jute.maxbuffer: the servers' jute.maxbuffer */
     int32_t zk_max_pending_records;  /* zk.write.behind.max.records */
     bool zk_force;                   /* zk.force: override the guards an operator may knowingly override */
     int64_t zk_max_deletes;          /* zk.max.deletes: -1 no limit; KM_CONFIG_UNSET: 0 on a first sync, none after */

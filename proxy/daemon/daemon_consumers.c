@@ -278,6 +278,7 @@ static void fill_bridge_config(km_daemon *d, km_daemon_consumers *c, km_zkb_conf
 {
     km_zkb_config zc = {
         .zk = {.hosts = d->cfg.zk_connect, .session_timeout_ms = d->cfg.zk_session_timeout_ms,
+               .jute_maxbuffer = (size_t)d->cfg.zk_jute_maxbuffer,
                .controller_id = c->controller_id, .controller_epoch = c->controller_epoch,
                .max_pending_ops = (size_t)d->cfg.zk_max_pending_records, .log = bridge_log, .ctx = d,
                .fence_on_expiry = d->election != NULL, .claim_record = d->claim_record,
