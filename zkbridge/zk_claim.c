@@ -260,6 +260,17 @@ static bool leader_own_claim(const km_zkw *w, const claim_call *c)
     return older;
 }
 
+/* /controller holds a KRaft epoch newer than ours: a KRaft leader we have not seen in the log yet. */
+static bool newer_leader(const km_zkw *w, const char *json)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(json, 0, &jerr);
+    json_t *ke = json_object_get(root, "kraftControllerEpoch");
+    bool newer = json_is_integer(ke) && json_integer_value(ke) > w->cfg.controller_epoch;
+    json_decref(root);
+    return newer;
+}
+
 /* Our own claim, made earlier by this writer, still stands (read again after a lost session, or a
  * retry after the claim landed): /controller holds exactly what we wrote (its timestamp included)
  * and /controller_epoch has not moved since. Claiming over it again (a new /controller_epoch for the
@@ -382,6 +393,34 @@ static void found_from_reads(const claim_call *c, km_zk_found *f)
     f->topics = c->rc[R_TOPICS] == ZOK ? c->st[R_TOPICS].numChildren : 0;
 }
 
+static void claim_wait_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop; (void)revents;
+    km_zkw *w = t->data;
+    if (w->state == KM_ZKW_CLAIMING && w->sess.zh) {
+        w->step = CL_SYNC;
+        resume(w);
+    }
+}
+
+void zkw_claim_wait_stop(km_zkw *w)
+{
+    if (w->sess.loop && ev_is_active(&w->claim_wait))
+        ev_timer_stop(w->sess.loop, &w->claim_wait);
+}
+
+/* Nothing written yet; the same claim starts over once the log has moved on (the first wait and every 20th
+ * are logged: Kafka's driver moves /migration every 500 ms, so a few waits are ordinary). */
+static void wait_then_claim(km_zkw *w, const char *why)
+{
+    if (w->claim_waits++ % 20 == 0)
+        zkw_log(w, KM_LOG_INFO, "zk claim: %s (wait %d)", why, w->claim_waits);
+    zkw_claim_wait_stop(w);
+    ev_timer_init(&w->claim_wait, claim_wait_cb, 0.5, 0.);
+    w->claim_wait.data = w;
+    ev_timer_start(w->sess.loop, &w->claim_wait);
+}
+
 /* The caller's guard may refuse the claim for good: nothing has been written yet. */
 static bool guard_refuses(km_zkw *w, const claim_call *c)
 {
@@ -390,8 +429,13 @@ static bool guard_refuses(km_zkw *w, const claim_call *c)
     km_zk_found f;
     found_from_reads(c, &f);
     char why[sizeof w->fence_reason];
-    if (!w->cfg.guard(w, &f, why, sizeof why, w->cfg.ctx))
+    int verdict = w->cfg.guard(w, &f, why, sizeof why, w->cfg.ctx);
+    if (!verdict) {
+        w->claim_waits = 0;
         return false;
+    }
+    if (verdict > 0)
+        return wait_then_claim(w, why), true;
     w->state = KM_ZKW_REFUSED;
     snprintf(w->fence_reason, sizeof w->fence_reason, "%s", why);
     zkw_log(w, KM_LOG_INFO, "zk claim refused: %s", w->fence_reason); /* the caller reports it, once */
@@ -494,8 +538,11 @@ static void decide_claim(km_zkw *w, claim_call *c)
     if (takeover)
         zkw_log(w, KM_LOG_INFO, "zk claim: /controller holds KRaft leader %d's own claim at epoch %d (its migration "
                 "driver's): taking it over with a new /controller_epoch", w->cfg.controller_id, w->cfg.controller_epoch);
-    if (w->ctrl_exists && check_controller(w, c->data[0], handover))
+    if (w->ctrl_exists && check_controller(w, c->data[0], handover)) {
+        if (w->cfg.wait_for_newer_leader && newer_leader(w, c->data[0]))
+            return wait_then_claim(w, w->fence_reason);
         return refuse_claim(w);
+    }
     w->epoch_exists = c->rc[1] == ZOK;
     w->ctrl_epoch_version = w->epoch_exists ? c->st[1].version : -1;
     w->zk_epoch = w->epoch_exists ? (int32_t)strtol(c->data[1], NULL, 10) : 0;

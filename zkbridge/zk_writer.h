@@ -110,6 +110,8 @@ struct km_zkw {
     bool ctrl_exists, epoch_exists;
     char ctrl_json[256];
     int claim_attempts;
+    ev_timer claim_wait;                   /* the guard said "not yet" (the log is behind /migration) */
+    int claim_waits;                       /* consecutive waits, for the log's rate */
     /* /migration */
     int mig_version;                       /* confirmed zkVersion */
     char mig[256];                         /* confirmed content */
@@ -140,6 +142,7 @@ void zkw_emit(km_zkw *w, km_zkw_event ev);
 /* zk_claim.c */
 void zkw_claim_start(km_zkw *w);
 void zkw_claim_resume(km_zkw *w);
+void zkw_claim_wait_stop(km_zkw *w);
 int zkw_failed_op(const zoo_op_result_t *res, int n);
 /* zk_guard.c: what the claim read, into the guard's facts */
 void zk_found_cluster_id(km_zk_found *f, const char *data);
