@@ -283,7 +283,7 @@ int rc_sh(const rc_rig *r, char **out, const char *fmt, ...)
     setenv("ZK", r->zk, 1);
     setenv("DIR", r->dir, 1);
     setenv("JAVA", "java -Xmx128m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dlog4j.configuration=file:/dev/null", 1);
-    char *argv[] = {"bash", "-c", line, NULL};
+    char *argv[] = {"/bin/bash", "-c", line, NULL};
     char *err = NULL;
     int rc = km_test_run(argv, NULL, 0, out, NULL, &err);
     if (out && *out && err && *err) {

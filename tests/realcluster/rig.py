@@ -192,6 +192,7 @@ class Broker(Node):
             "auto.create.topics.enable": "false", "delete.topic.enable": "true",
             "auto.leader.rebalance.enable": "false", "unclean.leader.election.enable": "false",
             "replica.lag.time.max.ms": 30000,
+            "file.delete.delay.ms": 1000,  # a deleted topic's logs go soon after its StopReplica
         }
 
     def command(self):

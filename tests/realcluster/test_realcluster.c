@@ -5,6 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "km_testsupport.h"
 #include "rc_rig.h"
@@ -67,5 +71,165 @@ Test(realcluster, rig_reaches_dual_write)
     }
     json_decref(mig);
     json_decref(ctrl);
+    rc_rig_stop(r, false);
+}
+
+/* ---- kmproxy deployed as docs/runbook.md says, beside Kafka's own controllers ---- */
+
+typedef struct kmp {
+    pid_t pid;
+    char log[600], config[600];
+} kmp;
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+    if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n)
+        s[0] = '\0';
+    fclose(f);
+    return s ? s : strdup("");
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* kmproxy run: metadata.source=quorum (an observer of the real controllers), brokers.enabled=true. */
+static void kmp_start(rc_rig *r, kmp *k, const char *tag, const char *extra)
+{
+    snprintf(k->log, sizeof k->log, "%s/kmproxy-%s.log", r->dir, tag);
+    snprintf(k->config, sizeof k->config, "%s/kmproxy-%s.properties", r->dir, tag);
+    FILE *f = fopen(k->config, "w");
+    cr_assert(f);
+    fprintf(f, "metadata.source=quorum\ncontroller.quorum.voters=%s\ncontroller.listener.names=CONTROLLER\n"
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\nzookeeper.connect=%s\n"
+            "brokers.enabled=true\nmetrics.listen=127.0.0.1:0\n%s", r->voters, r->zk, extra ? extra : "");
+    fclose(f);
+    pid_t parent = getpid();
+    k->pid = fork();
+    if (k->pid == 0) {
+        km_test_die_with_parent(parent);
+        int fd = open(k->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(km_test_binary(), "kmproxy", "run", "--config", k->config, (char *)NULL);
+        _exit(127);
+    }
+}
+
+static void kmp_kill(kmp *k, int sig)
+{
+    if (k->pid > 0) {
+        kill(k->pid, sig);
+        waitpid(k->pid, NULL, 0);
+        k->pid = -1;
+    }
+}
+
+/* Waits until kmproxy's log holds `needle` `times` times; false if it exits or the time is up. */
+static bool kmp_wait_log(kmp *k, const char *needle, int times, int timeout_s)
+{
+    for (int i = 0; i < timeout_s * 5; i++) {
+        char *log = slurp(k->log);
+        bool found = count(log, needle) >= times;
+        free(log);
+        if (found)
+            return true;
+        if (k->pid > 0 && waitpid(k->pid, NULL, WNOHANG) == k->pid) {
+            k->pid = -1;
+            return false;
+        }
+        usleep(200 * 1000);
+    }
+    return false;
+}
+
+/* The KRaft leader's metadata log directory (ZooKeeper's /controller names it). */
+static int leader_id(rc_rig *r)
+{
+    json_t *ctrl = zk_json(r, "/controller");
+    int id = ctrl ? (int)json_integer_value(json_object_get(ctrl, "brokerid")) : -1;
+    json_decref(ctrl);
+    return id;
+}
+
+/* Every broker's own Metadata answer equals the image of the leader's log, and ZooKeeper equals it too
+ * (`kmproxy zk diff`), within timeout_s; the last verdict in *out. */
+static bool converged(rc_rig *r, int timeout_s, char **out)
+{
+    for (int i = 0; i < timeout_s / 2; i++) {
+        free(*out);
+        *out = NULL;
+        int leader = leader_id(r);
+        int rc = rc_sh(r, out,
+                       "M=$DIR/controller-%d/metadata/__cluster_metadata-0; %s metadata image $M > $DIR/image.json "
+                       "&& $JAVA -cp \"$CP:$TOOLS\" RcAdmin verify $DIR/image.json $BS 2>&1 | grep -v log4j "
+                       "&& %s zk diff --zookeeper $ZK --metadata $M 2>&1 && echo CONVERGED",
+                       leader, km_test_binary(), km_test_binary());
+        if (rc == 0 && *out && strstr(*out, "CONVERGED"))
+            return true;
+        sleep(2);
+    }
+    return false;
+}
+
+static void admin(rc_rig *r, const char *ops)
+{
+    char *out = NULL;
+    int rc = rc_sh(r, &out, "$JAVA -cp \"$CP:$TOOLS\" RcAdmin $BS %s 2>&1 | grep -v log4j; exit ${PIPESTATUS[0]}",
+                   ops);
+    rc_assert(r, rc == 0, "Admin API calls failed (%d): %s\n%s", rc, ops, out ? out : "");
+    free(out);
+}
+
+/* Kafka 3.9's controller in migration mode beside kmproxy: kmproxy takes over the KRaft leader's own claim
+ * (same node and epoch, a new /controller_epoch); Kafka's driver then fails its ZooKeeper writes and sends
+ * nothing; every change made through the Admin API reaches ZooKeeper and every ZK-mode broker through
+ * kmproxy: topics created, partitions added, a reassignment, a preferred-leader election, topic and broker
+ * configs, a client quota, SCRAM credentials, a topic deleted (its logs gone from every broker). */
+Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_and_brokers)
+{
+    rc_rig *r = start_or_skip(1);
+    kmp k;
+    kmp_start(r, &k, "a", NULL);
+    rc_assert(r, kmp_wait_log(&k, "ready: active, ZooKeeper in sync", 1, 300), "kmproxy never became ready");
+    char *log = slurp(k.log);
+    rc_assert(r, strstr(log, "own claim at epoch") && strstr(log, "taking it over"),
+              "kmproxy did not take over the KRaft leader's claim");
+    free(log);
+    admin(r, "create-topic a 3 3 \\; create-topic b 2 3 \\; add-partitions a 4 \\; "
+             "topic-config a retention.ms 3600000 \\; broker-config 0 message.max.bytes 2000000 \\; "
+             "quota alice producer_byte_rate 1024 \\; scram alice secret \\; reassign a 0 2,1,0 \\; "
+             "elect-preferred a 0 \\; delete-topic b");
+    char *verdict = NULL;
+    rc_assert(r, converged(r, 240, &verdict), "brokers or ZooKeeper differ from the image: %s", verdict);
+    free(verdict);
+    char *out = NULL;
+    bool gone = false;
+    for (int i = 0; i < 60 && !gone; i++, sleep(2)) {
+        free(out);
+        out = NULL;
+        gone = rc_sh(r, &out, "ls -d $DIR/broker-*/logs/b-* 2>/dev/null | wc -l") == 0 && out && atoi(out) == 0;
+    }
+    rc_assert(r, gone, "the deleted topic's logs are still on the brokers: %s", out);
+    free(out);
+    /* Kafka's own driver: fenced by kmproxy's /controller_epoch, it wrote nothing and sent nothing */
+    char *clog = rc_read_log(r, "controller", 3000);
+    rc_assert(r, count(clog, "Claimed ZK controller leadership") == 1 &&
+                     (strstr(clog, "Encountered ZooKeeper error during event MetadataChangeEvent") ||
+                      strstr(clog, "ControllerMovedException")),
+              "Kafka's driver was not fenced by kmproxy's claim");
+    free(clog);
+    kmp_kill(&k, SIGTERM);
     rc_rig_stop(r, false);
 }
