@@ -233,3 +233,115 @@ Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_a
     kmp_kill(&k, SIGTERM);
     rc_rig_stop(r, false);
 }
+
+/* ---- faults with traffic: a KRaft leader change, kmproxy HA failover, a ZK-mode broker restarted ---- */
+
+static pid_t spawn_sh(rc_rig *r, const char *line)
+{
+    setenv("CP", r->classpath, 1);
+    setenv("TOOLS", r->tools, 1);
+    setenv("BS", r->bootstrap, 1);
+    setenv("DIR", r->dir, 1);
+    pid_t parent = getpid(), pid = fork();
+    if (pid == 0) {
+        km_test_die_with_parent(parent);
+        execl("/bin/bash", "bash", "-c", line, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int total_count(kmp *ks, int n, const char *needle)
+{
+    int total = 0;
+    for (int i = 0; i < n; i++) {
+        char *log = slurp(ks[i].log);
+        total += count(log, needle);
+        free(log);
+    }
+    return total;
+}
+
+/* The index of the instance that last became active (its log's latest "is now the active one"), -1: none. */
+static int active_instance(kmp *ks, int n, int timeout_s)
+{
+    for (int t = 0; t < timeout_s * 2; t++, usleep(500 * 1000)) {
+        for (int i = 0; i < n; i++) {
+            if (ks[i].pid <= 0)
+                continue;
+            char *log = slurp(ks[i].log);
+            const char *act = strstr(log, "is now the active one");
+            bool synced = act && strstr(act, "zk: in sync; sending to ZK-mode brokers");
+            free(log);
+            if (synced)
+                return i;
+        }
+    }
+    return -1;
+}
+
+/* A real producer (idempotent, acks=all) writes throughout; kmproxy runs as two HA instances beside three
+ * KRaft controllers.  The active controller is killed (a new KRaft leader claims ZooKeeper; kmproxy takes the
+ * claim over), the active kmproxy instance is killed with SIGKILL (the standby takes over), a ZK-mode broker is
+ * restarted; after each, an Admin API change reaches ZooKeeper and every broker.  At the end a consumer reads
+ * back every acknowledged record exactly once, in order per partition. */
+Test(realcluster, leader_change_ha_failover_and_broker_restart_lose_nothing_acknowledged)
+{
+    rc_rig *r = start_or_skip(3);
+    kmp ks[2];
+    kmp_start(r, &ks[0], "ha0", "ha.enabled=true\nzookeeper.session.timeout.ms=6000\n");
+    kmp_start(r, &ks[1], "ha1", "ha.enabled=true\nzookeeper.session.timeout.ms=6000\n");
+    int a = active_instance(ks, 2, 300);
+    rc_assert(r, a >= 0, "no kmproxy instance became active");
+    admin(r, "create-topic t 3 3");
+    char *verdict = NULL;
+    rc_assert(r, converged(r, 240, &verdict), "before the faults: %s", verdict);
+    char line[2048];
+    snprintf(line, sizeof line, "$JAVA -cp \"$CP:$TOOLS\" RcTraffic produce $BS t 3 $DIR/acked $DIR/stop "
+             ">$DIR/producer.log 2>&1");
+    pid_t producer = spawn_sh(r, line);
+
+    /* a KRaft leader change: the new leader's driver claims ZooKeeper, kmproxy takes that claim over */
+    int takeovers = total_count(ks, 2, "taking it over");
+    int old_leader = leader_id(r);
+    free(rc_rig_cmd(r, "kill controller %d", old_leader));
+    bool taken = false;
+    for (int t = 0; t < 600 && !taken; t++, usleep(500 * 1000))
+        taken = total_count(ks, 2, "taking it over") > takeovers && leader_id(r) != old_leader;
+    rc_assert(r, taken, "no takeover of the new KRaft leader's claim after controller %d was killed", old_leader);
+    admin(r, "create-topic after-election 2 3");
+    rc_assert(r, converged(r, 240, &verdict), "after the KRaft leader change: %s", verdict);
+
+    /* kmproxy HA failover */
+    a = active_instance(ks, 2, 60);
+    rc_assert(r, a >= 0, "no active kmproxy instance before the failover");
+    kmp_kill(&ks[a], SIGKILL);
+    rc_assert(r, active_instance(ks, 2, 300) == 1 - a, "the standby did not take over");
+    admin(r, "create-topic after-failover 2 3");
+    rc_assert(r, converged(r, 240, &verdict), "after the kmproxy failover: %s", verdict);
+
+    /* a ZK-mode broker restarted */
+    char *answer = rc_rig_cmd(r, "stop broker 1");
+    free(answer);
+    answer = rc_rig_cmd(r, "start broker 1");
+    rc_assert(r, answer && !strncmp(answer, "ok", 2), "broker 1 did not start again: %s", answer);
+    free(answer);
+    admin(r, "create-topic after-restart 2 3");
+    rc_assert(r, converged(r, 300, &verdict), "after the broker restart: %s", verdict);
+    free(verdict);
+
+    /* the producer stops; everything acknowledged is read back once, in order */
+    char *out = NULL;
+    rc_sh(r, &out, "touch $DIR/stop");
+    free(out);
+    waitpid(producer, NULL, 0);
+    out = NULL;
+    int rc = rc_sh(r, &out, "$JAVA -cp \"$CP:$TOOLS\" RcTraffic check $BS t $DIR/acked 2>&1 | grep -v log4j; "
+                   "exit ${PIPESTATUS[0]}");
+    fprintf(stderr, "realcluster: traffic: %s", out ? out : "");
+    rc_assert(r, rc == 0, "acknowledged records lost, duplicated or out of order: %s", out);
+    free(out);
+    for (int i = 0; i < 2; i++)
+        kmp_kill(&ks[i], SIGTERM);
+    rc_rig_stop(r, false);
+}
