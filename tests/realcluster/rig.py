@@ -249,7 +249,9 @@ class Rig:
         jars = sorted(os.path.join(lib, j) for j in os.listdir(lib) if j.endswith(".jar"))
         self.classpath = ":".join(jars)
         self.tool_classes = self.compile_tools(args.cache)
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.cluster_id = "-"
+        while self.cluster_id.startswith("-"):  # as Kafka's Uuid.randomUuid: a leading '-' reads as an option
+            self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self.zk = ZooKeeper(self, "zookeeper", 0, free_port())
         self.brokers = [Broker(self, "broker", i, free_port()) for i in range(args.brokers)]
         self.controllers = [Controller(self, "controller", 3000 + i, free_port()) for i in range(args.controllers)]

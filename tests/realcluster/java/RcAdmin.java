@@ -91,8 +91,14 @@ public final class RcAdmin {
                 break;
             }
             case "elect-preferred":
-                admin.electLeaders(ElectionType.PREFERRED,
-                                   Set.of(new TopicPartition(c.get(1), Integer.parseInt(c.get(2))))).all().get();
+                try {
+                    admin.electLeaders(ElectionType.PREFERRED,
+                                       Set.of(new TopicPartition(c.get(1), Integer.parseInt(c.get(2))))).all().get();
+                } catch (java.util.concurrent.ExecutionException e) {
+                    // the reassignment's own leader change may have got there first: the same end state
+                    if (!(e.getCause() instanceof org.apache.kafka.common.errors.ElectionNotNeededException)) throw e;
+                    System.out.println("rcadmin: already led by its preferred replica");
+                }
                 break;
             default:
                 throw new IllegalArgumentException("unknown command " + c.get(0));
