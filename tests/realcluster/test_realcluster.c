@@ -345,3 +345,36 @@ Test(realcluster, leader_change_ha_failover_and_broker_restart_lose_nothing_ackn
         kmp_kill(&ks[i], SIGTERM);
     rc_rig_stop(r, false);
 }
+
+/* One kmproxy instance (no HA) beside three controllers: every KRaft election has the new leader's driver claim
+ * ZooKeeper, which fences kmproxy's writer, often before kmproxy's observer has heard of the new leader. kmproxy
+ * must not exit then (before: `stopping: ZooKeeper mirror stopped: ... another controller claimed ZooKeeper`):
+ * it claims again, takes the new leader's claim over, and changes keep reaching ZooKeeper and the brokers. */
+Test(realcluster, a_single_instance_survives_kraft_elections)
+{
+    rc_rig *r = start_or_skip(3);
+    kmp k;
+    kmp_start(r, &k, "single", NULL);
+    rc_assert(r, kmp_wait_log(&k, "ready: active, ZooKeeper in sync", 1, 300), "kmproxy never became ready");
+    for (int round = 0; round < 2; round++) {
+        int takeovers = total_count(&k, 1, "taking it over"), old_leader = leader_id(r);
+        free(rc_rig_cmd(r, "kill controller %d", old_leader));
+        bool taken = false;
+        for (int t = 0; t < 600 && !taken && k.pid > 0; t++, usleep(500 * 1000)) {
+            taken = total_count(&k, 1, "taking it over") > takeovers && leader_id(r) != old_leader;
+            if (waitpid(k.pid, NULL, WNOHANG) == k.pid)
+                k.pid = -1;
+        }
+        rc_assert(r, k.pid > 0, "kmproxy exited at the KRaft election of round %d", round);
+        rc_assert(r, taken, "round %d: no takeover of the new leader's claim", round);
+        char topic[64], ops[128], *verdict = NULL;
+        snprintf(topic, sizeof topic, "round-%d", round);
+        snprintf(ops, sizeof ops, "create-topic %s 2 3", topic);
+        admin(r, ops);
+        rc_assert(r, converged(r, 240, &verdict), "round %d: %s", round, verdict);
+        free(verdict);
+        free(rc_rig_cmd(r, "start controller %d", old_leader)); /* the quorum needs two of three next round */
+    }
+    kmp_kill(&k, SIGTERM);
+    rc_rig_stop(r, false);
+}
