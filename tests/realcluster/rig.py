@@ -193,6 +193,9 @@ class Broker(Node):
             "auto.leader.rebalance.enable": "false", "unclean.leader.election.enable": "false",
             "replica.lag.time.max.ms": 30000,
             "file.delete.delay.ms": 1000,  # a deleted topic's logs go soon after its StopReplica
+            # ACLs, kept in ZooKeeper by ZK-mode brokers; the tests' clients are ANONYMOUS, a super user
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "super.users": "User:ANONYMOUS", "allow.everyone.if.no.acl.found": "true",
         }
 
     def command(self):
@@ -220,6 +223,8 @@ class Controller(Node):
             "zookeeper.connect": r.zk_connect(),
             "zookeeper.session.timeout.ms": 30000,
             "num.io.threads": 2, "num.network.threads": 2, "background.threads": 2,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS", "allow.everyone.if.no.acl.found": "true",
         }
 
     def command(self):

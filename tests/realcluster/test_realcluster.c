@@ -196,7 +196,7 @@ static void admin(rc_rig *r, const char *ops)
  * (same node and epoch, a new /controller_epoch); Kafka's driver then fails its ZooKeeper writes and sends
  * nothing; every change made through the Admin API reaches ZooKeeper and every ZK-mode broker through
  * kmproxy: topics created, partitions added, a reassignment, a preferred-leader election, topic and broker
- * configs, a client quota, SCRAM credentials, a topic deleted (its logs gone from every broker). */
+ * configs, a client quota, SCRAM credentials, an ACL, a topic deleted (its logs gone from every broker). */
 Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_and_brokers)
 {
     rc_rig *r = start_or_skip(1);
@@ -209,7 +209,7 @@ Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_a
     free(log);
     admin(r, "create-topic a 3 3 \\; create-topic b 2 3 \\; add-partitions a 4 \\; "
              "topic-config a retention.ms 3600000 \\; broker-config 0 message.max.bytes 2000000 \\; "
-             "quota alice producer_byte_rate 1024 \\; scram alice secret \\; reassign a 0 2,1,0 \\; "
+             "quota alice producer_byte_rate 1024 \\; scram alice secret \\; acl User:bob a \\; reassign a 0 2,1,0 \\; "
              "elect-preferred a 0 \\; delete-topic b");
     char *verdict = NULL;
     rc_assert(r, converged(r, 240, &verdict), "brokers or ZooKeeper differ from the image: %s", verdict);

@@ -2,7 +2,7 @@
 //   RcAdmin BOOTSTRAP CMD ARGS [; CMD ARGS ...]   Admin API calls, one JVM for the lot:
 //     create-topic NAME PARTITIONS RF | delete-topic NAME | add-partitions NAME TOTAL
 //     topic-config NAME KEY VALUE | broker-config ID KEY VALUE | quota USER KEY VALUE | scram USER PASSWORD
-//     reassign NAME PARTITION R1,R2,... | elect-preferred NAME PARTITION
+//     reassign NAME PARTITION R1,R2,... | elect-preferred NAME PARTITION | acl PRINCIPAL TOPIC (ALLOW READ)
 //   RcAdmin verify IMAGE.json HOST:PORT[,HOST:PORT...]
 //     asks each broker for its own Metadata (v12, all topics) and compares leader, leader epoch, replicas and ISR
 //     of every partition, and the set of topics, with the image (`kmproxy metadata image`); prints each
@@ -82,6 +82,15 @@ public final class RcAdmin {
             case "scram":
                 admin.alterUserScramCredentials(List.of(new UserScramCredentialUpsertion(c.get(1),
                     new ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), c.get(2)))).all().get();
+                break;
+            case "acl":
+                admin.createAcls(List.of(new org.apache.kafka.common.acl.AclBinding(
+                    new org.apache.kafka.common.resource.ResourcePattern(
+                        org.apache.kafka.common.resource.ResourceType.TOPIC, c.get(2),
+                        org.apache.kafka.common.resource.PatternType.LITERAL),
+                    new org.apache.kafka.common.acl.AccessControlEntry(c.get(1), "*",
+                        org.apache.kafka.common.acl.AclOperation.READ,
+                        org.apache.kafka.common.acl.AclPermissionType.ALLOW)))).all().get();
                 break;
             case "reassign": {
                 List<Integer> replicas = new ArrayList<>();
