@@ -477,7 +477,10 @@ static bool foreign_since_last_claim(km_zkw *w, const claim_call *c)
     const char *by = json_string_value(json_object_get(rec, "instance"));
     long long now = c->rc[R_CONTROLLER_EPOCH] == ZOK ? strtoll(c->data[R_CONTROLLER_EPOCH], NULL, 10) : -1;
     const char *marked = json_string_value(json_object_get(rec, "foreign_writer")); /* zk_recover.c */
-    bool foreign = marked || (recorded != now && !leader_own_claim(w, c));
+    /* a newer KRaft leader's own claim that our log has not shown yet: decide_claim waits for the log */
+    bool newer = w->cfg.wait_for_newer_leader && c->rc[R_CONTROLLER] == ZOK && c->data[R_CONTROLLER] &&
+                 newer_leader(w, c->data[R_CONTROLLER]);
+    bool foreign = marked || (recorded != now && !leader_own_claim(w, c) && !newer);
     w->foreign = w->claim_refused = foreign;
     if (marked)
         zkw_fence(w, "a writer outside %s owns ZooKeeper: %.120s, the active instance then, recorded in %s: "

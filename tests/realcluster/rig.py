@@ -21,8 +21,10 @@ Each answer is one line, `ok ...` or `err ...`.  Every process runs in its own p
 import argparse
 import base64
 import ctypes
+import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -163,7 +165,16 @@ class ZooKeeper(Node):
         raise RuntimeError("ZooKeeper not serving within %.0f s" % WAIT_S)
 
 
-class Broker(Node):
+class KafkaNode(Node):
+    """A broker or a controller: kafka.Kafka with its server.properties."""
+
+    def command(self):
+        write(os.path.join(self.dir, "server.properties"), props(self.config()))
+        write(os.path.join(self.dir, "log4j.properties"), LOG4J.format(log=self.log))
+        return "kafka.Kafka", [os.path.join(self.dir, "server.properties")]
+
+
+class Broker(KafkaNode):
     def config(self):
         r = self.rig
         return {
@@ -198,16 +209,11 @@ class Broker(Node):
             "super.users": "User:ANONYMOUS", "allow.everyone.if.no.acl.found": "true",
         }
 
-    def command(self):
-        write(os.path.join(self.dir, "server.properties"), props(self.config()))
-        write(os.path.join(self.dir, "log4j.properties"), LOG4J.format(log=self.log))
-        return "kafka.Kafka", [os.path.join(self.dir, "server.properties")]
-
     def wait_ready(self):
         self.wait_log("[KafkaServer id=%d] started" % self.nid, "start")
 
 
-class Controller(Node):
+class Controller(KafkaNode):
     def config(self):
         r = self.rig
         return {
@@ -226,11 +232,6 @@ class Controller(Node):
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": "User:ANONYMOUS", "allow.everyone.if.no.acl.found": "true",
         }
-
-    def command(self):
-        write(os.path.join(self.dir, "server.properties"), props(self.config()))
-        write(os.path.join(self.dir, "log4j.properties"), LOG4J.format(log=self.log))
-        return "kafka.Kafka", [os.path.join(self.dir, "server.properties")]
 
     def format(self):
         self.command()
@@ -263,15 +264,25 @@ class Rig:
         self.lock = threading.Lock()
 
     def compile_tools(self, cache):
+        """javac of java/*.java into a classes dir named after the sources' hash: checkouts that share the cache
+        (worktrees, branches) each get their own classes."""
         src = os.path.join(HERE, "java")
-        out = os.path.join(cache, "classes")
         sources = sorted(os.path.join(src, f) for f in os.listdir(src) if f.endswith(".java"))
-        newest = max(os.path.getmtime(s) for s in sources)
-        stamp = os.path.join(out, ".stamp")
-        if not os.path.exists(stamp) or os.path.getmtime(stamp) < newest:
-            os.makedirs(out, exist_ok=True)
-            subprocess.run(["javac", "-nowarn", "-d", out, "-cp", self.classpath] + sources, check=True)
-            write(stamp, "")
+        digest = hashlib.sha256()
+        for path in sources:
+            with open(path, "rb") as f:
+                digest.update(os.path.basename(path).encode() + b"\0" + f.read())
+        out = os.path.join(cache, "classes-" + digest.hexdigest()[:16])
+        stamp = os.path.join(out, ".complete")
+        if not os.path.exists(stamp):
+            tmp = out + ".tmp.%d" % os.getpid()
+            os.makedirs(tmp, exist_ok=True)
+            subprocess.run(["javac", "-nowarn", "-d", tmp, "-cp", self.classpath] + sources, check=True)
+            write(os.path.join(tmp, ".complete"), "")
+            try:
+                os.rename(tmp, out)
+            except OSError:  # another rig compiled the same sources first
+                shutil.rmtree(tmp, ignore_errors=True)
         return out
 
     def zk_connect(self):
@@ -289,13 +300,16 @@ class Rig:
                 return n
         raise KeyError("no %s %s" % (kind, nid))
 
-    def zk_get(self, path):
+    def rigzk(self, what, *args):
         out = subprocess.run(["java", "-Xmx64m", "-XX:TieredStopAtLevel=1", "-Dlog4j.configuration=file:/dev/null",
-                              "-cp", self.tool_classes + ":" + self.classpath, "RigZk", "get", self.zk_connect(),
-                              path], capture_output=True, text=True, preexec_fn=die_with_parent)
+                              "-cp", self.tool_classes + ":" + self.classpath, "RigZk", args[0], self.zk_connect()]
+                             + list(args[1:]), capture_output=True, text=True, preexec_fn=die_with_parent)
         if out.returncode:
-            raise RuntimeError("reading %s: %s" % (path, out.stderr.strip()[-500:]))
+            raise RuntimeError("%s: %s" % (what, out.stderr.strip()[-500:]))
         return out.stdout.strip()
+
+    def zk_get(self, path):
+        return self.rigzk("reading " + path, "get", path)
 
     def parallel(self, fns):
         errors = []
@@ -330,12 +344,9 @@ class Rig:
         log("dual-write after %.1f s" % self.start_s)
 
     def write_cluster_id(self):
-        out = subprocess.run(["java", "-Xmx64m", "-XX:TieredStopAtLevel=1", "-Dlog4j.configuration=file:/dev/null",
-                              "-cp", self.tool_classes + ":" + self.classpath, "RigZk", "cluster-id",
-                              self.zk_connect(), self.cluster_id], capture_output=True, text=True,
-                             preexec_fn=die_with_parent)
-        if out.returncode or self.cluster_id not in out.stdout:
-            raise RuntimeError("writing /cluster/id: %s %s" % (out.stdout, out.stderr[-500:]))
+        held = self.rigzk("writing /cluster/id", "cluster-id", self.cluster_id)
+        if self.cluster_id not in held:
+            raise RuntimeError("/cluster/id holds %s, not %s" % (held, self.cluster_id))
 
     def wait_dual_write(self):
         deadline = time.monotonic() + WAIT_S
