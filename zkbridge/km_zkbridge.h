@@ -123,9 +123,13 @@ typedef struct km_zkw_config {
      * restart at the same KRaft epoch, that the /controller standing there is its own claim. The
      * same rule stops it when /controller_epoch moved past the record (only the wording differs). */
     bool single_instance;
+    /* A live log follows the KRaft quorum: a /controller at a newer KRaft epoch than ours is a new leader's
+     * own claim the log has not shown us yet; the claim waits (never writes over it) instead of refusing. */
+    bool wait_for_newer_leader;
     bool read_only;                 /* diff: a session only - no claim, no writes (CLAIMED once the guard has
                                      * seen what a claim would find; its verdict is ignored) */
-    /* Before each claim: non-zero refuses it for good (state REFUSED, fence reason = why). NULL: none. */
+    /* Before each claim: negative refuses it for good (state REFUSED, fence reason = why); positive: not yet
+     * (the log has not reached what /migration records): the claim starts over in half a second. NULL: none. */
     int (*guard)(km_zkw *w, const km_zk_found *found, char *why, size_t cap, void *ctx);
     void (*on_event)(km_zkw *w, km_zkw_event ev, void *ctx);
     void (*log)(km_log_level level, const char *msg, void *ctx); /* NULL: stderr, WARN and up */
@@ -181,6 +185,8 @@ int km_zkw_submit_partial(km_zkw *w, const km_zop *ops, size_t n, km_err *err);
 /* Write-behind bound: false while pending ops >= max_pending_ops (the caller stops reading the
  * log); the time spent refused is counted as blocking time. */
 bool km_zkw_can_accept(km_zkw *w);
+/* The claim waits for the log to move on (km_zkw_config.guard said "not yet"): keep reading it meanwhile. */
+bool km_zkw_claim_waiting(const km_zkw *w);
 size_t km_zkw_pending_ops(const km_zkw *w);
 /* READY with no multi queued or outstanding. */
 bool km_zkw_idle(const km_zkw *w);
@@ -290,6 +296,9 @@ typedef struct km_zk_guard {
     bool max_deletes_set;  /* false: 0 on the first sync of a cluster ZK-mode brokers wrote (ZooKeeper holds
                             * a /cluster/id or brokers, and /migration records no offset), unlimited after */
     int64_t max_deletes;   /* with max_deletes_set: -1 unlimited, else the most znodes a pass may delete */
+    bool wait_for_log;     /* a live log (metadata.source=quorum): an image behind /migration is not refused but
+                            * waited for - Kafka's own driver moved /migration past what our observer has read
+                            * yet (it writes /migration at every record it handles until kmproxy takes over) */
 } km_zk_guard;
 
 

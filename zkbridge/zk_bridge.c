@@ -23,6 +23,7 @@ struct km_zkb {
     bool dirty;          /* the image moved during a pass: a catch-up pass follows it */
     int failed_syncs;    /* re-syncs in a row without a completed full sync */
     bool walking;
+    bool waiting_for_log;  /* claimed; the image has not reached what /migration records (guard.wait_for_log) */
     zk_walk walk;
     zk_tree actual;
     /* the running pass over the image (a full sync after a read of ZooKeeper, or a catch-up) */
@@ -112,10 +113,33 @@ static void on_retry(struct ev_loop *loop, ev_timer *t, int revents)
 }
 
 /* SYNC_KRAFT_TO_ZK, step 1: read the mirrored namespace. */
+/* Following a live quorum, the claim may find /migration ahead of our image: Kafka's driver wrote it for
+ * records our observer has not been handed yet (it stops once our claim fences it). As Kafka's own
+ * SyncKRaftMetadataEvent does, the sync waits until the image reaches that position: never an older image
+ * over a newer ZooKeeper. The log keeps being read meanwhile (km_zkb_can_accept). */
+static bool image_behind_claim(km_zkb *b)
+{
+    int64_t off = km_zkw_confirmed_offset(b->w);
+    int32_t ep = km_zkw_confirmed_epoch(b->w);
+    int32_t ours = km_image_epoch(b->img);
+    bool behind = ours != ep ? ours < ep : km_image_offset(b->img) < off;
+    if (behind && !b->waiting_for_log)
+        zkw_log(b->w, KM_LOG_INFO, "zk sync: the log (offset %lld epoch %d) has not reached what /migration records "
+                "(offset %lld epoch %d): waiting for it", (long long)km_image_offset(b->img), ours, (long long)off, ep);
+    b->waiting_for_log = behind;
+    return behind;
+}
+
 static void start_full_sync(km_zkb *b)
 {
     if (b->walking || b->phase == KM_ZKB_STOPPED || km_zkw_get_state(b->w) != KM_ZKW_READY)
         return;
+    if (b->cfg.guard.wait_for_log && image_behind_claim(b)) {
+        set_phase(b, KM_ZKB_WAITING);
+        ev_timer_set(&b->retry, 0.1, 0.);
+        ev_timer_start(b->loop, &b->retry);
+        return;
+    }
     abort_pass(b);
     set_phase(b, KM_ZKB_SYNC);
     b->sync_started_ms = zk_now_ms();
@@ -500,6 +524,7 @@ km_zkb *km_zkb_new(struct ev_loop *loop, const km_image *img, const km_zkb_confi
     b->img = img;
     b->cfg.zk.on_event = on_writer_event;
     b->cfg.zk.guard = bridge_guard;
+    b->cfg.zk.wait_for_newer_leader = cfg->guard.wait_for_log;
     b->delete_limit = cfg->guard.max_deletes_set ? cfg->guard.max_deletes : -1;
     b->await_offset = -1;
     b->cfg.zk.read_only = cfg->diff_only;
@@ -552,7 +577,9 @@ bool km_zkb_can_accept(km_zkb *b)
 {
     if (b->await_offset >= 0)
         return true; /* the image must move for the sync to start */
-    return b->phase == KM_ZKB_DUAL_WRITE && km_zkw_can_accept(b->w);
+    /* a claim waiting for the log: deltas only mark the image dirty until the full sync after the claim */
+    return (b->phase == KM_ZKB_DUAL_WRITE && km_zkw_can_accept(b->w)) || km_zkw_claim_waiting(b->w) ||
+           b->waiting_for_log;
 }
 
 int64_t km_zkb_awaited_offset(const km_zkb *b) { return b->await_offset; }

@@ -207,6 +207,8 @@ void zk_delta_render(const km_image *img, const km_delta *d, int32_t controller_
 /* The checks Kafka 3.9's KRaftMigrationDriver makes before a migration may start (and more): 0 when
  * img may take over what ZooKeeper holds; -1 with the reason in why (one line), *forceable telling
  * whether g->force may override it. Overridden refusals are returned too (0, why set, for a warning). */
+/* The image is older than what /migration records (OffsetAndEpoch order). */
+bool km_zk_image_behind(const km_image *img, const km_zk_found *f);
 int km_zk_guard_check(const km_image *img, const km_zk_found *f, const km_zk_guard *g, bool *forceable,
                       char *why, size_t cap);
 /* ZooKeeper holds a cluster ZK-mode brokers run or ran: a /cluster/id, or registered brokers. */

@@ -232,6 +232,45 @@ static int check_controller(km_zkw *w, const char *json, bool handover)
     return refuse;
 }
 
+/* /controller holds the claim of the very KRaft leader we claim as: its node id and its epoch, which a KRaft
+ * controller's KRaftMigrationDriver writes when it becomes leader (ZkMigrationClient.claimControllerLeadership),
+ * and no kmproxy claim of ours was made at that epoch yet (the claim record names the KRaft epoch of our last
+ * claim; absent: kmproxy never claimed this cluster). Taking it over with a new /controller_epoch is the
+ * deployment beside Kafka's own driver (docs/runbook.md): the driver's next ZooKeeper write fails its
+ * /controller_epoch check (ControllerMovedException) and it sends no RPC for that change, so kmproxy stays the
+ * only writer. Without a claim record (`zk sync`) we cannot tell that claim from another writer's: no takeover.
+ * A second claim at the same KRaft epoch after ours (the record's epoch equals it) is another writer's: fenced. */
+static bool leader_own_claim(const km_zkw *w, const claim_call *c)
+{
+    if (!w->claim_record || c->rc[R_CONTROLLER] != ZOK || !c->data[R_CONTROLLER])
+        return false;
+    json_error_t jerr;
+    json_t *ctrl = json_loads(c->data[R_CONTROLLER], 0, &jerr);
+    json_t *ke = json_object_get(ctrl, "kraftControllerEpoch"), *id = json_object_get(ctrl, "brokerid");
+    bool leaders = json_is_integer(ke) && json_integer_value(ke) == w->cfg.controller_epoch &&
+                   json_is_integer(id) && json_integer_value(id) == w->cfg.controller_id;
+    json_decref(ctrl);
+    if (!leaders || c->rc[R_RECORD] != ZOK)
+        return leaders;
+    json_t *rec = json_loads(c->data[R_RECORD] ? c->data[R_RECORD] : "", 0, &jerr);
+    json_t *recorded = json_object_get(rec, "kraft_controller_epoch");
+    bool older = json_is_integer(recorded) && json_integer_value(recorded) < w->cfg.controller_epoch &&
+                 !json_object_get(rec, "foreign_writer");
+    json_decref(rec);
+    return older;
+}
+
+/* /controller holds a KRaft epoch newer than ours: a KRaft leader we have not seen in the log yet. */
+static bool newer_leader(const km_zkw *w, const char *json)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(json, 0, &jerr);
+    json_t *ke = json_object_get(root, "kraftControllerEpoch");
+    bool newer = json_is_integer(ke) && json_integer_value(ke) > w->cfg.controller_epoch;
+    json_decref(root);
+    return newer;
+}
+
 /* Our own claim, made earlier by this writer, still stands (read again after a lost session, or a
  * retry after the claim landed): /controller holds exactly what we wrote (its timestamp included)
  * and /controller_epoch has not moved since. Claiming over it again (a new /controller_epoch for the
@@ -258,7 +297,8 @@ static int record_op(km_zkw *w, claim_call *c, zoo_op_t *op)
     json_decref(o);
     int len = snprintf(c->record, sizeof c->record,
                        "{\"version\":1,\"instance\":%s,\"controller_epoch\":%d,\"kraft_controller_id\":%d,"
-                       "\"since_ms\":%lld}", owner, w->zk_epoch + 1, w->cfg.controller_id, (long long)zk_wall_ms());
+                       "\"kraft_controller_epoch\":%d,\"since_ms\":%lld}", owner, w->zk_epoch + 1, w->cfg.controller_id,
+                       w->cfg.controller_epoch, (long long)zk_wall_ms());
     if (w->record_version >= 0)
         zoo_set_op_init(op, w->claim_record, c->record, len, w->record_version, &c->record_stat);
     else
@@ -353,6 +393,34 @@ static void found_from_reads(const claim_call *c, km_zk_found *f)
     f->topics = c->rc[R_TOPICS] == ZOK ? c->st[R_TOPICS].numChildren : 0;
 }
 
+static void claim_wait_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop; (void)revents;
+    km_zkw *w = t->data;
+    if (w->state == KM_ZKW_CLAIMING && w->sess.zh) {
+        w->step = CL_SYNC;
+        resume(w);
+    }
+}
+
+void zkw_claim_wait_stop(km_zkw *w)
+{
+    if (w->sess.loop && ev_is_active(&w->claim_wait))
+        ev_timer_stop(w->sess.loop, &w->claim_wait);
+}
+
+/* Nothing written yet; the same claim starts over once the log has moved on (the first wait and every 20th
+ * are logged: Kafka's driver moves /migration every 500 ms, so a few waits are ordinary). */
+static void wait_then_claim(km_zkw *w, const char *why)
+{
+    if (w->claim_waits++ % 20 == 0)
+        zkw_log(w, KM_LOG_INFO, "zk claim: %s (wait %d)", why, w->claim_waits);
+    zkw_claim_wait_stop(w);
+    ev_timer_init(&w->claim_wait, claim_wait_cb, 0.5, 0.);
+    w->claim_wait.data = w;
+    ev_timer_start(w->sess.loop, &w->claim_wait);
+}
+
 /* The caller's guard may refuse the claim for good: nothing has been written yet. */
 static bool guard_refuses(km_zkw *w, const claim_call *c)
 {
@@ -361,8 +429,13 @@ static bool guard_refuses(km_zkw *w, const claim_call *c)
     km_zk_found f;
     found_from_reads(c, &f);
     char why[sizeof w->fence_reason];
-    if (!w->cfg.guard(w, &f, why, sizeof why, w->cfg.ctx))
+    int verdict = w->cfg.guard(w, &f, why, sizeof why, w->cfg.ctx);
+    if (!verdict) {
+        w->claim_waits = 0;
         return false;
+    }
+    if (verdict > 0)
+        return wait_then_claim(w, why), true;
     w->state = KM_ZKW_REFUSED;
     snprintf(w->fence_reason, sizeof w->fence_reason, "%s", why);
     zkw_log(w, KM_LOG_INFO, "zk claim refused: %s", w->fence_reason); /* the caller reports it, once */
@@ -404,7 +477,10 @@ static bool foreign_since_last_claim(km_zkw *w, const claim_call *c)
     const char *by = json_string_value(json_object_get(rec, "instance"));
     long long now = c->rc[R_CONTROLLER_EPOCH] == ZOK ? strtoll(c->data[R_CONTROLLER_EPOCH], NULL, 10) : -1;
     const char *marked = json_string_value(json_object_get(rec, "foreign_writer")); /* zk_recover.c */
-    bool foreign = marked || recorded != now;
+    /* a newer KRaft leader's own claim that our log has not shown yet: decide_claim waits for the log */
+    bool newer = w->cfg.wait_for_newer_leader && c->rc[R_CONTROLLER] == ZOK && c->data[R_CONTROLLER] &&
+                 newer_leader(w, c->data[R_CONTROLLER]);
+    bool foreign = marked || (recorded != now && !leader_own_claim(w, c) && !newer);
     w->foreign = w->claim_refused = foreign;
     if (marked)
         zkw_fence(w, "a writer outside %s owns ZooKeeper: %.120s, the active instance then, recorded in %s: "
@@ -460,9 +536,16 @@ static void decide_claim(km_zkw *w, claim_call *c)
     w->ctrl_exists = c->rc[0] == ZOK;
     w->ctrl_version = w->ctrl_exists ? c->st[0].version : -1;
     /* the claim record (foreign_since_last_claim said: ours), or our own claim, still standing */
-    bool handover = (w->claim_record && c->rc[R_RECORD] == ZOK) || still_ours(w, c);
-    if (w->ctrl_exists && check_controller(w, c->data[0], handover))
+    bool takeover = leader_own_claim(w, c);
+    bool handover = (w->claim_record && c->rc[R_RECORD] == ZOK) || still_ours(w, c) || takeover;
+    if (takeover)
+        zkw_log(w, KM_LOG_INFO, "zk claim: /controller holds KRaft leader %d's own claim at epoch %d (its migration "
+                "driver's): taking it over with a new /controller_epoch", w->cfg.controller_id, w->cfg.controller_epoch);
+    if (w->ctrl_exists && check_controller(w, c->data[0], handover)) {
+        if (w->cfg.wait_for_newer_leader && newer_leader(w, c->data[0]))
+            return wait_then_claim(w, w->fence_reason);
         return refuse_claim(w);
+    }
     w->epoch_exists = c->rc[1] == ZOK;
     w->ctrl_epoch_version = w->epoch_exists ? c->st[1].version : -1;
     w->zk_epoch = w->epoch_exists ? (int32_t)strtol(c->data[1], NULL, 10) : 0;

@@ -143,10 +143,15 @@ static bool behind(int64_t offset, int32_t epoch, int64_t their_offset, int32_t 
     return epoch != their_epoch ? epoch < their_epoch : offset < their_offset;
 }
 
+bool km_zk_image_behind(const km_image *img, const km_zk_found *f)
+{
+    return f->has_migration && f->migration_offset >= 0 &&
+           behind(km_image_offset(img), km_image_epoch(img), f->migration_offset, f->migration_epoch);
+}
+
 static void check_position(const km_image *img, const km_zk_found *f, verdict *v)
 {
-    if (f->has_migration && f->migration_offset >= 0 &&
-        behind(km_image_offset(img), km_image_epoch(img), f->migration_offset, f->migration_epoch))
+    if (km_zk_image_behind(img, f) && !v->g->wait_for_log)
         broken(v, true, "the image (offset %" PRId64 " epoch %d) is behind what /migration records (offset %" PRId64
                " epoch %d): syncing would roll ZooKeeper back", km_image_offset(img), km_image_epoch(img),
                f->migration_offset, f->migration_epoch);

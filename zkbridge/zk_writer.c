@@ -218,6 +218,7 @@ void km_zkw_free(km_zkw *w)
     if (!w)
         return;
     w->state = KM_ZKW_CLOSED;
+    zkw_claim_wait_stop(w);
     zk_session_close(&w->sess); /* fires pending completions (ZCLOSING) while multis still exist */
     zkw_drop_pipeline(w);
     free(w->hosts);
@@ -285,6 +286,8 @@ void km_zkw_note_log_offset(km_zkw *w, int64_t offset)
     if (offset > w->log_offset)
         w->log_offset = offset;
 }
+
+bool km_zkw_claim_waiting(const km_zkw *w) { return w->state == KM_ZKW_CLAIMING && w->claim_waits > 0; }
 
 bool km_zkw_can_accept(km_zkw *w)
 {

@@ -113,6 +113,8 @@ struct km_zkw {
     bool ctrl_exists, epoch_exists;
     char ctrl_json[256];
     int claim_attempts;
+    ev_timer claim_wait;                   /* the guard said "not yet" (the log is behind /migration) */
+    int claim_waits;                       /* consecutive waits, for the log's rate */
     /* /migration */
     int mig_version;                       /* confirmed zkVersion */
     char mig[256];                         /* confirmed content */
@@ -146,6 +148,7 @@ void zkw_note_delta_time(km_zkw *w, int64_t ms);
 /* zk_claim.c */
 void zkw_claim_start(km_zkw *w);
 void zkw_claim_resume(km_zkw *w);
+void zkw_claim_wait_stop(km_zkw *w);
 int zkw_failed_op(const zoo_op_result_t *res, int n);
 /* zk_guard.c: what the claim read, into the guard's facts */
 void zk_found_cluster_id(km_zk_found *f, const char *data);

@@ -26,6 +26,7 @@ typedef struct km_daemon_consumers {
     int32_t controller_id, controller_epoch;  /* what the bridge claimed with */
     ev_timer resume;                          /* while reading is paused: is there room again? */
     ev_timer zk_watch;                        /* reports a missing ZooKeeper session, with backoff */
+    ev_timer reclaim;                         /* a single instance fenced by a new KRaft leader's claim */
     int zk_attempts;                          /* reports since then */
     double stale_logged_at;                   /* the last "rejects our epoch" error (one a minute) */
     int stale_unlogged;                       /* such rejections since, not logged */
@@ -103,6 +104,8 @@ bool km_daemon_brokers_updating(const km_daemon *d, int32_t *zk_epoch, size_t *p
     return c->full_update_pending;
 }
 
+static bool reclaim_after_election(km_daemon *d, km_zkb *b);
+
 static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
 {
     km_daemon *d = ctx;
@@ -123,6 +126,8 @@ static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
         km_daemon_fatal(d, "ZooKeeper mirror stopped: %s", km_zkb_error(b));
         return;
     }
+    if (phase == KM_ZKB_STOPPED && reclaim_after_election(d, b))
+        return;
     if (phase == KM_ZKB_STOPPED) {
         char why[700];
         snprintf(why, sizeof why, "ZooKeeper mirror stopped: %s", km_zkb_error(b));
@@ -139,6 +144,34 @@ static void bridge_phase(km_zkb *b, km_zkb_phase phase, void *ctx)
     km_bprop_hold(c->bprop, phase != KM_ZKB_DUAL_WRITE);
     if (phase == KM_ZKB_DUAL_WRITE)
         release_brokers(d, c, b);
+}
+
+static void reclaim_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+    (void)loop; (void)revents;
+    km_daemon_stop_active(t->data); /* the next caught-up claims afresh, every guard first */
+}
+
+/* Beside Kafka's own controllers (docs/runbook.md) every KRaft election has the new leader's migration driver
+ * claim ZooKeeper, which fences our writer (/controller_epoch moved) - often before our observer has heard of
+ * the new leader. Following a live quorum, a single instance does not exit then: it drops the bridge and the
+ * broker channels and claims again from nothing, with all the claim's rules: the new leader's own claim is
+ * taken over once the log names that leader (a newer KRaft epoch than the log's is waited for, never written
+ * over), and any other writer is refused as before. With HA the instance steps down and the election decides. */
+static bool reclaim_after_election(km_daemon *d, km_zkb *b)
+{
+    km_zkw *w = km_zkb_writer(b);
+    if (d->election || !km_daemon_quorum_mode(d) || km_zkw_get_state(w) != KM_ZKW_FENCED ||
+        km_zkw_fenced_by_foreign(w) || d->stopping)
+        return false;
+    km_daemon_consumers *c = d->consumers;
+    km_daemon_log(d, KM_LOG_WARN, "zk: fenced (%s): claiming again from nothing once the log names the KRaft leader",
+                  km_zkb_error(b));
+    ev_init(&c->reclaim, reclaim_cb);
+    c->reclaim.data = d;
+    ev_timer_set(&c->reclaim, 0., 0.); /* the bridge is freed outside its own callback */
+    ev_timer_start(d->loop, &c->reclaim);
+    return true;
 }
 
 /* KRaftMigrationDriver sends a delta's RPCs after its ZooKeeper writes: requests built for an
@@ -289,7 +322,7 @@ static void fill_bridge_config(km_daemon *d, km_daemon_consumers *c, km_zkb_conf
                       .key_length = d->cfg.password_encoder_key_length,
                       .iterations = d->cfg.password_encoder_iterations},
         .guard = {.force = d->cfg.zk_force, .max_deletes_set = d->cfg.zk_max_deletes != KM_CONFIG_UNSET,
-                  .max_deletes = d->cfg.zk_max_deletes},
+                  .max_deletes = d->cfg.zk_max_deletes, .wait_for_log = km_daemon_quorum_mode(d)},
         .on_phase = bridge_phase, .on_confirmed = bridge_confirmed, .ctx = d};
     *out = zc;
 }
@@ -412,6 +445,7 @@ void km_daemon_stop_consumers(km_daemon *d)
         return;
     ev_timer_stop(d->loop, &d->consumers->resume);
     ev_timer_stop(d->loop, &d->consumers->zk_watch);
+    ev_timer_stop(d->loop, &d->consumers->reclaim);
     stop_all(d->consumers);
     free(d->consumers);
     d->consumers = NULL;

@@ -3,9 +3,10 @@
  * the new process finds its predecessor's claim at its own KRaft epoch. Kafka's epoch rule
  * (KafkaZkClient.tryRegisterKRaftControllerAsActiveController) refuses a same-epoch /controller;
  * the claim record beside the election path (`/kmproxy/active`, written in the claim's own multi)
- * proves that one is kmproxy's, so the restart claims again (a new /controller_epoch). A
- * same-epoch /controller that kmproxy did not write, or a /controller_epoch moved past the record,
- * is still refused: exit 2 (systemd does not restart it) with one plain log line. Real ZooKeeper. */
+ * proves that one is kmproxy's, so the restart claims again (a new /controller_epoch). The KRaft
+ * leader's own claim of its leadership (its migration driver's) is taken over; a second claim at our
+ * KRaft epoch after ours, or a /controller_epoch moved past the record otherwise, is still refused:
+ * exit 2 (systemd does not restart it) with one plain log line. Real ZooKeeper. */
 #include "ops_daemon.h"
 #include "km_testsupport.h"
 
@@ -133,49 +134,86 @@ static void expect_refused(env *e, const char *tag, const char *zk, km_zkc *c, c
     free(ctrl);
 }
 
-/* Someone else's claim at our KRaft epoch (no claim record: kmproxy never claimed this cluster),
- * and a /controller_epoch moved past the record of kmproxy's last claim: both refused. */
-Test(daemon_restart, a_same_epoch_claim_kmproxy_did_not_make_is_still_refused)
+/* Runs once on zk to learn what our claim looks like (node id and KRaft epoch); returns the /controller a KRaft
+ * leader's own migration driver writes for that leadership (KafkaZkClient.tryRegisterKRaftControllerAsActive-
+ * Controller: the same node and epoch, its own timestamp). */
+static void learn_leader_claim(env *e, const char *zk, char *theirs, size_t cap)
 {
-    env e;
-    env_init(&e);
-    char zk[160], zk2[160];
-    snprintf(zk, sizeof zk, "%s/restart-learn", km_zks_hosts(zs, 0));
-    snprintf(zk2, sizeof zk2, "%s/restart-foreign", km_zks_hosts(zs, 0));
     inst a;
-    run_until_ready(&a, &e, "learn", zk); /* what our claim looks like: node id and KRaft epoch */
+    run_until_ready(&a, e, "learn", zk);
     stop_cleanly(&a);
     km_zkc *c = km_zkc_open(zk, NULL, 10000);
     cr_assert(c);
     char *ours = get(c, "/controller", NULL);
     const char *ke = strstr(ours, "\"brokerid\"");
     cr_assert(ke, "%s", ours);
-    char theirs[256];
-    snprintf(theirs, sizeof theirs, "{\"version\":2,\"timestamp\":\"1\",%s", ke); /* same node and epoch */
+    snprintf(theirs, cap, "{\"version\":2,\"timestamp\":\"1\",%s", ke);
+    free(ours);
+    km_zkc_close(c);
+}
 
-    /* a cluster kmproxy never claimed: no record */
+/* The deployment beside Kafka's own driver (docs/runbook.md): the KRaft leader's migration driver claimed
+ * ZooKeeper for its leadership (/controller: the leader's node and epoch, /controller_epoch moved) and kmproxy
+ * never claimed at that epoch - no record at all, or a record of an older KRaft epoch (the claim before the
+ * election). kmproxy takes that claim over with a new /controller_epoch, so the driver's writes fail their
+ * /controller_epoch check and it sends nothing (shown on a real cluster by test_realcluster). Before: refused. */
+Test(daemon_restart, the_kraft_leaders_own_claim_is_taken_over)
+{
+    env e;
+    env_init(&e);
+    char zk[160], zk2[160], theirs[256];
+    snprintf(zk, sizeof zk, "%s/restart-learn", km_zks_hosts(zs, 0));
+    snprintf(zk2, sizeof zk2, "%s/restart-leader", km_zks_hosts(zs, 0));
+    learn_leader_claim(&e, zk, theirs, sizeof theirs);
     km_zkc *root = km_zkc_open(km_zks_hosts(zs, 0), NULL, 10000);
     cr_assert(root);
-    cr_assert_eq(km_zkc_mkdirs(root, "/restart-foreign"), ZOK);
-    cr_assert_eq(km_zkc_create(root, "/restart-foreign/controller_epoch", "3", 0), ZOK);
-    cr_assert_eq(km_zkc_create(root, "/restart-foreign/controller", theirs, 0), ZOK);
+    cr_assert_eq(km_zkc_mkdirs(root, "/restart-leader"), ZOK);
+    cr_assert_eq(km_zkc_create(root, "/restart-leader/controller_epoch", "3", 0), ZOK);
+    cr_assert_eq(km_zkc_create(root, "/restart-leader/controller", theirs, 0), ZOK);
     km_zkc_close(root);
     km_zkc *c2 = km_zkc_open(zk2, NULL, 10000);
     cr_assert(c2);
-    expect_refused(&e, "foreign", zk2, c2, "/controller is held by KRaft controller");
-    cr_expect_eq(get_int(c2, "/controller_epoch"), 3);
-    /* the runbook's way out once the operator knows that claim is kmproxy's (an upgrade from a
-     * version that kept no record): a record for the current /controller_epoch */
-    cr_assert_eq(km_zkc_mkdirs(c2, "/kmproxy"), ZOK);
-    cr_assert_eq(km_zkc_create(c2, "/kmproxy/active", "{\"version\":1,\"instance\":\"manual\",\"controller_epoch\":3}",
-                               0), ZOK);
     inst m;
-    run_until_ready(&m, &e, "manual", zk2);
+    run_until_ready(&m, &e, "leader", zk2);
+    char *log = ops_slurp(m.log_file);
+    cr_expect(strstr(log, "own claim at epoch") && strstr(log, "taking it over"), "no takeover said: %s", log);
+    free(log);
     stop_cleanly(&m);
     cr_expect_eq(get_int(c2, "/controller_epoch"), 4);
-    km_zkc_close(c2);
+    char *record = get(c2, "/kmproxy/active", NULL);
+    cr_expect(strstr(record, "\"controller_epoch\":4,") && strstr(record, "\"kraft_controller_epoch\":"),
+              "the record does not name our claim and its KRaft epoch: %s", record);
+    free(record);
 
-    /* a cluster kmproxy claimed, then another writer claimed at our KRaft epoch (record left behind) */
+    /* a record of an older KRaft epoch (ours, before an election), then the new leader's own claim */
+    struct Stat st;
+    char *rec = get(c2, "/kmproxy/active", &st), older[512];
+    const char *ke = strstr(rec, "\"kraft_controller_epoch\":");
+    cr_assert(ke, "%s", rec);
+    snprintf(older, sizeof older, "%.*s\"kraft_controller_epoch\":-1%s", (int)(ke - rec), rec, strchr(ke, ','));
+    cr_assert_eq(km_zkc_set(c2, "/kmproxy/active", older, st.version, NULL), ZOK);
+    free(rec);
+    free(get(c2, "/controller_epoch", &st));
+    cr_assert_eq(km_zkc_set(c2, "/controller_epoch", "9", st.version, NULL), ZOK);
+    cr_assert_eq(km_zkc_set(c2, "/controller", theirs, -1, NULL), ZOK);
+    run_until_ready(&m, &e, "leader-again", zk2);
+    stop_cleanly(&m);
+    cr_expect_eq(get_int(c2, "/controller_epoch"), 10);
+    km_zkc_close(c2);
+    env_free(&e);
+}
+
+/* A cluster kmproxy claimed at this KRaft epoch, then another writer claimed at that same epoch (a second
+ * kmproxy cluster, a tool): that is no KRaft leader's first claim of its leadership. Refused, untouched. */
+Test(daemon_restart, a_second_claim_at_our_kraft_epoch_after_ours_is_refused)
+{
+    env e;
+    env_init(&e);
+    char zk[160], theirs[256];
+    snprintf(zk, sizeof zk, "%s/restart-foreign", km_zks_hosts(zs, 0));
+    learn_leader_claim(&e, zk, theirs, sizeof theirs);
+    km_zkc *c = km_zkc_open(zk, NULL, 10000);
+    cr_assert(c);
     struct Stat st;
     int epoch = get_int(c, "/controller_epoch");
     char bumped[16];
@@ -185,7 +223,6 @@ Test(daemon_restart, a_same_epoch_claim_kmproxy_did_not_make_is_still_refused)
     cr_assert_eq(km_zkc_set(c, "/controller", theirs, -1, NULL), ZOK);
     expect_refused(&e, "past-record", zk, c, "a writer outside kmproxy owns ZooKeeper: /controller_epoch is");
     cr_expect_eq(get_int(c, "/controller_epoch"), epoch + 1);
-    free(ours);
     km_zkc_close(c);
     env_free(&e);
 }

@@ -1,0 +1,8 @@
+# tests/realcluster.cmake: kmproxy beside a real Apache Kafka 3.9 cluster in ZooKeeper-to-KRaft migration
+# (docs/realcluster.md): ZooKeeper, ZK-mode brokers and KRaft controllers from Kafka's released jars, fetched by
+# tests/realcluster/fetch-kafka (Maven, tests/realcluster/pom.xml) into a cache and run by tests/realcluster/rig.py.
+# Skips saying why without Java, Maven or python3; fails instead under CI or KM_REQUIRE_REALKAFKA=1.
+# One worker: each test starts its own cluster of JVMs, and two at once on a 2-core machine only slow both.
+set(KM_RC_DIR ${CMAKE_CURRENT_LIST_DIR}/realcluster)
+km_add_test(test_realcluster SOURCES ${KM_RC_DIR}/test_realcluster.c ${KM_RC_DIR}/rc_rig.c TIMEOUT 2400 JOBS 1)
+target_include_directories(test_realcluster PRIVATE ${KM_RC_DIR})

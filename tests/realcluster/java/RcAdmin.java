@@ -1,0 +1,185 @@
+// RcAdmin: the real-cluster tests' Admin API client (kafka-clients) and per-broker check.
+//   RcAdmin BOOTSTRAP CMD ARGS [; CMD ARGS ...]   Admin API calls, one JVM for the lot:
+//     create-topic NAME PARTITIONS RF | delete-topic NAME | add-partitions NAME TOTAL
+//     topic-config NAME KEY VALUE | broker-config ID KEY VALUE | quota USER KEY VALUE | scram USER PASSWORD
+//     reassign NAME PARTITION R1,R2,... | elect-preferred NAME PARTITION | acl PRINCIPAL TOPIC (ALLOW READ)
+//   RcAdmin verify IMAGE.json HOST:PORT[,HOST:PORT...]
+//     asks each broker for its own Metadata (v12, all topics) and compares leader, leader epoch, replicas and ISR
+//     of every partition, and the set of topics, with the image (`kmproxy metadata image`); prints each
+//     difference; exit 0 when every broker equals the image, 1 otherwise.
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.File;
+import java.net.Socket;
+import java.nio.ByteBuffer;
+import java.util.*;
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.common.ElectionType;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.message.MetadataRequestData;
+import org.apache.kafka.common.message.MetadataResponseData;
+import org.apache.kafka.common.protocol.ApiKeys;
+import org.apache.kafka.common.quota.ClientQuotaAlteration;
+import org.apache.kafka.common.quota.ClientQuotaEntity;
+import org.apache.kafka.common.requests.AbstractResponse;
+import org.apache.kafka.common.requests.MetadataRequest;
+import org.apache.kafka.common.requests.MetadataResponse;
+import org.apache.kafka.common.requests.RequestHeader;
+
+public final class RcAdmin {
+    public static void main(String[] args) throws Exception {
+        if (args.length >= 3 && args[0].equals("verify")) {
+            System.exit(verify(args[1], args[2]) ? 0 : 1);
+        }
+        if (args.length < 2) {
+            System.err.println("usage: RcAdmin BOOTSTRAP CMD ARGS [; CMD ARGS ...] | RcAdmin verify IMAGE BROKERS");
+            System.exit(2);
+        }
+        Properties p = new Properties();
+        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
+        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "120000");
+        try (Admin admin = Admin.create(p)) {
+            List<String> cmd = new ArrayList<>();
+            for (int i = 1; i <= args.length; i++) {
+                if (i == args.length || args[i].equals(";")) {
+                    if (!cmd.isEmpty()) run(admin, cmd);
+                    cmd.clear();
+                } else {
+                    cmd.add(args[i]);
+                }
+            }
+        }
+    }
+
+    private static void run(Admin admin, List<String> c) throws Exception {
+        System.out.println("rcadmin: " + String.join(" ", c));
+        switch (c.get(0)) {
+            case "create-topic":
+                admin.createTopics(List.of(new NewTopic(c.get(1), Integer.parseInt(c.get(2)),
+                                                        Short.parseShort(c.get(3))))).all().get();
+                break;
+            case "delete-topic":
+                admin.deleteTopics(List.of(c.get(1))).all().get();
+                break;
+            case "add-partitions":
+                admin.createPartitions(Map.of(c.get(1), NewPartitions.increaseTo(Integer.parseInt(c.get(2)))))
+                     .all().get();
+                break;
+            case "topic-config":
+                alter(admin, new ConfigResource(ConfigResource.Type.TOPIC, c.get(1)), c.get(2), c.get(3));
+                break;
+            case "broker-config":
+                alter(admin, new ConfigResource(ConfigResource.Type.BROKER, c.get(1)), c.get(2), c.get(3));
+                break;
+            case "quota":
+                admin.alterClientQuotas(List.of(new ClientQuotaAlteration(
+                    new ClientQuotaEntity(Map.of(ClientQuotaEntity.USER, c.get(1))),
+                    List.of(new ClientQuotaAlteration.Op(c.get(2), Double.parseDouble(c.get(3))))))).all().get();
+                break;
+            case "scram":
+                admin.alterUserScramCredentials(List.of(new UserScramCredentialUpsertion(c.get(1),
+                    new ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), c.get(2)))).all().get();
+                break;
+            case "acl":
+                admin.createAcls(List.of(new org.apache.kafka.common.acl.AclBinding(
+                    new org.apache.kafka.common.resource.ResourcePattern(
+                        org.apache.kafka.common.resource.ResourceType.TOPIC, c.get(2),
+                        org.apache.kafka.common.resource.PatternType.LITERAL),
+                    new org.apache.kafka.common.acl.AccessControlEntry(c.get(1), "*",
+                        org.apache.kafka.common.acl.AclOperation.READ,
+                        org.apache.kafka.common.acl.AclPermissionType.ALLOW)))).all().get();
+                break;
+            case "reassign": {
+                List<Integer> replicas = new ArrayList<>();
+                for (String r : c.get(3).split(",")) replicas.add(Integer.parseInt(r));
+                admin.alterPartitionReassignments(Map.of(new TopicPartition(c.get(1), Integer.parseInt(c.get(2))),
+                    Optional.of(new NewPartitionReassignment(replicas)))).all().get();
+                break;
+            }
+            case "elect-preferred":
+                try {
+                    admin.electLeaders(ElectionType.PREFERRED,
+                                       Set.of(new TopicPartition(c.get(1), Integer.parseInt(c.get(2))))).all().get();
+                } catch (java.util.concurrent.ExecutionException e) {
+                    // the reassignment's own leader change may have got there first: the same end state
+                    if (!(e.getCause() instanceof org.apache.kafka.common.errors.ElectionNotNeededException)) throw e;
+                    System.out.println("rcadmin: already led by its preferred replica");
+                }
+                break;
+            default:
+                throw new IllegalArgumentException("unknown command " + c.get(0));
+        }
+    }
+
+    private static void alter(Admin admin, ConfigResource r, String key, String value) throws Exception {
+        admin.incrementalAlterConfigs(Map.of(r, List.of(new AlterConfigOp(new ConfigEntry(key, value),
+                                                                           AlterConfigOp.OpType.SET)))).all().get();
+    }
+
+    private static MetadataResponseData metadata(String hostPort) throws Exception {
+        String[] hp = hostPort.split(":");
+        try (Socket s = new Socket(hp[0], Integer.parseInt(hp[1]))) {
+            s.setSoTimeout(30000);
+            short v = 12;
+            MetadataRequest req = new MetadataRequest.Builder(
+                new MetadataRequestData().setTopics(null).setAllowAutoTopicCreation(false)).build(v);
+            RequestHeader h = new RequestHeader(ApiKeys.METADATA, v, "rc-verify", 1);
+            ByteBuffer body = req.serializeWithHeader(h);
+            DataOutputStream out = new DataOutputStream(s.getOutputStream());
+            byte[] bytes = new byte[body.remaining()];
+            body.get(bytes);
+            out.writeInt(bytes.length);
+            out.write(bytes);
+            out.flush();
+            DataInputStream in = new DataInputStream(s.getInputStream());
+            byte[] buf = new byte[in.readInt()];
+            in.readFully(buf);
+            return ((MetadataResponse) AbstractResponse.parseResponse(ByteBuffer.wrap(buf), h)).data();
+        }
+    }
+
+    private static List<Integer> ints(JsonNode arr) {
+        List<Integer> out = new ArrayList<>();
+        arr.forEach(n -> out.add(n.asInt()));
+        return out;
+    }
+
+    private static boolean verify(String imagePath, String brokers) throws Exception {
+        JsonNode image = new ObjectMapper().readTree(new File(imagePath));
+        Map<String, String> want = new TreeMap<>();
+        for (JsonNode t : image.get("topics")) {
+            for (JsonNode p : t.get("partitions")) {
+                want.put(t.get("name").asText() + "-" + p.get("partitionId").asInt(),
+                         "leader " + p.get("leader").asInt() + " epoch " + p.get("leaderEpoch").asInt()
+                         + " replicas " + ints(p.get("replicas")) + " isr " + ints(p.get("isr")));
+            }
+        }
+        boolean equal = true;
+        for (String broker : brokers.split(",")) {
+            Map<String, String> got = new TreeMap<>();
+            for (MetadataResponseData.MetadataResponseTopic t : metadata(broker).topics()) {
+                for (MetadataResponseData.MetadataResponsePartition p : t.partitions()) {
+                    got.put(t.name() + "-" + p.partitionIndex(),
+                            "leader " + p.leaderId() + " epoch " + p.leaderEpoch() + " replicas "
+                            + p.replicaNodes() + " isr " + p.isrNodes());
+                }
+            }
+            Set<String> keys = new TreeSet<>(want.keySet());
+            keys.addAll(got.keySet());
+            int diffs = 0;
+            for (String k : keys) {
+                if (!Objects.equals(want.get(k), got.get(k))) {
+                    System.out.println("broker " + broker + " " + k + ": has " + got.get(k) + ", image "
+                                       + want.get(k));
+                    diffs++;
+                }
+            }
+            System.out.println("broker " + broker + ": " + got.size() + " partitions, " + diffs + " differ");
+            equal &= diffs == 0;
+        }
+        return equal;
+    }
+}

@@ -1,0 +1,311 @@
+/* rc_rig.c - driving tests/realcluster/rig.py from a Criterion test (rc_rig.h). */
+#include "rc_rig.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "km_testsupport.h"
+
+#define RIG_READY_TIMEOUT_S 900 /* rig.py gives up on its own first (KM_RIG_WAIT_S per step) */
+
+bool rc_require(void)
+{
+    const char *ci = getenv("CI"), *req = getenv("KM_REQUIRE_REALKAFKA");
+    return (ci && *ci && strcmp(ci, "0") && strcmp(ci, "false")) || (req && !strcmp(req, "1"));
+}
+
+static char *slurp_fd(int fd)
+{
+    size_t len = 0, cap = 4096;
+    char *buf = malloc(cap);
+    ssize_t n;
+    while (buf && (n = read(fd, buf + len, cap - len - 1)) > 0) {
+        len += (size_t)n;
+        if (cap - len < 2048) {
+            char *grown = realloc(buf, cap * 2);
+            if (!grown)
+                break;
+            buf = grown;
+            cap *= 2;
+        }
+    }
+    if (buf)
+        buf[len] = '\0';
+    return buf;
+}
+
+const char *rc_cache(char *why, size_t cap)
+{
+    static char cache[1024];
+    if (cache[0])
+        return cache;
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "command -v python3 >/dev/null || { echo 'python3 not found'; exit 69; }; "
+             "%s/tests/realcluster/fetch-kafka 2>&1", km_test_source_dir());
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return snprintf(why, cap, "cannot run fetch-kafka: %s", strerror(errno)), NULL;
+    char *out = slurp_fd(fileno(p));
+    int status = pclose(p);
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    if (rc || !out) {
+        snprintf(why, cap, "%s (fetch-kafka exit %d): %.800s", rc == 69 ? "Java, Maven or python3 missing"
+                 : "fetching Kafka's jars failed", rc, out ? out : "");
+        free(out);
+        return NULL;
+    }
+    char *nl = strrchr(out, '\n');
+    if (nl && !nl[1])
+        *nl = '\0';
+    nl = strrchr(out, '\n'); /* the last line is the directory; Maven's notes may precede it */
+    snprintf(cache, sizeof cache, "%s", nl ? nl + 1 : out);
+    free(out);
+    return cache;
+}
+
+const char *rc_cache_or_skip(void)
+{
+    char why[1024];
+    const char *cache = rc_cache(why, sizeof why);
+    if (cache)
+        return cache;
+    if (rc_require())
+        cr_assert_fail("real-cluster suite required here (CI or KM_REQUIRE_REALKAFKA=1): %s", why);
+    cr_skip_test("real Kafka cluster unavailable: %s", why);
+    return NULL;
+}
+
+/* One line from the rig, up to timeout_s; NULL at its end or on timeout. */
+static char *read_line(rc_rig *r, int timeout_s)
+{
+    size_t len = 0, cap = 1 << 16;
+    char *line = malloc(cap);
+    time_t deadline = time(NULL) + timeout_s;
+    while (line) {
+        struct pollfd pfd = {.fd = r->from_rig, .events = POLLIN};
+        int left = (int)(deadline - time(NULL));
+        if (left <= 0 || poll(&pfd, 1, left * 1000) <= 0)
+            break;
+        char c;
+        ssize_t n = read(r->from_rig, &c, 1);
+        if (n <= 0)
+            break;
+        if (c == '\n') {
+            line[len] = '\0';
+            return line;
+        }
+        if (len + 2 >= cap) {
+            char *grown = realloc(line, cap * 2);
+            if (!grown)
+                break;
+            line = grown;
+            cap *= 2;
+        }
+        line[len++] = c;
+    }
+    free(line);
+    return NULL;
+}
+
+static void copy_str(char *dst, size_t cap, json_t *v)
+{
+    snprintf(dst, cap, "%s", json_string_value(v) ? json_string_value(v) : "");
+}
+
+static int parse_nodes(json_t *arr, rc_node *nodes)
+{
+    size_t i;
+    json_t *n;
+    json_array_foreach(arr, i, n) {
+        if (i >= RC_MAX_NODES)
+            break;
+        nodes[i].id = (int)json_integer_value(json_object_get(n, "id"));
+        nodes[i].port = (int)json_integer_value(json_object_get(n, "port"));
+        copy_str(nodes[i].dir, sizeof nodes[i].dir, json_object_get(n, "dir"));
+    }
+    return (int)(json_array_size(arr) < RC_MAX_NODES ? json_array_size(arr) : RC_MAX_NODES);
+}
+
+static int parse_ready(rc_rig *r, const char *json)
+{
+    json_error_t jerr;
+    r->ready = json_loads(json, 0, &jerr);
+    if (!r->ready)
+        return -1;
+    copy_str(r->zk, sizeof r->zk, json_object_get(r->ready, "zookeeper"));
+    copy_str(r->bootstrap, sizeof r->bootstrap, json_object_get(r->ready, "bootstrap"));
+    copy_str(r->voters, sizeof r->voters, json_object_get(r->ready, "voters"));
+    copy_str(r->cluster_id, sizeof r->cluster_id, json_object_get(r->ready, "cluster_id"));
+    copy_str(r->tools, sizeof r->tools, json_object_get(r->ready, "tool_classes"));
+    r->classpath = strdup(json_string_value(json_object_get(r->ready, "classpath")) ?: "");
+    r->nbrokers = parse_nodes(json_object_get(r->ready, "brokers"), r->brokers);
+    r->ncontrollers = parse_nodes(json_object_get(r->ready, "controllers"), r->controllers);
+    r->start_s = json_real_value(json_object_get(r->ready, "start_s"));
+    r->rss_total_kib = (long)json_integer_value(json_object_get(r->ready, "rss_total_kib"));
+    return 0;
+}
+
+static void exec_rig(rc_rig *r, const char *cache, int controllers, int in[2], int out[2], pid_t parent)
+{
+    km_test_die_with_parent(parent);
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    char log[600], script[1024], ctl[16];
+    snprintf(log, sizeof log, "%s/rig.log", r->dir);
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0)
+        dup2(fd, 2);
+    for (int i = 3; i < 1024; i++)
+        close(i);
+    snprintf(script, sizeof script, "%s/tests/realcluster/rig.py", km_test_source_dir());
+    snprintf(ctl, sizeof ctl, "%d", controllers);
+    char *argv[] = {"python3", script, "up", "--dir", r->dir, "--controllers", ctl, "--cache", (char *)cache, NULL};
+    execvp("python3", argv);
+    _exit(127);
+}
+
+rc_rig *rc_rig_start(int controllers, char *why, size_t cap)
+{
+    const char *cache = rc_cache(why, cap);
+    if (!cache)
+        return NULL;
+    rc_rig *r = calloc(1, sizeof *r);
+    char *tmp = km_test_tmpdir("realcluster");
+    snprintf(r->dir, sizeof r->dir, "%s", tmp);
+    free(tmp);
+    int in[2], out[2];
+    if (pipe(in) || pipe(out))
+        return snprintf(why, cap, "pipe: %s", strerror(errno)), free(r), NULL;
+    pid_t parent = getpid();
+    r->pid = fork();
+    if (r->pid == 0)
+        exec_rig(r, cache, controllers, in, out, parent);
+    close(in[0]);
+    close(out[1]);
+    r->to_rig = in[1];
+    r->from_rig = out[0];
+    signal(SIGPIPE, SIG_IGN);
+    char *line = read_line(r, RIG_READY_TIMEOUT_S);
+    if (line && !strncmp(line, "ready ", 6) && !parse_ready(r, line + 6)) {
+        free(line);
+        fprintf(stderr, "realcluster: rig up in %.1f s, RSS %ld MiB (%d brokers, %d controllers, ZooKeeper)\n",
+                r->start_s, r->rss_total_kib / 1024, r->nbrokers, r->ncontrollers);
+        return r;
+    }
+    char *tails = rc_rig_tails(r, 25);
+    snprintf(why, cap, "rig did not reach dual-write: %.300s\n%s", line ? line : "(no answer)", tails ? tails : "");
+    free(tails);
+    free(line);
+    rc_rig_stop(r, true);
+    return NULL;
+}
+
+char *rc_rig_cmd(rc_rig *r, const char *fmt, ...)
+{
+    char cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(cmd, sizeof cmd - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof cmd - 1)
+        return NULL;
+    cmd[n++] = '\n';
+    if (write(r->to_rig, cmd, (size_t)n) != n)
+        return NULL;
+    return read_line(r, RIG_READY_TIMEOUT_S);
+}
+
+void rc_rig_stop(rc_rig *r, bool keep_logs)
+{
+    if (!r)
+        return;
+    if (r->to_rig > 0) {
+        if (write(r->to_rig, "down\n", 5) < 0) { /* gone already: waitpid below reaps it */
+        }
+        close(r->to_rig);
+    }
+    if (r->from_rig > 0)
+        close(r->from_rig);
+    if (r->pid > 0) {
+        for (int i = 0; i < 1200 && waitpid(r->pid, NULL, WNOHANG) == 0; i++)
+            usleep(100 * 1000);
+        if (kill(r->pid, SIGKILL) == 0) /* its children die with it (PR_SET_PDEATHSIG) */
+            waitpid(r->pid, NULL, 0);
+    }
+    if (keep_logs)
+        fprintf(stderr, "realcluster: logs kept in %s\n", r->dir);
+    else
+        km_test_rmtree(r->dir);
+    json_decref(r->ready);
+    free(r->classpath);
+    free(r);
+}
+
+char *rc_rig_tails(const rc_rig *r, int lines)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' 2>/dev/null && for f in rig.log */server.log */stdout.log kmproxy*.log; do [ -s \"$f\" ] && "
+             "{ echo \"==== $f\"; tail -n %d \"$f\" | cut -c1-400; }; done", r->dir, lines);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return NULL;
+    char *out = slurp_fd(fileno(p));
+    pclose(p);
+    return out;
+}
+
+int rc_sh(const rc_rig *r, char **out, const char *fmt, ...)
+{
+    char *line = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&line, fmt, ap) < 0)
+        line = NULL;
+    va_end(ap);
+    if (!line)
+        return -1;
+    setenv("CP", r->classpath, 1);
+    char tools[1100];
+    snprintf(tools, sizeof tools, "%s", r->tools);
+    setenv("TOOLS", tools, 1);
+    setenv("BS", r->bootstrap, 1);
+    setenv("ZK", r->zk, 1);
+    setenv("DIR", r->dir, 1);
+    setenv("JAVA", "java -Xmx128m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dlog4j.configuration=file:/dev/null", 1);
+    char *argv[] = {"/bin/bash", "-c", line, NULL};
+    char *err = NULL;
+    int rc = km_test_run(argv, NULL, 0, out, NULL, &err);
+    if (out && *out && err && *err) {
+        char *both = NULL;
+        if (asprintf(&both, "%s%s", *out, err) >= 0) {
+            free(*out);
+            *out = both;
+        }
+    }
+    free(err);
+    free(line);
+    return rc;
+}
+
+char *rc_read_log(const rc_rig *r, const char *kind, int id)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s-%d/server.log", r->dir, kind, id);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return strdup("");
+    char *s = slurp_fd(fd);
+    close(fd);
+    return s ? s : strdup("");
+}

@@ -1,0 +1,59 @@
+/* rc_rig.h - the real Kafka 3.9 cluster of the real-cluster suites (tests/realcluster/rig.py, docs/realcluster.md):
+ * one ZooKeeper, ZK-mode brokers in migration and KRaft controllers in migration mode, brought to dual-write, run
+ * by a supervisor process the test talks to over a pipe, one command a line. */
+#ifndef RC_RIG_H
+#define RC_RIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#define RC_MAX_NODES 8
+
+typedef struct rc_node {
+    int id, port;
+    char dir[512];
+} rc_node;
+
+typedef struct rc_rig {
+    pid_t pid;
+    int to_rig, from_rig;
+    char dir[512];
+    char zk[64];            /* 127.0.0.1:port */
+    char bootstrap[256];    /* every broker, host:port,... */
+    char voters[256];       /* id@host:port,... */
+    char cluster_id[64];
+    char *classpath;        /* Kafka's jars */
+    char tools[512];        /* the compiled tests/realcluster/java classes */
+    int nbrokers, ncontrollers;
+    rc_node brokers[RC_MAX_NODES], controllers[RC_MAX_NODES];
+    double start_s;
+    long rss_total_kib;
+    json_t *ready;          /* the whole ready line */
+} rc_rig;
+
+/* The jar cache (tests/realcluster/fetch-kafka), fetched or reused.  NULL with why when Java, javac, Maven or
+ * python3 is missing or the fetch failed; rc_require() says whether that fails the test (CI, or
+ * KM_REQUIRE_REALKAFKA=1) or skips it. */
+const char *rc_cache(char *why, size_t cap);
+bool rc_require(void);
+/* Skips (or fails, under rc_require) the calling test when the cache cannot be had. */
+const char *rc_cache_or_skip(void);
+
+/* Starts a rig in a fresh temp dir and waits until it is in dual-write.  NULL with why (and the logs' tails). */
+rc_rig *rc_rig_start(int controllers, char *why, size_t cap);
+/* Sends one command (kill/start/stop KIND ID, zk PATH, rss); the answer line (malloc'd), NULL if the rig is gone. */
+char *rc_rig_cmd(rc_rig *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Tears it down: every process killed, no leftovers.  keep_logs: the dir stays (a failed test's logs). */
+void rc_rig_stop(rc_rig *r, bool keep_logs);
+/* The last `lines` lines of every node's server.log (and the rig's own), for a failure message (malloc'd). */
+char *rc_rig_tails(const rc_rig *r, int lines);
+/* Runs a shell command line with $CP (Kafka's jars and our tool classes), $BS (bootstrap), $ZK, $DIR set; the
+ * exit status, output (stdout+stderr, malloc'd) in *out. */
+int rc_sh(const rc_rig *r, char **out, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A node's server.log as a string (malloc'd); "" when absent. */
+char *rc_read_log(const rc_rig *r, const char *kind, int id);
+
+#endif

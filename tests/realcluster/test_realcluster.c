@@ -1,0 +1,405 @@
+/* test_realcluster.c - a real Kafka 3.9 cluster in migration (rc_rig.h): the rig itself, what Kafka's own
+ * KRaftMigrationDriver does beside another ZooKeeper writer, and kmproxy deployed as docs/runbook.md says. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "km_testsupport.h"
+#include "rc_rig.h"
+
+static rc_rig *start_or_skip(int controllers)
+{
+    if (!rc_cache_or_skip())
+        return NULL;
+    char why[16384];
+    rc_rig *r = rc_rig_start(controllers, why, sizeof why);
+    cr_assert(r, "%s", why);
+    return r;
+}
+
+/* Asserts with every log's tail in the message; the logs stay on disk. */
+#define rc_assert(r, cond, ...)                                                                                   \
+    do {                                                                                                          \
+        if (!(cond)) {                                                                                            \
+            char *tails_ = rc_rig_tails((r), 40);                                                                 \
+            char msg_[2048];                                                                                      \
+            snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                             \
+            rc_rig_stop((r), true);                                                                               \
+            cr_assert_fail("%s\n%s", msg_, tails_ ? tails_ : "");                                                       \
+        }                                                                                                         \
+    } while (0)
+
+static json_t *zk_json(rc_rig *r, const char *path)
+{
+    char *answer = rc_rig_cmd(r, "zk %s", path);
+    json_error_t jerr;
+    json_t *j = answer && !strncmp(answer, "ok ", 3) ? json_loads(answer + 3, 0, &jerr) : NULL;
+    free(answer);
+    return j;
+}
+
+TestSuite(realcluster, .timeout = 1200);
+
+/* The rig: one ZooKeeper, three ZK-mode brokers and a KRaft controller in migration mode reach dual-write, with
+ * /migration recording the initial migration and /controller the KRaft leader's claim. */
+Test(realcluster, rig_reaches_dual_write)
+{
+    rc_rig *r = start_or_skip(1);
+    json_t *mig = zk_json(r, "/migration"), *ctrl = zk_json(r, "/controller");
+    rc_assert(r, mig && json_integer_value(json_object_get(mig, "kraft_controller_id")) == 3000 &&
+                     json_integer_value(json_object_get(mig, "kraft_metadata_offset")) > 0,
+              "/migration does not record the initial migration by controller 3000");
+    rc_assert(r, ctrl && json_integer_value(json_object_get(ctrl, "brokerid")) == 3000 &&
+                     json_object_get(ctrl, "kraftControllerEpoch"),
+              "/controller is not the KRaft controller's claim");
+    char *log = rc_read_log(r, "controller", 3000);
+    rc_assert(r, strstr(log, "Finished initial migration of ZK metadata to KRaft") &&
+                     strstr(log, "transitioning from KRAFT_CONTROLLER_TO_BROKER_COMM to DUAL_WRITE state"),
+              "the controller's log shows no completed migration");
+    free(log);
+    for (int i = 0; i < r->nbrokers; i++) {
+        char *blog = rc_read_log(r, "broker", r->brokers[i].id);
+        rc_assert(r, strstr(blog, "Starting up additional components for ZooKeeper migration"),
+                  "broker %d did not start in migration", r->brokers[i].id);
+        free(blog);
+    }
+    json_decref(mig);
+    json_decref(ctrl);
+    rc_rig_stop(r, false);
+}
+
+/* ---- kmproxy deployed as docs/runbook.md says, beside Kafka's own controllers ---- */
+
+typedef struct kmp {
+    pid_t pid;
+    char log[600], config[600];
+} kmp;
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+    if (s && n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n)
+        s[0] = '\0';
+    fclose(f);
+    return s ? s : strdup("");
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* kmproxy run: metadata.source=quorum (an observer of the real controllers), brokers.enabled=true. */
+static void kmp_start(rc_rig *r, kmp *k, const char *tag, const char *extra)
+{
+    snprintf(k->log, sizeof k->log, "%s/kmproxy-%s.log", r->dir, tag);
+    snprintf(k->config, sizeof k->config, "%s/kmproxy-%s.properties", r->dir, tag);
+    FILE *f = fopen(k->config, "w");
+    cr_assert(f);
+    fprintf(f, "metadata.source=quorum\ncontroller.quorum.voters=%s\ncontroller.listener.names=CONTROLLER\n"
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\nzookeeper.connect=%s\n"
+            "brokers.enabled=true\nmetrics.listen=127.0.0.1:0\n%s", r->voters, r->zk, extra ? extra : "");
+    fclose(f);
+    pid_t parent = getpid();
+    k->pid = fork();
+    if (k->pid == 0) {
+        km_test_die_with_parent(parent);
+        int fd = open(k->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(km_test_binary(), "kmproxy", "run", "--config", k->config, (char *)NULL);
+        _exit(127);
+    }
+}
+
+static void kmp_kill(kmp *k, int sig)
+{
+    if (k->pid > 0) {
+        kill(k->pid, sig);
+        waitpid(k->pid, NULL, 0);
+        k->pid = -1;
+    }
+}
+
+/* Waits until kmproxy's log holds `needle` `times` times; false if it exits or the time is up. */
+static bool kmp_wait_log(kmp *k, const char *needle, int times, int timeout_s)
+{
+    for (int i = 0; i < timeout_s * 5; i++) {
+        char *log = slurp(k->log);
+        bool found = count(log, needle) >= times;
+        free(log);
+        if (found)
+            return true;
+        if (k->pid > 0 && waitpid(k->pid, NULL, WNOHANG) == k->pid) {
+            k->pid = -1;
+            return false;
+        }
+        usleep(200 * 1000);
+    }
+    return false;
+}
+
+/* The KRaft leader's metadata log directory (ZooKeeper's /controller names it). */
+static int leader_id(rc_rig *r)
+{
+    json_t *ctrl = zk_json(r, "/controller");
+    int id = ctrl ? (int)json_integer_value(json_object_get(ctrl, "brokerid")) : -1;
+    json_decref(ctrl);
+    return id;
+}
+
+/* Every broker's own Metadata answer equals the image of the leader's log, and ZooKeeper equals it too
+ * (`kmproxy zk diff`), within timeout_s; the last verdict in *out. */
+static bool converged(rc_rig *r, int timeout_s, char **out)
+{
+    for (int i = 0; i < timeout_s / 2; i++) {
+        free(*out);
+        *out = NULL;
+        int leader = leader_id(r);
+        int rc = rc_sh(r, out,
+                       "M=$DIR/controller-%d/metadata/__cluster_metadata-0; %s metadata image $M > $DIR/image.json "
+                       "&& $JAVA -cp \"$CP:$TOOLS\" RcAdmin verify $DIR/image.json $BS 2>&1 | grep -v log4j "
+                       "&& %s zk diff --zookeeper $ZK --metadata $M 2>&1 && echo CONVERGED",
+                       leader, km_test_binary(), km_test_binary());
+        if (rc == 0 && *out && strstr(*out, "CONVERGED"))
+            return true;
+        sleep(2);
+    }
+    return false;
+}
+
+static void admin(rc_rig *r, const char *ops)
+{
+    char *out = NULL;
+    int rc = rc_sh(r, &out, "$JAVA -cp \"$CP:$TOOLS\" RcAdmin $BS %s 2>&1 | grep -v log4j; exit ${PIPESTATUS[0]}",
+                   ops);
+    rc_assert(r, rc == 0, "Admin API calls failed (%d): %s\n%s", rc, ops, out ? out : "");
+    free(out);
+}
+
+/* Kafka 3.9's controller in migration mode beside kmproxy: kmproxy takes over the KRaft leader's own claim
+ * (same node and epoch, a new /controller_epoch); Kafka's driver then fails its ZooKeeper writes and sends
+ * nothing; every change made through the Admin API reaches ZooKeeper and every ZK-mode broker through
+ * kmproxy: topics created, partitions added, a reassignment, a preferred-leader election, topic and broker
+ * configs, a client quota, SCRAM credentials, an ACL, a topic deleted (its logs gone from every broker). */
+Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_and_brokers)
+{
+    rc_rig *r = start_or_skip(1);
+    kmp k;
+    kmp_start(r, &k, "a", NULL);
+    rc_assert(r, kmp_wait_log(&k, "ready: active, ZooKeeper in sync", 1, 300), "kmproxy never became ready");
+    char *log = slurp(k.log);
+    rc_assert(r, strstr(log, "own claim at epoch") && strstr(log, "taking it over"),
+              "kmproxy did not take over the KRaft leader's claim");
+    free(log);
+    admin(r, "create-topic a 3 3 \\; create-topic b 2 3 \\; add-partitions a 4 \\; "
+             "topic-config a retention.ms 3600000 \\; broker-config 0 message.max.bytes 2000000 \\; "
+             "quota alice producer_byte_rate 1024 \\; scram alice secret \\; acl User:bob a \\; reassign a 0 2,1,0 \\; "
+             "elect-preferred a 0 \\; delete-topic b");
+    char *verdict = NULL;
+    rc_assert(r, converged(r, 240, &verdict), "brokers or ZooKeeper differ from the image: %s", verdict);
+    free(verdict);
+    char *out = NULL;
+    bool gone = false;
+    for (int i = 0; i < 60 && !gone; i++, sleep(2)) {
+        free(out);
+        out = NULL;
+        gone = rc_sh(r, &out, "ls -d $DIR/broker-*/logs/b-* 2>/dev/null | wc -l") == 0 && out && atoi(out) == 0;
+    }
+    rc_assert(r, gone, "the deleted topic's logs are still on the brokers: %s", out);
+    free(out);
+    /* Kafka's own driver: fenced by kmproxy's /controller_epoch, it wrote nothing and sent nothing */
+    char *clog = rc_read_log(r, "controller", 3000);
+    rc_assert(r, count(clog, "Claimed ZK controller leadership") == 1 &&
+                     (strstr(clog, "Encountered ZooKeeper error during event MetadataChangeEvent") ||
+                      strstr(clog, "ControllerMovedException")),
+              "Kafka's driver was not fenced by kmproxy's claim");
+    free(clog);
+    kmp_kill(&k, SIGTERM);
+    rc_rig_stop(r, false);
+}
+
+/* ---- faults with traffic: a KRaft leader change, kmproxy HA failover, a ZK-mode broker restarted ---- */
+
+static pid_t spawn_sh(rc_rig *r, const char *line)
+{
+    setenv("CP", r->classpath, 1);
+    setenv("TOOLS", r->tools, 1);
+    setenv("BS", r->bootstrap, 1);
+    setenv("DIR", r->dir, 1);
+    pid_t parent = getpid(), pid = fork();
+    if (pid == 0) {
+        km_test_die_with_parent(parent);
+        execl("/bin/bash", "bash", "-c", line, (char *)NULL); /* `exec` in line: the JVM keeps the death signal */
+        _exit(127);
+    }
+    return pid;
+}
+
+static int total_count(kmp *ks, int n, const char *needle)
+{
+    int total = 0;
+    for (int i = 0; i < n; i++) {
+        char *log = slurp(ks[i].log);
+        total += count(log, needle);
+        free(log);
+    }
+    return total;
+}
+
+/* The index of the instance that last became active (its log's latest "is now the active one"), -1: none. */
+static int active_instance(kmp *ks, int n, int timeout_s)
+{
+    for (int t = 0; t < timeout_s * 2; t++, usleep(500 * 1000)) {
+        for (int i = 0; i < n; i++) {
+            if (ks[i].pid <= 0)
+                continue;
+            char *log = slurp(ks[i].log);
+            const char *act = strstr(log, "is now the active one");
+            bool synced = act && strstr(act, "zk: in sync; sending to ZK-mode brokers");
+            free(log);
+            if (synced)
+                return i;
+        }
+    }
+    return -1;
+}
+
+/* /controller's KRaft epoch (-1: none). */
+static int kraft_epoch(rc_rig *r)
+{
+    json_t *ctrl = zk_json(r, "/controller");
+    int e = ctrl ? (int)json_integer_value(json_object_get(ctrl, "kraftControllerEpoch")) : -1;
+    json_decref(ctrl);
+    return e;
+}
+
+/* After the KRaft leader was killed: kmproxy holds ZooKeeper for the new leader - /controller names another node at
+ * a newer KRaft epoch and kmproxy finished a claim since (`claims` counted before the kill). Either kmproxy took
+ * over the new leader's own claim ("taking it over"), or it claimed first and the new leader's driver then could
+ * not ("Unable to claim leadership"): both leave kmproxy the only writer. */
+static bool claimed_for_new_leader(rc_rig *r, kmp *ks, int n, int claims, int old_leader, int old_epoch)
+{
+    for (int t = 0; t < 600; t++, usleep(500 * 1000)) {
+        int alive = 0;
+        for (int i = 0; i < n; i++)
+            if (ks[i].pid > 0 && waitpid(ks[i].pid, NULL, WNOHANG) == ks[i].pid)
+                ks[i].pid = -1;
+            else if (ks[i].pid > 0)
+                alive++;
+        if (!alive)
+            return false;
+        if (total_count(ks, n, "zk: in sync; sending to ZK-mode brokers") > claims && leader_id(r) != old_leader &&
+            kraft_epoch(r) > old_epoch)
+            return true;
+    }
+    return false;
+}
+
+/* A real producer (idempotent, acks=all) writes throughout; kmproxy runs as two HA instances beside three
+ * KRaft controllers.  The active controller is killed (kmproxy claims for the new KRaft leader: it takes the
+ * leader's own claim over, or claims first), the active kmproxy instance is killed with SIGKILL (the standby takes over), a ZK-mode broker is
+ * restarted; after each, an Admin API change reaches ZooKeeper and every broker.  At the end a consumer reads
+ * back every acknowledged record exactly once, in order per partition. */
+Test(realcluster, leader_change_ha_failover_and_broker_restart_lose_nothing_acknowledged)
+{
+    rc_rig *r = start_or_skip(3);
+    kmp ks[2];
+    kmp_start(r, &ks[0], "ha0", "ha.enabled=true\nzookeeper.session.timeout.ms=6000\n");
+    kmp_start(r, &ks[1], "ha1", "ha.enabled=true\nzookeeper.session.timeout.ms=6000\n");
+    int a = active_instance(ks, 2, 300);
+    rc_assert(r, a >= 0, "no kmproxy instance became active");
+    admin(r, "create-topic t 3 3");
+    char *verdict = NULL;
+    rc_assert(r, converged(r, 240, &verdict), "before the faults: %s", verdict);
+    char line[2048];
+    snprintf(line, sizeof line, "exec $JAVA -cp \"$CP:$TOOLS\" RcTraffic produce $BS t 3 $DIR/acked $DIR/stop "
+             ">$DIR/producer.log 2>&1");
+    pid_t producer = spawn_sh(r, line);
+
+    /* a KRaft leader change: the new leader's driver claims ZooKeeper, kmproxy takes that claim over */
+    int claims = total_count(ks, 2, "zk: in sync; sending to ZK-mode brokers");
+    int old_leader = leader_id(r), old_epoch = kraft_epoch(r);
+    free(rc_rig_cmd(r, "kill controller %d", old_leader));
+    rc_assert(r, claimed_for_new_leader(r, ks, 2, claims, old_leader, old_epoch),
+              "kmproxy holds no claim for the new KRaft leader after controller %d was killed", old_leader);
+    admin(r, "create-topic after-election 2 3");
+    rc_assert(r, converged(r, 240, &verdict), "after the KRaft leader change: %s", verdict);
+
+    /* kmproxy HA failover */
+    a = active_instance(ks, 2, 60);
+    rc_assert(r, a >= 0, "no active kmproxy instance before the failover");
+    kmp_kill(&ks[a], SIGKILL);
+    rc_assert(r, active_instance(ks, 2, 300) == 1 - a, "the standby did not take over");
+    admin(r, "create-topic after-failover 2 3");
+    rc_assert(r, converged(r, 240, &verdict), "after the kmproxy failover: %s", verdict);
+
+    /* a ZK-mode broker restarted */
+    char *answer = rc_rig_cmd(r, "stop broker 1");
+    free(answer);
+    answer = rc_rig_cmd(r, "start broker 1");
+    rc_assert(r, answer && !strncmp(answer, "ok", 2), "broker 1 did not start again: %s", answer);
+    free(answer);
+    admin(r, "create-topic after-restart 2 3");
+    rc_assert(r, converged(r, 300, &verdict), "after the broker restart: %s", verdict);
+    free(verdict);
+
+    /* the producer stops; everything acknowledged is read back once, in order */
+    char *out = NULL;
+    rc_sh(r, &out, "touch $DIR/stop");
+    free(out);
+    waitpid(producer, NULL, 0);
+    out = NULL;
+    int rc = rc_sh(r, &out, "$JAVA -cp \"$CP:$TOOLS\" RcTraffic check $BS t $DIR/acked 2>&1 | grep -v log4j; "
+                   "exit ${PIPESTATUS[0]}");
+    fprintf(stderr, "realcluster: traffic: %s", out ? out : "");
+    rc_assert(r, rc == 0, "acknowledged records lost, duplicated or out of order: %s", out);
+    free(out);
+    for (int i = 0; i < 2; i++)
+        kmp_kill(&ks[i], SIGTERM);
+    rc_rig_stop(r, false);
+}
+
+/* One kmproxy instance (no HA) beside three controllers: every KRaft election has the new leader's driver claim
+ * ZooKeeper, which fences kmproxy's writer, often before kmproxy's observer has heard of the new leader. kmproxy
+ * must not exit then (before: `stopping: ZooKeeper mirror stopped: ... another controller claimed ZooKeeper`):
+ * it claims again for the new leader, and changes keep reaching ZooKeeper and the brokers. */
+Test(realcluster, a_single_instance_survives_kraft_elections)
+{
+    rc_rig *r = start_or_skip(3);
+    kmp k;
+    kmp_start(r, &k, "single", NULL);
+    rc_assert(r, kmp_wait_log(&k, "ready: active, ZooKeeper in sync", 1, 300), "kmproxy never became ready");
+    for (int round = 0; round < 2; round++) {
+        int claims = total_count(&k, 1, "zk: in sync; sending to ZK-mode brokers");
+        int old_leader = leader_id(r), old_epoch = kraft_epoch(r);
+        free(rc_rig_cmd(r, "kill controller %d", old_leader));
+        bool claimed = claimed_for_new_leader(r, &k, 1, claims, old_leader, old_epoch);
+        rc_assert(r, k.pid > 0, "kmproxy exited at the KRaft election of round %d", round);
+        rc_assert(r, claimed, "round %d: kmproxy holds no claim for the new KRaft leader", round);
+        char topic[64], ops[128], *verdict = NULL;
+        snprintf(topic, sizeof topic, "round-%d", round);
+        snprintf(ops, sizeof ops, "create-topic %s 2 3", topic);
+        admin(r, ops);
+        rc_assert(r, converged(r, 240, &verdict), "round %d: %s", round, verdict);
+        free(verdict);
+        free(rc_rig_cmd(r, "start controller %d", old_leader)); /* the quorum needs two of three next round */
+    }
+    kmp_kill(&k, SIGTERM);
+    rc_rig_stop(r, false);
+}
