@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# The Debian package as an operator installs it: CPack builds it from BUILD_DIR, dpkg installs it into
-# a scratch root (dpkg --root, maintainer scripts run chrootless with DPKG_ROOT: the running system is
-# never touched), then: the files are there, postinst made the `kmproxy` system user and /etc/kmproxy
-# readable by it only, systemd-analyze verify accepts the installed units (ExecStart pointed into the
-# scratch root, the man page they cite found there), the installed kmproxy --version answers, and a
-# purge removes what it installed.
+# The Debian package as an operator installs it: CPack builds it from BUILD_DIR; lintian finds no error
+# or warning in it; hardening-check passes its binary; dpkg installs it into a scratch root (dpkg --root,
+# maintainer scripts run chrootless with DPKG_ROOT: the running system is never touched), then: the
+# files are there, postinst made the `kmproxy` system user and /etc/kmproxy readable by it only,
+# systemd-analyze verify accepts the installed units (ExecStart pointed into the scratch root, the man
+# page they cite found there) and every path their sandbox directives require is one the package
+# creates, the installed kmproxy --version answers, an upgrade and a purge work.  Then live_root.sh
+# installs, upgrades, removes and purges it with plain dpkg on this machine's root seen through
+# overlays in a private mount namespace (the host is never changed) and runs the README's example.
 # usage: test_package.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
-for tool in cpack dpkg dpkg-deb dpkg-shlibdeps systemd-analyze useradd; do
-  command -v "$tool" >/dev/null || { echo "test_package: SKIP: $tool is missing (deploy/install-deps.sh)"; exit 77; }
+for tool in cpack dpkg dpkg-deb dpkg-shlibdeps systemd-analyze useradd lintian hardening-check; do
+  command -v "$tool" >/dev/null || { echo "test_package: SKIP: $tool is missing (deploy/install-test-deps.sh)"; exit 77; }
 done
 work=$(mktemp -d /tmp/kmproxy-package.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "test_package: FAIL: $*" >&2; exit 1; }
 host_user_before=$(grep -c '^kmproxy:' /etc/passwd || true)
+src=$(cd "$(dirname "$0")/../.." && pwd)
 
 # 1. the package
 (cd "$build" && cpack -B "$work/out") >"$work/cpack.log" 2>&1 || { cat "$work/cpack.log"; fail "cpack"; }
@@ -29,6 +33,23 @@ for dep in passwd libsasl2-2 libsasl2-modules librdkafka1 libssl3; do
 done
 [[ "$depends" != *libzookeeper* ]] || fail "Depends names Debian's ZooKeeper client, which lacks SASL and TLS: $depends"
 [[ "$(dpkg-deb -f "$deb" Recommends)" == *libsasl2-modules-gssapi-mit* ]] || fail "Recommends lacks the Kerberos plugin"
+
+# 1a. lintian: no error, no warning (information tags are listed, not failed on)
+lintian --fail-on error,warning --info "$deb" >"$work/lintian.log" 2>&1 || { cat "$work/lintian.log"; fail "lintian"; }
+# 1b. the hardening flags (cmake/hardening.cmake) in the packaged binary.  Control-flow protection
+#     (-fcf-protection, CET) is not required: the statically linked ZooKeeper client lacks it.
+dpkg-deb -x "$deb" "$work/extracted"
+hardening-check --nocfprotection "$work/extracted/usr/bin/kmproxy" >"$work/hardening.log" 2>&1 ||
+  { cat "$work/hardening.log"; fail "hardening-check"; }
+# 1c. the licence: Apache-2.0 in the tree and, in Debian's format, in the package; the changelog names
+#     this version
+cmp -s "$src/LICENSE" /usr/share/common-licenses/Apache-2.0 || fail "LICENSE is not the Apache License 2.0"
+copyright=$work/extracted/usr/share/doc/kmproxy/copyright
+head -1 "$copyright" | grep -qx 'Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/' ||
+  fail "/usr/share/doc/kmproxy/copyright is not in Debian's copyright format"
+grep -qx 'License: Apache-2.0' "$copyright" || fail "the copyright file names no Apache-2.0 licence"
+zcat "$work/extracted/usr/share/doc/kmproxy/changelog.gz" | head -1 | grep -q "^kmproxy ($version) " ||
+  fail "changelog.gz does not start with version $version"
 
 # 2. a scratch root with an empty dpkg database and the account files useradd --prefix edits
 root=$work/root
@@ -45,7 +66,9 @@ dpkg --root="$root" -s kmproxy | grep -qx 'Status: install ok installed' || fail
 
 # 3. the files
 for f in usr/bin/kmproxy usr/lib/systemd/system/kmproxy.service usr/lib/systemd/system/kmproxy@.service \
-         etc/kmproxy/kmproxy.properties.example usr/share/man/man1/kmproxy.1.gz usr/share/doc/kmproxy/README.md; do
+         etc/kmproxy/kmproxy.properties.example usr/share/man/man1/kmproxy.1.gz usr/share/doc/kmproxy/README.md \
+         usr/share/kmproxy/prometheus/kmproxy-rules.yml usr/share/kmproxy/grafana/kmproxy-dashboard.json \
+         var/log/kmproxy; do
   [ -e "$root/$f" ] || fail "/$f is not installed"
 done
 [ -x "$root/usr/bin/kmproxy" ] || fail "/usr/bin/kmproxy is not executable"
@@ -55,6 +78,11 @@ zcat "$root/usr/share/man/man1/kmproxy.1.gz" >"$work/kmproxy.1"
 grep -q '^\.TH KMPROXY "1"' "$work/kmproxy.1" || fail "kmproxy.1.gz is not a section-1 man page"
 for cmd in run zk metadata proxy; do
   grep -q "^\.SS \"kmproxy $cmd\"" "$work/kmproxy.1" || fail "the man page lacks 'kmproxy $cmd --help'"
+done
+# the page names installed files, not places in the source tree, and every one it names is installed
+grep -nE '(^|[^/a-z])(deploy|docs)/' "$work/kmproxy.1" && fail "the man page points into the source tree (above)"
+for f in $(grep -oE '/(etc|usr/share)/[A-Za-z0-9_./-]*[A-Za-z0-9]' "$work/kmproxy.1" | grep -v '/etc/kmproxy/kmproxy.properties$' | sort -u); do
+  [ -e "$root$f" ] || fail "the man page names $f, which the package does not install"
 done
 
 # 4. postinst: the system user, /etc/kmproxy root:kmproxy 0750
@@ -80,6 +108,21 @@ for unit in kmproxy.service kmproxy@test.service; do
   [ ! -s "$work/verify.log" ] || { cat "$work/verify.log"; fail "systemd-analyze verify $unit complained"; }
 done
 
+# 5a. the units' sandbox: systemd refuses to start a unit (226/NAMESPACE) when a path in these
+#     directives is missing, unless it is prefixed "-".  Every required one must be one the package
+#     creates (the directories systemd makes itself, StateDirectory= and LogsDirectory=, are not listed).
+for unit in kmproxy.service kmproxy@.service; do
+  while IFS= read -r path; do
+    path=${path#+}
+    [[ $path == -* ]] && continue
+    path=${path%%:*}  # Bind*Paths=SRC:DST
+    [ -e "$root$path" ] || fail "$unit requires $path, which the package does not create (prefix it with -)"
+  done < <(sed -nE 's/^(ReadOnlyPaths|ReadWritePaths|InaccessiblePaths|ExecPaths|NoExecPaths|BindPaths|BindReadOnlyPaths)=//p' \
+             "$root/usr/lib/systemd/system/$unit" | tr ' ' '\n' | sed '/^$/d')
+done
+grep -qx 'ReadOnlyPaths=-/var/lib/kafka' "$root/usr/lib/systemd/system/kmproxy.service" ||
+  fail "kmproxy.service does not give read access to /var/lib/kafka (metadata.source=dir)"
+
 # 6. the installed binary
 "$root/usr/bin/kmproxy" --version >"$work/version" || fail "kmproxy --version exited $?"
 head -1 "$work/version" | grep -qx "kmproxy $version" || fail "--version does not say $version: $(head -1 "$work/version")"
@@ -100,10 +143,30 @@ grep -qx 'USER kmproxy' "$cf" && grep -qx 'User=kmproxy' "$root/usr/lib/systemd/
 grep -q 'COPY --from=build /src/build/kmproxy_\*.deb' "$cf" && [[ $(basename "$deb") == kmproxy_*.deb ]] ||
   fail "Containerfile does not copy the package cpack makes ($(basename "$deb"))"
 
-# 8. purge: the files go, the conffile too; the user stays (Debian's practice for system users)
+# 8. an upgrade: the same package as a newer version (prerm upgrade, postinst configure OLD)
+mkdir "$work/next"
+dpkg-deb -R "$deb" "$work/next/tree"
+sed -i "s/^Version: .*/Version: $version+next1/" "$work/next/tree/DEBIAN/control"
+dpkg-deb --root-owner-group -b "$work/next/tree" "$work/next/kmproxy_next.deb" >/dev/null
+dpkg --root="$root" --force-script-chrootless --force-depends -i "$work/next/kmproxy_next.deb" >"$work/upgrade.log" 2>&1 ||
+  { cat "$work/upgrade.log"; fail "dpkg -i (upgrade to $version+next1)"; }
+dpkg --root="$root" -s kmproxy | grep -qx "Version: $version+next1" || fail "the upgrade did not install $version+next1"
+[ "$(grep -c '^kmproxy:' "$root/etc/passwd")" = 1 ] || fail "the upgrade added a second kmproxy user"
+
+# 9. purge: the files go, the conffile and the logs too; the user stays (Debian's practice for system users)
 dpkg --root="$root" --force-script-chrootless -P kmproxy >"$work/purge.log" 2>&1 || { cat "$work/purge.log"; fail "dpkg -P"; }
-for f in usr/bin/kmproxy usr/lib/systemd/system/kmproxy.service etc/kmproxy/kmproxy.properties.example; do
+for f in usr/bin/kmproxy usr/lib/systemd/system/kmproxy.service etc/kmproxy/kmproxy.properties.example var/log/kmproxy; do
   [ ! -e "$root/$f" ] || fail "/$f is still there after the purge"
 done
 [ "$(grep -c '^kmproxy:' /etc/passwd || true)" = "$host_user_before" ] || fail "the host's /etc/passwd changed"
-echo "test_package: $(basename "$deb") installs, verifies and purges"
+echo "test_package: $(basename "$deb") passes lintian and hardening-check, installs, verifies, upgrades and purges"
+
+# 10. the same on this machine's own root, through overlays in a private mount and network namespace
+if unshare --mount --net --propagation private true 2>/dev/null; then
+  unshare --mount --net --propagation private \
+    bash "$(dirname "$0")/live_root.sh" "$work/live" "$deb" "$work/next/kmproxy_next.deb" "$src/README.md" ||
+    fail "the live-root install (above)"
+  [ "$(grep -c '^kmproxy:' /etc/passwd || true)" = "$host_user_before" ] || fail "the live-root test changed the host's /etc/passwd"
+else
+  echo "test_package: no mount namespace here (unshare needs CAP_SYS_ADMIN): the live-root install was not tried"
+fi
