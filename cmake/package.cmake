@@ -38,10 +38,10 @@ file(STRINGS ${CMAKE_SOURCE_DIR}/deploy/debian/changelog KM_CHANGELOG_TRAILER RE
 string(REGEX MATCH "^ -- (.+>)  " _ "${KM_CHANGELOG_TRAILER}")
 set(KM_PACKAGE_MAINTAINER "${CMAKE_MATCH_1}")
 find_program(KM_GZIP gzip REQUIRED)
-add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/changelog.gz
-  COMMAND ${KM_GZIP} -9nc ${CMAKE_SOURCE_DIR}/deploy/debian/changelog > ${CMAKE_BINARY_DIR}/changelog.gz
-  DEPENDS ${CMAKE_SOURCE_DIR}/deploy/debian/changelog)
-add_custom_target(kmproxy_changelog ALL DEPENDS ${CMAKE_BINARY_DIR}/changelog.gz)
+# made when CMake configures (and again when the changelog changes): no target for cpack to miss
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/deploy/debian/changelog)
+execute_process(COMMAND ${KM_GZIP} -9nc ${CMAKE_SOURCE_DIR}/deploy/debian/changelog
+                OUTPUT_FILE ${CMAKE_BINARY_DIR}/changelog.gz COMMAND_ERROR_IS_FATAL ANY)
 install(FILES ${CMAKE_BINARY_DIR}/changelog.gz DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
 # kmproxy(1) from the commands' --help (help2man), rebuilt with the binary.  Without help2man the
