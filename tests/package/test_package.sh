@@ -128,6 +128,13 @@ grep -qx 'ReadOnlyPaths=-/var/lib/kafka' "$root/usr/lib/systemd/system/kmproxy.s
 head -1 "$work/version" | grep -qx "kmproxy $version" || fail "--version does not say $version: $(head -1 "$work/version")"
 grep -qE '^commit ([0-9a-f]{40}(-dirty)?|unknown)$' "$work/version" || fail "--version names no commit"
 grep -q 'LeaderAndIsr v0-7' "$work/version" || fail "--version names no Kafka versions"
+# a log.file in a directory that does not exist: exit 2 (bad configuration) saying which directory
+rc=0
+"$root/usr/bin/kmproxy" run --set controller.quorum.bootstrap.servers=controller1:9093 \
+  --set zookeeper.connect=127.0.0.1:1/kafka --set metrics.listen=127.0.0.1:0 \
+  --set log.file="$work/no-such-dir/kmproxy.log" 2>"$work/logfile.err" || rc=$?
+[ "$rc" = 2 ] && grep -q "the directory $work/no-such-dir does not exist" "$work/logfile.err" ||
+  fail "a log.file in a missing directory: exit $rc, $(cat "$work/logfile.err")"
 
 # 7. deploy/Containerfile installs this package (no container engine runs here): what it names must be
 #    what the package installs and what the units run
