@@ -7,9 +7,11 @@
 # /run/systemd/system so that the scripts take their systemd branch, and systemctl/deb-systemd-invoke
 # are stand-ins that log what they were asked (no systemd runs here) and report kmproxy.service active.
 # The network namespace has only its own loopback: the example's fixed port 9779 is private to it.
-# usage: live_root.sh WORK DEB UPGRADE_DEB README
+# Then the Containerfile's command line and HEALTHCHECK (CONTAINER_CMD: test_package.sh's parse of it,
+# first line the ENTRYPOINT and CMD, second the health check) on the image's configuration, the example.
+# usage: live_root.sh WORK DEB UPGRADE_DEB README CONTAINER_CMD
 set -euo pipefail
-work=$1 deb=$2 upgrade=$3 readme=$4
+work=$1 deb=$2 upgrade=$3 readme=$4 container=$5
 fail() { echo "test_package (live root): FAIL: $*" >&2; exit 1; }
 
 for d in etc usr var; do
@@ -60,6 +62,22 @@ grep -q '"alive":true' "$work/healthz" || { kill "$pid"; fail "no /healthz from 
 kill -TERM "$pid"
 wait "$pid" || fail "kmproxy run with the README's example exited $? on SIGTERM"
 grep -q 'following the KRaft quorum' /var/log/kmproxy/kmproxy.log || fail "log.file /var/log/kmproxy/kmproxy.log got no log"
+
+# 2b. the container's command on the container's configuration (the example, as the Containerfile copies
+#     it), as the kmproxy user; its HEALTHCHECK, run as written, must pass
+cp /etc/kmproxy/kmproxy.properties.example /etc/kmproxy/kmproxy.properties
+read -r -a cmd < <(sed -n 1p "$container")
+read -r -a health < <(sed -n 2p "$container")
+setpriv --reuid=kmproxy --regid=kmproxy --init-groups "${cmd[@]}" 2>"$work/container-run.err" &
+pid=$!
+for _ in $(seq 1 100); do
+  "${health[@]}" 2>/dev/null && break
+  kill -0 "$pid" 2>/dev/null || { wait "$pid" || true; cat "$work/container-run.err"; fail "the container's command exited: ${cmd[*]}"; }
+  sleep 0.2
+done
+"${health[@]}" || { kill "$pid"; fail "the container's HEALTHCHECK fails: ${health[*]}"; }
+kill -TERM "$pid"
+wait "$pid" || fail "the container's command exited $? on SIGTERM"
 
 # 3. upgrade: prerm stops the running unit, postinst starts it again (deb-systemd-invoke: if enabled)
 : >"$calls"

@@ -143,10 +143,39 @@ entry=$(sed -n 's/^ENTRYPOINT \["\([^"]*\)".*/\1/p' "$cf")
 [ -n "$entry" ] && [ -x "$root$entry" ] || fail "Containerfile's ENTRYPOINT '$entry' is not the package's binary"
 example=$(grep -oE 'cp /etc/kmproxy/[^ ]+' "$cf" | cut -d' ' -f2)
 [ -n "$example" ] && [ -f "$root$example" ] || fail "Containerfile copies '$example', which the package lacks"
-grep -q '^CMD \["run", "--config", "/etc/kmproxy/kmproxy.properties"\]$' "$cf" ||
-  fail "Containerfile's CMD does not run the units' configuration"
-grep -qx 'USER kmproxy' "$cf" && grep -qx 'User=kmproxy' "$root/usr/lib/systemd/system/kmproxy.service" ||
-  fail "Containerfile and kmproxy.service do not both run as kmproxy"
+# (live_root.sh runs its CMD and HEALTHCHECK against the installed package)
+grep -qx 'User=kmproxy' "$root/usr/lib/systemd/system/kmproxy.service" || fail "kmproxy.service does not run as kmproxy"
+python3 - "$cf" "$work/container.cmd" <<'PY' || fail "deploy/Containerfile (above)"
+import json, re, sys
+text = open(sys.argv[1]).read()
+lines = re.sub(r"\\\n", " ", text).splitlines()   # continuation lines joined
+instr = [l.strip() for l in lines if l.strip() and not l.strip().startswith("#")]
+known = {"FROM", "WORKDIR", "COPY", "RUN", "USER", "EXPOSE", "HEALTHCHECK", "ENTRYPOINT", "CMD", "ENV", "ARG", "LABEL"}
+def fail(msg): sys.exit("Containerfile: " + msg)
+for l in instr:
+    if l.split()[0] not in known: fail("unknown instruction: " + l)
+first = {}
+for l in instr: first.setdefault(l.split()[0], []).append(l.split(None, 1)[1])
+stages = [i for i, l in enumerate(instr) if l.startswith("FROM ")]
+if len(stages) != 2: fail("want a build stage and a runtime stage")
+build = " ".join(instr[stages[0]:stages[1]])
+if "deploy/install-deps.sh" not in build or "install-test-deps" in build: fail("the build stage must install the build dependencies only")
+user = first["USER"][-1]
+m = re.fullmatch(r"(\d+):(\d+)", user)
+if not m: fail("USER is not numeric uid:gid: " + user)
+if "useradd --system --uid %s --gid kmproxy" % m[1] not in text or "groupadd --system --gid %s kmproxy" % m[2] not in text:
+    fail("USER %s is not the kmproxy user and group the image creates" % user)
+if text.index("useradd --system --uid") > text.index("apt-get install"): fail("kmproxy's uid must be fixed before the package's postinst")
+port = first["EXPOSE"][-1]
+cmd = json.loads(first["CMD"][-1])
+if cmd[:3] != ["run", "--config", "/etc/kmproxy/kmproxy.properties"]: fail("CMD does not run the units' configuration")
+if "metrics.listen=0.0.0.0:%s" % port not in cmd: fail("CMD does not bind metrics.listen to 0.0.0.0:%s (EXPOSE)" % port)
+hc = first["HEALTHCHECK"][-1]
+hc_cmd = json.loads(hc[hc.index("CMD ") + 4:])
+if "http://127.0.0.1:%s/healthz" % port not in hc_cmd: fail("HEALTHCHECK does not ask /healthz on the exposed port")
+with open(sys.argv[2], "w") as out:  # for live_root.sh: the command line and the health check, one a line
+    out.write(" ".join(json.loads(first["ENTRYPOINT"][-1]) + cmd) + "\n" + " ".join(hc_cmd) + "\n")
+PY
 grep -q 'COPY --from=build /src/build/kmproxy_\*.deb' "$cf" && [[ $(basename "$deb") == kmproxy_*.deb ]] ||
   fail "Containerfile does not copy the package cpack makes ($(basename "$deb"))"
 
@@ -171,7 +200,7 @@ echo "test_package: $(basename "$deb") passes lintian and hardening-check, insta
 # 10. the same on this machine's own root, through overlays in a private mount and network namespace
 if unshare --mount --net --propagation private true 2>/dev/null; then
   unshare --mount --net --propagation private \
-    bash "$(dirname "$0")/live_root.sh" "$work/live" "$deb" "$work/next/kmproxy_next.deb" "$src/README.md" ||
+    bash "$(dirname "$0")/live_root.sh" "$work/live" "$deb" "$work/next/kmproxy_next.deb" "$src/README.md" "$work/container.cmd" ||
     fail "the live-root install (above)"
   [ "$(grep -c '^kmproxy:' /etc/passwd || true)" = "$host_user_before" ] || fail "the live-root test changed the host's /etc/passwd"
 else
