@@ -50,6 +50,12 @@ head -1 "$copyright" | grep -qx 'Format: https://www.debian.org/doc/packaging-ma
 grep -qx 'License: Apache-2.0' "$copyright" || fail "the copyright file names no Apache-2.0 licence"
 zcat "$work/extracted/usr/share/doc/kmproxy/changelog.gz" | head -1 | grep -q "^kmproxy ($version) " ||
   fail "changelog.gz does not start with version $version"
+# the README tells an operator the licence, where the deployment story is, what each deps script installs,
+# and keeps the two developer commands (its example configuration runs in live_root.sh)
+for want in 'Apache License 2.0' '(docs/runbook.md)' 'deploy/install-deps.sh' 'deploy/install-test-deps.sh' \
+            'make demo' 'make test' 'apt install ./build/kmproxy_' 'Apache Kafka 3.9'; do
+  grep -qF -- "$want" "$src/README.md" || fail "README.md does not mention '$want'"
+done
 
 # 2. a scratch root with an empty dpkg database and the account files useradd --prefix edits
 root=$work/root
