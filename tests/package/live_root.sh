@@ -13,6 +13,21 @@
 set -euo pipefail
 work=$1 deb=$2 upgrade=$3 readme=$4 container=$5
 fail() { echo "test_package (live root): FAIL: $*" >&2; exit 1; }
+serve_until_healthy() { # LABEL HEALTH_COMMAND_LINE COMMAND...: COMMAND runs as the kmproxy user (as the units and
+  # the container run it) until HEALTH_COMMAND_LINE passes, then must exit 0 on SIGTERM
+  local label=$1 health=$2 pid
+  shift 2
+  setpriv --reuid=kmproxy --regid=kmproxy --init-groups "$@" 2>"$work/$label.err" &
+  pid=$!
+  for _ in $(seq 1 100); do
+    $health >/dev/null 2>&1 && break
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" || true; cat "$work/$label.err"; fail "$label: '$*' exited"; }
+    sleep 0.2
+  done
+  $health >/dev/null || { kill "$pid"; cat "$work/$label.err"; fail "$label: '$health' fails with '$*' running"; }
+  kill -TERM "$pid"
+  wait "$pid" || fail "$label: '$*' exited $? on SIGTERM"
+}
 
 for d in etc usr var; do
   mkdir -p "$work/ov/$d/upper" "$work/ov/$d/work"
@@ -50,34 +65,15 @@ grep -q 'deb-systemd-invoke' "$calls" && fail "a first install started something
 awk '/^```properties$/ { f = 1; next } /^```$/ { f = 0 } f' "$readme" >/etc/kmproxy/kmproxy.properties
 grep -q '^log.file=/var/log/kmproxy/kmproxy.log$' /etc/kmproxy/kmproxy.properties || fail "README's example changed: adapt this test"
 listen=$(sed -n 's/^metrics.listen=.*:\([0-9]*\)$/\1/p' /etc/kmproxy/kmproxy.properties)
-setpriv --reuid=kmproxy --regid=kmproxy --init-groups /usr/bin/kmproxy run --config /etc/kmproxy/kmproxy.properties \
-  2>"$work/readme-run.err" &
-pid=$!
-for _ in $(seq 1 100); do
-  curl -sf -m 2 "http://127.0.0.1:$listen/healthz" >"$work/healthz" 2>/dev/null && break
-  kill -0 "$pid" 2>/dev/null || { wait "$pid" || true; cat "$work/readme-run.err"; fail "kmproxy run with the README's example exited"; }
-  sleep 0.2
-done
-grep -q '"alive":true' "$work/healthz" || { kill "$pid"; fail "no /healthz from the README's example"; }
-kill -TERM "$pid"
-wait "$pid" || fail "kmproxy run with the README's example exited $? on SIGTERM"
+serve_until_healthy readme "curl -sf -m 2 http://127.0.0.1:$listen/healthz" /usr/bin/kmproxy run --config /etc/kmproxy/kmproxy.properties
 grep -q 'following the KRaft quorum' /var/log/kmproxy/kmproxy.log || fail "log.file /var/log/kmproxy/kmproxy.log got no log"
 
 # 2b. the container's command on the container's configuration (the example, as the Containerfile copies
 #     it), as the kmproxy user; its HEALTHCHECK, run as written, must pass
 cp /etc/kmproxy/kmproxy.properties.example /etc/kmproxy/kmproxy.properties
 read -r -a cmd < <(sed -n 1p "$container")
-read -r -a health < <(sed -n 2p "$container")
-setpriv --reuid=kmproxy --regid=kmproxy --init-groups "${cmd[@]}" 2>"$work/container-run.err" &
-pid=$!
-for _ in $(seq 1 100); do
-  "${health[@]}" 2>/dev/null && break
-  kill -0 "$pid" 2>/dev/null || { wait "$pid" || true; cat "$work/container-run.err"; fail "the container's command exited: ${cmd[*]}"; }
-  sleep 0.2
-done
-"${health[@]}" || { kill "$pid"; fail "the container's HEALTHCHECK fails: ${health[*]}"; }
-kill -TERM "$pid"
-wait "$pid" || fail "the container's command exited $? on SIGTERM"
+health=$(sed -n 2p "$container")
+serve_until_healthy container "$health" "${cmd[@]}"
 
 # 3. upgrade: prerm stops the running unit, postinst starts it again (deb-systemd-invoke: if enabled)
 : >"$calls"
