@@ -7,12 +7,16 @@ JOBS       ?= $(shell nproc)
 WERROR     ?= OFF
 test test-plain test-asan: WERROR = ON
 
-.PHONY: all deps build demo test test-plain test-asan bench fuzz docs package clean
+.PHONY: all deps test-deps build demo test test-plain test-asan bench fuzz docs package clean
 
 all: build
 
+# deps: what `make`, `make package` and `make demo` need; test-deps: the test toolchain on top (README)
 deps:
 	bash deploy/install-deps.sh
+
+test-deps:
+	bash deploy/install-test-deps.sh
 
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKM_WERROR=$(WERROR) >/dev/null
@@ -21,10 +25,10 @@ build: deps
 demo: build
 	$(BUILD)/kmproxy demo --quorum
 
-test-plain: build
+test-plain: test-deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-test-asan: deps
+test-asan: test-deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKM_SANITIZE=ON -DKM_WERROR=$(WERROR) >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
@@ -34,7 +38,7 @@ test: test-plain test-asan
 # Regenerates docs/configuration.md (from the key registry), docs/commands.md (from every command's
 # --help, its hand-written part kept) and docs/metrics.md (from what a running daemon and proxy export);
 # the test_docs_* tests fail while the committed files are stale.
-docs: build
+docs: test-deps build
 	$(BUILD)/kmproxy config docs > docs/configuration.md.new && mv docs/configuration.md.new docs/configuration.md
 	python3 tests/docs/commands_md.py $(BUILD)/kmproxy docs/commands.md > docs/commands.md.new && mv docs/commands.md.new docs/commands.md
 	cmake --build $(BUILD) -j $(JOBS) --target test_docs_metrics
@@ -43,7 +47,7 @@ docs: build
 	@test -s $(BUILD)/generated-docs/metrics.md || { echo "make docs: no metrics scrape: run $(BUILD)/tests/test_docs_metrics to see why"; exit 1; }
 	cp $(BUILD)/generated-docs/metrics.md docs/metrics.md
 
-bench: build
+bench: test-deps build
 	cmake --build $(BUILD) -j $(JOBS) --target benches
 	$(BUILD)/bench/run-benches
 
@@ -53,7 +57,7 @@ package: build
 
 # Each libFuzzer target for FUZZ_SECONDS, seeded from ../shared/corpus when it is there.
 FUZZ_SECONDS ?= 60
-fuzz: deps
+fuzz: test-deps
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DKM_FUZZ=ON -DKM_SANITIZE=ON >/dev/null
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_codec fuzz_metalog
 	mkdir -p build-fuzz/corpus-codec build-fuzz/corpus-metalog

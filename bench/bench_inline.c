@@ -1071,7 +1071,7 @@ int main(int argc, char **argv)
     e.upstream = rd_kafka_mock_cluster_bootstraps(mock);
     bool with_haproxy = have_haproxy();
     if (!with_haproxy)
-        printf("haproxy: NOT INSTALLED (deploy/install-deps.sh installs it): its figures are skipped\n");
+        printf("haproxy: NOT INSTALLED (deploy/install-test-deps.sh installs it): its figures are skipped\n");
     target all[NTARGETS];
     define_targets(all, with_haproxy);
     all[DIRECT].port = (uint16_t)atoi(strchr(e.upstream, ':') + 1);

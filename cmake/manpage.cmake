@@ -14,6 +14,9 @@ foreach(line ${lines})
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "manpage: ${KMPROXY} ${cmd} --help exited ${rc}")
   endif()
+  # the help names files by their place in the source tree; the page names where the package puts them
+  string(REPLACE "deploy/kmproxy.properties.example" "/etc/kmproxy/kmproxy.properties.example" help "${help}")
+  string(REGEX REPLACE "(^|[^/a-z])docs/([a-z0-9_-]+\\.md)" "\\1/usr/share/doc/kmproxy/\\2" help "${help}")
   # roff: a backslash is \e, a line starting with . or ' would be a request
   string(REPLACE "\\" "\\e" help "${help}")
   string(REGEX REPLACE "(^|\n)([.'])" "\\1\\\\&\\2" help "${help}")

@@ -6,3 +6,5 @@ if(NOT KM_SANITIZE)
 endif()
 # kmproxy --version's commit in a checkout, a git-archive tarball and a tree with neither.
 add_test(NAME test_build_info COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/package/test_build_info.sh ${CMAKE_SOURCE_DIR})
+# deploy/install-deps.sh (build, package, demo) apart from deploy/install-test-deps.sh (the test toolchain).
+add_test(NAME test_deps_split COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/package/test_deps_split.sh ${CMAKE_SOURCE_DIR})

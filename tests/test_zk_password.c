@@ -161,7 +161,7 @@ static void peer_run(peer_batch *b)
 {
     char *java = find_java();
     if (!java)
-        cr_skip_test("no java on PATH or in $JAVA_HOME (deploy/install-deps.sh installs default-jdk-headless): "
+        cr_skip_test("no java on PATH or in $JAVA_HOME (deploy/install-test-deps.sh installs default-jdk-headless): "
                      "the JDK interop checks need it");
     char src[4096];
     snprintf(src, sizeof src, "%s/tests/support/PasswordEncoderPeer.java", km_test_source_dir());

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define FOLLOW_POLL_SECONDS 0.2   /* when inotify is unavailable, and as a safety net beside it */
@@ -221,11 +222,30 @@ static void shutdown_cb(struct ev_loop *loop, ev_signal *s, int revents)
     ev_timer_start(loop, &d->drain);
 }
 
+/* A log.file whose directory is missing is the common mistake (a host without the package, which
+ * creates /var/log/kmproxy, or a unit without LogsDirectory=): say so rather than a bare ENOENT. */
+static int log_file_error(const char *path, int errnum, km_err *err)
+{
+    const char *slash = strrchr(path, '/');
+    struct stat st;
+    if (errnum == ENOENT && slash && slash != path) {
+        int dir_len = (int)(slash - path);
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", dir_len, path);
+        if (stat(dir, &st))
+            return km_fail(err, "log.file %s: cannot open it for appending: the directory %s does not exist "
+                                "(the kmproxy package and the units' LogsDirectory= create /var/log/kmproxy; "
+                                "create it, writable by the daemon's user, or set log.file elsewhere)",
+                           path, dir);
+    }
+    return km_fail(err, "log.file %s: cannot open it for appending: %s", path, strerror(errnum));
+}
+
 static int open_log_file(km_daemon *d, km_err *err)
 {
     FILE *f = fopen(d->cfg.log_file, "a");
     if (!f)
-        return km_fail(err, "log.file %s: %s", d->cfg.log_file, strerror(errno));
+        return log_file_error(d->cfg.log_file, errno, err);
     setvbuf(f, NULL, _IOLBF, 0);
     pthread_mutex_lock(&d->log_lock);
     FILE *old = d->log_fp;

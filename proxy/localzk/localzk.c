@@ -92,7 +92,7 @@ int km_localzk_start(km_localzk *zk, const char *dir, double timeout_s, km_err *
     snprintf(data, sizeof data, "%s/data", dir);
     snprintf(log, sizeof log, "%s/zookeeper.log", dir);
     if (access("/usr/share/java/zookeeper.jar", R_OK))
-        return km_fail(err, "ZooKeeper is not installed (Debian package 'zookeeper'; run deploy/install-deps.sh)");
+        return km_fail(err, "ZooKeeper is not installed (Debian package 'libzookeeper-java'; run deploy/install-deps.sh)");
     if (mkdir(data, 0755) && errno != EEXIST)
         return km_fail(err, "%s: %s", data, strerror(errno));
     if (km_free_loopback_ports(&zk->port, 1, err))
