@@ -260,6 +260,32 @@ static int ask_offsets(v_run *r, v_broker *b, km_list_offsets_response **rs, km_
     return 0;
 }
 
+/* A replica's log end offset (ListOffsets latest with replica id -2: any replica answers, leader or not). */
+static int log_end(v_run *r, v_broker *b, const char *topic, int32_t part, int64_t *end, km_err *err)
+{
+    km_list_offsets_request_partition qp = { .partition_index = part, .current_leader_epoch = -1, .timestamp = -1,
+                                             .max_num_offsets = 1 };
+    km_list_offsets_request_topic qt = { .name = km_cstr(topic) };
+    qt.partitions.count = 1;
+    qt.partitions.items = &qp;
+    km_list_offsets_request rq;
+    km_list_offsets_request_init(&rq);
+    rq.replica_id = -2;
+    rq.topics.count = 1;
+    rq.topics.items = &qt;
+    void *answer;
+    if (v_conn_call(&b->c, KM_API_LIST_OFFSETS, V_LIST_OFFSETS_V, &rq, &r->arena, &answer, err) < 0)
+        return -1;
+    const km_list_offsets_response *rs = answer;
+    if (rs->topics.count != 1 || rs->topics.items[0].partitions.count != 1)
+        return km_fail(err, "broker %d: ListOffsets answered another partition", b->id);
+    const km_list_offsets_response_partition_response *a = &rs->topics.items[0].partitions.items[0];
+    if (a->error_code != E_NONE)
+        return km_fail(err, "broker %d: ListOffsets (replica id -2): %s", b->id, error_name(a->error_code));
+    *end = a->offset;
+    return 0;
+}
+
 /* Where the image's leader ends the stale leader's epoch: the stale leader's records past it are truncated
  * once it learns the truth.  Asked with replica id -2, so a leader that has not taken over yet answers too. */
 static void exposure(v_run *r, json_t *f, const char *topic, int32_t part, int32_t epoch, int64_t stale_offset,
@@ -293,13 +319,23 @@ static void exposure(v_run *r, json_t *f, const char *topic, int32_t part, int32
         return;
     }
     const km_offset_for_leader_epoch_response_epoch_end_offset *e = &rs->topics.items[0].partitions.items[0];
-    if (e->error_code != E_NONE) {
+    int64_t end = e->end_offset;
+    const char *basis = "offset_for_leader_epoch";
+    if (e->error_code == E_NOT_LEADER_OR_FOLLOWER) {
+        /* Kafka answers OffsetForLeaderEpoch only as leader: one that has not taken over yet truncates the
+         * stale leader at its own log end when it does */
+        basis = "new_leader_log_end";
+        if (log_end(r, l, topic, part, &end, &err) < 0) {
+            json_object_set_new(f, "truncation_unknown", json_string(err.msg));
+            return;
+        }
+    } else if (e->error_code != E_NONE) {
         json_object_set_new(f, "truncation_unknown", json_string(error_name(e->error_code)));
         return;
     }
-    json_object_set_new(f, "truncation_offset", json_integer(e->end_offset));
-    json_object_set_new(f, "exposed_offsets", json_integer(stale_offset > e->end_offset ? stale_offset - e->end_offset
-                                                                                          : 0));
+    json_object_set_new(f, "truncation_offset", json_integer(end));
+    json_object_set_new(f, "truncation_basis", json_string(basis));
+    json_object_set_new(f, "exposed_offsets", json_integer(stale_offset > end ? stale_offset - end : 0));
 }
 
 /* The image's leader answered for its own partition at the image's epoch. */

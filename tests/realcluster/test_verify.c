@@ -207,8 +207,9 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     vf_assert(r, find(rep, replicas[1], "replica_stale", "v", 0) && find(rep, replicas[2], "metadata_stale", "v", 0),
               "the new leader %d or the follower %d not reported stale: %s", replicas[1], replicas[2], out);
     json_t *sl = find(rep, old_leader, "stale_leader", "v", 0);
-    vf_assert(r, json_object_get(sl, "truncation_offset") || json_object_get(sl, "truncation_unknown"),
-              "no exposure in the stale leader's finding: %s", out);
+    vf_assert(r, json_is_integer(json_object_get(sl, "truncation_offset")) &&
+                     json_is_integer(json_object_get(sl, "exposed_offsets")),
+              "no truncation point or exposure in the stale leader's finding: %s", out);
     fprintf(stderr, "verify: the stale leader: %s\n", json_dumps(sl, JSON_COMPACT));
     vf_assert(r, !oracle_converged(r, 2, &out), "Kafka's oracle finds the brokers consistent while verify does not");
 
