@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define V_METADATA_V 12
 #define V_LIST_OFFSETS_V 7
@@ -415,12 +416,33 @@ static json_t *broker_json(const v_run *r, const v_broker *b)
     json_t *u;
     json_array_foreach(r->unchecked, i, u)
         unch += json_integer_value(json_object_get(u, "broker")) == b->id;
-    return json_pack("{s:i,s:s,s:s,s:b,s:b,s:i,s:i}", "id", b->id, "endpoint", ep, "mode", b->zk ? "zk" : "kraft",
-                     "fenced_in_image", b->fenced, "reachable", b->reachable, "findings", b->findings,
-                     "unchecked", unch);
+    return json_pack("{s:i,s:s,s:s,s:b,s:b,s:i,s:i,s:I,s:I,s:I}", "id", b->id, "endpoint", ep, "mode",
+                     b->zk ? "zk" : "kraft", "fenced_in_image", b->fenced, "reachable", b->reachable, "findings",
+                     b->findings, "unchecked", unch, "requests", (json_int_t)b->c.requests, "bytes_out",
+                     (json_int_t)b->c.bytes_out, "bytes_in", (json_int_t)b->c.bytes_in);
 }
 
-static json_t *make_report(v_run *r)
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* What the check cost: requests and bytes over every connection, and the wall time. */
+static json_t *cost_json(const v_run *r, double seconds)
+{
+    json_int_t rq = 0, out = 0, in = 0;
+    for (int i = 0; i < r->nb; i++) {
+        rq += r->b[i].c.requests;
+        out += r->b[i].c.bytes_out;
+        in += r->b[i].c.bytes_in;
+    }
+    return json_pack("{s:I,s:I,s:I,s:I,s:f}", "connections", (json_int_t)r->nb, "requests", rq, "bytes_out", out,
+                     "bytes_in", in, "seconds", seconds);
+}
+
+static json_t *make_report(v_run *r, double started)
 {
     int verdict = json_array_size(r->findings)    ? KM_VERIFY_INCONSISTENT
                   : json_array_size(r->unchecked) ? KM_VERIFY_UNCHECKED
@@ -429,10 +451,11 @@ static json_t *make_report(v_run *r)
     json_t *brokers = json_array();
     for (int i = 0; i < r->nb; i++)
         json_array_append_new(brokers, broker_json(r, &r->b[i]));
-    return json_pack("{s:s,s:i,s:{s:I,s:i,s:i},s:o,s:O,s:O,s:b}", "verdict", names[verdict], "exit", verdict,
+    return json_pack("{s:s,s:i,s:{s:I,s:i,s:i},s:o,s:O,s:O,s:b,s:o}", "verdict", names[verdict], "exit", verdict,
                      "image", "offset", (json_int_t)km_image_offset(r->img), "epoch", km_image_epoch(r->img),
                      "partitions", (int)km_image_partition_count(r->img), "brokers", brokers, "findings",
-                     r->findings, "unchecked", r->unchecked, "image_behind", r->image_behind);
+                     r->findings, "unchecked", r->unchecked, "image_behind", r->image_behind, "cost",
+                     cost_json(r, now_s() - started));
 }
 
 int km_verify_run(const km_image *img, const km_verify_opts *o, json_t **report, km_err *err)
@@ -441,6 +464,7 @@ int km_verify_run(const km_image *img, const km_verify_opts *o, json_t **report,
     dflt.timeout_s = o->timeout_s > 0 ? o->timeout_s : 10.0;
     dflt.client_id = o->client_id ? o->client_id : "kmproxy-verify";
     v_run r = { .img = img, .o = &dflt, .findings = json_array(), .unchecked = json_array() };
+    double started = now_s();
     km_arena_init(&r.arena, 0);
     int rc = collect_brokers(&r, err);
     if (rc == 0 && r.nb == 0)
@@ -450,7 +474,7 @@ int km_verify_run(const km_image *img, const km_verify_opts *o, json_t **report,
     for (int i = 0; rc == 0 && i < r.nb; i++)
         if (r.b[i].reachable)
             check_broker(&r, &r.b[i]);
-    *report = rc == 0 ? make_report(&r) : NULL;
+    *report = rc == 0 ? make_report(&r, started) : NULL;
     if (rc == 0 && !*report)
         rc = km_fail(err, "out of memory");
     for (int i = 0; i < r.nb; i++) {
@@ -511,5 +535,12 @@ void km_verify_print(FILE *to, const json_t *report)
     json_array_foreach(json_object_get(report, "unchecked"), i, x)
         fprintf(to, "  broker %lld: %s\n", (long long)json_integer_value(json_object_get(x, "broker")),
                 json_string_value(json_object_get(x, "why")));
-    fprintf(to, "\nverdict: %s\n", json_string_value(json_object_get(report, "verdict")));
+    const json_t *cost = json_object_get(report, "cost");
+    fprintf(to, "\ncost: %lld connections, %lld requests, %lld bytes out, %lld bytes in, %.3f s\n",
+            (long long)json_integer_value(json_object_get(cost, "connections")),
+            (long long)json_integer_value(json_object_get(cost, "requests")),
+            (long long)json_integer_value(json_object_get(cost, "bytes_out")),
+            (long long)json_integer_value(json_object_get(cost, "bytes_in")),
+            json_real_value(json_object_get(cost, "seconds")));
+    fprintf(to, "verdict: %s\n", json_string_value(json_object_get(report, "verdict")));
 }

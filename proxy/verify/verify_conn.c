@@ -109,6 +109,9 @@ static int exchange(v_conn *c, const km_buf *rq, uint8_t **answer, size_t *len, 
     if (!(*answer = malloc(n)))
         return km_fail(err, "out of memory");
     *len = n;
+    c->requests++;
+    c->bytes_out += (int64_t)rq->len;
+    c->bytes_in += 4 + (int64_t)n;
     if (io_all(c, *answer, n, false, deadline, err) < 0) {
         free(*answer);
         *answer = NULL;

@@ -10,6 +10,7 @@ typedef struct v_conn {
     double timeout_s;
     const char *client_id;
     char where[300];        /* "broker ID (host:port)", every error names it */
+    int64_t requests, bytes_out, bytes_in; /* the cost of this connection, for the report */
 } v_conn;
 
 /* Connects within timeout_s.  0, or -1 + err naming the broker. */

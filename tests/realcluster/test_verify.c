@@ -187,6 +187,10 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     vf_assert(r, rc == 0 && rep && !strcmp(json_string_value(json_object_get(rep, "verdict")), "consistent"),
               "steady state: verify exited %d: %s", rc, out);
     vf_assert(r, json_array_size(json_object_get(rep, "brokers")) == 3, "verify did not check 3 brokers: %s", out);
+    char *cost = json_dumps(json_object_get(rep, "cost"), JSON_COMPACT);
+    fprintf(stderr, "verify: steady state, %lld partitions: cost %s\n",
+            (long long)json_integer_value(json_object_get(json_object_get(rep, "image"), "partitions")), cost);
+    free(cost);
     size_t i;
     json_t *b;
     json_array_foreach(json_object_get(rep, "brokers"), i, b)
@@ -210,7 +214,9 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     vf_assert(r, json_is_integer(json_object_get(sl, "truncation_offset")) &&
                      json_is_integer(json_object_get(sl, "exposed_offsets")),
               "no truncation point or exposure in the stale leader's finding: %s", out);
-    fprintf(stderr, "verify: the stale leader: %s\n", json_dumps(sl, JSON_COMPACT));
+    char *slj = json_dumps(sl, JSON_COMPACT);
+    fprintf(stderr, "verify: the stale leader: %s\n", slj);
+    free(slj);
     vf_assert(r, !oracle_converged(r, 2, &out), "Kafka's oracle finds the brokers consistent while verify does not");
 
     kill(kmp, SIGCONT);
