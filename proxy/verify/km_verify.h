@@ -10,6 +10,8 @@
  *                    (UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION)
  *   stale_leader     a broker the image does not name leader still acts as leader (ListOffsets without an epoch
  *                    answers): it accepts produce requests that the image's leader will truncate
+ *   stray_log        (asked only of a broker with another finding: DescribeLogDirs) a log of a partition the image
+ *                    does not place on the broker
  *   isr_differs      same leader epoch, another replica set or ISR (compared as sets whatever the epochs say:
  *                    hybrid mode does not always bump them, KAFKA-16121, KAFKA-15109)
  * Could not check (the result's "unchecked"): a broker unreachable, a malformed or error answer, a broker

@@ -6,38 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#define V_METADATA_V 12
-#define V_LIST_OFFSETS_V 7
-#define V_EPOCH_V 4
-#define E_NONE 0
-#define E_UNKNOWN_TOPIC_OR_PARTITION 3
-#define E_NOT_LEADER_OR_FOLLOWER 6
-#define E_FENCED_LEADER_EPOCH 74
-#define E_UNKNOWN_LEADER_EPOCH 75
-
-typedef struct v_broker {
-    int32_t id;
-    bool zk, fenced;
-    const char *host;
-    uint16_t port;
-    v_conn c;
-    bool reachable;
-    km_metadata_response *md;
-    json_t *by_topic;           /* name -> index into md->topics */
-    int findings;
-} v_broker;
-
-typedef struct v_run {
-    const km_image *img;
-    const km_verify_opts *o;
-    km_arena arena;             /* every answer, for the whole run */
-    v_broker *b;
-    int nb;
-    json_t *findings, *unchecked;
-    bool image_behind;
-} v_run;
-
-static const char *error_name(int16_t e)
+const char *v_error_name(int16_t e)
 {
     switch (e) {
     case E_NONE: return "NONE";
@@ -49,7 +18,7 @@ static const char *error_name(int16_t e)
     }
 }
 
-static v_broker *broker_by_id(v_run *r, int32_t id)
+v_broker *v_broker_by_id(v_run *r, int32_t id)
 {
     for (int i = 0; i < r->nb; i++)
         if (r->b[i].id == id)
@@ -70,7 +39,7 @@ static json_t *i32_json(const int32_t *v, int32_t n)
     return a;
 }
 
-static json_t *finding(v_run *r, v_broker *b, const char *topic, int32_t part, const char *cls, const char *detail)
+json_t *v_finding(v_run *r, v_broker *b, const char *topic, int32_t part, const char *cls, const char *detail)
 {
     json_t *f = json_pack("{s:i,s:s,s:i,s:s,s:s}", "broker", b->id, "topic", topic, "partition", part, "class",
                           cls, "detail", detail);
@@ -173,7 +142,7 @@ static void compare_partition(v_run *r, v_broker *b, const char *topic, const km
     const char *cls = NULL;
     if (!m || m->error_code != E_NONE) {
         cls = "metadata_stale";
-        snprintf(d, sizeof d, "the broker's metadata cache %s", m ? error_name(m->error_code) : "lacks the partition");
+        snprintf(d, sizeof d, "the broker's metadata cache %s", m ? v_error_name(m->error_code) : "lacks the partition");
     } else if (m->leader_epoch > p->leader_epoch) {
         r->image_behind = true;
         snprintf(d, sizeof d, "broker %d caches leader epoch %d of %s-%d, the image %d: the image is behind", b->id,
@@ -190,7 +159,7 @@ static void compare_partition(v_run *r, v_broker *b, const char *topic, const km
                  p->leader_epoch);
     }
     if (cls)
-        put_views(finding(r, b, topic, p->id, cls, d), p, m);
+        put_views(v_finding(r, b, topic, p->id, cls, d), p, m);
 }
 
 static void compare_metadata(v_run *r, v_broker *b)
@@ -206,7 +175,7 @@ static void compare_metadata(v_run *r, v_broker *b)
     for (int32_t i = 0; i < b->md->topics.count; i++) {
         const km_metadata_response_response_topic *t = &b->md->topics.items[i];
         if (t->error_code == E_NONE && t->name.len > 0 && !km_image_topic_by_name(r->img, t->name.ptr))
-            finding(r, b, t->name.ptr, -1, "metadata_stale", "the broker caches a topic the image does not have");
+            v_finding(r, b, t->name.ptr, -1, "metadata_stale", "the broker caches a topic the image does not have");
     }
 }
 
@@ -282,7 +251,7 @@ static int log_end(v_run *r, v_broker *b, const char *topic, int32_t part, int64
         return km_fail(err, "broker %d: ListOffsets answered another partition", b->id);
     const km_list_offsets_response_partition_response *a = &rs->topics.items[0].partitions.items[0];
     if (a->error_code != E_NONE)
-        return km_fail(err, "broker %d: ListOffsets (replica id -2): %s", b->id, error_name(a->error_code));
+        return km_fail(err, "broker %d: ListOffsets (replica id -2): %s", b->id, v_error_name(a->error_code));
     *end = a->offset;
     return 0;
 }
@@ -292,7 +261,7 @@ static int log_end(v_run *r, v_broker *b, const char *topic, int32_t part, int64
 static void exposure(v_run *r, json_t *f, const char *topic, int32_t part, int32_t epoch, int64_t stale_offset,
                      int32_t leader)
 {
-    v_broker *l = broker_by_id(r, leader);
+    v_broker *l = v_broker_by_id(r, leader);
     km_offset_for_leader_epoch_request_offset_for_leader_partition qp = { .partition = part,
                                                                           .current_leader_epoch = -1,
                                                                           .leader_epoch = epoch };
@@ -331,7 +300,7 @@ static void exposure(v_run *r, json_t *f, const char *topic, int32_t part, int32
             return;
         }
     } else if (e->error_code != E_NONE) {
-        json_object_set_new(f, "truncation_unknown", json_string(error_name(e->error_code)));
+        json_object_set_new(f, "truncation_unknown", json_string(v_error_name(e->error_code)));
         return;
     }
     json_object_set_new(f, "truncation_offset", json_integer(end));
@@ -359,8 +328,8 @@ static void leader_answer(v_run *r, v_broker *b, const char *topic, const km_par
         return unchecked(r, b->id, d);
     }
     snprintf(d, sizeof d, "the image's leader does not act as leader at epoch %d: %s", p->leader_epoch,
-             error_name(a->error_code));
-    put_views(finding(r, b, topic, p->id, "replica_stale", d), p, cached(b, topic, p->id));
+             v_error_name(a->error_code));
+    put_views(v_finding(r, b, topic, p->id, "replica_stale", d), p, cached(b, topic, p->id));
 }
 
 /* A broker the image does not name leader answered as leader: it accepts writes. */
@@ -373,10 +342,11 @@ static void claimant_answer(v_run *r, v_broker *b, const char *topic, const km_p
     char d[300];
     snprintf(d, sizeof d, "acts as leader at epoch %d while the image names broker %d at epoch %d: it accepts "
              "writes the image's leader will truncate", m->leader_epoch, p->leader, p->leader_epoch);
-    json_t *f = finding(r, b, topic, p->id, "stale_leader", d);
+    json_t *f = v_finding(r, b, topic, p->id, "stale_leader", d);
     put_views(f, p, m);
     json_object_set_new(f, "stale_offset", json_integer(a->offset));
     exposure(r, f, topic, p->id, m->leader_epoch, a->offset, p->leader);
+    v_producers(r, f, b, topic, p->id, p->leader);
 }
 
 static void compare_offsets(v_run *r, v_broker *b, const km_list_offsets_response *rs)
@@ -405,6 +375,8 @@ static void check_broker(v_run *r, v_broker *b)
     if (ask_offsets(r, b, &rs, &err) < 0)
         return unchecked(r, b->id, err.msg);
     compare_offsets(r, b, rs);
+    if (b->findings)
+        v_stray_logs(r, b); /* on a mismatch only: every log the broker keeps, one answer */
 }
 
 static json_t *broker_json(const v_run *r, const v_broker *b)
@@ -507,6 +479,13 @@ static void print_finding(FILE *to, const json_t *f)
                 (long long)json_integer_value(json_object_get(f, "stale_offset")));
     else if (json_object_get(f, "truncation_unknown"))
         fprintf(to, "; truncation point unknown: %s", json_string_value(json_object_get(f, "truncation_unknown")));
+    json_t *sp = json_object_get(json_object_get(f, "producers"), "stale_leader");
+    size_t i;
+    json_t *x;
+    if (json_array_size(sp))
+        fprintf(to, "; producers on it:");
+    json_array_foreach(sp, i, x)
+        fprintf(to, " %lld", (long long)json_integer_value(json_object_get(x, "producer_id")));
     fputc('\n', to);
 }
 

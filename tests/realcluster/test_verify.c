@@ -166,8 +166,9 @@ TestSuite(verify_realcluster, .timeout = 1800);
 /* Steady state: exit 0, every broker reachable and consistent.  kmproxy stopped (SIGSTOP: it keeps its claim, so
  * Kafka's own driver stays fenced and nobody tells the ZK-mode brokers), then a leader moved on the KRaft side
  * (replica order changed, preferred election): the old leader still acts as leader at the old epoch: exit 1,
- * stale_leader on it with the truncation point, replica_stale on the image's new leader, metadata_stale on the
- * third.  kmproxy running again repairs the brokers: exit 0.  A broker killed: exit 2, naming it, and nothing
+ * stale_leader on it with the truncation point and the producer that wrote to it, replica_stale on the image's
+ * new leader, metadata_stale on the third; a topic deleted meanwhile stays in every broker's cache (metadata_stale) and on its disk (stray_log).
+ * kmproxy running again repairs the brokers: exit 0.  A broker killed: exit 2, naming it, and nothing
  * that reads like success. */
 Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker)
 {
@@ -178,7 +179,7 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     cr_assert(r, "%s", why);
     pid_t kmp = kmproxy_start(r, klog, sizeof klog);
     vf_assert(r, log_has(klog, "ready: active, ZooKeeper in sync", 300), "kmproxy never became ready");
-    admin(r, "create-topic v 1 3");
+    admin(r, "create-topic v 1 3 \\; create-topic gone 1 3");
     char *out = NULL;
     vf_assert(r, oracle_converged(r, 240, &out), "the brokers never matched the image (Kafka's oracle): %s", out);
 
@@ -203,8 +204,15 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     vf_assert(r, n == 3 && old_leader == replicas[0], "v-0 in the image: leader %d, %d replicas", old_leader, n);
     kill(kmp, SIGSTOP);
     char ops[256];
-    snprintf(ops, sizeof ops, "reassign v 0 %d,%d,%d \\; elect-preferred v 0", replicas[1], replicas[0], replicas[2]);
+    snprintf(ops, sizeof ops, "reassign v 0 %d,%d,%d \\; elect-preferred v 0 \\; delete-topic gone", replicas[1],
+             replicas[0], replicas[2]);
     admin(r, ops);
+    /* a producer (idempotent, acks=all) that reads the brokers' stale metadata writes to the stale leader */
+    char *prod = NULL;
+    rc = rc_sh(r, &prod, "(sleep 10; touch $DIR/stop-v) & $JAVA -cp \"$CP:$TOOLS\" RcTraffic produce $BS v 1 "
+               "$DIR/acked-v $DIR/stop-v 2>&1 | grep -v log4j | tail -3; wc -l < $DIR/acked-v");
+    fprintf(stderr, "verify: producer to the stale leader: %s", prod ? prod : "");
+    free(prod);
     rc = verify_until(r, 1, 120, &rep, &out);
     vf_assert(r, rc == 1 && find(rep, old_leader, "stale_leader", "v", 0),
               "no stale leader on broker %d after the KRaft-side election (exit %d): %s", old_leader, rc, out);
@@ -214,6 +222,13 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     vf_assert(r, json_is_integer(json_object_get(sl, "truncation_offset")) &&
                      json_is_integer(json_object_get(sl, "exposed_offsets")),
               "no truncation point or exposure in the stale leader's finding: %s", out);
+    json_t *sp = json_object_get(json_object_get(sl, "producers"), "stale_leader");
+    vf_assert(r, json_is_array(sp) && json_array_size(sp) >= 1 &&
+                     json_integer_value(json_object_get(sl, "stale_offset")) > 0,
+              "the stale leader's producers or offset not reported: %s", out);
+    for (int k = 0; k < 3; k++)
+        vf_assert(r, find(rep, k, "stray_log", "gone", 0) && find(rep, k, "metadata_stale", "gone", -1),
+                  "broker %d: the deleted topic's log and cache entry not reported: %s", k, out);
     char *slj = json_dumps(sl, JSON_COMPACT);
     fprintf(stderr, "verify: the stale leader: %s\n", slj);
     free(slj);
