@@ -74,6 +74,9 @@ static bool log_has(const char *path, const char *needle, int timeout_s)
 /* `kmproxy verify --json` of the controller's own log: the exit status, the report (NULL if none). */
 static int verify(rc_rig *r, json_t **report, char **out)
 {
+    json_decref(*report);
+    free(*out);
+    *out = NULL;
     int rc = rc_sh(r, out, "%s verify --timeout 20 --json --metadata $DIR/controller-3000/metadata/__cluster_metadata-0"
                    " 2>$DIR/verify.err; rc=$?; cat $DIR/verify.err >&2; exit $rc", km_test_binary());
     json_error_t jerr;
@@ -86,9 +89,6 @@ static int verify_until(rc_rig *r, int want, int timeout_s, json_t **report, cha
 {
     int rc = -1;
     for (int i = 0; i < timeout_s / 2; i++) {
-        json_decref(*report);
-        free(*out);
-        *out = NULL;
         if ((rc = verify(r, report, out)) == want)
             return rc;
         sleep(2);
