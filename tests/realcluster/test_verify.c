@@ -199,6 +199,14 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
                          !strcmp(json_string_value(json_object_get(b, "mode")), "zk"),
                   "broker not reached or not ZK-mode: %s", out);
 
+    /* the same with the image fetched from the controller as an observer */
+    char *qout = NULL;
+    rc = rc_sh(r, &qout, "%s verify --timeout 20 --bootstrap-server 127.0.0.1:%d --cluster-id %s 2>&1",
+               km_test_binary(), r->controllers[0].port, r->cluster_id);
+    vf_assert(r, rc == 0 && qout && strstr(qout, "verdict: consistent"), "verify --bootstrap-server: exit %d: %s",
+              rc, qout);
+    free(qout);
+
     int old_leader = -1, replicas[8], n = 0;
     image_partition(r, "v", &old_leader, replicas, &n);
     vf_assert(r, n == 3 && old_leader == replicas[0], "v-0 in the image: leader %d, %d replicas", old_leader, n);

@@ -133,3 +133,32 @@ Test(verify_fake, no_metadata_is_bad_usage)
     free(out);
     free(errs);
 }
+
+/* The image comes from one place: a log on disk or the controllers, not both. */
+Test(verify_fake, metadata_and_bootstrap_server_together_is_bad_usage)
+{
+    char *argv[] = { (char *)km_test_binary(), "verify", "--metadata", "/nonexistent", "--bootstrap-server",
+                     "127.0.0.1:1", NULL };
+    char *out = NULL, *errs = NULL;
+    cr_assert_eq(km_test_run(argv, NULL, 0, &out, NULL, &errs), 2);
+    cr_assert(strstr(errs, "usage: kmproxy verify"), "%s", errs);
+    free(out);
+    free(errs);
+}
+
+/* Controllers that cannot be reached: exit 2 naming them, no report. */
+Test(verify_fake, unreachable_controllers_exit_2)
+{
+    uint16_t port;
+    close(listen_any(&port));
+    char servers[64];
+    snprintf(servers, sizeof servers, "127.0.0.1:%u", port);
+    char *argv[] = { (char *)km_test_binary(), "verify", "--bootstrap-server", servers, "--timeout", "1", NULL };
+    char *out = NULL, *errs = NULL;
+    int rc = km_test_run(argv, NULL, 0, &out, NULL, &errs);
+    cr_assert_eq(rc, 2, "exit %d: %s %s", rc, out, errs);
+    cr_assert(strstr(errs, "could not check") && strstr(errs, servers) && !strstr(out, "verdict"), "%s / %s", out,
+              errs);
+    free(out);
+    free(errs);
+}
