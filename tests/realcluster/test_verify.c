@@ -246,6 +246,19 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     rc = verify_until(r, 0, 240, &rep, &out);
     vf_assert(r, rc == 0, "after kmproxy ran again, verify still exits %d: %s", rc, out);
 
+    /* an ordinary leader move with kmproxy running: findings at most while it propagates, then exit 0 again */
+    snprintf(ops, sizeof ops, "reassign v 0 %d,%d,%d \\; elect-preferred v 0", replicas[0], replicas[1],
+             replicas[2]);
+    admin(r, ops);
+    int transient = 0;
+    for (rc = verify(r, &rep, &out); rc != 0 && transient < 60; rc = verify(r, &rep, &out), transient++)
+        sleep(1);
+    fprintf(stderr, "verify: an ordinary leader move with kmproxy running: %d check(s) before exit 0\n", transient);
+    vf_assert(r, rc == 0, "after an ordinary leader move verify still exits %d: %s", rc, out);
+    int leader_now = -1, now_replicas[8];
+    image_partition(r, "v", &leader_now, now_replicas, &n);
+    vf_assert(r, leader_now == replicas[0], "the leader move did not happen: leader %d", leader_now);
+
     free(rc_rig_cmd(r, "kill broker %d", replicas[2]));
     rc = verify(r, &rep, &out);
     char *err = NULL, name[64];
