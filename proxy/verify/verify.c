@@ -257,7 +257,8 @@ static int log_end(v_run *r, v_broker *b, const char *topic, int32_t part, int64
 }
 
 /* Where the image's leader ends the stale leader's epoch: the stale leader's records past it are truncated
- * once it learns the truth.  Asked with replica id -2, so a leader that has not taken over yet answers too. */
+ * once it learns the truth.  Kafka 3.9 answers OffsetForLeaderEpoch only as leader (replica id -2 or not), so
+ * while the image's leader has not taken over its log end stands in: where it would truncate if it did now. */
 static void exposure(v_run *r, json_t *f, const char *topic, int32_t part, int32_t epoch, int64_t stale_offset,
                      int32_t leader)
 {
