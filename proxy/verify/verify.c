@@ -179,11 +179,13 @@ static void compare_metadata(v_run *r, v_broker *b)
     }
 }
 
-/* Whether the broker's own cache claims the leadership the image gives another broker. */
+/* Whether the broker's own cache claims the leadership the image gives another broker.  At an epoch newer
+ * than the image's the image is behind, not the broker (compare_partition reports that). */
 static bool claims(const v_broker *b, const char *topic, const km_partition *p)
 {
     const km_metadata_response_response_partition *m = cached(b, topic, p->id);
-    return p->leader != b->id && m && m->error_code == E_NONE && m->leader_id == b->id;
+    return p->leader != b->id && m && m->error_code == E_NONE && m->leader_id == b->id &&
+           m->leader_epoch <= p->leader_epoch;
 }
 
 /* One topic's partitions to ask b about: those the image has it lead (at the image's epoch) and those it

@@ -246,6 +246,14 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     rc = verify_until(r, 0, 240, &rep, &out);
     vf_assert(r, rc == 0, "after kmproxy ran again, verify still exits %d: %s", rc, out);
 
+    /* a copy of the image as it is now, to verify against once it is old */
+    char *cp = NULL;
+    rc = rc_sh(r, &cp, "for i in 1 2 3 4 5; do rm -rf $DIR/old-image; cp -r $DIR/controller-3000/metadata/"
+               "__cluster_metadata-0 $DIR/old-image && %s metadata image $DIR/old-image >/dev/null && exit 0; "
+               "sleep 1; done; exit 1", km_test_binary());
+    vf_assert(r, rc == 0, "no readable copy of the controller's log: %s", cp);
+    free(cp);
+
     /* an ordinary leader move with kmproxy running: findings at most while it propagates, then exit 0 again */
     snprintf(ops, sizeof ops, "reassign v 0 %d,%d,%d \\; elect-preferred v 0", replicas[0], replicas[1],
              replicas[2]);
@@ -258,6 +266,13 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     int leader_now = -1, now_replicas[8];
     image_partition(r, "v", &leader_now, now_replicas, &n);
     vf_assert(r, leader_now == replicas[0], "the leader move did not happen: leader %d", leader_now);
+
+    /* the brokers are ahead of the old image: it cannot judge them (exit 2, the image behind), never "stale" */
+    rc = rc_sh(r, &cp, "%s verify --json --metadata $DIR/old-image 2>&1", km_test_binary());
+    vf_assert(r, rc == 2 && cp && strstr(cp, "\"image_behind\": true") && strstr(cp, "the image is behind") &&
+                     !strstr(cp, "stale_leader"),
+              "verify against an old image: exit %d: %s", rc, cp);
+    free(cp);
 
     free(rc_rig_cmd(r, "kill broker %d", replicas[2]));
     rc = verify(r, &rep, &out);
