@@ -261,10 +261,10 @@ static int log_end(v_run *r, v_broker *b, const char *topic, int32_t part, int64
 /* Where the image's leader ends the stale leader's epoch: the stale leader's records past it are truncated
  * once it learns the truth.  Kafka 3.9 answers OffsetForLeaderEpoch only as leader (replica id -2 or not), so
  * while the image's leader has not taken over its log end stands in: where it would truncate if it did now. */
-static void exposure(v_run *r, json_t *f, const char *topic, int32_t part, int32_t epoch, int64_t stale_offset,
-                     int32_t leader)
+/* The end offset of `epoch` on broker l (OffsetForLeaderEpoch); *code its error code.  0, or -1 + err. */
+static int epoch_end(v_run *r, v_broker *l, const char *topic, int32_t part, int32_t epoch, int64_t *end,
+                     int16_t *code, km_err *err)
 {
-    v_broker *l = v_broker_by_id(r, leader);
     km_offset_for_leader_epoch_request_offset_for_leader_partition qp = { .partition = part,
                                                                           .current_leader_epoch = -1,
                                                                           .leader_epoch = epoch };
@@ -277,33 +277,35 @@ static void exposure(v_run *r, json_t *f, const char *topic, int32_t part, int32
     rq.topics.count = 1;
     rq.topics.items = &qt;
     void *answer;
-    km_err err;
-    if (!l || !l->reachable || l->c.fd < 0) {
-        json_object_set_new(f, "truncation_unknown", json_string("the image's leader was not reachable"));
-        return;
-    }
-    if (v_conn_call(&l->c, KM_API_OFFSET_FOR_LEADER_EPOCH, V_EPOCH_V, &rq, &r->arena, &answer, &err) < 0) {
-        json_object_set_new(f, "truncation_unknown", json_string(err.msg));
-        return;
-    }
+    if (v_conn_call(&l->c, KM_API_OFFSET_FOR_LEADER_EPOCH, V_EPOCH_V, &rq, &r->arena, &answer, err) < 0)
+        return -1;
     const km_offset_for_leader_epoch_response *rs = answer;
-    if (rs->topics.count != 1 || rs->topics.items[0].partitions.count != 1) {
-        json_object_set_new(f, "truncation_unknown", json_string("OffsetForLeaderEpoch answered another partition"));
-        return;
-    }
-    const km_offset_for_leader_epoch_response_epoch_end_offset *e = &rs->topics.items[0].partitions.items[0];
-    int64_t end = e->end_offset;
+    if (rs->topics.count != 1 || rs->topics.items[0].partitions.count != 1)
+        return km_fail(err, "broker %d: OffsetForLeaderEpoch answered another partition", l->id);
+    *end = rs->topics.items[0].partitions.items[0].end_offset;
+    *code = rs->topics.items[0].partitions.items[0].error_code;
+    return 0;
+}
+
+static void exposure(v_run *r, json_t *f, const char *topic, int32_t part, int32_t epoch, int64_t stale_offset,
+                     int32_t leader)
+{
+    v_broker *l = v_broker_by_id(r, leader);
+    int64_t end = -1;
+    int16_t code = E_NONE;
     const char *basis = "offset_for_leader_epoch";
-    if (e->error_code == E_NOT_LEADER_OR_FOLLOWER) {
-        /* Kafka answers OffsetForLeaderEpoch only as leader: one that has not taken over yet truncates the
-         * stale leader at its own log end when it does */
+    km_err err;
+    if (!l || !l->reachable || l->c.fd < 0)
+        km_fail(&err, "the image's leader was not reachable");
+    else if (epoch_end(r, l, topic, part, epoch, &end, &code, &err) == 0 && code == E_NOT_LEADER_OR_FOLLOWER) {
+        /* not taken over yet: it truncates the stale leader at its own log end when it does */
         basis = "new_leader_log_end";
-        if (log_end(r, l, topic, part, &end, &err) < 0) {
-            json_object_set_new(f, "truncation_unknown", json_string(err.msg));
-            return;
-        }
-    } else if (e->error_code != E_NONE) {
-        json_object_set_new(f, "truncation_unknown", json_string(v_error_name(e->error_code)));
+        code = log_end(r, l, topic, part, &end, &err) < 0 ? -1 : E_NONE;
+    } else if (code != E_NONE) {
+        km_fail(&err, "OffsetForLeaderEpoch: %s", v_error_name(code));
+    }
+    if (end < 0 || code != E_NONE) {
+        json_object_set_new(f, "truncation_unknown", json_string(err.msg));
         return;
     }
     json_object_set_new(f, "truncation_offset", json_integer(end));
