@@ -25,7 +25,8 @@ static void usage(FILE *to)
             "leader and the offsets exposed), isr_differs.  When a broker knows newer state than the image\n"
             "the image is read again once.\n"
             "--listener NAME  the broker endpoint to use (default: each broker's first registered one)\n"
-            "--timeout S      per broker, connect and each answer (default 10)\n"
+            "--timeout S      per broker, connect and each answer (default 10); fetching the image from the\n"
+            "                 controllers may take 3 times that\n"
             "--json           the report as JSON\n"
             "Exit: 0 every broker consistent, 1 inconsistent, 2 could not check (named on stderr) or bad usage.\n");
 }

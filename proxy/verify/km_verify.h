@@ -23,6 +23,7 @@
 #include "km_image.h"
 
 #include <jansson.h>
+#include <stdio.h>
 
 typedef struct km_verify_opts {
     const char *listener;   /* the broker endpoint to use, by listener name; NULL: each broker's first */
