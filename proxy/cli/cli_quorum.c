@@ -277,6 +277,24 @@ static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
     ev_break(loop, EVBREAK_ALL);
 }
 
+/* Observes the quorum into img until caught up with its high watermark (d->rc 0), a fatal error or the
+ * deadline (d->rc 1, d->err).  -1 when the observer could not even start (d->err). */
+static int follow_to_hw(dump_ctx *d, const km_quorum_config *cfg, km_image *img, const km_quorum_handlers *h,
+                        double timeout_s)
+{
+    if (!(d->q = km_quorum_new(d->loop, cfg, img, h, d, &d->err)))
+        return -1;
+    ev_timer check, deadline;
+    ev_timer_init(&check, on_check, 0.01, 0.01);
+    ev_timer_init(&deadline, on_deadline, timeout_s, 0.);
+    check.data = deadline.data = d;
+    ev_timer_start(d->loop, &check);
+    ev_timer_start(d->loop, &deadline);
+    ev_run(d->loop, 0);
+    km_quorum_free(d->q);
+    return 0;
+}
+
 int km_cli_metadata_dump_quorum(int argc, char **argv)
 {
     quorum_opts o = {0};
@@ -302,19 +320,8 @@ int km_cli_metadata_dump_quorum(int argc, char **argv)
     cfg.quiet = true;
     cfg.unauthorized_fatal = true; /* as Kafka's raft client: an ACL is missing, retrying cannot help */
     km_quorum_handlers h = { .on_record = on_record, .on_fatal = on_fatal };
-    d.q = km_quorum_new(d.loop, &cfg, img, &h, &d, &d.err);
-    if (d.q) {
-        ev_timer check, deadline;
-        ev_timer_init(&check, on_check, 0.01, 0.01);
-        ev_timer_init(&deadline, on_deadline, o.timeout, 0.);
-        check.data = deadline.data = &d;
-        ev_timer_start(d.loop, &check);
-        ev_timer_start(d.loop, &deadline);
-        ev_run(d.loop, 0);
-        km_quorum_free(d.q);
-    } else {
+    if (follow_to_hw(&d, &cfg, img, &h, o.timeout) < 0)
         d.rc = 2;
-    }
     km_image_free(img);
     ev_loop_destroy(d.loop);
     free_security(&sec);
@@ -322,4 +329,34 @@ int km_cli_metadata_dump_quorum(int argc, char **argv)
     if (d.rc != 0)
         fprintf(stderr, "kmproxy metadata dump: %s\n", d.err.msg);
     return d.rc;
+}
+
+/* ---- the image, fetched as an observer (kmproxy verify --bootstrap-server) ------------------------------------ */
+
+int km_cli_quorum_image(const char *servers, const char *cluster_id, const char *command_config, double timeout_s,
+                        km_image *img, km_err *err)
+{
+    dump_ctx d = { .rc = -1 };
+    quorum_security sec = {0};
+    if (command_config && load_security(command_config, &sec, err) < 0) {
+        free_security(&sec);
+        return -1;
+    }
+    d.loop = ev_loop_new(EVFLAG_AUTO);
+    km_quorum_config cfg;
+    km_quorum_config_init(&cfg);
+    cfg.bootstrap_servers = servers;
+    cfg.cluster_id = cluster_id;
+    cfg.tls = sec.tls;
+    cfg.sasl = sec.login;
+    cfg.quiet = true;
+    cfg.unauthorized_fatal = true;
+    km_quorum_handlers h = { .on_fatal = on_fatal };
+    if (follow_to_hw(&d, &cfg, img, &h, timeout_s) < 0)
+        d.rc = 1;
+    ev_loop_destroy(d.loop);
+    free_security(&sec);
+    if (d.rc != 0)
+        *err = d.err;
+    return d.rc == 0 ? 0 : -1;
 }

@@ -14,4 +14,11 @@ int km_cli_metadata_quorum(int argc, char **argv);
 /* argv[0] = "dump": the committed log fetched as an observer, one JSON line per record. */
 int km_cli_metadata_dump_quorum(int argc, char **argv);
 
+struct km_image;
+/* The committed log fetched as an observer from the controllers at servers ("host:port,...") up to the quorum's
+ * high watermark, applied to img (kmproxy verify); command_config as `metadata dump` takes it (NULL: none).
+ * 0, or -1 + err (not caught up within timeout_s, the quorum refused us). */
+int km_cli_quorum_image(const char *servers, const char *cluster_id, const char *command_config, double timeout_s,
+                        struct km_image *img, km_err *err);
+
 #endif

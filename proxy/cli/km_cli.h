@@ -17,7 +17,8 @@ KM_CLI_ENTRY int km_cli_run(int argc, char **argv);       /* proxy/cli_run.c: th
 KM_CLI_ENTRY int km_cli_proxy(int argc, char **argv);     /* proxy/cli/cli_proxy.c: the inline proxy alone */
 KM_CLI_ENTRY int km_cli_capture(int argc, char **argv);   /* proxy/cli/cli_capture.c: capture read */
 KM_CLI_ENTRY int km_cli_config(int argc, char **argv);    /* proxy/cli/cli_config.c: config docs */
-KM_CLI_ENTRY int km_cli_status(int argc, char **argv);    /* proxy/cli/cli_status.c: GET /status of a daemon */
+KM_CLI_ENTRY int km_cli_status(int argc, char **argv);
+KM_CLI_ENTRY int km_cli_verify(int argc, char **argv);    /* proxy/cli/cli_verify.c: brokers against the image */    /* proxy/cli/cli_status.c: GET /status of a daemon */
 
 /* kmproxy --version: version, git commit, the Kafka versions spoken (proxy/cli/cli_version.c). */
 void km_cli_version(FILE *to);

@@ -19,6 +19,7 @@ static const km_subcommand SUBCOMMANDS[] = {
     {"capture", km_cli_capture, "print a JSON-lines capture as a person reads it (read FILE [--api] [--broker])"},
     {"config", km_cli_config, "the configuration keys: docs prints every key as Markdown"},
     {"status", km_cli_status, "the migration at a glance from a running daemon (--url http://HOST:PORT, --json, --check)"},
+    {"verify", km_cli_verify, "check every broker's metadata cache and replica state against the KRaft image"},
     {"demo", km_cli_demo, "run the end-to-end demo on an embedded default"},
 };
 #define N_SUBCOMMANDS (sizeof SUBCOMMANDS / sizeof SUBCOMMANDS[0])

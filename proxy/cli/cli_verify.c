@@ -1,0 +1,141 @@
+/* cli_verify.c - `kmproxy verify`: every broker's metadata cache and replica state against the KRaft image
+ * (km_verify.h).  Exit 0 all consistent, 1 inconsistent, 2 could not check (or bad usage). */
+#include "cli_quorum.h"
+#include "km_cli.h"
+#include "km_image.h"
+#include "km_verify.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *to)
+{
+    fprintf(to,
+            "usage: kmproxy verify --metadata PATH [--listener NAME] [--timeout S] [--json]\n"
+            "       kmproxy verify --bootstrap-server HOST:PORT[,...] [--cluster-id ID] [--command-config FILE] ...\n"
+            "Asks every broker the image registers (ZK-mode and KRaft-mode), one connection each, for its\n"
+            "metadata cache (Metadata v12) and replica state (ListOffsets v7 at the image's leader epoch to the\n"
+            "image's leader, without an epoch to any broker claiming leadership) and compares them with the\n"
+            "image of PATH (a log segment, a .checkpoint file or a __cluster_metadata-0 directory), or the image\n"
+            "fetched as an observer from the controllers (--bootstrap-server, --command-config as `metadata dump`\n"
+            "takes them) up to the quorum's high watermark.\n"
+            "Findings: metadata_stale, replica_stale, stale_leader (with the truncation point on the image's\n"
+            "leader, the offsets exposed and the producers on both sides), isr_differs, stray_log (asked only of\n"
+            "a broker with another finding).  When a broker knows newer state than the image\n"
+            "the image is read again once.\n"
+            "--listener NAME  the broker endpoint to use (default: each broker's first registered one)\n"
+            "--timeout S      per broker, connect and each answer (default 10); fetching the image from the\n"
+            "                 controllers may take 3 times that\n"
+            "--json           the report as JSON\n"
+            "Exit: 0 every broker consistent, 1 inconsistent, 2 could not check (named on stderr) or bad usage.\n");
+}
+
+typedef struct verify_cli {
+    const char *metadata, *servers, *cluster_id, *command_config;
+    km_verify_opts opts;
+    bool json;
+} verify_cli;
+
+static int parse(int argc, char **argv, verify_cli *c)
+{
+    static const struct option longs[] = {
+        {"metadata", required_argument, NULL, 'm'}, {"listener", required_argument, NULL, 'l'},
+        {"timeout", required_argument, NULL, 't'},  {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},           {"bootstrap-server", required_argument, NULL, 'b'},
+        {"cluster-id", required_argument, NULL, 'c'}, {"command-config", required_argument, NULL, 'C'},
+        {0},
+    };
+    optind = 1;
+    for (int ch; (ch = getopt_long(argc, argv, "", longs, NULL)) != -1;) {
+        char *end;
+        switch (ch) {
+        case 'm': c->metadata = optarg; break;
+        case 'b': c->servers = optarg; break;
+        case 'c': c->cluster_id = optarg; break;
+        case 'C': c->command_config = optarg; break;
+        case 'l': c->opts.listener = optarg; break;
+        case 'j': c->json = true; break;
+        case 'h': usage(stdout); return 1;
+        case 't':
+            c->opts.timeout_s = strtod(optarg, &end);
+            if (*end || !(c->opts.timeout_s > 0 && c->opts.timeout_s <= 3600)) {
+                km_cli_print_error(stderr, "verify", "--timeout takes seconds in (0, 3600]");
+                return 2;
+            }
+            break;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc || !c->metadata == !c->servers) {
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+static km_image *load(const verify_cli *c)
+{
+    km_image *img = km_image_new();
+    km_err err = {{0}};
+    double timeout = c->opts.timeout_s > 0 ? 3 * c->opts.timeout_s : 30;
+    int rc = !img ? -1
+             : c->metadata ? (km_image_load(img, c->metadata, NULL, &err) < 0 ? -1 : 0)
+                           : km_cli_quorum_image(c->servers, c->cluster_id, c->command_config, timeout, img, &err);
+    if (rc < 0) {
+        fprintf(stderr, "kmproxy verify: could not check: %s: %s\n", c->metadata ? c->metadata : c->servers,
+                err.msg[0] ? err.msg : "out of memory");
+        km_image_free(img);
+        return NULL;
+    }
+    return img;
+}
+
+/* Runs the check; once more on a fresh image when a broker was ahead of it. */
+static int check(const verify_cli *c, json_t **report)
+{
+    for (int round = 0; round < 2; round++) {
+        km_image *img = load(c);
+        if (!img)
+            return -1;
+        km_err err;
+        json_decref(*report);
+        *report = NULL;
+        int rc = km_verify_run(img, &c->opts, report, &err);
+        km_image_free(img);
+        if (rc < 0) {
+            fprintf(stderr, "kmproxy verify: could not check: %s\n", err.msg);
+            return -1;
+        }
+        if (!json_is_true(json_object_get(*report, "image_behind")))
+            return rc;
+    }
+    return (int)json_integer_value(json_object_get(*report, "exit"));
+}
+
+int km_cli_verify(int argc, char **argv)
+{
+    verify_cli c = {0};
+    int rc = parse(argc, argv, &c);
+    if (rc)
+        return rc == 1 ? 0 : 2;
+    json_t *report = NULL;
+    rc = check(&c, &report);
+    if (rc < 0)
+        return KM_VERIFY_UNCHECKED;
+    if (c.json) {
+        json_dumpf(report, stdout, JSON_INDENT(2));
+        fputc('\n', stdout);
+    } else {
+        km_verify_print(stdout, report);
+    }
+    size_t i;
+    json_t *u;
+    json_array_foreach(json_object_get(report, "unchecked"), i, u)
+        fprintf(stderr, "kmproxy verify: could not check broker %lld: %s\n",
+                (long long)json_integer_value(json_object_get(u, "broker")),
+                json_string_value(json_object_get(u, "why")));
+    json_decref(report);
+    return rc;
+}

@@ -1,0 +1,65 @@
+/* verify_internal.h - proxy/verify only: a blocking Kafka client connection with deadlines (verify_conn.c). */
+#ifndef KM_VERIFY_INTERNAL_H
+#define KM_VERIFY_INTERNAL_H
+
+#include "km_verify.h"
+
+typedef struct v_conn {
+    int fd;
+    int32_t corr;
+    double timeout_s;
+    const char *client_id;
+    char where[300];        /* "broker ID (host:port)", every error names it */
+    int64_t requests, bytes_out, bytes_in; /* the cost of this connection, for the report */
+} v_conn;
+
+/* Connects within timeout_s.  0, or -1 + err naming the broker. */
+int v_conn_open(v_conn *c, int32_t broker, const char *host, uint16_t port, double timeout_s,
+                const char *client_id, km_err *err);
+void v_conn_close(v_conn *c);
+/* One request and its decoded answer (*rs from the arena).  0, or -1 + err (the connection is closed then). */
+int v_conn_call(v_conn *c, int16_t api, int16_t version, const void *rq, km_arena *a, void **rs, km_err *err);
+
+
+#define V_METADATA_V 12
+#define V_LIST_OFFSETS_V 7
+#define V_EPOCH_V 4
+#define E_NONE 0
+#define E_UNKNOWN_TOPIC_OR_PARTITION 3
+#define E_NOT_LEADER_OR_FOLLOWER 6
+#define E_FENCED_LEADER_EPOCH 74
+#define E_UNKNOWN_LEADER_EPOCH 75
+
+typedef struct v_broker {
+    int32_t id;
+    bool zk, fenced;
+    const char *host;
+    uint16_t port;
+    v_conn c;
+    bool reachable;
+    km_metadata_response *md;
+    json_t *by_topic;           /* name -> index into md->topics */
+    int findings;
+} v_broker;
+
+typedef struct v_run {
+    const km_image *img;
+    const km_verify_opts *o;
+    km_arena arena;             /* every answer, for the whole run */
+    v_broker *b;
+    int nb;
+    json_t *findings, *unchecked;
+    bool image_behind;
+} v_run;
+
+const char *v_error_name(int16_t e);
+v_broker *v_broker_by_id(v_run *r, int32_t id);
+/* Adds a finding of `cls` for the broker's partition (part -1: the whole topic); the finding, owned by the run. */
+json_t *v_finding(v_run *r, v_broker *b, const char *topic, int32_t part, const char *cls, const char *detail);
+/* Mismatch only (verify_mismatch.c): the producers active on the stale leader and on the image's leader
+ * (DescribeProducers), into the finding f. */
+void v_producers(v_run *r, json_t *f, v_broker *stale, const char *topic, int32_t part, int32_t leader);
+/* Mismatch only: the logs b holds for partitions the image does not place on it (DescribeLogDirs). */
+void v_stray_logs(v_run *r, v_broker *b);
+
+#endif

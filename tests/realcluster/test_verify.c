@@ -1,0 +1,290 @@
+/* test_verify.c - `kmproxy verify` (issue 26 part 3) against a real Kafka 3.9 cluster in migration (rc_rig.h):
+ * kmproxy deployed beside Kafka's controllers keeps the ZK-mode brokers in step, and the verifier finds every
+ * broker consistent; with kmproxy stopped (SIGSTOP: it keeps its claim, so Kafka's own driver stays fenced) a
+ * leader moved on the KRaft side leaves the old leader acting as leader, which the verifier reports as a stale
+ * leader, and the report clears once kmproxy runs again; a broker that cannot be reached gives exit 2. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "km_testsupport.h"
+#include "rc_rig.h"
+
+#define vf_assert(r, cond, ...)                                                                                   \
+    do {                                                                                                          \
+        if (!(cond)) {                                                                                            \
+            char *tails_ = rc_rig_tails((r), 30);                                                                 \
+            char msg_[8192];                                                                                      \
+            snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                             \
+            rc_rig_stop((r), true);                                                                               \
+            cr_assert_fail("%s\n%s", msg_, tails_ ? tails_ : "");                                                 \
+        }                                                                                                         \
+    } while (0)
+
+/* kmproxy run beside the controllers, as test_realcluster.c deploys it; its log in DIR/kmproxy-verify.log. */
+static pid_t kmproxy_start(rc_rig *r, char *log, size_t cap)
+{
+    char config[600];
+    snprintf(log, cap, "%s/kmproxy-verify.log", r->dir);
+    snprintf(config, sizeof config, "%s/kmproxy-verify.properties", r->dir);
+    FILE *f = fopen(config, "w");
+    cr_assert(f);
+    fprintf(f, "metadata.source=quorum\ncontroller.quorum.voters=%s\ncontroller.listener.names=CONTROLLER\n"
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\nzookeeper.connect=%s\n"
+            "brokers.enabled=true\nmetrics.listen=127.0.0.1:0\nzookeeper.session.timeout.ms=60000\n", r->voters,
+            r->zk);
+    fclose(f);
+    pid_t parent = getpid(), pid = fork();
+    if (pid == 0) {
+        km_test_die_with_parent(parent);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(km_test_binary(), "kmproxy", "run", "--config", config, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static bool log_has(const char *path, const char *needle, int timeout_s)
+{
+    for (int i = 0; i < timeout_s * 5; i++, usleep(200 * 1000)) {
+        char *out = NULL;
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        char line[4096];
+        bool found = false;
+        while (!found && fgets(line, sizeof line, f))
+            found = strstr(line, needle) != NULL;
+        fclose(f);
+        free(out);
+        if (found)
+            return true;
+    }
+    return false;
+}
+
+/* `kmproxy verify --json` of the controller's own log: the exit status, the report (NULL if none). */
+static int verify(rc_rig *r, json_t **report, char **out)
+{
+    json_decref(*report);
+    free(*out);
+    *out = NULL;
+    int rc = rc_sh(r, out, "%s verify --timeout 20 --json --metadata $DIR/controller-3000/metadata/__cluster_metadata-0"
+                   " 2>$DIR/verify.err; rc=$?; cat $DIR/verify.err >&2; exit $rc", km_test_binary());
+    json_error_t jerr;
+    *report = *out ? json_loads(*out, JSON_DISABLE_EOF_CHECK, &jerr) : NULL;
+    return rc;
+}
+
+/* Runs verify until it exits `want` (an image still catching up, a change still on its way), at most timeout_s. */
+static int verify_until(rc_rig *r, int want, int timeout_s, json_t **report, char **out)
+{
+    int rc = -1;
+    for (int i = 0; i < timeout_s / 2; i++) {
+        if ((rc = verify(r, report, out)) == want)
+            return rc;
+        sleep(2);
+    }
+    return rc;
+}
+
+/* The independent oracle: Kafka's own client reads each broker's Metadata v12 and compares it with the image. */
+static bool oracle_converged(rc_rig *r, int timeout_s, char **out)
+{
+    for (int i = 0; i < timeout_s / 2; i++, sleep(2)) {
+        free(*out);
+        *out = NULL;
+        if (rc_sh(r, out, "M=$DIR/controller-3000/metadata/__cluster_metadata-0; %s metadata image $M > "
+                  "$DIR/image.json && $JAVA -cp \"$CP:$TOOLS\" RcAdmin verify $DIR/image.json $BS 2>&1 | "
+                  "grep -v log4j; exit ${PIPESTATUS[0]}", km_test_binary()) == 0)
+            return true;
+    }
+    return false;
+}
+
+static void admin(rc_rig *r, const char *ops)
+{
+    char *out = NULL;
+    int rc = rc_sh(r, &out, "$JAVA -cp \"$CP:$TOOLS\" RcAdmin $BS %s 2>&1 | grep -v log4j; exit ${PIPESTATUS[0]}",
+                   ops);
+    vf_assert(r, rc == 0, "Admin API calls failed (%d): %s\n%s", rc, ops, out ? out : "");
+    free(out);
+}
+
+/* The finding of `cls` for broker/topic/partition in the report, NULL if none. */
+static json_t *find(json_t *report, int broker, const char *cls, const char *topic, int part)
+{
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(report, "findings"), i, f)
+        if (json_integer_value(json_object_get(f, "broker")) == broker &&
+            !strcmp(json_string_value(json_object_get(f, "class")), cls) &&
+            !strcmp(json_string_value(json_object_get(f, "topic")), topic) &&
+            json_integer_value(json_object_get(f, "partition")) == part)
+            return f;
+    return NULL;
+}
+
+/* Partition 0's leader and replicas in the image (`kmproxy metadata image`). */
+static void image_partition(rc_rig *r, const char *topic, int *leader, int *replicas, int *n)
+{
+    char *out = NULL;
+    rc_sh(r, &out, "%s metadata image $DIR/controller-3000/metadata/__cluster_metadata-0", km_test_binary());
+    json_error_t jerr;
+    json_t *img = out ? json_loads(out, 0, &jerr) : NULL;
+    free(out);
+    *n = 0;
+    size_t i, j;
+    json_t *t, *p;
+    json_array_foreach(json_object_get(img, "topics"), i, t) {
+        if (strcmp(json_string_value(json_object_get(t, "name")) ?: "", topic))
+            continue;
+        json_array_foreach(json_object_get(t, "partitions"), j, p)
+            if (json_integer_value(json_object_get(p, "partitionId")) == 0 &&
+                (*leader = (int)json_integer_value(json_object_get(p, "leader"))) >= -1)
+                for (size_t k = 0; k < json_array_size(json_object_get(p, "replicas")) && *n < 8; k++)
+                    replicas[(*n)++] = (int)json_integer_value(json_array_get(json_object_get(p, "replicas"), k));
+    }
+    json_decref(img);
+}
+
+static bool says_consistent(const char *out)
+{
+    return out && (strstr(out, "\"consistent\"") || strstr(out, "verdict: consistent"));
+}
+
+TestSuite(verify_realcluster, .timeout = 1800);
+
+/* Steady state: exit 0, every broker reachable and consistent.  kmproxy stopped (SIGSTOP: it keeps its claim, so
+ * Kafka's own driver stays fenced and nobody tells the ZK-mode brokers), then a leader moved on the KRaft side
+ * (replica order changed, preferred election): the old leader still acts as leader at the old epoch: exit 1,
+ * stale_leader on it with the truncation point and the producer that wrote to it, replica_stale on the image's
+ * new leader, metadata_stale on the third; a topic deleted meanwhile stays in every broker's cache (metadata_stale) and on its disk (stray_log).
+ * kmproxy running again repairs the brokers: exit 0.  A broker killed: exit 2, naming it, and nothing
+ * that reads like success. */
+Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker)
+{
+    if (!rc_cache_or_skip())
+        return;
+    char why[16384], klog[600];
+    rc_rig *r = rc_rig_start(1, why, sizeof why);
+    cr_assert(r, "%s", why);
+    pid_t kmp = kmproxy_start(r, klog, sizeof klog);
+    vf_assert(r, log_has(klog, "ready: active, ZooKeeper in sync", 300), "kmproxy never became ready");
+    admin(r, "create-topic v 1 3 \\; create-topic gone 1 3");
+    char *out = NULL;
+    vf_assert(r, oracle_converged(r, 240, &out), "the brokers never matched the image (Kafka's oracle): %s", out);
+
+    json_t *rep = NULL;
+    int rc = verify(r, &rep, &out);
+    vf_assert(r, rc == 0 && rep && !strcmp(json_string_value(json_object_get(rep, "verdict")), "consistent"),
+              "steady state: verify exited %d: %s", rc, out);
+    vf_assert(r, json_array_size(json_object_get(rep, "brokers")) == 3, "verify did not check 3 brokers: %s", out);
+    char *cost = json_dumps(json_object_get(rep, "cost"), JSON_COMPACT);
+    fprintf(stderr, "verify: steady state, %lld partitions: cost %s\n",
+            (long long)json_integer_value(json_object_get(json_object_get(rep, "image"), "partitions")), cost);
+    free(cost);
+    size_t i;
+    json_t *b;
+    json_array_foreach(json_object_get(rep, "brokers"), i, b)
+        vf_assert(r, json_is_true(json_object_get(b, "reachable")) &&
+                         !strcmp(json_string_value(json_object_get(b, "mode")), "zk"),
+                  "broker not reached or not ZK-mode: %s", out);
+
+    /* the same with the image fetched from the controller as an observer */
+    char *qout = NULL;
+    rc = rc_sh(r, &qout, "%s verify --timeout 20 --bootstrap-server 127.0.0.1:%d --cluster-id %s 2>&1",
+               km_test_binary(), r->controllers[0].port, r->cluster_id);
+    vf_assert(r, rc == 0 && qout && strstr(qout, "verdict: consistent"), "verify --bootstrap-server: exit %d: %s",
+              rc, qout);
+    free(qout);
+
+    int old_leader = -1, replicas[8], n = 0;
+    image_partition(r, "v", &old_leader, replicas, &n);
+    vf_assert(r, n == 3 && old_leader == replicas[0], "v-0 in the image: leader %d, %d replicas", old_leader, n);
+    kill(kmp, SIGSTOP);
+    char ops[256];
+    snprintf(ops, sizeof ops, "reassign v 0 %d,%d,%d \\; elect-preferred v 0 \\; delete-topic gone", replicas[1],
+             replicas[0], replicas[2]);
+    admin(r, ops);
+    /* a producer (idempotent, acks=all) that reads the brokers' stale metadata writes to the stale leader */
+    char *prod = NULL;
+    rc = rc_sh(r, &prod, "(sleep 10; touch $DIR/stop-v) & $JAVA -cp \"$CP:$TOOLS\" RcTraffic produce $BS v 1 "
+               "$DIR/acked-v $DIR/stop-v 2>&1 | grep -v log4j | tail -3; wc -l < $DIR/acked-v");
+    fprintf(stderr, "verify: producer to the stale leader: %s", prod ? prod : "");
+    free(prod);
+    rc = verify_until(r, 1, 120, &rep, &out);
+    vf_assert(r, rc == 1 && find(rep, old_leader, "stale_leader", "v", 0),
+              "no stale leader on broker %d after the KRaft-side election (exit %d): %s", old_leader, rc, out);
+    vf_assert(r, find(rep, replicas[1], "replica_stale", "v", 0) && find(rep, replicas[2], "metadata_stale", "v", 0),
+              "the new leader %d or the follower %d not reported stale: %s", replicas[1], replicas[2], out);
+    json_t *sl = find(rep, old_leader, "stale_leader", "v", 0);
+    vf_assert(r, json_is_integer(json_object_get(sl, "truncation_offset")) &&
+                     json_is_integer(json_object_get(sl, "exposed_offsets")),
+              "no truncation point or exposure in the stale leader's finding: %s", out);
+    json_t *sp = json_object_get(json_object_get(sl, "producers"), "stale_leader");
+    vf_assert(r, json_is_array(sp) && json_array_size(sp) >= 1 &&
+                     json_integer_value(json_object_get(sl, "stale_offset")) > 0,
+              "the stale leader's producers or offset not reported: %s", out);
+    for (int k = 0; k < 3; k++)
+        vf_assert(r, find(rep, k, "stray_log", "gone", 0) && find(rep, k, "metadata_stale", "gone", -1),
+                  "broker %d: the deleted topic's log and cache entry not reported: %s", k, out);
+    char *slj = json_dumps(sl, JSON_COMPACT);
+    fprintf(stderr, "verify: the stale leader: %s\n", slj);
+    free(slj);
+    vf_assert(r, !oracle_converged(r, 2, &out), "Kafka's oracle finds the brokers consistent while verify does not");
+
+    kill(kmp, SIGCONT);
+    rc = verify_until(r, 0, 240, &rep, &out);
+    vf_assert(r, rc == 0, "after kmproxy ran again, verify still exits %d: %s", rc, out);
+
+    /* a copy of the image as it is now, to verify against once it is old */
+    char *cp = NULL;
+    rc = rc_sh(r, &cp, "for i in 1 2 3 4 5; do rm -rf $DIR/old-image; cp -r $DIR/controller-3000/metadata/"
+               "__cluster_metadata-0 $DIR/old-image && %s metadata image $DIR/old-image >/dev/null && exit 0; "
+               "sleep 1; done; exit 1", km_test_binary());
+    vf_assert(r, rc == 0, "no readable copy of the controller's log: %s", cp);
+    free(cp);
+
+    /* an ordinary leader move with kmproxy running: findings at most while it propagates, then exit 0 again */
+    snprintf(ops, sizeof ops, "reassign v 0 %d,%d,%d \\; elect-preferred v 0", replicas[0], replicas[1],
+             replicas[2]);
+    admin(r, ops);
+    int transient = 0;
+    for (rc = verify(r, &rep, &out); rc != 0 && transient < 60; rc = verify(r, &rep, &out), transient++)
+        sleep(1);
+    fprintf(stderr, "verify: an ordinary leader move with kmproxy running: %d check(s) before exit 0\n", transient);
+    vf_assert(r, rc == 0, "after an ordinary leader move verify still exits %d: %s", rc, out);
+    int leader_now = -1, now_replicas[8];
+    image_partition(r, "v", &leader_now, now_replicas, &n);
+    vf_assert(r, leader_now == replicas[0], "the leader move did not happen: leader %d", leader_now);
+
+    /* the brokers are ahead of the old image: it cannot judge them (exit 2, the image behind), never "stale" */
+    rc = rc_sh(r, &cp, "%s verify --json --metadata $DIR/old-image 2>&1", km_test_binary());
+    vf_assert(r, rc == 2 && cp && strstr(cp, "\"image_behind\": true") && strstr(cp, "the image is behind") &&
+                     !strstr(cp, "stale_leader"),
+              "verify against an old image: exit %d: %s", rc, cp);
+    free(cp);
+
+    free(rc_rig_cmd(r, "kill broker %d", replicas[2]));
+    rc = verify(r, &rep, &out);
+    char *err = NULL, name[64];
+    rc_sh(r, &err, "cat $DIR/verify.err");
+    snprintf(name, sizeof name, "could not check broker %d", replicas[2]);
+    vf_assert(r, rc == 2 && !says_consistent(out) && err && strstr(err, name),
+              "a killed broker: exit %d, stdout %s, stderr %s", rc, out, err);
+    free(err);
+    json_decref(rep);
+    free(out);
+    kill(kmp, SIGTERM);
+    waitpid(kmp, NULL, 0);
+    rc_rig_stop(r, false);
+}
