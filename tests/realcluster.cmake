@@ -6,3 +6,4 @@
 set(KM_RC_DIR ${CMAKE_CURRENT_LIST_DIR}/realcluster)
 km_add_test(test_realcluster SOURCES ${KM_RC_DIR}/test_realcluster.c ${KM_RC_DIR}/rc_rig.c TIMEOUT 2400 JOBS 1)
 target_include_directories(test_realcluster PRIVATE ${KM_RC_DIR})
+set_tests_properties(test_realcluster PROPERTIES RESOURCE_LOCK km_realcluster)  # one real cluster at a time (test_verify_realcluster too)
