@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "km_testsupport.h"
@@ -100,6 +103,8 @@ static int admin(rc_rig *r, const char *ops)
     char *out = NULL;
     int rc = rc_sh(r, &out, "$JAVA -cp \"$CP:$TOOLS\" RcAdmin $BS %s 2>&1 | grep -v log4j; exit ${PIPESTATUS[0]}",
                    ops);
+    if (rc)
+        fprintf(stderr, "kafka21062: RcAdmin %s: exit %d: %.2000s\n", ops, rc, out ? out : "");
     free(out);
     return rc;
 }
@@ -173,5 +178,157 @@ Test(kafka21062, lost_migration_ack_wedges_kafkas_driver)
     rc_assert(r, topic && !strcmp(topic, "ok absent"), "the topic created after the fault reached ZooKeeper: %s",
               topic ? topic : "?");
     free(topic);
+    rc_rig_stop(r, false);
+}
+
+/* The partition's leader as ZooKeeper's state znode names it, -1 when unreadable. */
+static int zk_leader(rc_rig *r, const char *topic)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "zk /brokers/topics/%s/partitions/0/state", topic);
+    json_t *st = rig_json(r, cmd);
+    int leader = st ? (int)json_integer_value(json_object_get(st, "leader")) : -1;
+    json_decref(st);
+    return leader;
+}
+
+static bool wait_zk_leader(rc_rig *r, const char *topic, int leader, int timeout_s)
+{
+    for (int i = 0; i < timeout_s; i++, sleep(1))
+        if (zk_leader(r, topic) == leader)
+            return true;
+    return false;
+}
+
+static long lines(rc_rig *r, const char *file)
+{
+    char *out = NULL;
+    rc_sh(r, &out, "cat $DIR/%s 2>/dev/null | wc -l", file);
+    long n = out ? atol(out) : 0;
+    free(out);
+    return n;
+}
+
+/* Waits until `file` has grown by `more` lines (the producers are progressing); false after timeout_s. */
+static bool wait_lines(rc_rig *r, const char *file, long more, int timeout_s)
+{
+    long want = lines(r, file) + more;
+    for (int i = 0; i < timeout_s; i++, sleep(1))
+        if (lines(r, file) >= want)
+            return true;
+    return false;
+}
+
+/* Starts the two producers of the reproduction on t-0 (RcLoss: acks=all idempotent, acks=1) under one bash
+ * forked here (not rc_sh: the producers outlive the call); each ends when $DIR/stop exists. */
+static pid_t start_producers(rc_rig *r)
+{
+    setenv("CP", r->classpath, 1);
+    setenv("TOOLS", r->tools, 1);
+    setenv("BS", r->bootstrap, 1);
+    setenv("DIR", r->dir, 1);
+    setenv("JAVA", "java -Xmx128m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dlog4j.configuration=file:/dev/null", 1);
+    pid_t parent = getpid(), pid = fork();
+    if (pid == 0) {
+        km_test_die_with_parent(parent);
+        execl("/bin/bash", "bash", "-c", "for a in all 1; do timeout 1200 $JAVA -cp \"$CP:$TOOLS\" RcLoss produce $BS t 0 $a "
+              "$DIR/acked-$a $DIR/stop >$DIR/producer-$a.log 2>&1 & done; wait", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void stop_producers(rc_rig *r, pid_t producers)
+{
+    char *out = NULL;
+    rc_sh(r, &out, "touch $DIR/stop");
+    free(out);
+    waitpid(producers, NULL, 0);
+}
+
+/* "acked-ACKS acknowledged N lost M" of RcLoss check. */
+static bool loss_figures(const char *out, const char *acks, long *acked, long *lost)
+{
+    char key[64];
+    snprintf(key, sizeof key, "acked-%s acknowledged ", acks);
+    const char *p = out ? strstr(out, key) : NULL;
+    return p && sscanf(p + strlen(key), "%ld lost %ld", acked, lost) == 2;
+}
+
+/* Reads t-0 back after convergence (RcLoss check) and prints and returns what was acknowledged and lost. */
+static void count_loss(rc_rig *r, const char *what, long *acked_all, long *lost_all, long *acked_1, long *lost_1)
+{
+    char *out = NULL;
+    int rc = rc_sh(r, &out, "$JAVA -cp \"$CP:$TOOLS\" RcLoss check $BS t 0 $DIR/acked-all $DIR/acked-1 2>&1 "
+                            "| grep -v log4j; tail -n 2 $DIR/producer-*.log");
+    *acked_all = *lost_all = *acked_1 = *lost_1 = -1;
+    bool figures = loss_figures(out, "all", acked_all, lost_all) && loss_figures(out, "1", acked_1, lost_1);
+    fprintf(stderr, "kafka21062: after convergence (check exit %d):\n%s\n", rc, out ? out : "");
+    fprintf(stderr, "kafka21062: LOSS %s: acks=all acknowledged %ld lost %ld; acks=1 acknowledged %ld lost %ld\n",
+            what, *acked_all, *lost_all, *acked_1, *lost_1);
+    rc_assert(r, figures, "RcLoss check gave no figures: %s", out ? out : "");
+    free(out);
+}
+
+/* The mixed cluster of the report: broker 2 restarted into KRaft mode, 0 and 1 still ZK-mode; topic t (one
+ * partition, replicas 0,1,2) led by ZK-mode broker 0. */
+static void mixed_cluster_with_t(rc_rig *r)
+{
+    char *ans = rc_rig_cmd(r, "kraft broker 2");
+    rc_assert(r, ans && !strncmp(ans, "ok ", 3), "restarting broker 2 in KRaft mode failed: %s", ans ? ans : "");
+    free(ans);
+    rc_assert(r, admin(r, "create-topic t 1 3") == 0, "creating t failed");
+    /* its preferred replica 0, elected (retried: the new topic may not be known to the brokers yet) */
+    bool led_by_0 = wait_zk_leader(r, "t", 0, 30);
+    for (int i = 0; i < 10 && !led_by_0; i++, sleep(2))
+        led_by_0 = admin(r, "reassign t 0 0,1,2 \\; elect-preferred t 0") == 0 && wait_zk_leader(r, "t", 0, 60);
+    rc_assert(r, led_by_0, "t-0 is not led by ZK-mode broker 0");
+}
+
+/* The reproduction: a mixed cluster (broker 2 restarted into KRaft mode, 0 and 1 still ZK-mode), a producer
+ * with acks=all and one with acks=1 on t-0 led by ZK-mode broker 0, one /migration ack lost (the driver
+ * wedges), then the KRaft side moves t-0's leadership to broker 2 (a reassignment making it preferred and a
+ * preferred election).  Broker 2 learns it from the log; broker 0 hears nothing and keeps acknowledging at its
+ * stale epoch.  A controller election (the controller restarted) unwedges the driver; broker 0 learns the truth
+ * and truncates.  The test asserts the wedge and that acknowledged acks=1 records are lost, and prints the
+ * figures (docs/kafka21062.md records them per run). */
+Test(kafka21062, leader_moved_while_wedged_loses_acknowledged_records)
+{
+    rc_rig *r = start_faulty_or_skip();
+    mixed_cluster_with_t(r);
+    char *ans;
+    pid_t producers = start_producers(r);
+    rc_assert(r, wait_lines(r, "acked-1", 100, 300) && wait_lines(r, "acked-all", 100, 300),
+              "the producers acknowledged nothing");
+    json_decref(rig_json(r, "zkfault arm"));
+    rc_assert(r, admin(r, "create-topic trigger 1 3") == 0, "creating a topic failed");
+    rc_assert(r, driver_fails(r, 3, 120), "Kafka's driver did not fail its writes with BADVERSION on /migration");
+    long stuck = migration_offset(r), lag = -1, applied = -1;
+    long acked1_before = lines(r, "acked-1"), ackedall_before = lines(r, "acked-all");
+    rc_assert(r, admin(r, "reassign t 0 2,0,1 \\; elect-preferred t 0") == 0, "moving t-0 to broker 2 failed");
+    /* the exposure: broker 0 acknowledges at its stale epoch while the KRaft side names broker 2 */
+    rc_assert(r, wait_lines(r, "acked-1", 300, 300), "the acks=1 producer stopped being acknowledged");
+    rc_assert(r, controller_metrics(r, &lag, &applied), "cannot read the controller's metrics over JMX");
+    long later = migration_offset(r);
+    int zk_says = zk_leader(r, "t");
+    long acked1_wedged = lines(r, "acked-1") - acked1_before, ackedall_wedged = lines(r, "acked-all") - ackedall_before;
+    fprintf(stderr, "kafka21062: wedged: /migration offset %ld then %ld, last applied %ld, ZkWriteBehindLag %ld; "
+                    "ZooKeeper names leader %d for t-0; acknowledged meanwhile: acks=1 %ld, acks=all %ld\n",
+            stuck, later, applied, lag, zk_says, acked1_wedged, ackedall_wedged);
+    print_first_failure(r);
+    rc_assert(r, later == stuck && applied > later && lag < applied - later, "no wedge: /migration %ld -> %ld, "
+              "applied %ld, lag %ld", stuck, later, applied, lag);
+    /* a controller election unwedges the driver: it reads /migration afresh and brings the brokers up to date */
+    ans = rc_rig_cmd(r, "stop controller 3000");
+    free(ans);
+    ans = rc_rig_cmd(r, "start controller 3000");
+    rc_assert(r, ans && !strncmp(ans, "ok ", 3), "restarting the controller failed: %s", ans ? ans : "");
+    free(ans);
+    rc_assert(r, wait_zk_leader(r, "t", 2, 300), "t-0's move to broker 2 never reached ZooKeeper");
+    rc_assert(r, wait_lines(r, "acked-all", 100, 300), "the acks=all producer never resumed");
+    stop_producers(r, producers);
+    long acked_all, lost_all, acked_1, lost_1;
+    count_loss(r, "without kmproxy", &acked_all, &lost_all, &acked_1, &lost_1);
+    rc_assert(r, lost_1 > 0, "no acknowledged acks=1 record was lost: KAFKA-21062 not reproduced");
     rc_rig_stop(r, false);
 }
