@@ -332,3 +332,106 @@ Test(kafka21062, leader_moved_while_wedged_loses_acknowledged_records)
     rc_assert(r, lost_1 > 0, "no acknowledged acks=1 record was lost: KAFKA-21062 not reproduced");
     rc_rig_stop(r, false);
 }
+
+/* ---- part 2: the same with kmproxy deployed as docs/runbook.md says ---- */
+
+/* kmproxy run beside the controllers (metadata.source=quorum, brokers.enabled=true, ZooKeeper direct: the
+ * fault is on the controllers' link); its pid, its log in $DIR/kmproxy-a.log. */
+static pid_t kmproxy_start(rc_rig *r)
+{
+    char config[700], log[700];
+    snprintf(config, sizeof config, "%s/kmproxy-a.properties", r->dir);
+    snprintf(log, sizeof log, "%s/kmproxy-a.log", r->dir);
+    FILE *f = fopen(config, "w");
+    cr_assert(f);
+    fprintf(f, "metadata.source=quorum\ncontroller.quorum.voters=%s\ncontroller.listener.names=CONTROLLER\n"
+               "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\nzookeeper.connect=%s\n"
+               "brokers.enabled=true\nmetrics.listen=127.0.0.1:0\n", r->voters, r->zk);
+    fclose(f);
+    pid_t parent = getpid(), pid = fork();
+    if (pid == 0) {
+        km_test_die_with_parent(parent);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(km_test_binary(), "kmproxy", "run", "--config", config, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static bool kmproxy_ready(rc_rig *r, int timeout_s)
+{
+    for (int i = 0; i < timeout_s; i++, sleep(1)) {
+        char *out = NULL;
+        rc_sh(r, &out, "grep -c 'ready: active, ZooKeeper in sync' $DIR/kmproxy-a.log");
+        bool ready = out && atoi(out) > 0;
+        free(out);
+        if (ready)
+            return true;
+    }
+    return false;
+}
+
+/* Milliseconds from the KRaft side's commit of t-0's move to broker 2 (the controller replaying the change, else
+ * KRaft broker 2 becoming leader: both from their logs, so after the commit) to ZK-mode broker 0 becoming its
+ * follower; -1 if not found.  Printed, never asserted. */
+static long learn_ms(rc_rig *r)
+{
+    char *out = NULL;
+    rc_sh(r, &out, "python3 - $DIR <<'PY'\n"
+                   "import re, sys, datetime\n"
+                   "def first(path, pats):\n"
+                   "    for line in open(path, errors='replace'):\n"
+                   "        if all(p in line for p in pats):\n"
+                   "            return datetime.datetime.strptime(line[1:24], '%%Y-%%m-%%d %%H:%%M:%%S,%%f')\n"
+                   "d = sys.argv[1]\n"
+                   "commit = first(d + '/controller-3000/server.log', ['PartitionChangeRecord', 'leader=2'])\n"
+                   "src = 'the controller replaying the PartitionChangeRecord'\n"
+                   "if not commit:\n"
+                   "    commit, src = first(d + '/broker-2/server.log', ['Leader t-0 ', 'starts at leader epoch']), "
+                   "'KRaft broker 2 becoming leader'\n"
+                   "learn = first(d + '/broker-0/server.log', ['Follower t-0 starts at leader epoch'])\n"
+                   "print(int((learn - commit).total_seconds() * 1000) if commit and learn else -1, 'ms, from', src)\n"
+                   "PY");
+    long ms = out ? atol(out) : -1;
+    fprintf(stderr, "kafka21062: with kmproxy: ZK-mode broker 0 became t-0's follower %s", out ? out : "?\n");
+    free(out);
+    return ms;
+}
+
+/* Part 2: the same mixed cluster, the same lost /migration ack on the controller's link, the same traffic and
+ * leader move, with one kmproxy instance deployed as the runbook says (it takes the KRaft leader's claim over;
+ * Kafka's driver stays fenced).  Broker 0 learns the move from kmproxy, no controller election needed; nothing
+ * acknowledged with acks=all is lost.  acks=1 records broker 0 acknowledged between the KRaft commit and its
+ * LeaderAndIsr are lost as in any acks=1 leader change: the test prints that window and the loss. */
+Test(kafka21062, kmproxy_deployed_the_leader_move_reaches_zk_brokers_and_acks_all_loses_nothing)
+{
+    rc_rig *r = start_faulty_or_skip();
+    mixed_cluster_with_t(r);
+    pid_t kmp = kmproxy_start(r);
+    rc_assert(r, kmproxy_ready(r, 300), "kmproxy never became ready");
+    pid_t producers = start_producers(r);
+    rc_assert(r, wait_lines(r, "acked-1", 100, 300) && wait_lines(r, "acked-all", 100, 300),
+              "the producers acknowledged nothing");
+    json_decref(rig_json(r, "zkfault arm"));
+    rc_assert(r, admin(r, "create-topic trigger 1 3") == 0, "creating a topic failed");
+    rc_assert(r, driver_fails(r, 3, 120), "Kafka's driver is not failing its writes (fenced or wedged)");
+    rc_assert(r, admin(r, "reassign t 0 2,0,1 \\; elect-preferred t 0") == 0, "moving t-0 to broker 2 failed");
+    rc_assert(r, wait_zk_leader(r, "t", 2, 300), "t-0's move to broker 2 never reached ZooKeeper");
+    rc_assert(r, wait_lines(r, "acked-all", 200, 300) && wait_lines(r, "acked-1", 200, 300),
+              "the producers stopped being acknowledged");
+    stop_producers(r, producers);
+    long ms = learn_ms(r);
+    json_t *st = rig_json(r, "zkfault status");
+    size_t drops = st ? json_array_size(json_object_get(st, "drops")) : 0;
+    json_decref(st);
+    fprintf(stderr, "kafka21062: with kmproxy: the fault proxy dropped %zu replies\n", drops);
+    long acked_all, lost_all, acked_1, lost_1;
+    count_loss(r, "with kmproxy", &acked_all, &lost_all, &acked_1, &lost_1);
+    kill(kmp, SIGTERM);
+    waitpid(kmp, NULL, 0);
+    rc_assert(r, acked_all > 0 && lost_all == 0, "acks=all lost %ld of %ld with kmproxy", lost_all, acked_all);
+    rc_assert(r, ms >= 0, "broker 0 never became t-0's follower (no log line)");
+    rc_rig_stop(r, false);
+}
