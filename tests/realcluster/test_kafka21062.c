@@ -285,6 +285,19 @@ static void mixed_cluster_with_t(rc_rig *r)
     rc_assert(r, led_by_0, "t-0 is not led by ZK-mode broker 0");
 }
 
+/* Both producers acknowledged, then one /migration ack lost on the controller's link (a topic created for the
+ * write) and Kafka's driver failing its writes: the fault under traffic, shared by both traffic tests. */
+static pid_t fault_under_traffic(rc_rig *r)
+{
+    pid_t producers = start_producers(r);
+    rc_assert(r, wait_lines(r, "acked-1", 100, 300) && wait_lines(r, "acked-all", 100, 300),
+              "the producers acknowledged nothing");
+    json_decref(rig_json(r, "zkfault arm"));
+    rc_assert(r, admin(r, "create-topic trigger 1 3") == 0, "creating a topic failed");
+    rc_assert(r, driver_fails(r, 3, 120), "Kafka's driver did not fail its writes with BADVERSION on /migration");
+    return producers;
+}
+
 /* The reproduction: a mixed cluster (broker 2 restarted into KRaft mode, 0 and 1 still ZK-mode), a producer
  * with acks=all and one with acks=1 on t-0 led by ZK-mode broker 0, one /migration ack lost (the driver
  * wedges), then the KRaft side moves t-0's leadership to broker 2 (a reassignment making it preferred and a
@@ -297,12 +310,7 @@ Test(kafka21062, leader_moved_while_wedged_loses_acknowledged_records)
     rc_rig *r = start_faulty_or_skip();
     mixed_cluster_with_t(r);
     char *ans;
-    pid_t producers = start_producers(r);
-    rc_assert(r, wait_lines(r, "acked-1", 100, 300) && wait_lines(r, "acked-all", 100, 300),
-              "the producers acknowledged nothing");
-    json_decref(rig_json(r, "zkfault arm"));
-    rc_assert(r, admin(r, "create-topic trigger 1 3") == 0, "creating a topic failed");
-    rc_assert(r, driver_fails(r, 3, 120), "Kafka's driver did not fail its writes with BADVERSION on /migration");
+    pid_t producers = fault_under_traffic(r);
     long stuck = migration_offset(r), lag = -1, applied = -1;
     long acked1_before = lines(r, "acked-1"), ackedall_before = lines(r, "acked-all");
     rc_assert(r, admin(r, "reassign t 0 2,0,1 \\; elect-preferred t 0") == 0, "moving t-0 to broker 2 failed");
@@ -411,12 +419,7 @@ Test(kafka21062, kmproxy_deployed_the_leader_move_reaches_zk_brokers_and_acks_al
     mixed_cluster_with_t(r);
     pid_t kmp = kmproxy_start(r);
     rc_assert(r, kmproxy_ready(r, 300), "kmproxy never became ready");
-    pid_t producers = start_producers(r);
-    rc_assert(r, wait_lines(r, "acked-1", 100, 300) && wait_lines(r, "acked-all", 100, 300),
-              "the producers acknowledged nothing");
-    json_decref(rig_json(r, "zkfault arm"));
-    rc_assert(r, admin(r, "create-topic trigger 1 3") == 0, "creating a topic failed");
-    rc_assert(r, driver_fails(r, 3, 120), "Kafka's driver is not failing its writes (fenced or wedged)");
+    pid_t producers = fault_under_traffic(r);
     rc_assert(r, admin(r, "reassign t 0 2,0,1 \\; elect-preferred t 0") == 0, "moving t-0 to broker 2 failed");
     rc_assert(r, wait_zk_leader(r, "t", 2, 300), "t-0's move to broker 2 never reached ZooKeeper");
     rc_assert(r, wait_lines(r, "acked-all", 200, 300) && wait_lines(r, "acked-1", 200, 300),
