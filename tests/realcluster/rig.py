@@ -51,6 +51,7 @@ log4j.logger.kafka.zk.migration=DEBUG
 log4j.logger.org.apache.zookeeper=WARN
 log4j.logger.kafka.request.logger=WARN
 log4j.logger.state.change.logger=INFO
+log4j.logger.org.apache.kafka.controller.ReplicationControlManager=DEBUG
 """
 
 
