@@ -382,26 +382,31 @@ static bool kmproxy_ready(rc_rig *r, int timeout_s)
     return false;
 }
 
-/* Milliseconds from the KRaft side's commit of t-0's move to broker 2 (the controller replaying the change, else
- * KRaft broker 2 becoming leader: both from their logs, so after the commit) to ZK-mode broker 0 becoming its
- * follower (negative when broker 2 applied it later than broker 0 heard); LONG_MIN if broker 0 never became its
- * follower.  Printed, never asserted. */
+/* Milliseconds from the KRaft side's commit of t-0's move to broker 2 (the controller's last replay of a change of
+ * t-0 to leader 2, else KRaft broker 2 last becoming its leader) to ZK-mode broker 0 last becoming its follower:
+ * the last lines, since t-0 may have moved between 0 and 2 while the test set it up.  LONG_MIN if a line is
+ * missing.  Printed, never asserted. */
 static long learn_ms(rc_rig *r)
 {
     char *out = NULL;
     rc_sh(r, &out, "python3 - $DIR <<'PY'\n"
                    "import re, sys, datetime\n"
-                   "def first(path, pats):\n"
+                   "def match(path, pats, last=False):\n"
+                   "    at = None\n"
                    "    for line in open(path, errors='replace'):\n"
                    "        if all(p in line for p in pats):\n"
-                   "            return datetime.datetime.strptime(line[1:24], '%%Y-%%m-%%d %%H:%%M:%%S,%%f')\n"
+                   "            at = datetime.datetime.strptime(line[1:24], '%%Y-%%m-%%d %%H:%%M:%%S,%%f')\n"
+                   "            if not last:\n"
+                   "                break\n"
+                   "    return at\n"
                    "d = sys.argv[1]\n"
-                   "commit = first(d + '/controller-3000/server.log', ['PartitionChangeRecord', 'leader=2'])\n"
+                   "commit = match(d + '/controller-3000/server.log', ['Replayed partition change', 'partitionId=0,', "
+                   "'leader=2,', 'for topic t ('], last=True)\n"
                    "src = 'the controller replaying the PartitionChangeRecord'\n"
                    "if not commit:\n"
-                   "    commit, src = first(d + '/broker-2/server.log', ['Leader t-0 ', 'starts at leader epoch']), "
+                   "    commit, src = match(d + '/broker-2/server.log', ['Leader t-0 ', 'starts at leader epoch'], True), "
                    "'KRaft broker 2 becoming leader'\n"
-                   "learn = first(d + '/broker-0/server.log', ['Follower t-0 starts at leader epoch'])\n"
+                   "learn = match(d + '/broker-0/server.log', ['Follower t-0 starts at leader epoch'], True)\n"
                    "print(int((learn - commit).total_seconds() * 1000) if commit and learn else 'never', 'ms, from', src)\n"
                    "PY");
     long ms = out && strncmp(out, "never", 5) ? atol(out) : LONG_MIN;
