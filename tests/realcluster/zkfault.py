@@ -56,47 +56,39 @@ class Link:
                 pass
             s.close()
 
-    def client_to_server(self):
+    def pump(self, src, dst, inspect):
+        """Forwards src's frames to dst; inspect(frame) of every frame after the handshake's says whether to pass
+        it (False: the link closes without it)."""
         first = True
         while not self.closed:
             try:
-                frame = read_frame(self.client)
+                frame = read_frame(src)
             except OSError:
                 frame = None
-            if frame is None:
+            if frame is None or (not first and not inspect(frame)):
                 break
-            if not first and len(frame) >= 12:
-                xid, kind = struct.unpack(">ii", frame[4:12])
-                if kind == MULTI and MIGRATION in frame[12:] and self.proxy.take_arm():
-                    self.drop_xid = xid
-                    self.proxy.note("armed multi xid %d (%d bytes) passes to ZooKeeper" % (xid, len(frame)))
             first = False
             try:
-                self.server.sendall(frame)
+                dst.sendall(frame)
             except OSError:
                 break
         self.close()
 
-    def server_to_client(self):
-        first = True
-        while not self.closed:
-            try:
-                frame = read_frame(self.server)
-            except OSError:
-                frame = None
-            if frame is None:
-                break
-            if not first and len(frame) >= 20 and self.drop_xid is not None:
-                xid, zxid, err = struct.unpack(">iqi", frame[4:20])
-                if xid == self.drop_xid:
-                    self.proxy.dropped({"xid": xid, "zxid": zxid, "err": err, "at": time.time()})
-                    break  # the reply is never forwarded; the client's connection closes below
-            first = False
-            try:
-                self.client.sendall(frame)
-            except OSError:
-                break
-        self.close()
+    def request(self, frame):
+        if len(frame) >= 12:
+            xid, kind = struct.unpack(">ii", frame[4:12])
+            if kind == MULTI and MIGRATION in frame[12:] and self.proxy.take_arm():
+                self.drop_xid = xid
+                self.proxy.note("armed multi xid %d (%d bytes) passes to ZooKeeper" % (xid, len(frame)))
+        return True
+
+    def reply(self, frame):
+        if len(frame) >= 20 and self.drop_xid is not None:
+            xid, zxid, err = struct.unpack(">iqi", frame[4:20])
+            if xid == self.drop_xid:
+                self.proxy.dropped({"xid": xid, "zxid": zxid, "err": err, "at": time.time()})
+                return False  # the reply is never forwarded; the client's connection closes
+        return True
 
 
 class ZkFaultProxy:
@@ -125,8 +117,8 @@ class ZkFaultProxy:
                 self.note("cannot reach ZooKeeper: %s" % e)
                 client.close()
                 continue
-            threading.Thread(target=link.client_to_server, daemon=True).start()
-            threading.Thread(target=link.server_to_client, daemon=True).start()
+            threading.Thread(target=link.pump, args=(client, link.server, link.request), daemon=True).start()
+            threading.Thread(target=link.pump, args=(link.server, client, link.reply), daemon=True).start()
 
     def note(self, msg):
         self.log("zkfault: " + msg)
