@@ -12,6 +12,10 @@ KRaftMigrationDriver reaches DUAL_WRITE and /migration holds the initial migrati
     start KIND ID     start it again on the same ports and data, wait until it serves
     stop KIND ID      SIGTERM and wait (a clean shutdown)
     zk PATH           the znode's data
+    kraft broker ID   restart a ZK-mode broker as a KRaft broker (process.roles=broker, same node.id, the quorum's
+                      keys, no zookeeper.connect): Kafka's "migrating brokers to KRaft" step
+    zkfault arm       (--zk-fault) drop the reply to the next multi writing /migration (zkfault.py)
+    zkfault status    (--zk-fault) the fault proxy's port and what it dropped, JSON
     rss               the processes' resident memory, KiB
     down              tear everything down (also on stdin's end: the test that started the rig is gone)
 
@@ -33,6 +37,8 @@ import threading
 import time
 import uuid
 
+import zkfault
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 JVM = ["-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
        "-XX:MaxMetaspaceSize=192m", "-Djava.awt.headless=true"]
@@ -47,6 +53,7 @@ log4j.logger.kafka.zk.migration=DEBUG
 log4j.logger.org.apache.zookeeper=WARN
 log4j.logger.kafka.request.logger=WARN
 log4j.logger.state.change.logger=INFO
+log4j.logger.org.apache.kafka.controller.ReplicationControlManager=DEBUG
 """
 
 
@@ -168,8 +175,11 @@ class ZooKeeper(Node):
 class KafkaNode(Node):
     """A broker or a controller: kafka.Kafka with its server.properties."""
 
+    def server_config(self):
+        return self.config()  # a broker restarted in KRaft mode says otherwise
+
     def command(self):
-        write(os.path.join(self.dir, "server.properties"), props(self.config()))
+        write(os.path.join(self.dir, "server.properties"), props(self.server_config()))
         write(os.path.join(self.dir, "log4j.properties"), LOG4J.format(log=self.log))
         return "kafka.Kafka", [os.path.join(self.dir, "server.properties")]
 
@@ -209,8 +219,24 @@ class Broker(KafkaNode):
             "super.users": "User:ANONYMOUS", "allow.everyone.if.no.acl.found": "true",
         }
 
+    def kraft_config(self):
+        c = self.config()
+        for key in ("broker.id", "zookeeper.connect", "zookeeper.session.timeout.ms", "inter.broker.protocol.version",
+                    "zookeeper.metadata.migration.enable"):
+            del c[key]
+        # AclAuthorizer reads ZooKeeper: a KRaft broker takes its ACLs from the metadata log
+        c.update({"process.roles": "broker", "node.id": self.nid,
+                  "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"})
+        return c
+
+    def server_config(self):
+        return self.kraft_config() if getattr(self, "kraft", False) else self.config()
+
     def wait_ready(self):
-        self.wait_log("[KafkaServer id=%d] started" % self.nid, "start")
+        if getattr(self, "kraft", False):
+            self.wait_log("Kafka Server started", "start in KRaft mode")
+        else:
+            self.wait_log("[KafkaServer id=%d] started" % self.nid, "start")
 
 
 class Controller(KafkaNode):
@@ -226,7 +252,7 @@ class Controller(KafkaNode):
             "log.dirs": os.path.join(self.dir, "metadata"),
             # KIP-866: the controllers migrate ZooKeeper's metadata and dual-write it
             "zookeeper.metadata.migration.enable": "true",
-            "zookeeper.connect": r.zk_connect(),
+            "zookeeper.connect": r.controller_zk_connect(),
             "zookeeper.session.timeout.ms": 30000,
             "num.io.threads": 2, "num.network.threads": 2, "background.threads": 2,
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -262,6 +288,7 @@ class Rig:
         self.brokers = [Broker(self, "broker", i, free_port()) for i in range(args.brokers)]
         self.controllers = [Controller(self, "controller", 3000 + i, free_port()) for i in range(args.controllers)]
         self.lock = threading.Lock()
+        self.fault = zkfault.ZkFaultProxy(self.zk.port, log) if args.zk_fault else None
 
     def compile_tools(self, cache):
         """javac of java/*.java into a classes dir named after the sources' hash: checkouts that share the cache
@@ -287,6 +314,10 @@ class Rig:
 
     def zk_connect(self):
         return "127.0.0.1:%d" % self.zk.port
+
+    def controller_zk_connect(self):
+        """The controllers' ZooKeeper: through the fault proxy under --zk-fault."""
+        return "127.0.0.1:%d" % self.fault.port if self.fault else self.zk_connect()
 
     def voters(self):
         return ",".join("%d@127.0.0.1:%d" % (c.nid, c.port) for c in self.controllers)
@@ -376,6 +407,7 @@ class Rig:
             "voters": self.voters(), "classpath": self.classpath, "tool_classes": self.tool_classes,
             "start_s": round(self.start_s, 1), "rss_kib": rss, "rss_total_kib": sum(rss.values()),
             "migration": self.migration,
+            "zk_fault_port": self.fault.port if self.fault else None,
         }
 
     def command(self, line):
@@ -386,6 +418,17 @@ class Rig:
             return "ok " + json.dumps(self.rss())
         if words[0] == "zk" and len(words) == 2:
             return "ok " + self.zk_get(words[1])
+        if words[0] == "zkfault" and self.fault and words[1:] in (["arm"], ["status"]):
+            if words[1] == "arm":
+                self.fault.arm()
+            return "ok " + json.dumps(self.fault.status())
+        if words[0] == "kraft" and len(words) == 3 and words[1] == "broker":
+            node = self.node("broker", int(words[2]))
+            node.kill(signal.SIGTERM)
+            node.kraft = True
+            node.start()
+            node.wait_ready()
+            return "ok kraft broker %d pid %d" % (node.nid, node.proc.pid)
         if words[0] in ("kill", "start", "stop") and len(words) == 3:
             node = self.node(words[1], int(words[2]))
             if words[0] == "kill":
@@ -409,6 +452,7 @@ def main():
     ap.add_argument("--dir", required=True)
     ap.add_argument("--controllers", type=int, default=1)
     ap.add_argument("--brokers", type=int, default=3)
+    ap.add_argument("--zk-fault", action="store_true", default=os.environ.get("KM_RIG_ZK_FAULT") == "1", help="the controllers reach ZooKeeper through zkfault.py")
     ap.add_argument("--cache", default=os.environ.get("KM_REALKAFKA_CACHE",
                                                       os.path.expanduser("~/.cache/kmproxy/realkafka")))
     args = ap.parse_args()

@@ -1,0 +1,447 @@
+/* test_kafka21062.c - KAFKA-21062 on real Kafka 3.9.2, without kmproxy (issue 26 part 1, docs/kafka21062.md).
+ *
+ * The active KRaft controller reaches ZooKeeper through tests/realcluster/zkfault.py (rig.py --zk-fault), which
+ * lets one multi writing /migration through to ZooKeeper, swallows its reply and closes the connection: the
+ * write landed, the ack is lost, the client reconnects within its session and retries.  Kafka's
+ * KRaftMigrationDriver keeps the zkVersion of /migration it had before the write, so every later write fails
+ * with BADVERSION and is retried for ever: /migration stands still while the metadata log moves on, the
+ * ZK-mode brokers hear nothing, and ZkWriteBehindLag reads near zero (the offset is recorded before the
+ * failing /migration write). */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "km_testsupport.h"
+#include "rc_rig.h"
+
+#define DRIVER_FAILS "Encountered ZooKeeper error during event MetadataChangeEvent"
+#define BADVERSION "BadVersion for /migration"
+#define MBEAN_LAG "kafka.controller:type=KafkaController,name=ZkWriteBehindLag"
+#define MBEAN_APPLIED "kafka.controller:type=KafkaController,name=LastAppliedRecordOffset"
+
+/* Asserts with every log's tail in the message; the logs stay on disk. */
+#define rc_assert(r, cond, ...)                                                                                   \
+    do {                                                                                                          \
+        if (!(cond)) {                                                                                            \
+            char *tails_ = rc_rig_tails((r), 40);                                                                 \
+            char msg_[2048];                                                                                      \
+            snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                             \
+            rc_rig_stop((r), true);                                                                               \
+            cr_assert_fail("%s\n%s", msg_, tails_ ? tails_ : "");                                                 \
+        }                                                                                                         \
+    } while (0)
+
+/* A rig whose controllers reach ZooKeeper through the fault proxy. */
+static rc_rig *start_faulty_or_skip(void)
+{
+    if (!rc_cache_or_skip())
+        return NULL;
+    char why[16384];
+    setenv("KM_RIG_ZK_FAULT", "1", 1);
+    rc_rig *r = rc_rig_start(1, why, sizeof why);
+    unsetenv("KM_RIG_ZK_FAULT");
+    cr_assert(r, "%s", why);
+    return r;
+}
+
+static json_t *rig_json(rc_rig *r, const char *cmd)
+{
+    char *answer = rc_rig_cmd(r, "%s", cmd);
+    json_error_t jerr;
+    json_t *j = answer && !strncmp(answer, "ok ", 3) ? json_loads(answer + 3, 0, &jerr) : NULL;
+    free(answer);
+    return j;
+}
+
+/* /migration's kraft_metadata_offset, -1 when unreadable. */
+static long migration_offset(rc_rig *r)
+{
+    json_t *mig = rig_json(r, "zk /migration");
+    long off = mig ? (long)json_integer_value(json_object_get(mig, "kraft_metadata_offset")) : -1;
+    json_decref(mig);
+    return off;
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+static int controller_pid(rc_rig *r)
+{
+    json_t *c = json_array_get(json_object_get(r->ready, "controllers"), 0);
+    return (int)json_integer_value(json_object_get(c, "pid"));
+}
+
+/* The controller's ZkWriteBehindLag and LastAppliedRecordOffset over JMX (RcJmx attaches by pid). */
+static bool controller_metrics(rc_rig *r, long *lag, long *applied)
+{
+    char *out = NULL;
+    int rc = rc_sh(r, &out, "$JAVA -cp \"$CP:$TOOLS\" RcJmx %d %s %s 2>&1", controller_pid(r), MBEAN_LAG,
+                   MBEAN_APPLIED);
+    const char *l = out ? strstr(out, MBEAN_LAG " ") : NULL, *a = out ? strstr(out, MBEAN_APPLIED " ") : NULL;
+    bool ok = rc == 0 && l && a;
+    if (ok) {
+        *lag = atol(l + strlen(MBEAN_LAG " "));
+        *applied = atol(a + strlen(MBEAN_APPLIED " "));
+    }
+    free(out);
+    return ok;
+}
+
+static int admin(rc_rig *r, const char *ops)
+{
+    char *out = NULL;
+    int rc = rc_sh(r, &out, "$JAVA -cp \"$CP:$TOOLS\" RcAdmin $BS %s 2>&1 | grep -v log4j; exit ${PIPESTATUS[0]}",
+                   ops);
+    if (rc)
+        fprintf(stderr, "kafka21062: RcAdmin %s: exit %d: %.2000s\n", ops, rc, out ? out : "");
+    free(out);
+    return rc;
+}
+
+/* The driver's log holds `times` failed writes within timeout_s. */
+static bool driver_fails(rc_rig *r, int times, int timeout_s)
+{
+    for (int i = 0; i < timeout_s * 2; i++) {
+        char *log = rc_read_log(r, "controller", r->controllers[0].id);
+        bool seen = count(log, DRIVER_FAILS) >= times && count(log, BADVERSION) >= times;
+        free(log);
+        if (seen)
+            return true;
+        usleep(500 * 1000);
+    }
+    return false;
+}
+
+/* Prints the driver's first failing write (its first three lines) to stderr: the proof in the test's output. */
+static void print_first_failure(rc_rig *r)
+{
+    char *log = rc_read_log(r, "controller", r->controllers[0].id);
+    const char *p = strstr(log, DRIVER_FAILS);
+    while (p && p > log && p[-1] != '\n')
+        p--;
+    if (p) {
+        const char *end = p;
+        for (int i = 0; i < 3 && end && *end; i++)
+            end = strchr(end, '\n') ? strchr(end, '\n') + 1 : NULL;
+        fprintf(stderr, "kafka21062: the driver's log:\n%.*s", end ? (int)(end - p) : 600, p);
+    }
+    fprintf(stderr, "kafka21062: %d failed writes logged so far\n", count(log, DRIVER_FAILS));
+    free(log);
+}
+
+TestSuite(kafka21062, .timeout = 1200);
+
+/* One lost ack on a /migration multi wedges Kafka 3.9's driver: every later dual-write fails with BADVERSION,
+ * /migration stands still while the log moves, a topic created afterwards never reaches ZooKeeper, and the
+ * controller's ZkWriteBehindLag metric reads near zero all the while. */
+Test(kafka21062, lost_migration_ack_wedges_kafkas_driver)
+{
+    rc_rig *r = start_faulty_or_skip();
+    json_t *st = rig_json(r, "zkfault arm");
+    rc_assert(r, st, "the rig has no fault proxy");
+    json_decref(st);
+    rc_assert(r, admin(r, "create-topic before-fault 1 3") == 0, "creating a topic failed");
+    size_t drops = 0;
+    for (int i = 0; i < 240 && drops == 0; i++, usleep(500 * 1000)) {
+        st = rig_json(r, "zkfault status");
+        drops = st ? json_array_size(json_object_get(st, "drops")) : 0;
+        json_decref(st);
+    }
+    rc_assert(r, drops == 1, "the fault proxy saw no multi writing /migration");
+    rc_assert(r, driver_fails(r, 3, 120), "Kafka's driver did not fail its writes with BADVERSION on /migration");
+    long stuck = migration_offset(r), lag0 = -1, applied0 = -1, lag1 = -1, applied1 = -1;
+    rc_assert(r, controller_metrics(r, &lag0, &applied0), "cannot read the controller's metrics over JMX");
+    rc_assert(r, admin(r, "create-topic after-fault 1 3") == 0, "creating a topic failed");
+    rc_assert(r, driver_fails(r, 10, 120), "the driver stopped failing");
+    rc_assert(r, controller_metrics(r, &lag1, &applied1), "cannot read the controller's metrics over JMX");
+    long later = migration_offset(r);
+    char *topic = rc_rig_cmd(r, "zk /brokers/topics/after-fault");
+    fprintf(stderr, "kafka21062: /migration offset %ld then %ld; the log's last applied offset %ld then %ld; "
+                    "ZkWriteBehindLag %ld then %ld; /brokers/topics/after-fault: %s\n",
+            stuck, later, applied0, applied1, lag0, lag1, topic ? topic : "?");
+    print_first_failure(r);
+    rc_assert(r, stuck > 0 && later == stuck, "/migration moved (%ld -> %ld): no wedge", stuck, later);
+    rc_assert(r, applied1 > applied0 && applied0 > stuck, "the metadata log did not move past /migration");
+    rc_assert(r, lag1 >= 0 && lag1 < applied1 - later,
+              "ZkWriteBehindLag %ld is not below the true lag %ld", lag1, applied1 - later);
+    rc_assert(r, topic && !strcmp(topic, "ok absent"), "the topic created after the fault reached ZooKeeper: %s",
+              topic ? topic : "?");
+    free(topic);
+    rc_rig_stop(r, false);
+}
+
+/* The partition's leader as ZooKeeper's state znode names it, -1 when unreadable. */
+static int zk_leader(rc_rig *r, const char *topic)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "zk /brokers/topics/%s/partitions/0/state", topic);
+    json_t *st = rig_json(r, cmd);
+    int leader = st ? (int)json_integer_value(json_object_get(st, "leader")) : -1;
+    json_decref(st);
+    return leader;
+}
+
+static bool wait_zk_leader(rc_rig *r, const char *topic, int leader, int timeout_s)
+{
+    for (int i = 0; i < timeout_s; i++, sleep(1))
+        if (zk_leader(r, topic) == leader)
+            return true;
+    return false;
+}
+
+static long lines(rc_rig *r, const char *file)
+{
+    char *out = NULL;
+    rc_sh(r, &out, "cat $DIR/%s 2>/dev/null | wc -l", file);
+    long n = out ? atol(out) : 0;
+    free(out);
+    return n;
+}
+
+/* Waits until `file` has grown by `more` lines (the producers are progressing); false after timeout_s. */
+static bool wait_lines(rc_rig *r, const char *file, long more, int timeout_s)
+{
+    long want = lines(r, file) + more;
+    for (int i = 0; i < timeout_s; i++, sleep(1))
+        if (lines(r, file) >= want)
+            return true;
+    return false;
+}
+
+/* Starts the two producers of the reproduction on t-0 (RcLoss: acks=all idempotent, acks=1) under one bash
+ * forked here (not rc_sh: the producers outlive the call); each ends when $DIR/stop exists. */
+static pid_t start_producers(rc_rig *r)
+{
+    setenv("CP", r->classpath, 1);
+    setenv("TOOLS", r->tools, 1);
+    setenv("BS", r->bootstrap, 1);
+    setenv("DIR", r->dir, 1);
+    setenv("JAVA", "java -Xmx128m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dlog4j.configuration=file:/dev/null", 1);
+    pid_t parent = getpid(), pid = fork();
+    if (pid == 0) {
+        km_test_die_with_parent(parent);
+        execl("/bin/bash", "bash", "-c", "for a in all 1; do timeout 1200 $JAVA -cp \"$CP:$TOOLS\" RcLoss produce $BS t 0 $a "
+              "$DIR/acked-$a $DIR/stop >$DIR/producer-$a.log 2>&1 & done; wait", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void stop_producers(rc_rig *r, pid_t producers)
+{
+    char *out = NULL;
+    rc_sh(r, &out, "touch $DIR/stop");
+    free(out);
+    waitpid(producers, NULL, 0);
+}
+
+/* "acked-ACKS acknowledged N lost M" of RcLoss check. */
+static bool loss_figures(const char *out, const char *acks, long *acked, long *lost)
+{
+    char key[64];
+    snprintf(key, sizeof key, "acked-%s acknowledged ", acks);
+    const char *p = out ? strstr(out, key) : NULL;
+    return p && sscanf(p + strlen(key), "%ld lost %ld", acked, lost) == 2;
+}
+
+/* Reads t-0 back after convergence (RcLoss check) and prints and returns what was acknowledged and lost. */
+static void count_loss(rc_rig *r, const char *what, long *acked_all, long *lost_all, long *acked_1, long *lost_1)
+{
+    char *out = NULL;
+    int rc = rc_sh(r, &out, "$JAVA -cp \"$CP:$TOOLS\" RcLoss check $BS t 0 $DIR/acked-all $DIR/acked-1 2>&1 "
+                            "| grep -v log4j; tail -n 2 $DIR/producer-*.log");
+    *acked_all = *lost_all = *acked_1 = *lost_1 = -1;
+    bool figures = loss_figures(out, "all", acked_all, lost_all) && loss_figures(out, "1", acked_1, lost_1);
+    fprintf(stderr, "kafka21062: after convergence (check exit %d):\n%s\n", rc, out ? out : "");
+    fprintf(stderr, "kafka21062: LOSS %s: acks=all acknowledged %ld lost %ld; acks=1 acknowledged %ld lost %ld\n",
+            what, *acked_all, *lost_all, *acked_1, *lost_1);
+    rc_assert(r, figures, "RcLoss check gave no figures: %s", out ? out : "");
+    free(out);
+}
+
+/* The mixed cluster of the report: broker 2 restarted into KRaft mode, 0 and 1 still ZK-mode; topic t (one
+ * partition, replicas 0,1,2) led by ZK-mode broker 0. */
+static void mixed_cluster_with_t(rc_rig *r)
+{
+    char *ans = rc_rig_cmd(r, "kraft broker 2");
+    rc_assert(r, ans && !strncmp(ans, "ok ", 3), "restarting broker 2 in KRaft mode failed: %s", ans ? ans : "");
+    free(ans);
+    rc_assert(r, admin(r, "create-topic t 1 3") == 0, "creating t failed");
+    /* its preferred replica 0, elected (retried: the new topic may not be known to the brokers yet) */
+    bool led_by_0 = wait_zk_leader(r, "t", 0, 30);
+    for (int i = 0; i < 10 && !led_by_0; i++, sleep(2))
+        led_by_0 = admin(r, "reassign t 0 0,1,2 \\; elect-preferred t 0") == 0 && wait_zk_leader(r, "t", 0, 60);
+    rc_assert(r, led_by_0, "t-0 is not led by ZK-mode broker 0");
+}
+
+/* Both producers acknowledged, then one /migration ack lost on the controller's link (a topic created for the
+ * write) and Kafka's driver failing its writes: the fault under traffic, shared by both traffic tests. */
+static pid_t fault_under_traffic(rc_rig *r)
+{
+    pid_t producers = start_producers(r);
+    rc_assert(r, wait_lines(r, "acked-1", 100, 300) && wait_lines(r, "acked-all", 100, 300),
+              "the producers acknowledged nothing");
+    json_decref(rig_json(r, "zkfault arm"));
+    rc_assert(r, admin(r, "create-topic trigger 1 3") == 0, "creating a topic failed");
+    rc_assert(r, driver_fails(r, 3, 120), "Kafka's driver did not fail its writes with BADVERSION on /migration");
+    return producers;
+}
+
+/* The reproduction: a mixed cluster (broker 2 restarted into KRaft mode, 0 and 1 still ZK-mode), a producer
+ * with acks=all and one with acks=1 on t-0 led by ZK-mode broker 0, one /migration ack lost (the driver
+ * wedges), then the KRaft side moves t-0's leadership to broker 2 (a reassignment making it preferred and a
+ * preferred election).  Broker 2 learns it from the log; broker 0 hears nothing and keeps acknowledging at its
+ * stale epoch.  A controller election (the controller restarted) unwedges the driver; broker 0 learns the truth
+ * and truncates.  The test asserts the wedge and that acknowledged acks=1 records are lost, and prints the
+ * figures (docs/kafka21062.md records them per run). */
+Test(kafka21062, leader_moved_while_wedged_loses_acknowledged_records)
+{
+    rc_rig *r = start_faulty_or_skip();
+    mixed_cluster_with_t(r);
+    char *ans;
+    pid_t producers = fault_under_traffic(r);
+    long stuck = migration_offset(r), lag = -1, applied = -1;
+    long acked1_before = lines(r, "acked-1"), ackedall_before = lines(r, "acked-all");
+    rc_assert(r, admin(r, "reassign t 0 2,0,1 \\; elect-preferred t 0") == 0, "moving t-0 to broker 2 failed");
+    /* the exposure: broker 0 acknowledges at its stale epoch while the KRaft side names broker 2 */
+    rc_assert(r, wait_lines(r, "acked-1", 300, 300), "the acks=1 producer stopped being acknowledged");
+    rc_assert(r, controller_metrics(r, &lag, &applied), "cannot read the controller's metrics over JMX");
+    long later = migration_offset(r);
+    int zk_says = zk_leader(r, "t");
+    long acked1_wedged = lines(r, "acked-1") - acked1_before, ackedall_wedged = lines(r, "acked-all") - ackedall_before;
+    fprintf(stderr, "kafka21062: wedged: /migration offset %ld then %ld, last applied %ld, ZkWriteBehindLag %ld; "
+                    "ZooKeeper names leader %d for t-0; acknowledged meanwhile: acks=1 %ld, acks=all %ld\n",
+            stuck, later, applied, lag, zk_says, acked1_wedged, ackedall_wedged);
+    print_first_failure(r);
+    rc_assert(r, later == stuck && applied > later && lag < applied - later, "no wedge: /migration %ld -> %ld, "
+              "applied %ld, lag %ld", stuck, later, applied, lag);
+    /* a controller election unwedges the driver: it reads /migration afresh and brings the brokers up to date */
+    ans = rc_rig_cmd(r, "stop controller 3000");
+    free(ans);
+    ans = rc_rig_cmd(r, "start controller 3000");
+    rc_assert(r, ans && !strncmp(ans, "ok ", 3), "restarting the controller failed: %s", ans ? ans : "");
+    free(ans);
+    rc_assert(r, wait_zk_leader(r, "t", 2, 300), "t-0's move to broker 2 never reached ZooKeeper");
+    rc_assert(r, wait_lines(r, "acked-all", 100, 300), "the acks=all producer never resumed");
+    stop_producers(r, producers);
+    long acked_all, lost_all, acked_1, lost_1;
+    count_loss(r, "without kmproxy", &acked_all, &lost_all, &acked_1, &lost_1);
+    rc_assert(r, lost_1 > 0, "no acknowledged acks=1 record was lost: KAFKA-21062 not reproduced");
+    rc_rig_stop(r, false);
+}
+
+/* ---- part 2: the same with kmproxy deployed as docs/runbook.md says ---- */
+
+/* kmproxy run beside the controllers (metadata.source=quorum, brokers.enabled=true, ZooKeeper direct: the
+ * fault is on the controllers' link); its pid, its log in $DIR/kmproxy-a.log. */
+static pid_t kmproxy_start(rc_rig *r)
+{
+    char config[700], log[700];
+    snprintf(config, sizeof config, "%s/kmproxy-a.properties", r->dir);
+    snprintf(log, sizeof log, "%s/kmproxy-a.log", r->dir);
+    FILE *f = fopen(config, "w");
+    cr_assert(f);
+    fprintf(f, "metadata.source=quorum\ncontroller.quorum.voters=%s\ncontroller.listener.names=CONTROLLER\n"
+               "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\nzookeeper.connect=%s\n"
+               "brokers.enabled=true\nmetrics.listen=127.0.0.1:0\n", r->voters, r->zk);
+    fclose(f);
+    pid_t parent = getpid(), pid = fork();
+    if (pid == 0) {
+        km_test_die_with_parent(parent);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(km_test_binary(), "kmproxy", "run", "--config", config, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static bool kmproxy_ready(rc_rig *r, int timeout_s)
+{
+    for (int i = 0; i < timeout_s; i++, sleep(1)) {
+        char *out = NULL;
+        rc_sh(r, &out, "grep -c 'ready: active, ZooKeeper in sync' $DIR/kmproxy-a.log");
+        bool ready = out && atoi(out) > 0;
+        free(out);
+        if (ready)
+            return true;
+    }
+    return false;
+}
+
+/* Milliseconds from the KRaft side's commit of t-0's move to broker 2 (the controller's last replay of a change of
+ * t-0 to leader 2, else KRaft broker 2 last becoming its leader) to ZK-mode broker 0 last becoming its follower:
+ * the last lines, since t-0 may have moved between 0 and 2 while the test set it up.  LONG_MIN if a line is
+ * missing.  Printed, never asserted. */
+static long learn_ms(rc_rig *r)
+{
+    char *out = NULL;
+    rc_sh(r, &out, "python3 - $DIR <<'PY'\n"
+                   "import re, sys, datetime\n"
+                   "def match(path, pats, last=False):\n"
+                   "    at = None\n"
+                   "    for line in open(path, errors='replace'):\n"
+                   "        if all(p in line for p in pats):\n"
+                   "            at = datetime.datetime.strptime(line[1:24], '%%Y-%%m-%%d %%H:%%M:%%S,%%f')\n"
+                   "            if not last:\n"
+                   "                break\n"
+                   "    return at\n"
+                   "d = sys.argv[1]\n"
+                   "commit = match(d + '/controller-3000/server.log', ['Replayed partition change', 'partitionId=0,', "
+                   "'leader=2,', 'for topic t ('], last=True)\n"
+                   "src = 'the controller replaying the PartitionChangeRecord'\n"
+                   "if not commit:\n"
+                   "    commit, src = match(d + '/broker-2/server.log', ['Leader t-0 ', 'starts at leader epoch'], True), "
+                   "'KRaft broker 2 becoming leader'\n"
+                   "learn = match(d + '/broker-0/server.log', ['Follower t-0 starts at leader epoch'], True)\n"
+                   "print(int((learn - commit).total_seconds() * 1000) if commit and learn else 'never', 'ms, from', src)\n"
+                   "PY");
+    long ms = out && strncmp(out, "never", 5) ? atol(out) : LONG_MIN;
+    fprintf(stderr, "kafka21062: with kmproxy: ZK-mode broker 0 became t-0's follower %s", out ? out : "?\n");
+    free(out);
+    return ms;
+}
+
+/* Part 2: the same mixed cluster, the same lost /migration ack on the controller's link, the same traffic and
+ * leader move, with one kmproxy instance deployed as the runbook says (it takes the KRaft leader's claim over;
+ * Kafka's driver stays fenced).  Broker 0 learns the move from kmproxy, no controller election needed; nothing
+ * acknowledged with acks=all is lost.  acks=1 records broker 0 acknowledged between the KRaft commit and its
+ * LeaderAndIsr are lost as in any acks=1 leader change: the test prints that window and the loss. */
+Test(kafka21062, kmproxy_deployed_the_leader_move_reaches_zk_brokers_and_acks_all_loses_nothing)
+{
+    rc_rig *r = start_faulty_or_skip();
+    mixed_cluster_with_t(r);
+    pid_t kmp = kmproxy_start(r);
+    rc_assert(r, kmproxy_ready(r, 300), "kmproxy never became ready");
+    pid_t producers = fault_under_traffic(r);
+    rc_assert(r, admin(r, "reassign t 0 2,0,1 \\; elect-preferred t 0") == 0, "moving t-0 to broker 2 failed");
+    rc_assert(r, wait_zk_leader(r, "t", 2, 300), "t-0's move to broker 2 never reached ZooKeeper");
+    rc_assert(r, wait_lines(r, "acked-all", 200, 300) && wait_lines(r, "acked-1", 200, 300),
+              "the producers stopped being acknowledged");
+    stop_producers(r, producers);
+    long ms = learn_ms(r);
+    json_t *st = rig_json(r, "zkfault status");
+    size_t drops = st ? json_array_size(json_object_get(st, "drops")) : 0;
+    json_decref(st);
+    fprintf(stderr, "kafka21062: with kmproxy: the fault proxy dropped %zu replies\n", drops);
+    long acked_all, lost_all, acked_1, lost_1;
+    count_loss(r, "with kmproxy", &acked_all, &lost_all, &acked_1, &lost_1);
+    kill(kmp, SIGTERM);
+    waitpid(kmp, NULL, 0);
+    rc_assert(r, acked_all > 0 && lost_all == 0, "acks=all lost %ld of %ld with kmproxy", lost_all, acked_all);
+    rc_assert(r, ms != LONG_MIN, "broker 0 never became t-0's follower (no log line)");
+    rc_rig_stop(r, false);
+}
