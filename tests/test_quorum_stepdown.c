@@ -51,14 +51,10 @@ static void srig_start(srig *r)
     snprintf(r->via_proxy, sizeof r->via_proxy, "%s/kafka", km_fp_hosts(r->fp));
     snprintf(r->direct, sizeof r->direct, "%s/kafka", km_zks_hosts(r->zks, 0));
     r->tmp = km_test_tmpdir("qstepdown");
-    char gendir[600], seg[700];
-    snprintf(gendir, sizeof gendir, "%s/gen", r->tmp);
     km_gen_opts g = {.brokers = 3, .topics = 2, .partitions = 2, .zk_migration = true, .seed = 27};
-    km_err e = {{0}};
-    cr_assert_geq(km_gen_write(gendir, &g, NULL, &e), 0, "%s", e.msg);
-    snprintf(seg, sizeof seg, "%s/00000000000000000000.log", gendir);
     size_t len;
-    uint8_t *log = tq_read_file(seg, &len);
+    uint8_t *log = tq_gen_log(r->tmp, &g, &len);
+    km_err e = {{0}};
     r->loop = ev_loop_new(0);
     tq_make_sims(r->loop, 1, NULL, &r->sim, NULL, 0);
     cr_assert_eq(km_rsim_append(r->sim, log, len, &e), 0, "%s", e.msg);
