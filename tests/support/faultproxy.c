@@ -420,8 +420,10 @@ static void release_if_asked(km_fp *fp)
         size_t upto = held_upto(&fp->held, fp->release_keep);
         if (c && c->cfd >= 0 && upto)
             (void)send_all(c->cfd, fp->held.p, upto);
-        memmove(fp->held.p, fp->held.p + upto, fp->held.len - upto);
-        fp->held.len -= upto;
+        if (upto) {
+            memmove(fp->held.p, fp->held.p + upto, fp->held.len - upto);
+            fp->held.len -= upto;
+        }
         if (!fp->release_keep)
             fp->hold_conn = fp->hold_unanswered = -1;
         fp->release_requested = false;
