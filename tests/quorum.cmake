@@ -33,3 +33,7 @@ target_link_libraries(test_quorum_real PRIVATE km_raftsim km_quorum)
 km_add_test(test_quorum_health SOURCES ${KM_QUORUM_TESTS}/test_quorum_health.c ${KM_QUORUM_TESTS}/test_quorum_util.c
             TIMEOUT 300)
 target_link_libraries(test_quorum_health PRIVATE km_raftsim km_quorum)
+# HA: a delta read in the loop turn that fences the writer, before the step-down runs (issue 27 item 1).
+km_add_test(test_quorum_stepdown SOURCES ${KM_QUORUM_TESTS}/test_quorum_stepdown.c ${KM_QUORUM_TESTS}/test_quorum_util.c
+            TIMEOUT 300)
+target_link_libraries(test_quorum_stepdown PRIVATE km_raftsim km_quorum)

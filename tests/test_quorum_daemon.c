@@ -50,13 +50,9 @@ static void drig_start_with(drig *r, const km_rsim_config *base)
     cr_assert(r->zks, "ZooKeeper: %s", err);
     snprintf(r->hosts, sizeof r->hosts, "%s/kafka", km_zks_hosts(r->zks, -1));
     r->tmp = km_test_tmpdir("qdaemon");
-    char gendir[600], seg[700];
-    snprintf(gendir, sizeof gendir, "%s/gen", r->tmp);
     km_gen_opts g = {.brokers = 3, .topics = 4, .partitions = 3, .zk_migration = true, .seed = 11};
+    r->gen = tq_gen_log(r->tmp, &g, &r->gen_len);
     km_err e = {{0}};
-    cr_assert_geq(km_gen_write(gendir, &g, NULL, &e), 0, "%s", e.msg);
-    snprintf(seg, sizeof seg, "%s/00000000000000000000.log", gendir);
-    r->gen = tq_read_file(seg, &r->gen_len);
     r->loop = ev_loop_new(0);
     tq_make_sims(r->loop, 2, base, r->sims, NULL, 0);
     for (int i = 0; i < 2; i++)

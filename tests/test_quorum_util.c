@@ -253,6 +253,16 @@ void tq_assert_same_image(const km_image *a, const km_image *b, const char *what
     json_decref(jb);
 }
 
+uint8_t *tq_gen_log(const char *tmp, const km_gen_opts *g, size_t *len)
+{
+    char gendir[600], seg[700];
+    snprintf(gendir, sizeof gendir, "%s/gen", tmp);
+    km_err e = {{0}};
+    cr_assert_geq(km_gen_write(gendir, g, NULL, &e), 0, "%s", e.msg);
+    snprintf(seg, sizeof seg, "%s/00000000000000000000.log", gendir);
+    return tq_read_file(seg, len);
+}
+
 uint8_t *tq_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

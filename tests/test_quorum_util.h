@@ -56,6 +56,8 @@ km_image *tq_image_of(const uint8_t *snap, size_t snap_len, int64_t snap_end, in
 uint8_t *tq_snapshot_of(const uint8_t *log, size_t len, size_t *out_len);
 /* A whole file's bytes (malloc'd; asserts it reads). */
 uint8_t *tq_read_file(const char *path, size_t *len);
+/* `kmproxy metadata gen` with g into <tmp>/gen: its segment's bytes (malloc'd; asserts it works). */
+uint8_t *tq_gen_log(const char *tmp, const km_gen_opts *g, size_t *len);
 /* Asserts the two images' JSON are equal (what names the case). */
 void tq_assert_same_image(const km_image *a, const km_image *b, const char *what);
 

@@ -163,6 +163,7 @@ typedef struct km_rsim_stats {
     uint64_t sasl_expired;       /* requests after a session expired (the connection closed; also rejected) */
     char last_rejection[256];
     int64_t last_fetch_offset;   /* of the last valid Fetch */
+    uint64_t parked;             /* Fetches waiting in the purgatory now */
 } km_rsim_stats;
 void km_rsim_get_stats(const km_rsim *s, km_rsim_stats *out);
 /* Changes a SASL user's password: later logins and re-authentications need the new one. */

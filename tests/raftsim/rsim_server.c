@@ -352,7 +352,13 @@ int32_t km_rsim_epoch(const km_rsim *s) { return s->epoch; }
 int64_t km_rsim_high_watermark(const km_rsim *s) { return rsim_hw(s); }
 int64_t km_rsim_log_end(const km_rsim *s) { return s->log_end; }
 int64_t km_rsim_log_start(const km_rsim *s) { return s->log_start; }
-void km_rsim_get_stats(const km_rsim *s, km_rsim_stats *out) { *out = s->st; }
+void km_rsim_get_stats(const km_rsim *s, km_rsim_stats *out)
+{
+    *out = s->st;
+    out->parked = 0;
+    for (const rsim_conn *rc = s->conns; rc; rc = rc->next)
+        out->parked += rc->parked;
+}
 void km_rsim_corrupt_snapshot_chunks(km_rsim *s, int n) { s->corrupt_chunks = n; }
 
 int km_rsim_set_voters(km_rsim *s, const km_rsim_voter *v, int n, km_err *err)

@@ -63,14 +63,10 @@ static void grig_start(grig *r, const km_rsim_config *base)
     snprintf(r->hosts, sizeof r->hosts, "%s/kafka", km_zks_hosts(r->zks, -1));
     seed_other_cluster(r);
     r->tmp = km_test_tmpdir("clusterguard");
-    char gendir[600], seg[700];
-    snprintf(gendir, sizeof gendir, "%s/gen", r->tmp);
     km_gen_opts g = {.brokers = 3, .topics = 2, .partitions = 1, .zk_migration = true, .seed = 5};
-    km_err e = {{0}};
-    cr_assert_geq(km_gen_write(gendir, &g, NULL, &e), 0, "%s", e.msg);
-    snprintf(seg, sizeof seg, "%s/00000000000000000000.log", gendir);
     size_t len;
-    uint8_t *log = tq_read_file(seg, &len);
+    uint8_t *log = tq_gen_log(r->tmp, &g, &len);
+    km_err e = {{0}};
     r->loop = ev_loop_new(0);
     tq_make_sims(r->loop, 2, base, r->sims, NULL, 0);
     for (int i = 0; i < 2; i++) {

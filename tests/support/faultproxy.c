@@ -18,6 +18,7 @@
 #define FP_MAX_FRAME (64 * 1024 * 1024)
 #define OP_CREATE 1
 #define OP_DELETE 2
+#define OP_GETDATA 4
 #define OP_SETDATA 5
 #define OP_CHECK 13
 #define OP_MULTI 14
@@ -52,6 +53,13 @@ struct km_fp {
     char hosts[64];
     km_fp_req log[KM_FP_LOG_MAX];
     int log_n, log_at;
+    /* KM_FP_HOLD_REPLIES: the connection held (-1 none), its requests not answered by a held frame yet */
+    int hold_conn, hold_unanswered, hold_client_port;
+    int32_t hold_xids[64];           /* ... by xid (pings and watch events left out) */
+    fp_buf held;
+    bool release_requested;
+    int release_keep;                /* frames left held by that release (the last ones) */
+    pthread_cond_t released;
 };
 
 static uint32_t be32(const unsigned char *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
@@ -149,6 +157,12 @@ static bool request_matches(km_fp *fp, int32_t type, const unsigned char *body, 
         const unsigned char *p = rd_bytes(&r, &plen);
         return type == OP_SETDATA && path_is(p, plen, fp->path);
     }
+    if (fp->match == KM_FP_GETDATA_PATH) {
+        rd r = {body, len, false};
+        int32_t plen;
+        const unsigned char *p = rd_bytes(&r, &plen);
+        return type == OP_GETDATA && path_is(p, plen, fp->path);
+    }
     if (type != OP_MULTI)
         return false;
     int w = multi_writes_path(body, len, fp->path);
@@ -213,6 +227,17 @@ int km_fp_log(km_fp *fp, km_fp_req *out, int max)
     return n;
 }
 
+static void start_hold(km_fp *fp, fp_conn *c, const unsigned char *frame)
+{
+    struct sockaddr_in a;
+    socklen_t alen = sizeof a;
+    fp->hold_conn = (int)(c - fp->conns);
+    fp->hold_unanswered = 1;
+    fp->hold_xids[0] = (int32_t)be32(frame);
+    fp->hold_client_port = getpeername(c->cfd, (struct sockaddr *)&a, &alen) ? -1 : ntohs(a.sin_port);
+    fp->held.len = 0;
+}
+
 /* Decides one complete client frame: 0 forward, 1 cut the connection without forwarding, 2 drop
  * the frame and carry on (KM_FP_SWALLOW). */
 static int on_client_frame(km_fp *fp, fp_conn *c, const unsigned char *frame, size_t len)
@@ -230,12 +255,17 @@ static int on_client_frame(km_fp *fp, fp_conn *c, const unsigned char *frame, si
         log_request(fp, type, frame + 8, len - 8);
     if (type == OP_MULTI)
         fp->multis++;
+    if (fp->hold_conn == (int)(c - fp->conns) && xid >= 0 && fp->hold_unanswered < 64)
+        fp->hold_xids[fp->hold_unanswered++] = xid;
     if (fp->armed && request_matches(fp, type, frame + 8, len - 8) && (fp->swallowing || fp->skip-- == 0)) {
         fp->armed = fp->action == KM_FP_SWALLOW; /* the others fire once */
         if (fp->action == KM_FP_SWALLOW) {
             fp->swallowing = true;
             fp->fired++;
             verdict = 2;
+        } else if (fp->action == KM_FP_HOLD_REPLIES) {
+            fp->fired++;
+            start_hold(fp, c, frame);
         } else if (fp->action == KM_FP_DROP_REQUEST) {
             fp->fired++;
             verdict = 1;
@@ -247,13 +277,49 @@ static int on_client_frame(km_fp *fp, fp_conn *c, const unsigned char *frame, si
     return verdict;
 }
 
-/* 0 forward, 1 cut (the reply we were told to lose). */
+/* Keeps a whole server frame (length prefix included) for km_fp_release_held. */
+static int hold_frame(km_fp *fp, const unsigned char *frame, size_t len)
+{
+    pthread_mutex_lock(&fp->mu);
+    fp_buf *h = &fp->held;
+    int rc = 0;
+    if (h->cap - h->len < len) {
+        size_t cap = h->len + len + 65536;
+        unsigned char *grown = realloc(h->p, cap);
+        if (grown) {
+            h->p = grown;
+            h->cap = cap;
+        } else {
+            rc = -1;
+        }
+    }
+    if (!rc) {
+        memcpy(h->p + h->len, frame - 4, len);
+        h->len += len;
+        for (int i = 0; len >= 8 && i < fp->hold_unanswered; i++)
+            if (fp->hold_xids[i] == (int32_t)be32(frame)) { /* answered: the last one takes its place */
+                fp->hold_xids[i] = fp->hold_xids[--fp->hold_unanswered];
+                break;
+            }
+    }
+    pthread_mutex_unlock(&fp->mu);
+    return rc;
+}
+
+/* 0 forward, 1 cut (the reply we were told to lose), 2 held. */
 static int on_server_frame(km_fp *fp, fp_conn *c, const unsigned char *frame, size_t len)
 {
     if (!c->s_hello_done) {
         c->s_hello_done = true;
         return 0;
     }
+    pthread_mutex_lock(&fp->mu);
+    bool held = fp->hold_conn == (int)(c - fp->conns);
+    pthread_mutex_unlock(&fp->mu);
+    if (held && len >= 4 && (int32_t)be32(frame) == -2)
+        return 0; /* a ping's answer: the client takes it out of turn, and a held one would cost the connection */
+    if (held)
+        return hold_frame(fp, frame, 4 + len) ? 1 : 2;
     if (len < 4 || c->drop_xid < 0 || (int32_t)be32(frame) != (int32_t)c->drop_xid)
         return 0;
     pthread_mutex_lock(&fp->mu);
@@ -336,6 +402,36 @@ static void accept_one(km_fp *fp)
     slot->sfd = sfd;
 }
 
+/* Where the held frames but the last `keep` end. */
+static size_t held_upto(const fp_buf *h, int keep)
+{
+    size_t ends[256], n = 0;
+    for (size_t at = 0; at + 4 <= h->len && n < 256; at += 4 + be32(h->p + at))
+        ends[n++] = at + 4 + be32(h->p + at);
+    return (size_t)keep >= n ? 0 : (size_t)keep == 0 ? h->len : ends[n - 1 - (size_t)keep];
+}
+
+/* Before any frame read now: the held ones reach the client first, in their order. */
+static void release_if_asked(km_fp *fp)
+{
+    pthread_mutex_lock(&fp->mu);
+    if (fp->release_requested) {
+        fp_conn *c = fp->hold_conn >= 0 ? &fp->conns[fp->hold_conn] : NULL;
+        size_t upto = held_upto(&fp->held, fp->release_keep);
+        if (c && c->cfd >= 0 && upto)
+            (void)send_all(c->cfd, fp->held.p, upto);
+        if (upto) {
+            memmove(fp->held.p, fp->held.p + upto, fp->held.len - upto);
+            fp->held.len -= upto;
+        }
+        if (!fp->release_keep)
+            fp->hold_conn = fp->hold_unanswered = -1;
+        fp->release_requested = false;
+        pthread_cond_broadcast(&fp->released);
+    }
+    pthread_mutex_unlock(&fp->mu);
+}
+
 static void *run(void *arg)
 {
     km_fp *fp = arg;
@@ -363,6 +459,7 @@ static void *run(void *arg)
         }
         if (stop)
             break;
+        release_if_asked(fp);
         for (int i = 0; i < FP_MAX_CONNS; i++) {
             fp_conn *c = &fp->conns[i];
             if (c->cfd < 0)
@@ -405,6 +502,8 @@ km_fp *km_fp_start(int upstream_port, char *err, size_t errlen)
         fp->conns[i].drop_xid = -1;
     }
     pthread_mutex_init(&fp->mu, NULL);
+    pthread_cond_init(&fp->released, NULL);
+    fp->hold_conn = fp->hold_unanswered = fp->hold_client_port = -1;
     fp->lfd = listen_loopback(&fp->port);
     if (fp->lfd < 0 || pipe(fp->wake) || pthread_create(&fp->thread, NULL, run, fp)) {
         snprintf(err, errlen, "faultproxy: cannot listen or start its thread: %s", strerror(errno));
@@ -431,6 +530,8 @@ void km_fp_stop(km_fp *fp)
     close(fp->wake[0]);
     close(fp->wake[1]);
     pthread_mutex_destroy(&fp->mu);
+    pthread_cond_destroy(&fp->released);
+    free(fp->held.p);
     free(fp);
 }
 
@@ -488,4 +589,20 @@ void km_fp_pause(km_fp *fp, bool paused)
     fp->paused = paused;
     pthread_mutex_unlock(&fp->mu);
     wake(fp);
+}
+
+int km_fp_hold_unanswered(km_fp *fp) { return read_counter(fp, &fp->hold_unanswered); }
+int km_fp_hold_client_port(km_fp *fp) { return read_counter(fp, &fp->hold_client_port); }
+
+void km_fp_release_held(km_fp *fp, int keep)
+{
+    pthread_mutex_lock(&fp->mu);
+    fp->release_requested = true;
+    fp->release_keep = keep;
+    pthread_mutex_unlock(&fp->mu);
+    wake(fp);
+    pthread_mutex_lock(&fp->mu);
+    while (fp->release_requested)
+        pthread_cond_wait(&fp->released, &fp->mu);
+    pthread_mutex_unlock(&fp->mu);
 }

@@ -15,6 +15,7 @@ typedef enum km_fp_match {
     KM_FP_MULTI_DATA,       /* a multi that does not write the watched path */
     KM_FP_MULTI_ANY,        /* any multi */
     KM_FP_SETDATA_PATH,     /* a plain setData (opcode 5) on the watched path */
+    KM_FP_GETDATA_PATH,     /* a getData (opcode 4) of the watched path */
 } km_fp_match;
 
 typedef enum km_fp_action {
@@ -23,6 +24,9 @@ typedef enum km_fp_action {
     KM_FP_SWALLOW,      /* from the (skip+1)-th on, every matching request is neither forwarded nor
                          * answered while the connection (and its pings) stays up: a server that
                          * stopped applying writes. km_fp_disarm ends it (cut then, to recover). */
+    KM_FP_HOLD_REPLIES, /* forward the request; from then on every frame the server sends on that connection
+                         * but ping answers is held (nothing is cut) until km_fp_release_held: the client gets
+                         * its answers exactly when the test says */
 } km_fp_action;
 
 /* Listens on 127.0.0.1 (free port) and forwards every connection to 127.0.0.1:upstream_port. */
@@ -54,5 +58,13 @@ void km_fp_refuse(km_fp *fp, bool refuse);
 /* While paused nothing moves either way and nothing is closed: a network that silently drops every
  * packet (no reset, no FIN). New connections wait in the listen backlog. Traffic flows again after. */
 void km_fp_pause(km_fp *fp, bool paused);
+/* KM_FP_HOLD_REPLIES: requests (pings left out) forwarded on the held connection since the hold began
+ * that no held frame answers yet (-1: no hold now), and the client's own port of that connection. */
+int km_fp_hold_unanswered(km_fp *fp);
+int km_fp_hold_client_port(km_fp *fp);
+/* Sends the held frames but the last `keep` to the client, in order, and ends the hold unless some are
+ * kept; returns once they were sent. (The ZooKeeper C client reads one frame per wake-up: releasing one
+ * at a time says which loop turn handles which answer.) */
+void km_fp_release_held(km_fp *fp, int keep);
 
 #endif
