@@ -3,6 +3,9 @@
 # tests/realcluster/fetch-kafka (Maven, tests/realcluster/pom.xml) into a cache and run by tests/realcluster/rig.py.
 # Skips saying why without Java, Maven or python3; fails instead under CI or KM_REQUIRE_REALKAFKA=1.
 # One worker: each test starts its own cluster of JVMs, and two at once on a 2-core machine only slow both.
+if(NOT KM_REALCLUSTER_TESTS)
+  return()  # tests/CMakeLists.txt: the plain build runs them
+endif()
 set(KM_RC_DIR ${CMAKE_CURRENT_LIST_DIR}/realcluster)
 km_add_test(test_realcluster SOURCES ${KM_RC_DIR}/test_realcluster.c ${KM_RC_DIR}/rc_rig.c TIMEOUT 2400 JOBS 1)
 target_include_directories(test_realcluster PRIVATE ${KM_RC_DIR})
