@@ -309,3 +309,26 @@ char *rc_read_log(const rc_rig *r, const char *kind, int id)
     close(fd);
     return s ? s : strdup("");
 }
+
+pid_t rc_kmproxy_run(const rc_rig *r, const char *name, const char *extra, char *log, size_t cap)
+{
+    char config[700];
+    snprintf(config, sizeof config, "%s/%s.properties", r->dir, name);
+    snprintf(log, cap, "%s/%s.log", r->dir, name);
+    FILE *f = fopen(config, "w");
+    cr_assert(f, "%s: %s", config, strerror(errno));
+    fprintf(f, "metadata.source=quorum\ncontroller.quorum.voters=%s\ncontroller.listener.names=CONTROLLER\n"
+               "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\nzookeeper.connect=%s\n"
+               "brokers.enabled=true\nmetrics.listen=127.0.0.1:0\n%s", r->voters, r->zk, extra ? extra : "");
+    fclose(f);
+    pid_t parent = getpid(), pid = fork();
+    if (pid == 0) {
+        km_test_die_with_parent(parent);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(km_test_binary(), "kmproxy", "run", "--config", config, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}

@@ -56,4 +56,20 @@ int rc_sh(const rc_rig *r, char **out, const char *fmt, ...) __attribute__((form
 /* A node's server.log as a string (malloc'd); "" when absent. */
 char *rc_read_log(const rc_rig *r, const char *kind, int id);
 
+/* Asserts with every log's tail in the message; the rig stops and its logs stay on disk. */
+#define rc_assert(r, cond, ...)                                                                                   \
+    do {                                                                                                          \
+        if (!(cond)) {                                                                                            \
+            char *tails_ = rc_rig_tails((r), 40);                                                                 \
+            char msg_[8192];                                                                                      \
+            snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                             \
+            rc_rig_stop((r), true);                                                                               \
+            cr_assert_fail("%s\n%s", msg_, tails_ ? tails_ : "");                                                 \
+        }                                                                                                         \
+    } while (0)
+
+/* `kmproxy run` beside the controllers as docs/runbook.md deploys it (metadata.source=quorum, brokers.enabled=true),
+ * with EXTRA property lines appended; config DIR/NAME.properties, its output in LOG (DIR/NAME.log). Its pid. */
+pid_t rc_kmproxy_run(const rc_rig *r, const char *name, const char *extra, char *log, size_t cap);
+
 #endif

@@ -26,17 +26,6 @@
 #define MBEAN_LAG "kafka.controller:type=KafkaController,name=ZkWriteBehindLag"
 #define MBEAN_APPLIED "kafka.controller:type=KafkaController,name=LastAppliedRecordOffset"
 
-/* Asserts with every log's tail in the message; the logs stay on disk. */
-#define rc_assert(r, cond, ...)                                                                                   \
-    do {                                                                                                          \
-        if (!(cond)) {                                                                                            \
-            char *tails_ = rc_rig_tails((r), 40);                                                                 \
-            char msg_[2048];                                                                                      \
-            snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                             \
-            rc_rig_stop((r), true);                                                                               \
-            cr_assert_fail("%s\n%s", msg_, tails_ ? tails_ : "");                                                 \
-        }                                                                                                         \
-    } while (0)
 
 /* A rig whose controllers reach ZooKeeper through the fault proxy. */
 static rc_rig *start_faulty_or_skip(void)
@@ -348,25 +337,8 @@ Test(kafka21062, leader_moved_while_wedged_loses_acknowledged_records)
  * fault is on the controllers' link); its pid, its log in $DIR/kmproxy-a.log. */
 static pid_t kmproxy_start(rc_rig *r)
 {
-    char config[700], log[700];
-    snprintf(config, sizeof config, "%s/kmproxy-a.properties", r->dir);
-    snprintf(log, sizeof log, "%s/kmproxy-a.log", r->dir);
-    FILE *f = fopen(config, "w");
-    cr_assert(f);
-    fprintf(f, "metadata.source=quorum\ncontroller.quorum.voters=%s\ncontroller.listener.names=CONTROLLER\n"
-               "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\nzookeeper.connect=%s\n"
-               "brokers.enabled=true\nmetrics.listen=127.0.0.1:0\n", r->voters, r->zk);
-    fclose(f);
-    pid_t parent = getpid(), pid = fork();
-    if (pid == 0) {
-        km_test_die_with_parent(parent);
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execl(km_test_binary(), "kmproxy", "run", "--config", config, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
+    char log[700];
+    return rc_kmproxy_run(r, "kmproxy-a", NULL, log, sizeof log);
 }
 
 static bool kmproxy_ready(rc_rig *r, int timeout_s)

@@ -23,17 +23,6 @@ static rc_rig *start_or_skip(int controllers)
     return r;
 }
 
-/* Asserts with every log's tail in the message; the logs stay on disk. */
-#define rc_assert(r, cond, ...)                                                                                   \
-    do {                                                                                                          \
-        if (!(cond)) {                                                                                            \
-            char *tails_ = rc_rig_tails((r), 40);                                                                 \
-            char msg_[2048];                                                                                      \
-            snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                             \
-            rc_rig_stop((r), true);                                                                               \
-            cr_assert_fail("%s\n%s", msg_, tails_ ? tails_ : "");                                                       \
-        }                                                                                                         \
-    } while (0)
 
 static json_t *zk_json(rc_rig *r, const char *path)
 {

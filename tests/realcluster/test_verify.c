@@ -16,40 +16,11 @@
 #include "km_testsupport.h"
 #include "rc_rig.h"
 
-#define vf_assert(r, cond, ...)                                                                                   \
-    do {                                                                                                          \
-        if (!(cond)) {                                                                                            \
-            char *tails_ = rc_rig_tails((r), 30);                                                                 \
-            char msg_[8192];                                                                                      \
-            snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                             \
-            rc_rig_stop((r), true);                                                                               \
-            cr_assert_fail("%s\n%s", msg_, tails_ ? tails_ : "");                                                 \
-        }                                                                                                         \
-    } while (0)
 
 /* kmproxy run beside the controllers, as test_realcluster.c deploys it; its log in DIR/kmproxy-verify.log. */
 static pid_t kmproxy_start(rc_rig *r, char *log, size_t cap)
 {
-    char config[600];
-    snprintf(log, cap, "%s/kmproxy-verify.log", r->dir);
-    snprintf(config, sizeof config, "%s/kmproxy-verify.properties", r->dir);
-    FILE *f = fopen(config, "w");
-    cr_assert(f);
-    fprintf(f, "metadata.source=quorum\ncontroller.quorum.voters=%s\ncontroller.listener.names=CONTROLLER\n"
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\nzookeeper.connect=%s\n"
-            "brokers.enabled=true\nmetrics.listen=127.0.0.1:0\nzookeeper.session.timeout.ms=60000\n", r->voters,
-            r->zk);
-    fclose(f);
-    pid_t parent = getpid(), pid = fork();
-    if (pid == 0) {
-        km_test_die_with_parent(parent);
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execl(km_test_binary(), "kmproxy", "run", "--config", config, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
+    return rc_kmproxy_run(r, "kmproxy-verify", "zookeeper.session.timeout.ms=60000\n", log, cap);
 }
 
 static bool log_has(const char *path, const char *needle, int timeout_s)
@@ -115,7 +86,7 @@ static void admin(rc_rig *r, const char *ops)
     char *out = NULL;
     int rc = rc_sh(r, &out, "$JAVA -cp \"$CP:$TOOLS\" RcAdmin $BS %s 2>&1 | grep -v log4j; exit ${PIPESTATUS[0]}",
                    ops);
-    vf_assert(r, rc == 0, "Admin API calls failed (%d): %s\n%s", rc, ops, out ? out : "");
+    rc_assert(r, rc == 0, "Admin API calls failed (%d): %s\n%s", rc, ops, out ? out : "");
     free(out);
 }
 
@@ -178,16 +149,16 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     rc_rig *r = rc_rig_start(1, why, sizeof why);
     cr_assert(r, "%s", why);
     pid_t kmp = kmproxy_start(r, klog, sizeof klog);
-    vf_assert(r, log_has(klog, "ready: active, ZooKeeper in sync", 300), "kmproxy never became ready");
+    rc_assert(r, log_has(klog, "ready: active, ZooKeeper in sync", 300), "kmproxy never became ready");
     admin(r, "create-topic v 1 3 \\; create-topic gone 1 3");
     char *out = NULL;
-    vf_assert(r, oracle_converged(r, 240, &out), "the brokers never matched the image (Kafka's oracle): %s", out);
+    rc_assert(r, oracle_converged(r, 240, &out), "the brokers never matched the image (Kafka's oracle): %s", out);
 
     json_t *rep = NULL;
     int rc = verify(r, &rep, &out);
-    vf_assert(r, rc == 0 && rep && !strcmp(json_string_value(json_object_get(rep, "verdict")), "consistent"),
+    rc_assert(r, rc == 0 && rep && !strcmp(json_string_value(json_object_get(rep, "verdict")), "consistent"),
               "steady state: verify exited %d: %s", rc, out);
-    vf_assert(r, json_array_size(json_object_get(rep, "brokers")) == 3, "verify did not check 3 brokers: %s", out);
+    rc_assert(r, json_array_size(json_object_get(rep, "brokers")) == 3, "verify did not check 3 brokers: %s", out);
     char *cost = json_dumps(json_object_get(rep, "cost"), JSON_COMPACT);
     fprintf(stderr, "verify: steady state, %lld partitions: cost %s\n",
             (long long)json_integer_value(json_object_get(json_object_get(rep, "image"), "partitions")), cost);
@@ -195,7 +166,7 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     size_t i;
     json_t *b;
     json_array_foreach(json_object_get(rep, "brokers"), i, b)
-        vf_assert(r, json_is_true(json_object_get(b, "reachable")) &&
+        rc_assert(r, json_is_true(json_object_get(b, "reachable")) &&
                          !strcmp(json_string_value(json_object_get(b, "mode")), "zk"),
                   "broker not reached or not ZK-mode: %s", out);
 
@@ -203,13 +174,13 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     char *qout = NULL;
     rc = rc_sh(r, &qout, "%s verify --timeout 20 --bootstrap-server 127.0.0.1:%d --cluster-id %s 2>&1",
                km_test_binary(), r->controllers[0].port, r->cluster_id);
-    vf_assert(r, rc == 0 && qout && strstr(qout, "verdict: consistent"), "verify --bootstrap-server: exit %d: %s",
+    rc_assert(r, rc == 0 && qout && strstr(qout, "verdict: consistent"), "verify --bootstrap-server: exit %d: %s",
               rc, qout);
     free(qout);
 
     int old_leader = -1, replicas[8], n = 0;
     image_partition(r, "v", &old_leader, replicas, &n);
-    vf_assert(r, n == 3 && old_leader == replicas[0], "v-0 in the image: leader %d, %d replicas", old_leader, n);
+    rc_assert(r, n == 3 && old_leader == replicas[0], "v-0 in the image: leader %d, %d replicas", old_leader, n);
     kill(kmp, SIGSTOP);
     char ops[256];
     snprintf(ops, sizeof ops, "reassign v 0 %d,%d,%d \\; elect-preferred v 0 \\; delete-topic gone", replicas[1],
@@ -222,36 +193,36 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     fprintf(stderr, "verify: producer to the stale leader: %s", prod ? prod : "");
     free(prod);
     rc = verify_until(r, 1, 120, &rep, &out);
-    vf_assert(r, rc == 1 && find(rep, old_leader, "stale_leader", "v", 0),
+    rc_assert(r, rc == 1 && find(rep, old_leader, "stale_leader", "v", 0),
               "no stale leader on broker %d after the KRaft-side election (exit %d): %s", old_leader, rc, out);
-    vf_assert(r, find(rep, replicas[1], "replica_stale", "v", 0) && find(rep, replicas[2], "metadata_stale", "v", 0),
+    rc_assert(r, find(rep, replicas[1], "replica_stale", "v", 0) && find(rep, replicas[2], "metadata_stale", "v", 0),
               "the new leader %d or the follower %d not reported stale: %s", replicas[1], replicas[2], out);
     json_t *sl = find(rep, old_leader, "stale_leader", "v", 0);
-    vf_assert(r, json_is_integer(json_object_get(sl, "truncation_offset")) &&
+    rc_assert(r, json_is_integer(json_object_get(sl, "truncation_offset")) &&
                      json_is_integer(json_object_get(sl, "exposed_offsets")),
               "no truncation point or exposure in the stale leader's finding: %s", out);
     json_t *sp = json_object_get(json_object_get(sl, "producers"), "stale_leader");
-    vf_assert(r, json_is_array(sp) && json_array_size(sp) >= 1 &&
+    rc_assert(r, json_is_array(sp) && json_array_size(sp) >= 1 &&
                      json_integer_value(json_object_get(sl, "stale_offset")) > 0,
               "the stale leader's producers or offset not reported: %s", out);
     for (int k = 0; k < 3; k++)
-        vf_assert(r, find(rep, k, "stray_log", "gone", 0) && find(rep, k, "metadata_stale", "gone", -1),
+        rc_assert(r, find(rep, k, "stray_log", "gone", 0) && find(rep, k, "metadata_stale", "gone", -1),
                   "broker %d: the deleted topic's log and cache entry not reported: %s", k, out);
     char *slj = json_dumps(sl, JSON_COMPACT);
     fprintf(stderr, "verify: the stale leader: %s\n", slj);
     free(slj);
-    vf_assert(r, !oracle_converged(r, 2, &out), "Kafka's oracle finds the brokers consistent while verify does not");
+    rc_assert(r, !oracle_converged(r, 2, &out), "Kafka's oracle finds the brokers consistent while verify does not");
 
     kill(kmp, SIGCONT);
     rc = verify_until(r, 0, 240, &rep, &out);
-    vf_assert(r, rc == 0, "after kmproxy ran again, verify still exits %d: %s", rc, out);
+    rc_assert(r, rc == 0, "after kmproxy ran again, verify still exits %d: %s", rc, out);
 
     /* a copy of the image as it is now, to verify against once it is old */
     char *cp = NULL;
     rc = rc_sh(r, &cp, "for i in 1 2 3 4 5; do rm -rf $DIR/old-image; cp -r $DIR/controller-3000/metadata/"
                "__cluster_metadata-0 $DIR/old-image && %s metadata image $DIR/old-image >/dev/null && exit 0; "
                "sleep 1; done; exit 1", km_test_binary());
-    vf_assert(r, rc == 0, "no readable copy of the controller's log: %s", cp);
+    rc_assert(r, rc == 0, "no readable copy of the controller's log: %s", cp);
     free(cp);
 
     /* an ordinary leader move with kmproxy running: findings at most while it propagates, then exit 0 again */
@@ -262,14 +233,14 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     for (rc = verify(r, &rep, &out); rc != 0 && transient < 60; rc = verify(r, &rep, &out), transient++)
         sleep(1);
     fprintf(stderr, "verify: an ordinary leader move with kmproxy running: %d check(s) before exit 0\n", transient);
-    vf_assert(r, rc == 0, "after an ordinary leader move verify still exits %d: %s", rc, out);
+    rc_assert(r, rc == 0, "after an ordinary leader move verify still exits %d: %s", rc, out);
     int leader_now = -1, now_replicas[8];
     image_partition(r, "v", &leader_now, now_replicas, &n);
-    vf_assert(r, leader_now == replicas[0], "the leader move did not happen: leader %d", leader_now);
+    rc_assert(r, leader_now == replicas[0], "the leader move did not happen: leader %d", leader_now);
 
     /* the brokers are ahead of the old image: it cannot judge them (exit 2, the image behind), never "stale" */
     rc = rc_sh(r, &cp, "%s verify --json --metadata $DIR/old-image 2>&1", km_test_binary());
-    vf_assert(r, rc == 2 && cp && strstr(cp, "\"image_behind\": true") && strstr(cp, "the image is behind") &&
+    rc_assert(r, rc == 2 && cp && strstr(cp, "\"image_behind\": true") && strstr(cp, "the image is behind") &&
                      !strstr(cp, "stale_leader"),
               "verify against an old image: exit %d: %s", rc, cp);
     free(cp);
@@ -279,7 +250,7 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     char *err = NULL, name[64];
     rc_sh(r, &err, "cat $DIR/verify.err");
     snprintf(name, sizeof name, "could not check broker %d", replicas[2]);
-    vf_assert(r, rc == 2 && !says_consistent(out) && err && strstr(err, name),
+    rc_assert(r, rc == 2 && !says_consistent(out) && err && strstr(err, name),
               "a killed broker: exit %d, stdout %s, stderr %s", rc, out, err);
     free(err);
     json_decref(rep);
