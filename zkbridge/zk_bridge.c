@@ -130,14 +130,39 @@ static bool image_behind_claim(km_zkb *b)
     return behind;
 }
 
+static void arm_retry(km_zkb *b, double seconds)
+{
+    ev_timer_stop(b->loop, &b->retry); /* libev: never set an active timer */
+    ev_timer_set(&b->retry, seconds, 0.);
+    ev_timer_start(b->loop, &b->retry);
+}
+
+/* After a claim that found /migration ahead of the image (sync_when_image_reaches_migration): still behind?
+ * Polled, not left to the next delta: a delta may not come (or come while the writer is not READY), and a
+ * sync that never starts would pause the log reader for good. */
+static bool still_awaiting_image(km_zkb *b)
+{
+    int32_t ours = km_image_epoch(b->img);
+    bool behind = ours != b->await_epoch ? ours < b->await_epoch : km_image_offset(b->img) < b->await_offset;
+    if (behind) {
+        arm_retry(b, 0.1);
+        return true;
+    }
+    zkw_log(b->w, KM_LOG_INFO, "zk sync: the image reached offset %lld, which /migration records: starting the "
+            "full sync", (long long)b->await_offset);
+    b->await_offset = -1;
+    return false;
+}
+
 static void start_full_sync(km_zkb *b)
 {
     if (b->walking || b->phase == KM_ZKB_STOPPED || km_zkw_get_state(b->w) != KM_ZKW_READY)
         return;
+    if (b->await_offset >= 0 && still_awaiting_image(b))
+        return;
     if (b->cfg.guard.wait_for_log && image_behind_claim(b)) {
         set_phase(b, KM_ZKB_WAITING);
-        ev_timer_set(&b->retry, 0.1, 0.);
-        ev_timer_start(b->loop, &b->retry);
+        arm_retry(b, 0.1);
         return;
     }
     abort_pass(b);
@@ -430,7 +455,6 @@ static void sync_when_image_reaches_migration(km_zkb *b)
         zkw_log(b->w, KM_LOG_WARN, "zk claim: /migration records offset %lld epoch %d, ahead of the image (offset "
                 "%lld epoch %d): the full sync waits until the log reaches it, so that /migration never moves "
                 "backwards", (long long)offset, epoch, (long long)km_image_offset(b->img), km_image_epoch(b->img));
-        return;
     }
     start_full_sync(b);
 }
@@ -625,12 +649,6 @@ int km_zkb_delta(km_zkb *b, const km_delta *d, km_err *err)
     if (b->phase != KM_ZKB_DUAL_WRITE || b->cfg.diff_only) {
         b->dirty = true; /* the running (or next) full sync catches up with the newer image */
         b->plan.image_moved |= km_zkb_planning(b);
-        if (b->await_offset >= 0 && !image_behind(b, b->await_offset, b->await_epoch)) {
-            zkw_log(b->w, KM_LOG_INFO, "zk sync: the image reached offset %lld, which /migration records: "
-                    "starting the full sync", (long long)km_image_offset(b->img));
-            b->await_offset = -1;
-            start_full_sync(b);
-        }
         return 0;
     }
     if (km_delta_is_snapshot(d)) { /* a new snapshot replaced the image: reconcile all of it */
