@@ -332,3 +332,12 @@ pid_t rc_kmproxy_run(const rc_rig *r, const char *name, const char *extra, char 
     }
     return pid;
 }
+
+void rc_admin(rc_rig *r, const char *ops)
+{
+    char *out = NULL;
+    int rc = rc_sh(r, &out, "$JAVA -cp \"$CP:$TOOLS\" RcAdmin $BS %s 2>&1 | grep -v log4j; exit ${PIPESTATUS[0]}",
+                   ops);
+    rc_assert(r, rc == 0, "Admin API calls failed (%d): %s\n%s", rc, ops, out ? out : "");
+    free(out);
+}

@@ -72,4 +72,7 @@ char *rc_read_log(const rc_rig *r, const char *kind, int id);
  * with EXTRA property lines appended; config DIR/NAME.properties, its output in LOG (DIR/NAME.log). Its pid. */
 pid_t rc_kmproxy_run(const rc_rig *r, const char *name, const char *extra, char *log, size_t cap);
 
+/* Admin API calls through RcAdmin (OPS: its commands, `\;`-separated); a failure fails the test with its output. */
+void rc_admin(rc_rig *r, const char *ops);
+
 #endif

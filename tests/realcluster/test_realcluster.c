@@ -172,15 +172,6 @@ static bool converged(rc_rig *r, int timeout_s, char **out)
     return false;
 }
 
-static void admin(rc_rig *r, const char *ops)
-{
-    char *out = NULL;
-    int rc = rc_sh(r, &out, "$JAVA -cp \"$CP:$TOOLS\" RcAdmin $BS %s 2>&1 | grep -v log4j; exit ${PIPESTATUS[0]}",
-                   ops);
-    rc_assert(r, rc == 0, "Admin API calls failed (%d): %s\n%s", rc, ops, out ? out : "");
-    free(out);
-}
-
 /* Kafka 3.9's controller in migration mode beside kmproxy: kmproxy takes over the KRaft leader's own claim
  * (same node and epoch, a new /controller_epoch); Kafka's driver then fails its ZooKeeper writes and sends
  * nothing; every change made through the Admin API reaches ZooKeeper and every ZK-mode broker through
@@ -196,7 +187,7 @@ Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_a
     rc_assert(r, strstr(log, "own claim at epoch") && strstr(log, "taking it over"),
               "kmproxy did not take over the KRaft leader's claim");
     free(log);
-    admin(r, "create-topic a 3 3 \\; create-topic b 2 3 \\; add-partitions a 4 \\; "
+    rc_admin(r, "create-topic a 3 3 \\; create-topic b 2 3 \\; add-partitions a 4 \\; "
              "topic-config a retention.ms 3600000 \\; broker-config 0 message.max.bytes 2000000 \\; "
              "quota alice producer_byte_rate 1024 \\; scram alice secret \\; acl User:bob a \\; reassign a 0 2,1,0 \\; "
              "elect-preferred a 0 \\; delete-topic b");
@@ -313,7 +304,7 @@ Test(realcluster, leader_change_ha_failover_and_broker_restart_lose_nothing_ackn
     kmp_start(r, &ks[1], "ha1", "ha.enabled=true\nzookeeper.session.timeout.ms=6000\n");
     int a = active_instance(ks, 2, 300);
     rc_assert(r, a >= 0, "no kmproxy instance became active");
-    admin(r, "create-topic t 3 3");
+    rc_admin(r, "create-topic t 3 3");
     char *verdict = NULL;
     rc_assert(r, converged(r, 240, &verdict), "before the faults: %s", verdict);
     char line[2048];
@@ -327,7 +318,7 @@ Test(realcluster, leader_change_ha_failover_and_broker_restart_lose_nothing_ackn
     free(rc_rig_cmd(r, "kill controller %d", old_leader));
     rc_assert(r, claimed_for_new_leader(r, ks, 2, claims, old_leader, old_epoch),
               "kmproxy holds no claim for the new KRaft leader after controller %d was killed", old_leader);
-    admin(r, "create-topic after-election 2 3");
+    rc_admin(r, "create-topic after-election 2 3");
     rc_assert(r, converged(r, 240, &verdict), "after the KRaft leader change: %s", verdict);
 
     /* kmproxy HA failover */
@@ -335,7 +326,7 @@ Test(realcluster, leader_change_ha_failover_and_broker_restart_lose_nothing_ackn
     rc_assert(r, a >= 0, "no active kmproxy instance before the failover");
     kmp_kill(&ks[a], SIGKILL);
     rc_assert(r, active_instance(ks, 2, 300) == 1 - a, "the standby did not take over");
-    admin(r, "create-topic after-failover 2 3");
+    rc_admin(r, "create-topic after-failover 2 3");
     rc_assert(r, converged(r, 240, &verdict), "after the kmproxy failover: %s", verdict);
 
     /* a ZK-mode broker restarted */
@@ -344,7 +335,7 @@ Test(realcluster, leader_change_ha_failover_and_broker_restart_lose_nothing_ackn
     answer = rc_rig_cmd(r, "start broker 1");
     rc_assert(r, answer && !strncmp(answer, "ok", 2), "broker 1 did not start again: %s", answer);
     free(answer);
-    admin(r, "create-topic after-restart 2 3");
+    rc_admin(r, "create-topic after-restart 2 3");
     rc_assert(r, converged(r, 300, &verdict), "after the broker restart: %s", verdict);
     free(verdict);
 
@@ -384,7 +375,7 @@ Test(realcluster, a_single_instance_survives_kraft_elections)
         char topic[64], ops[128], *verdict = NULL;
         snprintf(topic, sizeof topic, "round-%d", round);
         snprintf(ops, sizeof ops, "create-topic %s 2 3", topic);
-        admin(r, ops);
+        rc_admin(r, ops);
         rc_assert(r, converged(r, 240, &verdict), "round %d: %s", round, verdict);
         free(verdict);
         free(rc_rig_cmd(r, "start controller %d", old_leader)); /* the quorum needs two of three next round */

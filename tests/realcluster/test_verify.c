@@ -81,15 +81,6 @@ static bool oracle_converged(rc_rig *r, int timeout_s, char **out)
     return false;
 }
 
-static void admin(rc_rig *r, const char *ops)
-{
-    char *out = NULL;
-    int rc = rc_sh(r, &out, "$JAVA -cp \"$CP:$TOOLS\" RcAdmin $BS %s 2>&1 | grep -v log4j; exit ${PIPESTATUS[0]}",
-                   ops);
-    rc_assert(r, rc == 0, "Admin API calls failed (%d): %s\n%s", rc, ops, out ? out : "");
-    free(out);
-}
-
 /* The finding of `cls` for broker/topic/partition in the report, NULL if none. */
 static json_t *find(json_t *report, int broker, const char *cls, const char *topic, int part)
 {
@@ -150,7 +141,7 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     cr_assert(r, "%s", why);
     pid_t kmp = kmproxy_start(r, klog, sizeof klog);
     rc_assert(r, log_has(klog, "ready: active, ZooKeeper in sync", 300), "kmproxy never became ready");
-    admin(r, "create-topic v 1 3 \\; create-topic gone 1 3");
+    rc_admin(r, "create-topic v 1 3 \\; create-topic gone 1 3");
     char *out = NULL;
     rc_assert(r, oracle_converged(r, 240, &out), "the brokers never matched the image (Kafka's oracle): %s", out);
 
@@ -185,7 +176,7 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     char ops[256];
     snprintf(ops, sizeof ops, "reassign v 0 %d,%d,%d \\; elect-preferred v 0 \\; delete-topic gone", replicas[1],
              replicas[0], replicas[2]);
-    admin(r, ops);
+    rc_admin(r, ops);
     /* a producer (idempotent, acks=all) that reads the brokers' stale metadata writes to the stale leader */
     char *prod = NULL;
     rc = rc_sh(r, &prod, "(sleep 10; touch $DIR/stop-v) & $JAVA -cp \"$CP:$TOOLS\" RcTraffic produce $BS v 1 "
@@ -228,7 +219,7 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     /* an ordinary leader move with kmproxy running: findings at most while it propagates, then exit 0 again */
     snprintf(ops, sizeof ops, "reassign v 0 %d,%d,%d \\; elect-preferred v 0", replicas[0], replicas[1],
              replicas[2]);
-    admin(r, ops);
+    rc_admin(r, ops);
     int transient = 0;
     for (rc = verify(r, &rep, &out); rc != 0 && transient < 60; rc = verify(r, &rep, &out), transient++)
         sleep(1);
