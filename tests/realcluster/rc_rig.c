@@ -202,11 +202,12 @@ rc_rig *rc_rig_start(int controllers, char *why, size_t cap)
                 r->start_s, r->rss_total_kib / 1024, r->nbrokers, r->ncontrollers);
         return r;
     }
-    char *tails = rc_rig_tails(r, 25);
-    snprintf(why, cap, "rig did not reach dual-write: %.300s\n%s", line ? line : "(no answer)", tails ? tails : "");
+    char *tails = rc_rig_tails(r, 25), kept[1200];
+    rc_rig_stop_kept(r, kept, sizeof kept);
+    snprintf(why, cap, "rig did not reach dual-write: %.300s\nlogs kept in %s\n%s", line ? line : "(no answer)", kept,
+             tails ? tails : "");
     free(tails);
     free(line);
-    rc_rig_stop(r, true);
     return NULL;
 }
 
@@ -225,7 +226,44 @@ char *rc_rig_cmd(rc_rig *r, const char *fmt, ...)
     return read_line(r, RIG_READY_TIMEOUT_S);
 }
 
-void rc_rig_stop(rc_rig *r, bool keep_logs)
+/* Where a failed test's logs go: $KM_RC_LOG_DIR, else realcluster-logs/ in the build tree (beside the kmproxy
+ * binary), one folder per suite and test. */
+static void kept_logs_dir(char *dest, size_t cap)
+{
+    const struct criterion_test *t = criterion_current_test;
+    const char *suite = t && t->category ? t->category : "suite", *test = t && t->name ? t->name : "test";
+    const char *base = getenv("KM_RC_LOG_DIR");
+    if (base && *base) {
+        snprintf(dest, cap, "%s/%s/%s", base, suite, test);
+        return;
+    }
+    char build[600];
+    snprintf(build, sizeof build, "%s", km_test_binary());
+    char *slash = strrchr(build, '/');
+    snprintf(dest, cap, "%.*s/realcluster-logs/%s/%s", slash ? (int)(slash - build) : 1, slash ? build : ".", suite,
+             test);
+}
+
+int rc_keep_logs(const char *dir, char *dest, size_t cap)
+{
+    kept_logs_dir(dest, cap);
+    /* Every node's logs and configuration, not its data: Kafka's partition logs (logs/), the controllers'
+     * metadata log (metadata/) and ZooKeeper's snapshots (data/) are large and say nothing a reader needs. */
+    char *out = NULL;
+    char *argv[] = {"/bin/sh", "-c",
+                    "rm -rf \"$2\" && mkdir -p \"$2\" && cd \"$1\" && "
+                    "find . -type f \\( -name '*.log' -o -name '*.properties' -o -name zoo.cfg \\) "
+                    "-not -path '*/logs/*' -not -path '*/metadata/*' -not -path '*/data/*' "
+                    "-exec cp --parents {} \"$2\" \\; && [ -n \"$(ls -A \"$2\")\" ]",
+                    "rc_keep_logs", (char *)dir, dest, NULL};
+    int rc = km_test_run(argv, NULL, 0, &out, NULL, NULL);
+    free(out);
+    if (rc != 0)
+        snprintf(dest + strlen(dest), cap - strlen(dest), " (copying from %s failed, exit %d)", dir, rc);
+    return rc == 0 ? 0 : -1;
+}
+
+void rc_rig_stop_kept(rc_rig *r, char *kept, size_t cap)
 {
     if (!r)
         return;
@@ -242,13 +280,22 @@ void rc_rig_stop(rc_rig *r, bool keep_logs)
         if (kill(r->pid, SIGKILL) == 0) /* its children die with it (PR_SET_PDEATHSIG) */
             waitpid(r->pid, NULL, 0);
     }
-    if (keep_logs)
-        fprintf(stderr, "realcluster: logs kept in %s\n", r->dir);
-    else
-        km_test_rmtree(r->dir);
+    if (kept) {
+        if (rc_keep_logs(r->dir, kept, cap) == 0)
+            fprintf(stderr, "realcluster: Kafka's, ZooKeeper's and kmproxy's logs kept in %s\n", kept);
+        else
+            fprintf(stderr, "realcluster: the logs could not be kept: %s\n", kept);
+    }
+    km_test_rmtree(r->dir); /* inside the run's TMPDIR, which run_dir.c removes after the last test anyway */
     json_decref(r->ready);
     free(r->classpath);
     free(r);
+}
+
+void rc_rig_stop(rc_rig *r, bool keep_logs)
+{
+    char kept[1200];
+    rc_rig_stop_kept(r, keep_logs ? kept : NULL, sizeof kept);
 }
 
 char *rc_rig_tails(const rc_rig *r, int lines)

@@ -46,8 +46,14 @@ const char *rc_cache_or_skip(void);
 rc_rig *rc_rig_start(int controllers, char *why, size_t cap);
 /* Sends one command (kill/start/stop KIND ID, zk PATH, rss); the answer line (malloc'd), NULL if the rig is gone. */
 char *rc_rig_cmd(rc_rig *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Tears it down: every process killed, no leftovers.  keep_logs: the dir stays (a failed test's logs). */
+/* Tears it down: every process killed, no leftovers.  keep_logs (a failed test): every node's logs and
+ * configuration are first copied out of the run's temp dir (which the test support removes) by rc_keep_logs. */
 void rc_rig_stop(rc_rig *r, bool keep_logs);
+/* rc_rig_stop keeping the logs when KEPT is not NULL: where they went (or why not) in KEPT. */
+void rc_rig_stop_kept(rc_rig *r, char *kept, size_t cap);
+/* Copies DIR's logs and configuration (not Kafka's or ZooKeeper's data) to $KM_RC_LOG_DIR/SUITE/TEST, by default
+ * realcluster-logs/SUITE/TEST in the build tree, replacing an earlier run's; 0 and where in DEST, or -1 and why. */
+int rc_keep_logs(const char *dir, char *dest, size_t cap);
 /* The last `lines` lines of every node's server.log (and the rig's own), for a failure message (malloc'd). */
 char *rc_rig_tails(const rc_rig *r, int lines);
 /* Runs a shell command line with $CP (Kafka's jars and our tool classes), $BS (bootstrap), $ZK, $DIR set; the
@@ -56,15 +62,16 @@ int rc_sh(const rc_rig *r, char **out, const char *fmt, ...) __attribute__((form
 /* A node's server.log as a string (malloc'd); "" when absent. */
 char *rc_read_log(const rc_rig *r, const char *kind, int id);
 
-/* Asserts with every log's tail in the message; the rig stops and its logs stay on disk. */
+/* Asserts with every log's tail in the message; the rig stops and its logs are kept (rc_keep_logs), the message
+ * says where. */
 #define rc_assert(r, cond, ...)                                                                                   \
     do {                                                                                                          \
         if (!(cond)) {                                                                                            \
             char *tails_ = rc_rig_tails((r), 40);                                                                 \
-            char msg_[8192];                                                                                      \
+            char msg_[8192], kept_[1200];                                                                         \
             snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                             \
-            rc_rig_stop((r), true);                                                                               \
-            cr_assert_fail("%s\n%s", msg_, tails_ ? tails_ : "");                                                 \
+            rc_rig_stop_kept((r), kept_, sizeof kept_);                                                           \
+            cr_assert_fail("%s\nlogs kept in %s\n%s", msg_, kept_, tails_ ? tails_ : "");                         \
         }                                                                                                         \
     } while (0)
 

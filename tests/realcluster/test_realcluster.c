@@ -63,6 +63,45 @@ Test(realcluster, rig_reaches_dual_write)
     rc_rig_stop(r, false);
 }
 
+/* A failed test's logs outlive the run: rc_keep_logs copies every node's logs and configuration, not Kafka's or
+ * ZooKeeper's data, out of the rig's dir (inside the run's TMPDIR, removed after the last test) to
+ * $KM_RC_LOG_DIR/SUITE/TEST.  No cluster: a rig dir laid out as rig.py lays it out. */
+Test(realcluster, a_failed_tests_logs_are_kept_outside_the_run_dir)
+{
+    char *rig = km_test_tmpdir("rcrig"), *kept_base = km_test_tmpdir("rckept"), *out = NULL;
+    char sh[2048];
+    snprintf(sh, sizeof sh,
+             "cd '%s' && mkdir -p zookeeper-0/data broker-0/logs/t-0 controller-3000/metadata/__cluster_metadata-0 && "
+             "echo zk > zookeeper-0/server.log && echo cfg > zookeeper-0/zoo.cfg && echo b > broker-0/server.log && "
+             "echo p > broker-0/server.properties && echo seg > broker-0/logs/t-0/00000000000000000000.log && "
+             "echo c > controller-3000/server.log && echo m > controller-3000/metadata/__cluster_metadata-0/0.log && "
+             "echo snap > zookeeper-0/data/snapshot.0 && echo r > rig.log && echo k > kmproxy-a.log", rig);
+    char *argv[] = {"/bin/sh", "-c", sh, NULL};
+    cr_assert_eq(km_test_run(argv, NULL, 0, &out, NULL, NULL), 0, "%s", out);
+    free(out);
+    setenv("KM_RC_LOG_DIR", kept_base, 1);
+    char kept[1200];
+    cr_assert_eq(rc_keep_logs(rig, kept, sizeof kept), 0, "%s", kept);
+    unsetenv("KM_RC_LOG_DIR");
+    cr_assert(strstr(kept, "/realcluster/a_failed_tests_logs_are_kept_outside_the_run_dir"), "kept in %s", kept);
+    const char *present[] = {"rig.log", "kmproxy-a.log", "zookeeper-0/server.log", "zookeeper-0/zoo.cfg",
+                             "broker-0/server.log", "broker-0/server.properties", "controller-3000/server.log"};
+    const char *absent[] = {"broker-0/logs", "controller-3000/metadata", "zookeeper-0/data"};
+    char path[1400];
+    for (size_t i = 0; i < sizeof present / sizeof *present; i++) {
+        snprintf(path, sizeof path, "%s/%s", kept, present[i]);
+        cr_expect_eq(access(path, R_OK), 0, "%s was not kept", present[i]);
+    }
+    for (size_t i = 0; i < sizeof absent / sizeof *absent; i++) {
+        snprintf(path, sizeof path, "%s/%s", kept, absent[i]);
+        cr_expect_neq(access(path, F_OK), 0, "%s (data, not logs) was copied", absent[i]);
+    }
+    km_test_rmtree(rig);
+    km_test_rmtree(kept_base);
+    free(rig);
+    free(kept_base);
+}
+
 /* ---- kmproxy deployed as docs/runbook.md says, beside Kafka's own controllers ---- */
 
 typedef struct kmp {
@@ -172,11 +211,31 @@ static bool converged(rc_rig *r, int timeout_s, char **out)
     return false;
 }
 
+/* Every ZK-mode broker's log dirs (DescribeLogDirs) hold exactly the replicas the image of the leader's log places
+ * on it, with no reassignment under way, within timeout_s; the last verdict in *out. */
+static bool log_dirs_match(rc_rig *r, int timeout_s, char **out)
+{
+    for (int i = 0; i < timeout_s / 2; i++) {
+        free(*out);
+        *out = NULL;
+        int rc = rc_sh(r, out,
+                       "M=$DIR/controller-%d/metadata/__cluster_metadata-0; %s metadata image $M > $DIR/image-dirs.json "
+                       "&& $JAVA -cp \"$CP:$TOOLS\" RcAdmin logdirs $DIR/image-dirs.json $BS 2>&1 | grep -v log4j; "
+                       "exit ${PIPESTATUS[0]}", leader_id(r), km_test_binary());
+        if (rc == 0)
+            return true;
+        sleep(2);
+    }
+    return false;
+}
+
 /* Kafka 3.9's controller in migration mode beside kmproxy: kmproxy takes over the KRaft leader's own claim
  * (same node and epoch, a new /controller_epoch); Kafka's driver then fails its ZooKeeper writes and sends
  * nothing; every change made through the Admin API reaches ZooKeeper and every ZK-mode broker through
  * kmproxy: topics created, partitions added, a reassignment, a preferred-leader election, topic and broker
- * configs, a client quota, SCRAM credentials, an ACL, a topic deleted (its logs gone from every broker). */
+ * configs, a client quota, SCRAM credentials, an ACL, a topic deleted (its logs gone from every broker). Each
+ * broker's log dirs then hold exactly the replicas the image places on it: topic c (one replica a partition, one
+ * on each broker) is moved wholly onto broker 0, so at least two replicas leave their broker and must be deleted. */
 Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_and_brokers)
 {
     rc_rig *r = start_or_skip(1);
@@ -190,7 +249,8 @@ Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_a
     rc_admin(r, "create-topic a 3 3 \\; create-topic b 2 3 \\; add-partitions a 4 \\; "
              "topic-config a retention.ms 3600000 \\; broker-config 0 message.max.bytes 2000000 \\; "
              "quota alice producer_byte_rate 1024 \\; scram alice secret \\; acl User:bob a \\; reassign a 0 2,1,0 \\; "
-             "elect-preferred a 0 \\; delete-topic b");
+             "elect-preferred a 0 \\; create-topic c 3 1 \\; reassign c 0 0 \\; reassign c 1 0 \\; reassign c 2 0 \\; "
+             "delete-topic b");
     char *verdict = NULL;
     rc_assert(r, converged(r, 240, &verdict), "brokers or ZooKeeper differ from the image: %s", verdict);
     free(verdict);
@@ -202,6 +262,7 @@ Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_a
         gone = rc_sh(r, &out, "ls -d $DIR/broker-*/logs/b-* 2>/dev/null | wc -l") == 0 && out && atoi(out) == 0;
     }
     rc_assert(r, gone, "the deleted topic's logs are still on the brokers: %s", out);
+    rc_assert(r, log_dirs_match(r, 240, &out), "a broker's log dirs differ from the image: %s", out);
     free(out);
     /* Kafka's own driver: fenced by kmproxy's /controller_epoch, it wrote nothing and sent nothing */
     char *clog = rc_read_log(r, "controller", 3000);

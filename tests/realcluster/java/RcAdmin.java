@@ -7,6 +7,10 @@
 //     asks each broker for its own Metadata (v12, all topics) and compares leader, leader epoch, replicas and ISR
 //     of every partition, and the set of topics, with the image (`kmproxy metadata image`); prints each
 //     difference; exit 0 when every broker equals the image, 1 otherwise.
+//   RcAdmin logdirs IMAGE.json BOOTSTRAP
+//     asks every broker of the cluster for its log dirs (DescribeLogDirs) and compares the replicas each holds
+//     with those the image places on it (partitions whose replicas name the broker); prints each difference;
+//     exit 0 when no reassignment is under way in the image and every broker holds exactly its replicas, else 1.
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.DataInputStream;
@@ -33,6 +37,9 @@ public final class RcAdmin {
     public static void main(String[] args) throws Exception {
         if (args.length >= 3 && args[0].equals("verify")) {
             System.exit(verify(args[1], args[2]) ? 0 : 1);
+        }
+        if (args.length >= 3 && args[0].equals("logdirs")) {
+            System.exit(logDirs(args[1], args[2]) ? 0 : 1);
         }
         if (args.length < 2) {
             System.err.println("usage: RcAdmin BOOTSTRAP CMD ARGS [; CMD ARGS ...] | RcAdmin verify IMAGE BROKERS");
@@ -179,6 +186,63 @@ public final class RcAdmin {
             }
             System.out.println("broker " + broker + ": " + got.size() + " partitions, " + diffs + " differ");
             equal &= diffs == 0;
+        }
+        return equal;
+    }
+
+    /* Broker id -> the partitions the image places on it ("topic-partition"). */
+    private static Map<Integer, Set<String>> placed(JsonNode image, Collection<Integer> brokers) {
+        Map<Integer, Set<String>> want = new TreeMap<>();
+        for (int b : brokers) want.put(b, new TreeSet<>());
+        for (JsonNode t : image.get("topics")) {
+            for (JsonNode p : t.get("partitions")) {
+                for (int b : ints(p.get("replicas"))) {
+                    want.computeIfAbsent(b, k -> new TreeSet<>())
+                        .add(t.get("name").asText() + "-" + p.get("partitionId").asInt());
+                }
+            }
+        }
+        return want;
+    }
+
+    private static boolean logDirs(String imagePath, String bootstrap) throws Exception {
+        JsonNode image = new ObjectMapper().readTree(new File(imagePath));
+        Properties p = new Properties();
+        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "60000");
+        boolean equal = true;
+        try (Admin admin = Admin.create(p)) {
+            List<Integer> ids = new ArrayList<>();
+            for (org.apache.kafka.common.Node n : admin.describeCluster().nodes().get()) ids.add(n.id());
+            Map<Integer, Set<String>> want = placed(image, ids);
+            for (JsonNode t : image.get("topics")) {
+                for (JsonNode q : t.get("partitions")) {
+                    if (q.get("addingReplicas").size() + q.get("removingReplicas").size() > 0) {
+                        System.out.println(t.get("name").asText() + "-" + q.get("partitionId").asInt()
+                                           + ": a reassignment is still under way in the image");
+                        equal = false;
+                    }
+                }
+            }
+            Map<Integer, Map<String, LogDirDescription>> all = admin.describeLogDirs(ids).allDescriptions().get();
+            for (int b : want.keySet()) {
+                Set<String> got = new TreeSet<>();
+                for (Map.Entry<String, LogDirDescription> d : all.getOrDefault(b, Map.of()).entrySet()) {
+                    if (d.getValue().error() != null) {
+                        System.out.println("broker " + b + " log dir " + d.getKey() + ": " + d.getValue().error());
+                        equal = false;
+                    }
+                    d.getValue().replicaInfos().forEach((tp, info) ->
+                        got.add(tp.topic() + "-" + tp.partition() + (info.isFuture() ? " (future)" : "")));
+                }
+                if (!all.containsKey(b)) System.out.println("broker " + b + ": no log dirs described");
+                Set<String> missing = new TreeSet<>(want.get(b)), extra = new TreeSet<>(got);
+                missing.removeAll(got);
+                extra.removeAll(want.get(b));
+                System.out.println("broker " + b + ": " + got.size() + " replicas in its log dirs, missing " + missing
+                                   + ", not placed there " + extra);
+                equal &= all.containsKey(b) && missing.isEmpty() && extra.isEmpty();
+            }
         }
         return equal;
     }
