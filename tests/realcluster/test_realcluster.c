@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "km_testsupport.h"
@@ -262,7 +263,9 @@ Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_a
         gone = rc_sh(r, &out, "ls -d $DIR/broker-*/logs/b-* 2>/dev/null | wc -l") == 0 && out && atoi(out) == 0;
     }
     rc_assert(r, gone, "the deleted topic's logs are still on the brokers: %s", out);
+    time_t dirs_t0 = time(NULL);
     rc_assert(r, log_dirs_match(r, 240, &out), "a broker's log dirs differ from the image: %s", out);
+    fprintf(stderr, "realcluster: log dirs equal the image after %ld s:\n%s", (long)(time(NULL) - dirs_t0), out);
     free(out);
     /* Kafka's own driver: fenced by kmproxy's /controller_epoch, it wrote nothing and sent nothing */
     char *clog = rc_read_log(r, "controller", 3000);
