@@ -265,8 +265,11 @@ int rc_keep_logs(const char *dir, char *dest, size_t cap)
 
 void rc_rig_stop_kept(rc_rig *r, char *kept, size_t cap)
 {
-    if (!r)
+    if (!r) {
+        if (kept)
+            snprintf(kept, cap, "(nowhere: no rig was running)");
         return;
+    }
     if (r->to_rig > 0) {
         if (write(r->to_rig, "down\n", 5) < 0) { /* gone already: waitpid below reaps it */
         }
