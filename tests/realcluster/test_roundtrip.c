@@ -177,6 +177,8 @@ Test(roundtrip, kafkas_zookeeper_reader_reads_back_the_image_kmproxy_synced, .ti
     const char *sum = strstr(out, "files=");
     cr_assert(sum, "RoundTrip gave no summary (exit %d): %.8000s", rc, out);
     cr_log_info("round trip: %.*s", (int)strcspn(sum, "\n"), sum);
+    for (const char *l = strstr(out, "NORMALISED "); l; l = strstr(l + 1, "\nNORMALISED "))
+        cr_log_info("%.*s", (int)strcspn(l + (*l == '\n'), "\n"), l + (*l == '\n'));
     cr_assert(rc == 0 || rc == 1, "RoundTrip could not compare (exit %d): %.8000s", rc, out);
     char *bad = unexpected(out);
     cr_assert(!*bad, "differences roundtrip.expected does not list:\n%.8000s", bad);
