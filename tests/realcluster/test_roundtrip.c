@@ -32,11 +32,13 @@ static void skip_or_fail(const char *why)
 /* Runs a shell command line with $CP (the jar cache's jars), $K (realkafka's kit), $D (the test's dir) set. */
 static int sh(const char *cache, const char *kit, const char *dir, char **out, const char *cmd)
 {
-    char full[16384];
-    snprintf(full, sizeof full, "CP=$(ls '%s'/lib/*.jar | tr '\\n' :) K='%s' D='%s'; %s 2>&1", cache, kit, dir, cmd);
+    char *full = NULL;
+    cr_assert(asprintf(&full, "CP=$(ls '%s'/lib/*.jar | tr '\\n' :) K='%s' D='%s'; %s 2>&1", cache, kit, dir, cmd) > 0);
     char *argv[] = {"/bin/sh", "-c", full, NULL};
     size_t n = 0;
-    return km_test_run(argv, NULL, 0, out, &n, NULL);
+    int rc = km_test_run(argv, NULL, 0, out, &n, NULL);
+    free(full);
+    return rc;
 }
 
 static void add(inputs *in, const char *path)
