@@ -300,7 +300,9 @@ public class RoundTrip {
         check(path + "/leader_recovery_state", a.leaderRecoveryState, b.leaderRecoveryState);
         check(path + "/leader_epoch", a.leaderEpoch, b.leaderEpoch);
         // Kafka's reader sets the partition epoch to the state znode's zkVersion (ZkTopicMigrationClient).
-        if (a.partitionEpoch != b.partitionEpoch) normalise("partition_epoch (Kafka reads the state znode's zkVersion)");
+        // Into an empty ZooKeeper, one sync creates each state znode once: its zkVersion, so the epoch read, is 0.
+        if (b.partitionEpoch != 0) diff(path + "/partition_epoch (zkVersion of a state znode written once)", 0, b.partitionEpoch);
+        else if (a.partitionEpoch != 0) normalise("partition_epoch (Kafka reads the state znode's zkVersion, 0 here)");
         // The ZooKeeper partition state has no directories and no ELR: Kafka's reader leaves them out.
         if (!Arrays.equals(a.directories, b.directories)) normalise("directories (not in ZooKeeper's partition state)");
         if (a.elr.length + a.lastKnownElr.length != 0)
