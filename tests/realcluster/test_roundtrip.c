@@ -182,6 +182,13 @@ Test(roundtrip, kafkas_zookeeper_reader_reads_back_the_image_kmproxy_synced, .ti
     for (const char *l = strstr(out, "NORMALISED "); l; l = strstr(l + 1, "\nNORMALISED "))
         cr_log_info("%.*s", (int)strcspn(l + (*l == '\n'), "\n"), l + (*l == '\n'));
     cr_assert(rc == 0 || rc == 1, "RoundTrip could not compare (exit %d): %.8000s", rc, out);
+    int files = -1, passwords = -1;
+    sscanf(sum, "files=%d", &files);
+    const char *pw = strstr(sum, "password_config_keys=");
+    if (pw)
+        sscanf(pw, "password_config_keys=%d", &passwords);
+    cr_assert_eq(files, in.n, "RoundTrip compared %d of %d inputs", files, in.n);
+    cr_assert_gt(passwords, 0, "no password config went through the encoder: %.*s", (int)strcspn(sum, "\n"), sum);
     char *bad = unexpected(out);
     cr_assert(!*bad, "differences roundtrip.expected does not list:\n%.8000s", bad);
     free(bad);
