@@ -15,3 +15,9 @@ set_tests_properties(test_realcluster PROPERTIES RESOURCE_LOCK km_realcluster)  
 km_add_test(test_kafka21062 SOURCES ${KM_RC_DIR}/test_kafka21062.c ${KM_RC_DIR}/rc_rig.c TIMEOUT 2400 JOBS 1)
 target_include_directories(test_kafka21062 PRIVATE ${KM_RC_DIR})
 set_tests_properties(test_kafka21062 PROPERTIES RESOURCE_LOCK km_realcluster)
+# The round trip through Kafka's own ZooKeeper reader (issue 25 item 4, docs/realcluster.md "Round trip"): one
+# ZooKeeper of the test support and one JVM, no cluster, so no RESOURCE_LOCK.
+km_add_test(test_roundtrip SOURCES ${KM_RC_DIR}/test_roundtrip.c ${KM_RC_DIR}/rc_rig.c
+            ${CMAKE_CURRENT_LIST_DIR}/realkafka_util.c TIMEOUT 600)
+target_include_directories(test_roundtrip PRIVATE ${KM_RC_DIR} ${CMAKE_CURRENT_LIST_DIR})
+target_compile_definitions(test_roundtrip PRIVATE KM_TEST_BUILD_DIR="${CMAKE_BINARY_DIR}")
