@@ -66,8 +66,8 @@ typedef struct km_verify_dual {
 /* Adds "dual_write" {high_watermark, high_watermark_source, migration_offset, migration_epoch,
  * migration_zk_version, lag_records[, watch_seconds, high_watermark_after, migration_offset_after,
  * migration_zk_version_after, driver_stalled][, max_lag, lag_exceeded]} to report (from km_verify_run).  A stalled
- * driver (the log moved past /migration's offset while /migration did not move) or a lag beyond max_lag makes the
- * verdict inconsistent.  Returns the report's exit, or -1 when out of memory. */
+ * driver (the log past /migration's offset at the first reading, /migration's offset not advanced at the second)
+ * or a lag beyond max_lag makes the verdict inconsistent.  Returns the report's exit, or -1 when out of memory. */
 int km_verify_dual_write(json_t *report, const km_verify_dual *d);
 
 /* The report as a person reads it: one line a broker, one a finding, one a broker not checked. */

@@ -411,6 +411,9 @@ Test(verify_fake, dual_write_lag_and_a_stalled_driver_from_migration_in_zookeepe
     cr_assert_eq(km_verify_dual_write(r, &dw), 0);
     d = json_object_get(r, "dual_write");
     cr_assert(json_is_false(json_object_get(d, "driver_stalled")) && jget(d, "lag_records") == 2);
+    dw.after = (km_verify_migration){ 90, 1, 5 }; /* rewritten at the same offset (zkVersion 4 -> 5): no progress */
+    cr_assert_eq(km_verify_dual_write(r, &dw), 1);
+    cr_assert(json_is_true(json_object_get(json_object_get(r, "dual_write"), "driver_stalled")));
     dw.after = dw.first; /* /migration did not move while the log went from 100 to 120 */
     cr_assert_eq(km_verify_dual_write(r, &dw), 1);
     cr_assert(json_is_true(json_object_get(json_object_get(r, "dual_write"), "driver_stalled")) &&
