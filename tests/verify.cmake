@@ -9,3 +9,4 @@ if(KM_REALCLUSTER_TESTS)  # tests/CMakeLists.txt: the plain build runs it
 endif()
 # test_verify_fake: what the real cluster does not do on demand (malformed answers, silence), and usage.
 km_add_test(test_verify_fake SOURCES ${CMAKE_CURRENT_LIST_DIR}/verify/test_verify_fake.c)
+target_link_libraries(test_verify_fake PRIVATE km_verify)  # km_verify_dual_write's arithmetic, called directly

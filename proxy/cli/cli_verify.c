@@ -5,10 +5,12 @@
 #include "km_image.h"
 #include "km_verify.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void usage(FILE *to)
 {
@@ -29,11 +31,19 @@ static void usage(FILE *to)
             "--timeout S      per broker, connect and each answer (default 10); fetching the image from the\n"
             "                 controllers may take 3 times that\n"
             "--json           the report as JSON\n"
-            "Exit: 0 every broker consistent, 1 inconsistent, 2 could not check (named on stderr) or bad usage.\n");
+            "--zookeeper HOST:PORT[/chroot]  also the dual-write lag: /migration's kraft_metadata_offset against\n"
+            "                 the controllers' last committed offset (the high watermark the fetch reached, or the\n"
+            "                 last offset of PATH) - Kafka's ZkWriteBehindLag reads 0 when its driver is wedged\n"
+            "--watch-seconds N  with --zookeeper: read the log and /migration again N seconds later; the log past\n"
+            "                 /migration's offset while /migration did not move is a stalled driver (KAFKA-21062)\n"
+            "--max-lag N      with --zookeeper: a lag beyond N records is inconsistent (default: no threshold)\n"
+            "Exit: 0 every broker consistent, 1 inconsistent (or a stalled driver, a lag beyond --max-lag), 2 could not check (named on stderr) or bad usage.\n");
 }
 
 typedef struct verify_cli {
-    const char *metadata, *servers, *cluster_id, *command_config;
+    const char *metadata, *servers, *cluster_id, *command_config, *zookeeper;
+    double watch_s;  /* 0: /migration read once */
+    long long max_lag; /* -1: none */
     km_verify_opts opts;
     bool json;
 } verify_cli;
@@ -45,9 +55,11 @@ static int parse(int argc, char **argv, verify_cli *c)
         {"timeout", required_argument, NULL, 't'},  {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},           {"bootstrap-server", required_argument, NULL, 'b'},
         {"cluster-id", required_argument, NULL, 'c'}, {"command-config", required_argument, NULL, 'C'},
-        {0},
+        {"zookeeper", required_argument, NULL, 'z'},  {"watch-seconds", required_argument, NULL, 'w'},
+        {"max-lag", required_argument, NULL, 'L'},    {0},
     };
     optind = 1;
+    c->max_lag = -1;
     for (int ch; (ch = getopt_long(argc, argv, "", longs, NULL)) != -1;) {
         char *end;
         switch (ch) {
@@ -58,6 +70,23 @@ static int parse(int argc, char **argv, verify_cli *c)
         case 'l': c->opts.listener = optarg; break;
         case 'j': c->json = true; break;
         case 'h': usage(stdout); return 1;
+        case 'z': c->zookeeper = optarg; break;
+        case 'w':
+            c->watch_s = strtod(optarg, &end);
+            if (*end || !(c->watch_s > 0 && c->watch_s <= 3600))
+                {
+                km_cli_print_error(stderr, "verify", "--watch-seconds takes seconds in (0, 3600]");
+                return 2;
+            }
+            break;
+        case 'L':
+            c->max_lag = strtoll(optarg, &end, 10);
+            if (*end || !*optarg || c->max_lag < 0)
+                {
+                km_cli_print_error(stderr, "verify", "--max-lag takes a number of records >= 0");
+                return 2;
+            }
+            break;
         case 't':
             c->opts.timeout_s = strtod(optarg, &end);
             if (*end || !(c->opts.timeout_s > 0 && c->opts.timeout_s <= 3600)) {
@@ -68,7 +97,7 @@ static int parse(int argc, char **argv, verify_cli *c)
         default: usage(stderr); return 2;
         }
     }
-    if (optind < argc || !c->metadata == !c->servers) {
+    if (optind < argc || !c->metadata == !c->servers || (!c->zookeeper && (c->watch_s > 0 || c->max_lag >= 0))) {
         usage(stderr);
         return 2;
     }
@@ -114,6 +143,48 @@ static int check(const verify_cli *c, json_t **report)
     return (int)json_integer_value(json_object_get(*report, "exit"));
 }
 
+static int read_migration(const verify_cli *c, km_verify_migration *m)
+{
+    km_err err;
+    if (km_verify_read_migration(c->zookeeper, c->opts.timeout_s, m, &err) == 0)
+        return 0;
+    fprintf(stderr, "kmproxy verify: could not check: %s\n", err.msg);
+    return -1;
+}
+
+/* The second reading of --watch-seconds: the log first, then /migration, so a driver that keeps up has had
+ * the time to record what the log reached. */
+static int watch(const verify_cli *c, km_verify_dual *d)
+{
+    struct timespec wait = { (time_t)c->watch_s, (long)((c->watch_s - (double)(time_t)c->watch_s) * 1e9) };
+    while (nanosleep(&wait, &wait) < 0 && errno == EINTR) {
+    }
+    km_image *img = load(c);
+    if (!img)
+        return -1;
+    d->high_watermark_after = km_image_offset(img);
+    km_image_free(img);
+    d->watched = true;
+    d->watch_seconds = c->watch_s;
+    return read_migration(c, &d->after);
+}
+
+/* --zookeeper: /migration read before the log (the log's offset is then at least what the driver had seen),
+ * the report's image offset as the high watermark. */
+static int dual_write(const verify_cli *c, const km_verify_migration *first, json_t *report)
+{
+    km_verify_dual d = { .high_watermark = json_integer_value(json_object_get(json_object_get(report, "image"),
+                                                                              "offset")),
+                         .source = c->servers ? "quorum" : "metadata_file", .first = *first,
+                         .max_lag = c->max_lag };
+    if (c->watch_s > 0 && watch(c, &d) < 0)
+        return -1;
+    int rc = km_verify_dual_write(report, &d);
+    if (rc < 0)
+        fprintf(stderr, "kmproxy verify: could not check: out of memory\n");
+    return rc;
+}
+
 int km_cli_verify(int argc, char **argv)
 {
     verify_cli c = {0};
@@ -121,9 +192,16 @@ int km_cli_verify(int argc, char **argv)
     if (rc)
         return rc == 1 ? 0 : 2;
     json_t *report = NULL;
-    rc = check(&c, &report);
-    if (rc < 0)
+    km_verify_migration first;
+    if (c.zookeeper && read_migration(&c, &first) < 0)
         return KM_VERIFY_UNCHECKED;
+    rc = check(&c, &report);
+    if (rc >= 0 && c.zookeeper)
+        rc = dual_write(&c, &first, report);
+    if (rc < 0) {
+        json_decref(report); /* check() frees its own on failure; dual_write's failure leaves it here */
+        return KM_VERIFY_UNCHECKED;
+    }
     if (c.json) {
         json_dumpf(report, stdout, JSON_INDENT(2));
         fputc('\n', stdout);

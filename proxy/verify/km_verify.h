@@ -41,6 +41,35 @@ enum { KM_VERIFY_CONSISTENT = 0, KM_VERIFY_INCONSISTENT = 1, KM_VERIFY_UNCHECKED
  * verdict, or -1 + err when no report could be made (out of memory). */
 int km_verify_run(const km_image *img, const km_verify_opts *o, json_t **report, km_err *err);
 
+/* ---- the dual-write lag: /migration against the controllers' committed log ---- */
+typedef struct km_verify_migration {
+    int64_t offset;     /* kraft_metadata_offset: the last KRaft record written to ZooKeeper */
+    int32_t epoch;      /* kraft_metadata_epoch */
+    int32_t zk_version; /* /migration's zkVersion: it moves at every write of the driver */
+} km_verify_migration;
+
+/* Reads /migration with a one-shot, unauthenticated session to hosts ("HOST:PORT[,...][/chroot]") within
+ * timeout_s (<= 0: 10 s).  0, or -1 + err (no session, no /migration, not Kafka's JSON). */
+int km_verify_read_migration(const char *hosts, double timeout_s, km_verify_migration *m, km_err *err);
+
+typedef struct km_verify_dual {
+    int64_t high_watermark;     /* the controllers' last committed offset when /migration was first read */
+    const char *source;         /* what high_watermark is: "quorum" (the observer's fetch) or "metadata_file" */
+    km_verify_migration first;
+    bool watched;               /* read again after watch_seconds, the log read again too */
+    double watch_seconds;
+    int64_t high_watermark_after;
+    km_verify_migration after;
+    int64_t max_lag;            /* a lag beyond it is inconsistent; < 0: no threshold */
+} km_verify_dual;
+
+/* Adds "dual_write" {high_watermark, high_watermark_source, migration_offset, migration_epoch,
+ * migration_zk_version, lag_records[, watch_seconds, high_watermark_after, migration_offset_after,
+ * migration_zk_version_after, driver_stalled][, max_lag, lag_exceeded]} to report (from km_verify_run).  A stalled
+ * driver (the log past /migration's offset at the first reading, /migration's offset not advanced at the second)
+ * or a lag beyond max_lag makes the verdict inconsistent.  Returns the report's exit, or -1 when out of memory. */
+int km_verify_dual_write(json_t *report, const km_verify_dual *d);
+
 /* The report as a person reads it: one line a broker, one a finding, one a broker not checked. */
 void km_verify_print(FILE *to, const json_t *report);
 

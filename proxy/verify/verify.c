@@ -494,6 +494,29 @@ static void print_finding(FILE *to, const json_t *f)
     fputc('\n', to);
 }
 
+static long long jint(const json_t *o, const char *key)
+{
+    return (long long)json_integer_value(json_object_get(o, key));
+}
+
+static void print_dual_write(FILE *to, const json_t *d)
+{
+    if (!d)
+        return;
+    fprintf(to, "dual write: high watermark %lld (%s), /migration at %lld (zkVersion %lld), lag %lld records",
+            jint(d, "high_watermark"), json_string_value(json_object_get(d, "high_watermark_source")),
+            jint(d, "migration_offset"), jint(d, "migration_zk_version"), jint(d, "lag_records"));
+    if (json_object_get(d, "lag_exceeded"))
+        fprintf(to, "%s", json_is_true(json_object_get(d, "lag_exceeded")) ? " (BEYOND --max-lag)" : "");
+    if (json_object_get(d, "driver_stalled"))
+        fprintf(to, "\n            after %.1f s: high watermark %lld, /migration at %lld (zkVersion %lld): %s",
+                json_real_value(json_object_get(d, "watch_seconds")), jint(d, "high_watermark_after"),
+                jint(d, "migration_offset_after"), jint(d, "migration_zk_version_after"),
+                json_is_true(json_object_get(d, "driver_stalled")) ? "DRIVER STALLED (the log moved, /migration did not)"
+                                                                   : "not stalled");
+    fputc('\n', to);
+}
+
 void km_verify_print(FILE *to, const json_t *report)
 {
     size_t i;
@@ -526,5 +549,6 @@ void km_verify_print(FILE *to, const json_t *report)
             (long long)json_integer_value(json_object_get(cost, "bytes_out")),
             (long long)json_integer_value(json_object_get(cost, "bytes_in")),
             json_real_value(json_object_get(cost, "seconds")));
+    print_dual_write(to, json_object_get(report, "dual_write"));
     fprintf(to, "verdict: %s\n", json_string_value(json_object_get(report, "verdict")));
 }

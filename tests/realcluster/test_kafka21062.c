@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -130,6 +131,33 @@ static void print_first_failure(rc_rig *r)
     free(log);
 }
 
+/* What ZkWriteBehindLag hides, `kmproxy verify --zookeeper --watch-seconds` reports: /migration (read from
+ * ZooKeeper directly, not through the fault proxy) behind the quorum's high watermark and unmoved: exit 1. */
+static void verify_sees_the_wedge(rc_rig *r, long kafka_lag)
+{
+    char *out = NULL;
+    struct timespec t0, t1; /* printed only: what this check adds to the suite */
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = rc_sh(r, &out, "%s verify --json --timeout 20 --bootstrap-server 127.0.0.1:%d --cluster-id %s "
+                   "--zookeeper %s --watch-seconds 3 2>/dev/null", km_test_binary(), r->controllers[0].port,
+                   r->cluster_id, r->zk);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    json_error_t jerr;
+    json_t *rep = out ? json_loads(out, 0, &jerr) : NULL, *d = json_object_get(rep, "dual_write");
+    long lag = (long)json_integer_value(json_object_get(d, "lag_records"));
+    fprintf(stderr, "kafka21062: kmproxy verify: exit %d, dual-write lag %ld, driver_stalled %s; ZkWriteBehindLag %ld "
+                    "(%.1f s)\n", rc, lag, json_is_true(json_object_get(d, "driver_stalled")) ? "true" : "false",
+            kafka_lag, (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+    char *dual = d ? json_dumps(d, 0) : NULL;
+    rc_assert(r, rc == 1 && json_is_true(json_object_get(d, "driver_stalled")) && lag > 0 && lag > kafka_lag &&
+                     !strcmp(json_string_value(json_object_get(d, "high_watermark_source")), "quorum"),
+              "kmproxy verify missed the wedge: exit %d: dual_write %s; %.2000s", rc, dual ? dual : "-",
+              out ? out : "");
+    free(dual);
+    json_decref(rep);
+    free(out);
+}
+
 TestSuite(kafka21062, .timeout = 1200);
 
 /* One lost ack on a /migration multi wedges Kafka 3.9's driver: every later dual-write fails with BADVERSION,
@@ -168,6 +196,7 @@ Test(kafka21062, lost_migration_ack_wedges_kafkas_driver)
     rc_assert(r, topic && !strcmp(topic, "ok absent"), "the topic created after the fault reached ZooKeeper: %s",
               topic ? topic : "?");
     free(topic);
+    verify_sees_the_wedge(r, lag1);
     rc_rig_stop(r, false);
 }
 

@@ -20,6 +20,8 @@
 #include "km_codec.h"
 #include "km_image.h"
 #include "km_testsupport.h"
+#include "km_verify.h"
+#include "zkserver.h"
 
 static int listen_any(uint16_t *port)
 {
@@ -193,7 +195,7 @@ static void metadata_partitions(const km_topic *t, km_metadata_response_response
     }
 }
 
-static void *metadata_answer(const km_image *img, uint16_t port, km_arena *a)
+static void *metadata_answer(const km_image *img, uint16_t port, km_arena *a, bool tweak_isr)
 {
     km_metadata_response *rs = km_arena_alloc(a, sizeof *rs);
     km_init(km_metadata_response_desc.root, rs);
@@ -210,7 +212,7 @@ static void *metadata_answer(const km_image *img, uint16_t port, km_arena *a)
         *mt = (km_metadata_response_response_topic){ .topic_authorized_operations = INT32_MIN };
         mt->name = km_cstr(km_topic_name(t));
         mt->topic_id = km_topic_id(t);
-        metadata_partitions(t, mt, a, !strcmp(km_topic_name(t), "topic-0"));
+        metadata_partitions(t, mt, a, tweak_isr && !strcmp(km_topic_name(t), "topic-0"));
     }
     return rs;
 }
@@ -235,7 +237,7 @@ static void *offsets_answer(const km_list_offsets_request *rq, km_arena *a)
     return rs;
 }
 
-static bool answer_one(int c, const km_image *img, uint16_t port)
+static bool answer_one(int c, const km_image *img, uint16_t port, bool tweak_isr)
 {
     uint8_t size[4];
     if (recv(c, size, 4, MSG_WAITALL) != 4)
@@ -252,7 +254,7 @@ static bool answer_one(int c, const km_image *img, uint16_t port)
     km_reader_init(&r, req, n);
     if (ok && km_parse_request_header(&r, &h, &a, &err) == 0) {
         if (h.api_key == KM_API_METADATA) {
-            body = metadata_answer(img, port, &a);
+            body = metadata_answer(img, port, &a, tweak_isr);
         } else if (h.api_key == KM_API_LIST_OFFSETS) {
             km_list_offsets_request *rq = km_arena_alloc(&a, sizeof *rq);
             if (km_decode(&km_list_offsets_request_desc, h.api_version, r.p + r.pos, km_reader_left(&r), rq, &a,
@@ -270,6 +272,22 @@ static bool answer_one(int c, const km_image *img, uint16_t port)
     return ok;
 }
 
+/* A child answering every connection on lfd from img until the test ends. */
+static pid_t serve_image(int lfd, const km_image *img, uint16_t port, bool tweak_isr)
+{
+    pid_t parent = getpid(), server = fork();
+    if (server == 0) {
+        km_test_die_with_parent(parent);
+        for (;;) {
+            int c = accept(lfd, NULL, NULL);
+            while (c >= 0 && answer_one(c, img, port, tweak_isr))
+                ;
+            close(c);
+        }
+    }
+    return server;
+}
+
 Test(verify_fake, same_epoch_other_isr_is_isr_differs)
 {
     uint16_t port;
@@ -280,16 +298,7 @@ Test(verify_fake, same_epoch_other_isr_is_isr_differs)
                       .broker_host = "127.0.0.1", .broker_ports = &port };
     km_err err;
     cr_assert(km_gen_write(dir, &o, img, &err) > 0, "%s", err.msg);
-    pid_t parent = getpid(), server = fork();
-    if (server == 0) {
-        km_test_die_with_parent(parent);
-        for (;;) {
-            int c = accept(lfd, NULL, NULL);
-            while (c >= 0 && answer_one(c, img, port))
-                ;
-            close(c);
-        }
-    }
+    pid_t server = serve_image(lfd, img, port, true);
     char *argv[] = { (char *)km_test_binary(), "verify", "--json", "--metadata", dir, "--timeout", "5", NULL };
     char *out = NULL, *errs = NULL;
     int rc = km_test_run(argv, NULL, 0, &out, NULL, &errs);
@@ -306,6 +315,115 @@ Test(verify_fake, same_epoch_other_isr_is_isr_differs)
     json_decref(rep);
     free(out);
     free(errs);
+    km_image_free(img);
+    km_test_rmtree(dir);
+    free(dir);
+    close(lfd);
+}
+
+/* ---- the dual-write lag: /migration in a real ZooKeeper against the metadata file's last offset ---- */
+
+static void set_migration(km_zkc *zc, int64_t offset)
+{
+    char mig[200];
+    snprintf(mig, sizeof mig, "{\"version\":0,\"kraft_controller_id\":3000,\"kraft_controller_epoch\":1,"
+             "\"kraft_metadata_offset\":%lld,\"kraft_metadata_epoch\":1}", (long long)offset);
+    if (km_zkc_set(zc, "/migration", mig, -1, NULL) == ZNONODE)
+        cr_assert_eq(km_zkc_create(zc, "/migration", mig, 0), ZOK);
+}
+
+/* `kmproxy verify --json --metadata dir --zookeeper hosts` + extra: its exit and its dual_write (owned by *rep). */
+static int verify_dual(const char *dir, const char *hosts, const char *extra1, const char *extra2, json_t **rep,
+                       json_t **dual)
+{
+    char *argv[] = { (char *)km_test_binary(), "verify", "--json", "--metadata", (char *)dir, "--timeout", "5",
+                     "--zookeeper", (char *)hosts, (char *)extra1, (char *)extra2, NULL };
+    char *out = NULL, *errs = NULL;
+    int rc = km_test_run(argv, NULL, 0, &out, NULL, &errs);
+    json_error_t jerr;
+    *rep = json_loads(out ? out : "", 0, &jerr);
+    *dual = json_object_get(*rep, "dual_write");
+    cr_assert(*dual || rc == 2, "exit %d\nstdout: %s\nstderr: %s", rc, out, errs);
+    free(out);
+    free(errs);
+    return rc;
+}
+
+static int64_t jget(const json_t *o, const char *key)
+{
+    return (int64_t)json_integer_value(json_object_get(o, key));
+}
+
+Test(verify_fake, dual_write_lag_and_a_stalled_driver_from_migration_in_zookeeper)
+{
+    char zerr[512];
+    km_zks *zs = km_zks_start(1, NULL, 0, zerr, sizeof zerr);
+    cr_assert(zs, "%s", zerr);
+    const char *hosts = km_zks_hosts(zs, -1);
+    km_zkc *zc = km_zkc_open(hosts, NULL, 10000);
+    uint16_t port;
+    int lfd = listen_any(&port);
+    char *dir = km_test_tmpdir("verify-fake-dual");
+    km_image *img = km_image_new();
+    km_gen_opts o = { .brokers = 1, .topics = 2, .partitions = 2, .zk_migration = true, .seed = 3,
+                      .broker_host = "127.0.0.1", .broker_ports = &port };
+    km_err err;
+    cr_assert(zc && km_gen_write(dir, &o, img, &err) > 0, "%s", err.msg);
+    int64_t last = km_image_offset(img);
+    pid_t server = serve_image(lfd, img, port, false);
+    json_t *rep, *d;
+
+    /* no /migration: nothing to compare, could not check */
+    cr_assert_eq(verify_dual(dir, hosts, NULL, NULL, &rep, &d), 2);
+    json_decref(rep);
+
+    /* 5 records behind, read once: the lag, no claim about the driver, the brokers' verdict stands */
+    set_migration(zc, last - 5);
+    cr_assert_eq(verify_dual(dir, hosts, NULL, NULL, &rep, &d), 0);
+    cr_assert(jget(d, "high_watermark") == last && jget(d, "migration_offset") == last - 5 &&
+              jget(d, "lag_records") == 5 && jget(d, "migration_epoch") == 1 &&
+              !strcmp(json_string_value(json_object_get(d, "high_watermark_source")), "metadata_file") &&
+              !json_object_get(d, "driver_stalled"), "%s", json_dumps(d, 0));
+    json_decref(rep);
+
+    /* --max-lag below it: inconsistent */
+    cr_assert_eq(verify_dual(dir, hosts, "--max-lag", "4", &rep, &d), 1);
+    cr_assert(json_is_true(json_object_get(d, "lag_exceeded")) &&
+              !strcmp(json_string_value(json_object_get(rep, "verdict")), "inconsistent"));
+    json_decref(rep);
+
+    /* watched: the log is past /migration's offset and /migration does not move: the driver stalled */
+    cr_assert_eq(verify_dual(dir, hosts, "--watch-seconds", "1", &rep, &d), 1);
+    cr_assert(json_is_true(json_object_get(d, "driver_stalled")) && jget(d, "lag_records") == 5 &&
+              jget(d, "migration_zk_version") == jget(d, "migration_zk_version_after"), "%s", json_dumps(d, 0));
+    json_decref(rep);
+
+    /* caught up: /migration at the log's last offset is no stall even if it does not move */
+    set_migration(zc, last);
+    cr_assert_eq(verify_dual(dir, hosts, "--watch-seconds", "1", &rep, &d), 0);
+    cr_assert(json_is_false(json_object_get(d, "driver_stalled")) && jget(d, "lag_records") == 0);
+    json_decref(rep);
+
+    /* the arithmetic when /migration moved between the readings: not stalled, the lag at the second reading */
+    json_t *r = json_pack("{s:s,s:i}", "verdict", "consistent", "exit", 0);
+    km_verify_dual dw = { .high_watermark = 100, .source = "quorum", .first = { 90, 1, 4 }, .watched = true,
+                          .watch_seconds = 2, .high_watermark_after = 120, .after = { 118, 1, 9 }, .max_lag = -1 };
+    cr_assert_eq(km_verify_dual_write(r, &dw), 0);
+    d = json_object_get(r, "dual_write");
+    cr_assert(json_is_false(json_object_get(d, "driver_stalled")) && jget(d, "lag_records") == 2);
+    dw.after = (km_verify_migration){ 90, 1, 5 }; /* rewritten at the same offset (zkVersion 4 -> 5): no progress */
+    cr_assert_eq(km_verify_dual_write(r, &dw), 1);
+    cr_assert(json_is_true(json_object_get(json_object_get(r, "dual_write"), "driver_stalled")));
+    dw.after = dw.first; /* /migration did not move while the log went from 100 to 120 */
+    cr_assert_eq(km_verify_dual_write(r, &dw), 1);
+    cr_assert(json_is_true(json_object_get(json_object_get(r, "dual_write"), "driver_stalled")) &&
+              jget(json_object_get(r, "dual_write"), "lag_records") == 30);
+    json_decref(r);
+
+    kill(server, SIGKILL);
+    waitpid(server, NULL, 0);
+    km_zkc_close(zc);
+    km_zks_stop(zs);
     km_image_free(img);
     km_test_rmtree(dir);
     free(dir);
