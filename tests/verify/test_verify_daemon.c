@@ -104,6 +104,20 @@ static json_t *status_verify(inst *in)
     return v;
 }
 
+/* `kmproxy status` prints the check's line and its findings. */
+static void assert_status_line(inst *in, const char *line, const char *finding)
+{
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", in->port);
+    char *argv[] = { (char *)km_test_binary(), "status", "--url", url, NULL };
+    char *out = NULL, *errs = NULL;
+    size_t n;
+    int rc = km_test_run(argv, NULL, 0, &out, &n, &errs);
+    cr_assert(rc == 0 && strstr(out, line) && (!finding || strstr(out, finding)), "exit %d: %s / %s", rc, out, errs);
+    free(out);
+    free(errs);
+}
+
 TestSuite(verify_daemon, .timeout = 300);
 
 Test(verify_daemon, a_stale_broker_is_flagged_each_interval_and_clears_once_it_answers_right)
@@ -132,6 +146,7 @@ Test(verify_daemon, a_stale_broker_is_flagged_each_interval_and_clears_once_it_a
               "%s", json_dumps(v, 0));
     json_int_t first_seen = json_integer_value(json_object_get(f, "first_seen"));
     json_decref(v);
+    assert_status_line(&in, "verify     inconsistent", "broker 1 topic-0-0 metadata_stale since");
 
     /* two more cycles: the check keeps running, and the finding keeps the time it was first seen */
     char want[100];
@@ -179,6 +194,7 @@ Test(verify_daemon, interval_zero_runs_no_check)
     json_t *v = status_verify(&in);
     cr_assert(json_is_false(json_object_get(v, "enabled")), "%s", json_dumps(v, 0));
     json_decref(v);
+    assert_status_line(&in, "verify     off", NULL);
     stop_cleanly(&in);
     rig_down(&r);
 }
