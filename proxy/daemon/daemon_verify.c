@@ -31,6 +31,7 @@ struct km_daemon_verify {
     /* the loop's */
     int64_t cycles;
     int last_verdict;            /* -1: no cycle finished yet */
+    int64_t inconsistent_streak; /* cycles in a row that found the brokers inconsistent (the alert's "for") */
     double last_run;             /* unix time that cycle finished */
     double last_seconds;
     int unchecked_brokers;
@@ -146,6 +147,7 @@ static void cycle_done(EV_P_ ev_async *a, int revents)
             km_daemon_log(d, v->verdict ? KM_LOG_WARN : KM_LOG_INFO, "verify: the brokers are %s",
                           json_string_value(json_object_get(v->report, "verdict")));
         v->last_verdict = v->verdict;
+        v->inconsistent_streak = v->verdict == KM_VERIFY_INCONSISTENT ? v->inconsistent_streak + 1 : 0;
         v->unchecked_brokers = distinct_brokers(json_object_get(v->report, "unchecked"));
         v->last_seconds = json_real_value(json_object_get(json_object_get(v->report, "cost"), "seconds"));
         merge_findings(v, json_object_get(v->report, "findings"), v->last_run);
@@ -207,6 +209,9 @@ void km_daemon_verify_metrics(const km_daemon *d, km_buf *out)
     km_metrics_sample(out, "kmproxy_verify_last_verdict", "gauge",
                       "The last check: 0 consistent, 1 inconsistent, 2 some broker could not be checked; -1 none "
                       "yet.", NULL, true, v->last_verdict);
+    km_metrics_sample(out, "kmproxy_verify_inconsistent_cycles", "gauge",
+                      "Checks in a row, up to the last, that found the brokers inconsistent.", NULL, true,
+                      (double)v->inconsistent_streak);
     km_metrics_sample(out, "kmproxy_verify_last_run_timestamp_seconds", "gauge",
                       "Unix time the last check finished (0: none yet).", NULL, true, v->last_run);
     km_metrics_sample(out, "kmproxy_verify_last_duration_seconds", "gauge", "How long the last check took.", NULL,
