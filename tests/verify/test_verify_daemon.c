@@ -53,8 +53,9 @@ static void serve(rig *r)
     }
 }
 
-/* A log of one migrating broker (the fake) with two topics, a ZooKeeper, and the fake serving. */
-static void rig_up(rig *r, bool stale)
+/* A log of one migrating broker (the fake, answering stale) with two topics, a ZooKeeper, the fake serving, and
+ * `kmproxy run` on them (brokers.enabled=false: the fake answers only the verifier) with extra settings. */
+static void rig_up(rig *r, inst *in, const char *tag, const char *const *extra)
 {
     r->zs = ops_zk_start();
     listen_loopback(r);
@@ -66,12 +67,13 @@ static void rig_up(rig *r, bool stale)
                       .leader_changes = 4, .broker_host = "127.0.0.1", .broker_ports = &r->port };
     km_err err;
     cr_assert(km_gen_write(r->e.metadata, &o, r->img, &err) > 0, "%s", err.msg);
-    if (stale) {
-        FILE *f = fopen(r->stale_flag, "w");
-        cr_assert(f);
-        fclose(f);
-    }
+    FILE *f = fopen(r->stale_flag, "w");
+    cr_assert(f);
+    fclose(f);
     serve(r);
+    char zk[300];
+    snprintf(zk, sizeof zk, "%s/%s", km_zks_hosts(r->zs, 0), tag);
+    start(in, &r->e, tag, zk, extra);
 }
 
 static void rig_down(rig *r)
@@ -123,13 +125,10 @@ TestSuite(verify_daemon, .timeout = 300);
 Test(verify_daemon, a_stale_broker_is_flagged_each_interval_and_clears_once_it_answers_right)
 {
     rig r = { 0 };
-    rig_up(&r, true);
     inst in;
-    char zk[300];
-    snprintf(zk, sizeof zk, "%s/verify", km_zks_hosts(r.zs, 0));
     const char *extra[] = { "brokers.enabled=false", "verify.interval.ms=300", "verify.jitter.percent=0",
                             "verify.timeout.ms=5000", NULL };
-    start(&in, &r.e, "verify", zk, extra);
+    rig_up(&r, &in, "verify", extra);
     char *m = scrape_until(&in, "/metrics", 200, "kmproxy_verify_findings{class=\"metadata_stale\"} 1", 60);
     cr_assert_eq(metric(m, "kmproxy_verify_last_verdict"), 1, "%s", m);
     cr_assert_eq(labelled(m, "kmproxy_verify_findings{class=\"isr_differs\"} "), 0, "%s", m);
@@ -178,12 +177,9 @@ Test(verify_daemon, a_stale_broker_is_flagged_each_interval_and_clears_once_it_a
 Test(verify_daemon, interval_zero_runs_no_check)
 {
     rig r = { 0 };
-    rig_up(&r, true);
     inst in;
-    char zk[300];
-    snprintf(zk, sizeof zk, "%s/verify-off", km_zks_hosts(r.zs, 0));
     const char *extra[] = { "brokers.enabled=false", "verify.interval.ms=0", NULL };
-    start(&in, &r.e, "verify-off", zk, extra);
+    rig_up(&r, &in, "verify-off", extra);
     /* the image read to its end (the one finding would be there by now with the check on) */
     char want[100];
     snprintf(want, sizeof want, "kmproxy_image_offset %lld\n", (long long)km_image_offset(r.img));
