@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *const CLASSES[] = {"metadata_stale", "replica_stale", "stale_leader", "stray_log", "isr_differs"};
 #define N_CLASSES (sizeof CLASSES / sizeof CLASSES[0])
@@ -29,6 +30,7 @@ struct km_daemon_verify {
     int verdict;
     km_err err;
     /* the loop's */
+    unsigned jitter_seed;        /* per instance, so that instances started together spread apart */
     int64_t cycles;
     int last_verdict;            /* -1: no cycle finished yet */
     int64_t inconsistent_streak; /* cycles in a row that found the brokers inconsistent (the alert's "for") */
@@ -50,10 +52,10 @@ static void *work(void *arg)
     return NULL;
 }
 
-static double wait_s(const km_daemon *d)
+static double wait_s(km_daemon *d)
 {
     double base = d->cfg.verify_interval_ms / 1000.0, j = d->cfg.verify_jitter_percent / 100.0;
-    return base * (1.0 + j * (2.0 * rand() / (double)RAND_MAX - 1.0));
+    return base * (1.0 + j * (2.0 * rand_r(&d->verify->jitter_seed) / (double)RAND_MAX - 1.0));
 }
 
 static void start_cycle(EV_P_ ev_timer *t, int revents)
@@ -169,12 +171,13 @@ int km_daemon_start_verify(km_daemon *d, km_err *err)
     }
     v->d = d;
     v->last_verdict = -1;
+    v->jitter_seed = (unsigned)time(NULL) ^ (unsigned)getpid() << 8;
+    d->verify = v;
     ev_timer_init(&v->next, start_cycle, wait_s(d), 0.);
     ev_async_init(&v->done, cycle_done);
     v->next.data = v->done.data = v;
     ev_timer_start(d->loop, &v->next);
     ev_async_start(d->loop, &v->done);
-    d->verify = v;
     return 0;
 }
 
