@@ -209,6 +209,11 @@ typedef struct km_image km_image;
 km_image *km_image_new(void);
 void km_image_free(km_image *img);     /* NULL is fine; free its deltas first */
 
+/* A new image holding a copy of img's brokers, topics and partitions, offset, epoch, raft leader and cluster
+ * id (no configs, features or other entities): its own memory, so that another thread may read it while img
+ * moves on (the daemon's continuous verifier).  NULL + err on out of memory. */
+km_image *km_image_copy_cluster(const km_image *img, km_err *err);
+
 /* Cluster id: not in the log (Kafka keeps it in meta.properties).  NULL if unset. */
 int km_image_set_cluster_id(km_image *img, const char *cluster_id, km_err *err);
 const char *km_image_cluster_id(const km_image *img);

@@ -65,6 +65,39 @@ static void round_trip(bool zk)
 Test(image_gen, round_trip_kraft) { round_trip(false); }
 Test(image_gen, round_trip_zk_migration) { round_trip(true); }
 
+/* km_image_copy_cluster (the daemon's continuous verifier reads it in another thread): the same brokers,
+ * topics, partitions and position, in memory of its own (the original freed first, then the copy read). */
+Test(image_gen, copy_cluster_has_the_brokers_and_partitions)
+{
+    char *dir = km_test_tmpdir("imgcopy");
+    km_gen_opts o = small_opts(true);
+    km_image *gen = km_image_new();
+    km_err err = {{0}};
+    cr_assert_gt(km_gen_write(dir, &o, gen, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_image_set_cluster_id(gen, "Xy1zCopyClusterId0000w", &err), 0, "%s", err.msg);
+    km_image *copy = km_image_copy_cluster(gen, &err);
+    cr_assert(copy, "%s", err.msg);
+    json_t *jg = image_json(gen), *jc = image_json(copy);
+    const char *same[] = {"clusterId", "offset", "epoch", "raftLeader", "topicCount", "partitionCount", "brokers",
+                          "topics"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        char *sg = json_dumps(json_object_get(jg, same[i]), JSON_SORT_KEYS | JSON_ENCODE_ANY);
+        cr_assert(json_equal(json_object_get(jg, same[i]), json_object_get(jc, same[i])), "%s differs: %.300s",
+                  same[i], sg);
+        free(sg);
+    }
+    json_decref(jg);
+    km_image_free(gen);
+    cr_assert_eq(km_image_partition_count(copy), 30);
+    const km_topic *t = km_image_topic_by_name(copy, "topic-0");
+    km_partition p;
+    cr_assert(t && km_topic_partition(t, 5, &p) && p.replicas.n == 3 && p.isr.n >= 1);
+    json_decref(jc);
+    km_image_free(copy);
+    km_test_rmtree(dir);
+    free(dir);
+}
+
 Test(image_gen, same_seed_same_log)
 {
     char *d1 = km_test_tmpdir("imggen"), *d2 = km_test_tmpdir("imggen");

@@ -314,6 +314,30 @@ static void print_proxy(FILE *to, json_t *st)
             (long long)num(p, "requests"));
 }
 
+/* The continuous broker check: its last verdict, then one line a finding. */
+static void print_verify(FILE *to, json_t *st)
+{
+    json_t *v = json_object_get(st, "verify");
+    if (!json_is_object(v) || !json_is_true(json_object_get(v, "enabled"))) {
+        fprintf(to, "verify     off (verify.interval.ms=0)\n");
+        return;
+    }
+    if (!json_is_string(json_object_get(v, "verdict"))) {
+        bool failed = json_is_string(json_object_get(v, "error"));
+        fprintf(to, "verify     every %lld ms, no check finished yet%s%s\n", (long long)num(v, "interval_ms"),
+                failed ? ": " : "", failed ? str(v, "error") : "");
+        return;
+    }
+    fprintf(to, "verify     %s (image offset %lld, %lld cycles), %zu findings, %lld brokers not checked\n",
+            str(v, "verdict"), (long long)num(v, "image_offset"), (long long)num(v, "cycles"),
+            json_array_size(json_object_get(v, "findings")), (long long)num(v, "unchecked_brokers"));
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(v, "findings"), i, f)
+        fprintf(to, "  broker %lld %s-%lld %s since %lld: %s\n", (long long)num(f, "broker"), str(f, "topic"),
+                (long long)num(f, "partition"), str(f, "class"), (long long)num(f, "first_seen"), str(f, "detail"));
+}
+
 static int print_table(const char *url, const char *body)
 {
     json_error_t jerr;
@@ -329,6 +353,7 @@ static int print_table(const char *url, const char *body)
     print_zookeeper(stdout, st);
     print_brokers(stdout, st);
     print_proxy(stdout, st);
+    print_verify(stdout, st);
     json_decref(st);
     return 0;
 }

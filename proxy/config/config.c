@@ -137,6 +137,15 @@ static const key_def KEYS[] = {
     INT("health.max.lag.records", health_max_lag_records, 0, INT32_MAX,
         "/readyz answers 503 while ZooKeeper is more than this many records behind the log (exported as "
         "`kmproxy_config_health_max_lag_records` for the alert rules)."),
+    INT("verify.interval.ms", verify_interval_ms, 0, INT32_MAX,
+        "Check every broker against the image (as `kmproxy verify` does) this often, in a thread of its own "
+        "(`kmproxy_verify_*` metrics, `/status`); 0: never."),
+    INT("verify.jitter.percent", verify_jitter_percent, 0, 100,
+        "Each wait between checks is drawn up to this much shorter or longer than `verify.interval.ms`, so that "
+        "instances do not ask the brokers at the same moment."),
+    INT("verify.timeout.ms", verify_timeout_ms, 100, 600000,
+        "The check's timeout per broker (connect and every answer); a broker that does not answer within it is "
+        "reported unchecked."),
     BOOL("ha.enabled", ha_enabled,
         "Elect one active instance among several under `kmproxy.election.path`; the others follow the log and "
         "take over."),
@@ -202,6 +211,9 @@ void km_config_defaults(km_config *c)
     c->broker_max_queued = 1000;
     c->log_level = strdup("info");
     c->health_max_lag_records = 1000;
+    c->verify_interval_ms = 60000;
+    c->verify_jitter_percent = 10;
+    c->verify_timeout_ms = 10000;
     c->election_path = strdup("/kmproxy/election");
     c->metadata_source = strdup("quorum"); /* only committed records (issue 11); dir is for offline use */
     c->quorum_request_timeout_ms = 2000;   /* Kafka's controller.quorum.request.timeout.ms */

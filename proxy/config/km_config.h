@@ -63,6 +63,9 @@ typedef struct km_config {
     char *log_level;                 /* log.level: error, warn, info, debug */
     char *log_file;                  /* log.file: append the log here (reopened on SIGHUP); NULL = stderr */
     int32_t health_max_lag_records;  /* health.max.lag.records: /readyz fails above this write-behind lag */
+    int32_t verify_interval_ms;      /* verify.interval.ms: the continuous broker check; 0 = off */
+    int32_t verify_jitter_percent;
+    int32_t verify_timeout_ms;
     bool ha_enabled;                 /* ha.enabled: elect one active instance among several */
     char *election_path;             /* kmproxy.election.path: where they elect (inside the chroot) */
     /* Kafka's password.encoder.*: how password-type configs are written into ZooKeeper; the same

@@ -353,7 +353,7 @@ km_daemon *km_daemon_new(struct ev_loop *loop, km_config *cfg, km_err *err)
     if (km_config_resolve_zk_security(&d->cfg, &d->zk_security, err) || (d->cfg.log_file && open_log_file(d, err)) ||
         km_daemon_check_start(d, err) || !d->img || !d->delta || open_follower(d, err) ||
         open_capture(d, err) || km_daemon_start_consumers(d, err) || km_daemon_start_metrics(d, err) ||
-        km_daemon_start_ha(d, err) || start_proxy(d, err)) {
+        km_daemon_start_ha(d, err) || start_proxy(d, err) || km_daemon_start_verify(d, err)) {
         km_daemon_free(d);
         return NULL;
     }
@@ -422,6 +422,7 @@ void km_daemon_free(km_daemon *d)
     if (!d)
         return;
     disarm(d);
+    km_daemon_stop_verify(d); /* its thread reads none of the daemon's state, only its own copy */
     km_inline_free(d->proxy);
     km_daemon_stop_metrics(d);
     km_daemon_stop_consumers(d);

@@ -69,6 +69,7 @@ struct km_daemon {
     km_quorum_ask *cluster_id_ask; /* quorum mode without cluster.id: DescribeCluster in flight */
     double cluster_id_next_try;  /* and when to ask the controllers again */
     int64_t cluster_id_failures;
+    struct km_daemon_verify *verify; /* daemon_verify.c: the continuous broker check; NULL: off */
     char fatal[512];
     int exit_code;               /* with fatal: 1 a runtime failure, 2 bad input (a corrupt log, a refused image) */
 };
@@ -183,6 +184,13 @@ struct km_bprop *km_daemon_bprop(const km_daemon *d);
 bool km_daemon_claimed_as(const km_daemon *d, int32_t *controller_id, int32_t *controller_epoch);
 /* daemon_status.c: GET /status, the whole migration at a glance (kmproxy status). The HTTP status. */
 int km_daemon_status_json(km_daemon *d, km_buf *out);
+
+/* daemon_verify.c: the continuous broker check (verify.interval.ms; nothing when 0) */
+int km_daemon_start_verify(km_daemon *d, km_err *err);
+void km_daemon_stop_verify(km_daemon *d);
+void km_daemon_verify_metrics(const km_daemon *d, km_buf *out);
+/* Its last verdict and findings (first_seen, last_seen) for /status. */
+struct json_t *km_daemon_verify_json(const km_daemon *d);
 
 /* daemon_metrics.c */
 int km_daemon_start_metrics(km_daemon *d, km_err *err);

@@ -22,6 +22,7 @@ static void render(km_buf *out, void *ud)
     km_daemon_consumers_metrics(d, out);
     km_daemon_health_metrics(d, out);
     km_daemon_ha_metrics(d, out);
+    km_daemon_verify_metrics(d, out);
     if (d->proxy)
         km_inline_render_metrics(d->proxy, out);
     km_metrics_render_standard(out);

@@ -153,5 +153,6 @@ int km_daemon_status_json(km_daemon *d, km_buf *out)
     json_object_set_new(o, "brokers", brokers_json(d));
     json_object_set_new(o, "proxy", proxy_json(d));
     json_object_set_new(o, "ha", ha_json(d));
+    json_object_set_new(o, "verify", km_daemon_verify_json(d));
     return km_daemon_json_reply(o, out, 200);
 }

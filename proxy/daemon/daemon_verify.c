@@ -1,0 +1,250 @@
+/* The continuous broker check (verify.interval.ms): every interval, with jitter, `kmproxy verify`'s check
+ * (km_verify_run) against a copy of the image in a thread of its own, so that its blocking requests never stall
+ * the event loop.  The image belongs to the loop thread and moves on while the check runs: the worker gets
+ * km_image_copy_cluster's copy, made on the loop between batches, and owns it until it is done.  The result comes
+ * back through an ev_async; the loop joins the thread (it has finished then) and keeps, per finding keyed by
+ * broker, topic, partition and class, when it was first and last seen. */
+#include "daemon_internal.h"
+#include "km_verify.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const CLASSES[] = {"metadata_stale", "replica_stale", "stale_leader", "stray_log", "isr_differs"};
+#define N_CLASSES (sizeof CLASSES / sizeof CLASSES[0])
+
+struct km_daemon_verify {
+    km_daemon *d;
+    ev_timer next;
+    ev_async done;
+    pthread_t thread;
+    bool running;                /* a thread to join */
+    /* the worker's, untouched by the loop until `done` */
+    km_image *copy;
+    km_verify_opts opts;
+    char listener[256];
+    json_t *report;
+    int verdict;
+    km_err err;
+    /* the loop's */
+    unsigned jitter_seed;        /* per instance, so that instances started together spread apart */
+    int64_t cycles;
+    int last_verdict;            /* -1: no cycle finished yet */
+    int64_t inconsistent_streak; /* cycles in a row that found the brokers inconsistent (the alert's "for") */
+    double last_run;             /* unix time that cycle finished */
+    double last_seconds;
+    int unchecked_brokers;
+    int by_class[N_CLASSES];
+    int64_t image_offset;        /* the image the last cycle checked */
+    char last_error[sizeof(km_err){0}.msg];
+    json_t *findings;            /* "broker/topic/partition/class" -> the finding with first_seen, last_seen */
+};
+
+static void *work(void *arg)
+{
+    struct km_daemon_verify *v = arg;
+    v->report = NULL;
+    v->verdict = km_verify_run(v->copy, &v->opts, &v->report, &v->err);
+    ev_async_send(v->d->loop, &v->done);
+    return NULL;
+}
+
+static double wait_s(km_daemon *d)
+{
+    double base = d->cfg.verify_interval_ms / 1000.0, j = d->cfg.verify_jitter_percent / 100.0;
+    return base * (1.0 + j * (2.0 * rand_r(&d->verify->jitter_seed) / (double)RAND_MAX - 1.0));
+}
+
+static void start_cycle(EV_P_ ev_timer *t, int revents)
+{
+    (void)revents;
+    struct km_daemon_verify *v = t->data;
+    km_daemon *d = v->d;
+    if (v->running || km_image_offset(d->img) < 0 || km_image_in_transaction(d->img)) {
+        ev_timer_set(t, wait_s(d), 0.);
+        return ev_timer_start(EV_A_ t);
+    }
+    if (!(v->copy = km_image_copy_cluster(d->img, &v->err))) {
+        km_daemon_log(d, KM_LOG_WARN, "verify: %s", v->err.msg);
+        ev_timer_set(t, wait_s(d), 0.);
+        return ev_timer_start(EV_A_ t);
+    }
+    const km_daemon_listener *l = km_daemon_listener_status(d);
+    snprintf(v->listener, sizeof v->listener, "%s", l && l->name[0] ? l->name
+                                                    : d->cfg.broker_listener ? d->cfg.broker_listener : "");
+    v->opts = (km_verify_opts){.listener = v->listener[0] ? v->listener : NULL,
+                               .timeout_s = d->cfg.verify_timeout_ms / 1000.0, .client_id = "kmproxy-verify"};
+    if (pthread_create(&v->thread, NULL, work, v)) {
+        km_daemon_log(d, KM_LOG_WARN, "verify: cannot start its thread");
+        km_image_free(v->copy);
+        v->copy = NULL;
+        ev_timer_set(t, wait_s(d), 0.);
+        return ev_timer_start(EV_A_ t);
+    }
+    v->running = true;
+}
+
+/* The report's "unchecked" names a broker once per thing it could not check. */
+static int distinct_brokers(const json_t *unchecked)
+{
+    int n = 0;
+    for (size_t i = 0; i < json_array_size(unchecked); i++) {
+        json_int_t id = json_integer_value(json_object_get(json_array_get(unchecked, i), "broker"));
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = json_integer_value(json_object_get(json_array_get(unchecked, j), "broker")) == id;
+        n += !seen;
+    }
+    return n;
+}
+
+/* The findings of this cycle replace the last one's; one seen before keeps its first_seen. */
+static void merge_findings(struct km_daemon_verify *v, const json_t *found, double now)
+{
+    json_t *next = json_object();
+    size_t i;
+    const json_t *f;
+    memset(v->by_class, 0, sizeof v->by_class);
+    json_array_foreach(found, i, f) {
+        const char *cls = json_string_value(json_object_get(f, "class"));
+        char key[600];
+        snprintf(key, sizeof key, "%lld/%s/%lld/%s", (long long)json_integer_value(json_object_get(f, "broker")),
+                 json_string_value(json_object_get(f, "topic")),
+                 (long long)json_integer_value(json_object_get(f, "partition")), cls ? cls : "");
+        json_t *seen = json_object_get(v->findings, key), *copy = json_deep_copy(f);
+        json_object_set_new(copy, "first_seen", seen ? json_incref(json_object_get(seen, "first_seen"))
+                                                      : json_integer((json_int_t)now));
+        json_object_set_new(copy, "last_seen", json_integer((json_int_t)now));
+        json_object_set_new(next, key, copy);
+        for (size_t c = 0; c < N_CLASSES; c++)
+            v->by_class[c] += cls && !strcmp(cls, CLASSES[c]);
+    }
+    json_decref(v->findings);
+    v->findings = next;
+}
+
+static void cycle_done(EV_P_ ev_async *a, int revents)
+{
+    (void)revents;
+    struct km_daemon_verify *v = a->data;
+    km_daemon *d = v->d;
+    if (!v->running)
+        return;
+    pthread_join(v->thread, NULL);
+    v->running = false;
+    v->image_offset = km_image_offset(v->copy);
+    km_image_free(v->copy);
+    v->copy = NULL;
+    v->cycles++;
+    v->last_run = (double)time(NULL);
+    if (v->verdict < 0) {
+        snprintf(v->last_error, sizeof v->last_error, "%s", v->err.msg);
+        km_daemon_log(d, KM_LOG_WARN, "verify: %s", v->err.msg);
+    } else {
+        v->last_error[0] = 0;
+        if (v->verdict != v->last_verdict)
+            km_daemon_log(d, v->verdict ? KM_LOG_WARN : KM_LOG_INFO, "verify: the brokers are %s",
+                          json_string_value(json_object_get(v->report, "verdict")));
+        v->last_verdict = v->verdict;
+        v->inconsistent_streak = v->verdict == KM_VERIFY_INCONSISTENT ? v->inconsistent_streak + 1 : 0;
+        v->unchecked_brokers = distinct_brokers(json_object_get(v->report, "unchecked"));
+        v->last_seconds = json_real_value(json_object_get(json_object_get(v->report, "cost"), "seconds"));
+        merge_findings(v, json_object_get(v->report, "findings"), v->last_run);
+    }
+    json_decref(v->report);
+    v->report = NULL;
+    ev_timer_set(&v->next, wait_s(d), 0.);
+    ev_timer_start(EV_A_ & v->next);
+}
+
+int km_daemon_start_verify(km_daemon *d, km_err *err)
+{
+    if (d->cfg.verify_interval_ms <= 0)
+        return 0;
+    struct km_daemon_verify *v = calloc(1, sizeof *v);
+    if (!v || !(v->findings = json_object())) {
+        free(v);
+        return km_fail(err, "out of memory");
+    }
+    v->d = d;
+    v->last_verdict = -1;
+    v->jitter_seed = (unsigned)time(NULL) ^ (unsigned)getpid() << 8;
+    d->verify = v;
+    ev_timer_init(&v->next, start_cycle, wait_s(d), 0.);
+    ev_async_init(&v->done, cycle_done);
+    v->next.data = v->done.data = v;
+    ev_timer_start(d->loop, &v->next);
+    ev_async_start(d->loop, &v->done);
+    return 0;
+}
+
+/* A running check is waited for: it is bounded by verify.timeout.ms per broker. */
+void km_daemon_stop_verify(km_daemon *d)
+{
+    struct km_daemon_verify *v = d->verify;
+    if (!v)
+        return;
+    ev_timer_stop(d->loop, &v->next);
+    ev_async_stop(d->loop, &v->done);
+    if (v->running) {
+        pthread_join(v->thread, NULL);
+        json_decref(v->report);
+        km_image_free(v->copy);
+    }
+    json_decref(v->findings);
+    free(v);
+    d->verify = NULL;
+}
+
+void km_daemon_verify_metrics(const km_daemon *d, km_buf *out)
+{
+    const struct km_daemon_verify *v = d->verify;
+    km_metrics_sample(out, "kmproxy_verify_interval_seconds", "gauge",
+                      "verify.interval.ms in seconds; 0: the continuous broker check is off.", NULL, true,
+                      d->cfg.verify_interval_ms / 1000.0);
+    if (!v)
+        return;
+    km_metrics_sample(out, "kmproxy_verify_cycles_total", "counter", "Continuous broker checks finished.", NULL,
+                      true, (double)v->cycles);
+    km_metrics_sample(out, "kmproxy_verify_last_verdict", "gauge",
+                      "The last check: 0 consistent, 1 inconsistent, 2 some broker could not be checked; -1 none "
+                      "yet.", NULL, true, v->last_verdict);
+    km_metrics_sample(out, "kmproxy_verify_inconsistent_cycles", "gauge",
+                      "Checks in a row, up to the last, that found the brokers inconsistent.", NULL, true,
+                      (double)v->inconsistent_streak);
+    km_metrics_sample(out, "kmproxy_verify_last_run_timestamp_seconds", "gauge",
+                      "Unix time the last check finished (0: none yet).", NULL, true, v->last_run);
+    km_metrics_sample(out, "kmproxy_verify_last_duration_seconds", "gauge", "How long the last check took.", NULL,
+                      true, v->last_seconds);
+    km_metrics_sample(out, "kmproxy_verify_unchecked_brokers", "gauge",
+                      "Brokers (or partitions of a broker) the last check could not check.", NULL, true,
+                      v->unchecked_brokers);
+    for (size_t c = 0; c < N_CLASSES; c++) {
+        char labels[64];
+        snprintf(labels, sizeof labels, "class=\"%s\"", CLASSES[c]);
+        km_metrics_sample(out, "kmproxy_verify_findings", "gauge",
+                          "Findings of the last check by class (docs/verify.md).", labels, c == 0, v->by_class[c]);
+    }
+}
+
+json_t *km_daemon_verify_json(const km_daemon *d)
+{
+    const struct km_daemon_verify *v = d->verify;
+    if (!v)
+        return json_pack("{s:b}", "enabled", false);
+    static const char *const VERDICTS[] = {"consistent", "inconsistent", "unchecked"};
+    json_t *found = json_array();
+    const char *k;
+    json_t *f;
+    json_object_foreach(v->findings, k, f)
+        json_array_append(found, f);
+    return json_pack("{s:b,s:i,s:I,s:o,s:I,s:I,s:i,s:o,s:o}", "enabled", true, "interval_ms",
+                     d->cfg.verify_interval_ms, "cycles", (json_int_t)v->cycles, "verdict",
+                     v->last_verdict >= 0 ? json_string(VERDICTS[v->last_verdict]) : json_null(), "last_run",
+                     (json_int_t)v->last_run, "image_offset", (json_int_t)v->image_offset, "unchecked_brokers",
+                     v->unchecked_brokers, "error", v->last_error[0] ? json_string(v->last_error) : json_null(),
+                     "findings", found);
+}

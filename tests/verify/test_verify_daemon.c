@@ -1,0 +1,196 @@
+/* test_verify_daemon.c - the daemon's continuous broker check (verify.interval.ms): a `kmproxy run` process on a
+ * generated log and a real ZooKeeper, its one broker played by the fake of verify_fakebroker.c.  The check runs
+ * every interval; a broker answering a stale leader epoch is flagged in /metrics and /status (first_seen kept
+ * across cycles) and clears once it answers as the image says; verify.interval.ms=0 runs no check at all. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "km_testsupport.h"
+#include "ops_daemon.h"
+#include "verify_fakebroker.h"
+
+typedef struct rig {
+    km_zks *zs;
+    env e;
+    km_image *img;
+    uint16_t port;
+    int lfd;
+    pid_t broker;
+    char stale_flag[600];  /* while this file exists the fake answers topic-0-0 one leader epoch behind */
+} rig;
+
+static void listen_loopback(rig *r)
+{
+    r->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof a;
+    cr_assert(r->lfd >= 0 && bind(r->lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(r->lfd, 8) == 0 &&
+              getsockname(r->lfd, (struct sockaddr *)&a, &len) == 0);
+    r->port = ntohs(a.sin_port);
+}
+
+static void serve(rig *r)
+{
+    pid_t parent = getpid();
+    if ((r->broker = fork()))
+        return;
+    km_test_die_with_parent(parent);
+    for (;;) {
+        int c = accept(r->lfd, NULL, NULL);
+        struct stat st;
+        while (c >= 0 && vf_answer_one(c, r->img, r->port, stat(r->stale_flag, &st) == 0 ? VF_STALE_EPOCH : VF_EXACT))
+            ;
+        close(c);
+    }
+}
+
+/* A log of one migrating broker (the fake, answering stale) with two topics, a ZooKeeper, the fake serving, and
+ * `kmproxy run` on them (brokers.enabled=false: the fake answers only the verifier) with extra settings. */
+static void rig_up(rig *r, inst *in, const char *tag, const char *const *extra)
+{
+    r->zs = ops_zk_start();
+    listen_loopback(r);
+    r->e.dir = km_test_tmpdir("verify-daemon");
+    snprintf(r->e.metadata, sizeof r->e.metadata, "%s/log", r->e.dir);
+    snprintf(r->stale_flag, sizeof r->stale_flag, "%s/stale", r->e.dir);
+    r->img = km_image_new();
+    km_gen_opts o = { .brokers = 1, .topics = 2, .partitions = 2, .zk_migration = true, .seed = 26,
+                      .leader_changes = 4, .broker_host = "127.0.0.1", .broker_ports = &r->port };
+    km_err err;
+    cr_assert(km_gen_write(r->e.metadata, &o, r->img, &err) > 0, "%s", err.msg);
+    FILE *f = fopen(r->stale_flag, "w");
+    cr_assert(f);
+    fclose(f);
+    serve(r);
+    char zk[300];
+    snprintf(zk, sizeof zk, "%s/%s", km_zks_hosts(r->zs, 0), tag);
+    start(in, &r->e, tag, zk, extra);
+}
+
+static void rig_down(rig *r)
+{
+    kill(r->broker, SIGKILL);
+    waitpid(r->broker, NULL, 0);
+    close(r->lfd);
+    km_image_free(r->img);
+    km_zks_stop(r->zs);
+    env_free(&r->e);
+}
+
+static double labelled(const char *text, const char *sample)
+{
+    const char *at = strstr(text, sample);
+    cr_assert(at, "no %s in %s", sample, text);
+    return atof(at + strlen(sample));
+}
+
+/* /status's verify part (asserts it parses). */
+static json_t *status_verify(inst *in)
+{
+    char *body = NULL;
+    cr_assert_eq(ops_curl(in->port, "/status", &body), 200, "%s", body);
+    json_error_t je;
+    json_t *st = json_loads(body, 0, &je), *v = json_incref(json_object_get(st, "verify"));
+    cr_assert(v, "no verify in /status: %s", body);
+    json_decref(st);
+    free(body);
+    return v;
+}
+
+/* `kmproxy status` prints the check's line and its findings. */
+static void assert_status_line(inst *in, const char *line, const char *finding)
+{
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", in->port);
+    char *argv[] = { (char *)km_test_binary(), "status", "--url", url, NULL };
+    char *out = NULL, *errs = NULL;
+    size_t n;
+    int rc = km_test_run(argv, NULL, 0, &out, &n, &errs);
+    cr_assert(rc == 0 && strstr(out, line) && (!finding || strstr(out, finding)), "exit %d: %s / %s", rc, out, errs);
+    free(out);
+    free(errs);
+}
+
+TestSuite(verify_daemon, .timeout = 300);
+
+Test(verify_daemon, a_stale_broker_is_flagged_each_interval_and_clears_once_it_answers_right)
+{
+    rig r = { 0 };
+    inst in;
+    const char *extra[] = { "brokers.enabled=false", "verify.interval.ms=300", "verify.jitter.percent=0",
+                            "verify.timeout.ms=5000", NULL };
+    rig_up(&r, &in, "verify", extra);
+    char *m = scrape_until(&in, "/metrics", 200, "kmproxy_verify_findings{class=\"metadata_stale\"} 1", 60);
+    cr_assert_eq(metric(m, "kmproxy_verify_last_verdict"), 1, "%s", m);
+    cr_assert_eq(labelled(m, "kmproxy_verify_findings{class=\"isr_differs\"} "), 0, "%s", m);
+    double cycles = metric(m, "kmproxy_verify_cycles_total");
+    free(m);
+
+    json_t *v = status_verify(&in), *f = json_array_get(json_object_get(v, "findings"), 0);
+    cr_assert(json_array_size(json_object_get(v, "findings")) == 1 &&
+                  !strcmp(json_string_value(json_object_get(v, "verdict")), "inconsistent") &&
+                  !strcmp(json_string_value(json_object_get(f, "class")), "metadata_stale") &&
+                  !strcmp(json_string_value(json_object_get(f, "topic")), "topic-0") &&
+                  json_integer_value(json_object_get(f, "partition")) == 0 &&
+                  json_integer_value(json_object_get(f, "broker")) == 1,
+              "%s", json_dumps(v, 0));
+    json_int_t first_seen = json_integer_value(json_object_get(f, "first_seen"));
+    json_decref(v);
+    assert_status_line(&in, "verify     inconsistent", "broker 1 topic-0-0 metadata_stale since");
+
+    /* two more cycles: the check keeps running, and the finding keeps the time it was first seen */
+    char want[100];
+    snprintf(want, sizeof want, "kmproxy_verify_cycles_total %d\n", (int)cycles + 2);
+    free(scrape_until(&in, "/metrics", 200, want, 60));
+    v = status_verify(&in);
+    f = json_array_get(json_object_get(v, "findings"), 0);
+    cr_assert(json_integer_value(json_object_get(f, "first_seen")) == first_seen &&
+                  json_integer_value(json_object_get(f, "last_seen")) >= first_seen &&
+                  json_integer_value(json_object_get(v, "cycles")) >= (json_int_t)cycles + 2,
+              "%s", json_dumps(v, 0));
+    json_decref(v);
+
+    /* the broker learns the leader epoch: the next cycle clears it */
+    cr_assert_eq(unlink(r.stale_flag), 0);
+    m = scrape_until(&in, "/metrics", 200, "kmproxy_verify_last_verdict 0\n", 60);
+    cr_assert_eq(labelled(m, "kmproxy_verify_findings{class=\"metadata_stale\"} "), 0, "%s", m);
+    cr_assert_eq(metric(m, "kmproxy_verify_unchecked_brokers"), 0, "%s", m);
+    free(m);
+    v = status_verify(&in);
+    cr_assert(json_array_size(json_object_get(v, "findings")) == 0 &&
+                  !strcmp(json_string_value(json_object_get(v, "verdict")), "consistent"),
+              "%s", json_dumps(v, 0));
+    json_decref(v);
+    stop_cleanly(&in);
+    rig_down(&r);
+}
+
+Test(verify_daemon, interval_zero_runs_no_check)
+{
+    rig r = { 0 };
+    inst in;
+    const char *extra[] = { "brokers.enabled=false", "verify.interval.ms=0", NULL };
+    rig_up(&r, &in, "verify-off", extra);
+    /* the image read to its end (the one finding would be there by now with the check on) */
+    char want[100];
+    snprintf(want, sizeof want, "kmproxy_image_offset %lld\n", (long long)km_image_offset(r.img));
+    char *m = scrape_until(&in, "/metrics", 200, want, 60);
+    cr_assert_eq(metric(m, "kmproxy_verify_interval_seconds"), 0, "%s", m);
+    cr_assert(!strstr(m, "kmproxy_verify_cycles_total") && !strstr(m, "kmproxy_verify_findings"), "%s", m);
+    free(m);
+    json_t *v = status_verify(&in);
+    cr_assert(json_is_false(json_object_get(v, "enabled")), "%s", json_dumps(v, 0));
+    json_decref(v);
+    assert_status_line(&in, "verify     off", NULL);
+    stop_cleanly(&in);
+    rig_down(&r);
+}
