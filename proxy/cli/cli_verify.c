@@ -73,16 +73,14 @@ static int parse(int argc, char **argv, verify_cli *c)
         case 'z': c->zookeeper = optarg; break;
         case 'w':
             c->watch_s = strtod(optarg, &end);
-            if (*end || !(c->watch_s > 0 && c->watch_s <= 3600))
-                {
+            if (*end || !(c->watch_s > 0 && c->watch_s <= 3600)) {
                 km_cli_print_error(stderr, "verify", "--watch-seconds takes seconds in (0, 3600]");
                 return 2;
             }
             break;
         case 'L':
             c->max_lag = strtoll(optarg, &end, 10);
-            if (*end || !*optarg || c->max_lag < 0)
-                {
+            if (*end || !*optarg || c->max_lag < 0) {
                 km_cli_print_error(stderr, "verify", "--max-lag takes a number of records >= 0");
                 return 2;
             }

@@ -58,19 +58,26 @@ static double wait_s(km_daemon *d)
     return base * (1.0 + j * (2.0 * rand_r(&d->verify->jitter_seed) / (double)RAND_MAX - 1.0));
 }
 
+/* The next cycle, an interval (with jitter) after this one ended or was put off. */
+static void schedule_next(EV_P_ struct km_daemon_verify *v)
+{
+    ev_timer_set(&v->next, wait_s(v->d), 0.);
+    ev_timer_start(EV_A_ & v->next);
+}
+
 static void start_cycle(EV_P_ ev_timer *t, int revents)
 {
     (void)revents;
     struct km_daemon_verify *v = t->data;
     km_daemon *d = v->d;
     if (v->running || km_image_offset(d->img) < 0 || km_image_in_transaction(d->img)) {
-        ev_timer_set(t, wait_s(d), 0.);
-        return ev_timer_start(EV_A_ t);
+        schedule_next(EV_A_ v);
+        return;
     }
     if (!(v->copy = km_image_copy_cluster(d->img, &v->err))) {
         km_daemon_log(d, KM_LOG_WARN, "verify: %s", v->err.msg);
-        ev_timer_set(t, wait_s(d), 0.);
-        return ev_timer_start(EV_A_ t);
+        schedule_next(EV_A_ v);
+        return;
     }
     const km_daemon_listener *l = km_daemon_listener_status(d);
     snprintf(v->listener, sizeof v->listener, "%s", l && l->name[0] ? l->name
@@ -81,8 +88,8 @@ static void start_cycle(EV_P_ ev_timer *t, int revents)
         km_daemon_log(d, KM_LOG_WARN, "verify: cannot start its thread");
         km_image_free(v->copy);
         v->copy = NULL;
-        ev_timer_set(t, wait_s(d), 0.);
-        return ev_timer_start(EV_A_ t);
+        schedule_next(EV_A_ v);
+        return;
     }
     v->running = true;
 }
@@ -156,8 +163,7 @@ static void cycle_done(EV_P_ ev_async *a, int revents)
     }
     json_decref(v->report);
     v->report = NULL;
-    ev_timer_set(&v->next, wait_s(d), 0.);
-    ev_timer_start(EV_A_ & v->next);
+    schedule_next(EV_A_ v);
 }
 
 int km_daemon_start_verify(km_daemon *d, km_err *err)

@@ -138,8 +138,9 @@ static json_t *dual_json(const km_verify_dual *d, bool *bad)
         /* Kafka's driver records every batch it mirrors (NoOpRecords too) in /migration's offset: committed
          * records past it at the first reading and no advance over the whole wait is a driver that stopped
          * (KAFKA-21062).  The offset, not the zkVersion, decides: in one run on the real wedge the zkVersion
-         * changed during the wait while the lag stayed at 33 records.  The first high watermark, not the second, so records committed
-         * just before the second reading do not count against a driver that had no time for them. */
+         * changed during the wait while the lag stayed at 33 records.  The first high watermark, not the
+         * second, so records committed just before the second reading do not count against a driver that had
+         * no time for them. */
         bool stalled = d->high_watermark > d->first.offset && d->after.offset <= d->first.offset;
         json_object_set_new(j, "watch_seconds", json_real(d->watch_seconds));
         json_object_set_new(j, "high_watermark_after", json_integer(d->high_watermark_after));
