@@ -41,6 +41,7 @@ struct km_daemon_verify {
     int64_t image_offset;        /* the image the last cycle checked */
     char last_error[sizeof(km_err){0}.msg];
     json_t *findings;            /* "broker/topic/partition/class" -> the finding with first_seen, last_seen */
+    json_t *unchecked;           /* the last cycle's [{broker, why}]: which broker could not be checked, and why */
 };
 
 static void *work(void *arg)
@@ -157,7 +158,9 @@ static void cycle_done(EV_P_ ev_async *a, int revents)
                           json_string_value(json_object_get(v->report, "verdict")));
         v->last_verdict = v->verdict;
         v->inconsistent_streak = v->verdict == KM_VERIFY_INCONSISTENT ? v->inconsistent_streak + 1 : 0;
-        v->unchecked_brokers = distinct_brokers(json_object_get(v->report, "unchecked"));
+        json_decref(v->unchecked);
+        v->unchecked = json_incref(json_object_get(v->report, "unchecked"));
+        v->unchecked_brokers = distinct_brokers(v->unchecked);
         v->last_seconds = json_real_value(json_object_get(json_object_get(v->report, "cost"), "seconds"));
         merge_findings(v, json_object_get(v->report, "findings"), v->last_run);
     }
@@ -201,6 +204,7 @@ void km_daemon_stop_verify(km_daemon *d)
         km_image_free(v->copy);
     }
     json_decref(v->findings);
+    json_decref(v->unchecked);
     free(v);
     d->verify = NULL;
 }
@@ -247,10 +251,10 @@ json_t *km_daemon_verify_json(const km_daemon *d)
     json_t *f;
     json_object_foreach(v->findings, k, f)
         json_array_append(found, f);
-    return json_pack("{s:b,s:i,s:I,s:o,s:I,s:I,s:i,s:o,s:o}", "enabled", true, "interval_ms",
+    return json_pack("{s:b,s:i,s:I,s:o,s:I,s:I,s:i,s:o,s:o,s:o}", "enabled", true, "interval_ms",
                      d->cfg.verify_interval_ms, "cycles", (json_int_t)v->cycles, "verdict",
                      v->last_verdict >= 0 ? json_string(VERDICTS[v->last_verdict]) : json_null(), "last_run",
                      (json_int_t)v->last_run, "image_offset", (json_int_t)v->image_offset, "unchecked_brokers",
                      v->unchecked_brokers, "error", v->last_error[0] ? json_string(v->last_error) : json_null(),
-                     "findings", found);
+                     "findings", found, "unchecked", v->unchecked ? json_incref(v->unchecked) : json_array());
 }

@@ -26,6 +26,7 @@ typedef struct rig {
     int lfd;
     pid_t broker;
     char stale_flag[600];  /* while this file exists the fake answers topic-0-0 one leader epoch behind */
+    bool silent;           /* nobody answers: the broker's port accepts connections and never replies */
 } rig;
 
 static void listen_loopback(rig *r)
@@ -70,7 +71,8 @@ static void rig_up(rig *r, inst *in, const char *tag, const char *const *extra)
     FILE *f = fopen(r->stale_flag, "w");
     cr_assert(f);
     fclose(f);
-    serve(r);
+    if (!r->silent)
+        serve(r);
     char zk[300];
     snprintf(zk, sizeof zk, "%s/%s", km_zks_hosts(r->zs, 0), tag);
     start(in, &r->e, tag, zk, extra);
@@ -78,8 +80,10 @@ static void rig_up(rig *r, inst *in, const char *tag, const char *const *extra)
 
 static void rig_down(rig *r)
 {
-    kill(r->broker, SIGKILL);
-    waitpid(r->broker, NULL, 0);
+    if (r->broker > 0) {
+        kill(r->broker, SIGKILL);
+        waitpid(r->broker, NULL, 0);
+    }
     close(r->lfd);
     km_image_free(r->img);
     km_zks_stop(r->zs);
@@ -191,6 +195,26 @@ Test(verify_daemon, interval_zero_runs_no_check)
     cr_assert(json_is_false(json_object_get(v, "enabled")), "%s", json_dumps(v, 0));
     json_decref(v);
     assert_status_line(&in, "verify     off", NULL);
+    stop_cleanly(&in);
+    rig_down(&r);
+}
+
+/* verify.timeout.ms is what each broker gets: a broker that never answers is unchecked after that long, and
+ * /status says who and why. */
+Test(verify_daemon, a_silent_broker_is_unchecked_after_verify_timeout_ms)
+{
+    rig r = { .silent = true };
+    inst in;
+    const char *extra[] = { "brokers.enabled=false", "verify.interval.ms=300", "verify.timeout.ms=400", NULL };
+    rig_up(&r, &in, "verify-silent", extra);
+    char *m = scrape_until(&in, "/metrics", 200, "kmproxy_verify_last_verdict 2\n", 60);
+    cr_assert_eq(metric(m, "kmproxy_verify_unchecked_brokers"), 1, "%s", m);
+    free(m);
+    json_t *v = status_verify(&in), *u = json_array_get(json_object_get(v, "unchecked"), 0);
+    const char *why = json_string_value(json_object_get(u, "why"));
+    cr_assert(json_integer_value(json_object_get(u, "broker")) == 1 && why && strstr(why, "no answer within 0.4 s"),
+              "%s", json_dumps(v, 0));
+    json_decref(v);
     stop_cleanly(&in);
     rig_down(&r);
 }
