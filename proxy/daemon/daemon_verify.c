@@ -13,9 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *const CLASSES[] = {"metadata_stale", "replica_stale", "stale_leader", "stray_log", "isr_differs"};
-#define N_CLASSES (sizeof CLASSES / sizeof CLASSES[0])
-
 struct km_daemon_verify {
     km_daemon *d;
     ev_timer next;
@@ -37,7 +34,7 @@ struct km_daemon_verify {
     double last_run;             /* unix time that cycle finished */
     double last_seconds;
     int unchecked_brokers;
-    int by_class[N_CLASSES];
+    int by_class[KM_VERIFY_N_CLASSES];
     int64_t image_offset;        /* the image the last cycle checked */
     char last_error[sizeof(km_err){0}.msg];
     json_t *findings;            /* "broker/topic/partition/class" -> the finding with first_seen, last_seen */
@@ -127,8 +124,8 @@ static void merge_findings(struct km_daemon_verify *v, const json_t *found, doub
                                                       : json_integer((json_int_t)now));
         json_object_set_new(copy, "last_seen", json_integer((json_int_t)now));
         json_object_set_new(next, key, copy);
-        for (size_t c = 0; c < N_CLASSES; c++)
-            v->by_class[c] += cls && !strcmp(cls, CLASSES[c]);
+        for (int c = 0; c < KM_VERIFY_N_CLASSES; c++)
+            v->by_class[c] += cls && !strcmp(cls, km_verify_class_name((km_verify_class)c));
     }
     json_decref(v->findings);
     v->findings = next;
@@ -232,9 +229,9 @@ void km_daemon_verify_metrics(const km_daemon *d, km_buf *out)
     km_metrics_sample(out, "kmproxy_verify_unchecked_brokers", "gauge",
                       "Brokers (or partitions of a broker) the last check could not check.", NULL, true,
                       v->unchecked_brokers);
-    for (size_t c = 0; c < N_CLASSES; c++) {
+    for (int c = 0; c < KM_VERIFY_N_CLASSES; c++) {
         char labels[64];
-        snprintf(labels, sizeof labels, "class=\"%s\"", CLASSES[c]);
+        snprintf(labels, sizeof labels, "class=\"%s\"", km_verify_class_name((km_verify_class)c));
         km_metrics_sample(out, "kmproxy_verify_findings", "gauge",
                           "Findings of the last check by class (docs/verify.md).", labels, c == 0, v->by_class[c]);
     }

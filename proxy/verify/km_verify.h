@@ -31,6 +31,19 @@ typedef struct km_verify_opts {
     const char *client_id;  /* NULL: "kmproxy-verify" */
 } km_verify_opts;
 
+/* The finding classes above, as a finding's "class" names them (km_verify_class_name). */
+typedef enum km_verify_class {
+    KM_VERIFY_METADATA_STALE,
+    KM_VERIFY_REPLICA_STALE,
+    KM_VERIFY_STALE_LEADER,
+    KM_VERIFY_STRAY_LOG,
+    KM_VERIFY_ISR_DIFFERS,
+    KM_VERIFY_N_CLASSES
+} km_verify_class;
+
+/* "metadata_stale", ...; NULL for a value outside the enum. */
+const char *km_verify_class_name(km_verify_class c);
+
 /* Verdicts of km_verify_run, as `kmproxy verify` exits. */
 enum { KM_VERIFY_CONSISTENT = 0, KM_VERIFY_INCONSISTENT = 1, KM_VERIFY_UNCHECKED = 2 };
 
@@ -48,9 +61,12 @@ typedef struct km_verify_migration {
     int32_t zk_version; /* /migration's zkVersion: it moves at every write of the driver */
 } km_verify_migration;
 
-/* Reads /migration with a one-shot, unauthenticated session to hosts ("HOST:PORT[,...][/chroot]") within
- * timeout_s (<= 0: 10 s).  0, or -1 + err (no session, no /migration, not Kafka's JSON). */
-int km_verify_read_migration(const char *hosts, double timeout_s, km_verify_migration *m, km_err *err);
+/* Reads /migration with a one-shot session to hosts ("HOST:PORT[,...][/chroot]") within timeout_s (<= 0: 10 s),
+ * secured as sec says (km_zk_read_once; NULL: plain).  0, or -1 + err (no session, credentials refused, not
+ * authorized, no /migration, not Kafka's JSON). */
+struct km_zk_security;
+int km_verify_read_migration(const char *hosts, const struct km_zk_security *sec, double timeout_s,
+                             km_verify_migration *m, km_err *err);
 
 typedef struct km_verify_dual {
     int64_t high_watermark;     /* the controllers' last committed offset when /migration was first read */

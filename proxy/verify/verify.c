@@ -39,10 +39,19 @@ static json_t *i32_json(const int32_t *v, int32_t n)
     return a;
 }
 
-json_t *v_finding(v_run *r, v_broker *b, const char *topic, int32_t part, const char *cls, const char *detail)
+const char *km_verify_class_name(km_verify_class c)
+{
+    static const char *const NAMES[KM_VERIFY_N_CLASSES] = {
+        [KM_VERIFY_METADATA_STALE] = "metadata_stale", [KM_VERIFY_REPLICA_STALE] = "replica_stale",
+        [KM_VERIFY_STALE_LEADER] = "stale_leader", [KM_VERIFY_STRAY_LOG] = "stray_log",
+        [KM_VERIFY_ISR_DIFFERS] = "isr_differs"};
+    return (unsigned)c < KM_VERIFY_N_CLASSES ? NAMES[c] : NULL;
+}
+
+json_t *v_finding(v_run *r, v_broker *b, const char *topic, int32_t part, km_verify_class cls, const char *detail)
 {
     json_t *f = json_pack("{s:i,s:s,s:i,s:s,s:s}", "broker", b->id, "topic", topic, "partition", part, "class",
-                          cls, "detail", detail);
+                          km_verify_class_name(cls), "detail", detail);
     json_array_append_new(r->findings, f);
     b->findings++;
     return f;
@@ -139,9 +148,9 @@ static void compare_partition(v_run *r, v_broker *b, const char *topic, const km
 {
     const km_metadata_response_response_partition *m = cached(b, topic, p->id);
     char d[300];
-    const char *cls = NULL;
+    km_verify_class cls = KM_VERIFY_N_CLASSES; /* none */
     if (!m || m->error_code != E_NONE) {
-        cls = "metadata_stale";
+        cls = KM_VERIFY_METADATA_STALE;
         snprintf(d, sizeof d, "the broker's metadata cache %s", m ? v_error_name(m->error_code) : "lacks the partition");
     } else if (m->leader_epoch > p->leader_epoch) {
         r->image_behind = true;
@@ -149,16 +158,16 @@ static void compare_partition(v_run *r, v_broker *b, const char *topic, const km
                  m->leader_epoch, topic, p->id, p->leader_epoch);
         return unchecked(r, b->id, d);
     } else if (m->leader_epoch < p->leader_epoch || m->leader_id != p->leader) {
-        cls = "metadata_stale";
+        cls = KM_VERIFY_METADATA_STALE;
         snprintf(d, sizeof d, "the broker caches leader %d at epoch %d, the image %d at %d", m->leader_id,
                  m->leader_epoch, p->leader, p->leader_epoch);
     } else if (!same_set(p->replicas.v, p->replicas.n, m->replica_nodes.items, m->replica_nodes.count) ||
                !same_set(p->isr.v, p->isr.n, m->isr_nodes.items, m->isr_nodes.count)) {
-        cls = "isr_differs";
+        cls = KM_VERIFY_ISR_DIFFERS;
         snprintf(d, sizeof d, "same leader epoch %d, another replica set or ISR (hybrid mode need not bump epochs)",
                  p->leader_epoch);
     }
-    if (cls)
+    if (cls != KM_VERIFY_N_CLASSES)
         put_views(v_finding(r, b, topic, p->id, cls, d), p, m);
 }
 
@@ -175,7 +184,7 @@ static void compare_metadata(v_run *r, v_broker *b)
     for (int32_t i = 0; i < b->md->topics.count; i++) {
         const km_metadata_response_response_topic *t = &b->md->topics.items[i];
         if (t->error_code == E_NONE && t->name.len > 0 && !km_image_topic_by_name(r->img, t->name.ptr))
-            v_finding(r, b, t->name.ptr, -1, "metadata_stale", "the broker caches a topic the image does not have");
+            v_finding(r, b, t->name.ptr, -1, KM_VERIFY_METADATA_STALE, "the broker caches a topic the image does not have");
     }
 }
 
@@ -334,7 +343,7 @@ static void leader_answer(v_run *r, v_broker *b, const char *topic, const km_par
     }
     snprintf(d, sizeof d, "the image's leader does not act as leader at epoch %d: %s", p->leader_epoch,
              v_error_name(a->error_code));
-    put_views(v_finding(r, b, topic, p->id, "replica_stale", d), p, cached(b, topic, p->id));
+    put_views(v_finding(r, b, topic, p->id, KM_VERIFY_REPLICA_STALE, d), p, cached(b, topic, p->id));
 }
 
 /* A broker the image does not name leader answered as leader: it accepts writes. */
@@ -347,7 +356,7 @@ static void claimant_answer(v_run *r, v_broker *b, const char *topic, const km_p
     char d[300];
     snprintf(d, sizeof d, "acts as leader at epoch %d while the image names broker %d at epoch %d: it accepts "
              "writes the image's leader will truncate", m->leader_epoch, p->leader, p->leader_epoch);
-    json_t *f = v_finding(r, b, topic, p->id, "stale_leader", d);
+    json_t *f = v_finding(r, b, topic, p->id, KM_VERIFY_STALE_LEADER, d);
     put_views(f, p, m);
     json_object_set_new(f, "stale_offset", json_integer(a->offset));
     exposure(r, f, topic, p->id, m->leader_epoch, a->offset, p->leader);

@@ -55,7 +55,7 @@ typedef struct v_run {
 const char *v_error_name(int16_t e);
 v_broker *v_broker_by_id(v_run *r, int32_t id);
 /* Adds a finding of `cls` for the broker's partition (part -1: the whole topic); the finding, owned by the run. */
-json_t *v_finding(v_run *r, v_broker *b, const char *topic, int32_t part, const char *cls, const char *detail);
+json_t *v_finding(v_run *r, v_broker *b, const char *topic, int32_t part, km_verify_class cls, const char *detail);
 /* Mismatch only (verify_mismatch.c): the producers active on the stale leader and on the image's leader
  * (DescribeProducers), into the finding f. */
 void v_producers(v_run *r, json_t *f, v_broker *stale, const char *topic, int32_t part, int32_t leader);

@@ -209,7 +209,7 @@ Test(verify_fake, same_epoch_other_isr_is_isr_differs)
     json_error_t jerr;
     json_t *rep = json_loads(out, 0, &jerr), *f = json_array_get(json_object_get(rep, "findings"), 0);
     cr_assert(json_array_size(json_object_get(rep, "findings")) == 1 &&
-                  !strcmp(json_string_value(json_object_get(f, "class")), "isr_differs") &&
+                  !strcmp(json_string_value(json_object_get(f, "class")), km_verify_class_name(KM_VERIFY_ISR_DIFFERS)) &&
                   !strcmp(json_string_value(json_object_get(f, "topic")), "topic-0") &&
                   json_integer_value(json_object_get(f, "partition")) == 0,
               "want exactly one isr_differs on topic-0-0: %s", out);
@@ -329,4 +329,112 @@ Test(verify_fake, dual_write_lag_and_a_stalled_driver_from_migration_in_zookeepe
     km_test_rmtree(dir);
     free(dir);
     close(lfd);
+}
+
+/* ---- --config: the daemon's own kmproxy.properties, against a ZooKeeper that requires SASL ---- */
+
+/* dir/NAME: the daemon's settings for metadata dir, the ZooKeeper at hosts and a JAAS Client section with
+ * password; the file's path (static storage). */
+static const char *daemon_config(const char *dir, const char *name, const char *hosts, const char *password)
+{
+    static char path[1200];
+    char jaas[1100];
+    snprintf(jaas, sizeof jaas, "%s/%s.jaas", dir, name);
+    FILE *f = fopen(jaas, "w");
+    cr_assert(f);
+    fprintf(f, "Client {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+               "  username=\"kafka\" password=\"%s\";\n};\n", password);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/%s.properties", dir, name);
+    cr_assert((f = fopen(path, "w")));
+    fprintf(f, "metadata.source=dir\nmetadata.dir=%s\nzookeeper.connect=%s\nzookeeper.set.acl=true\n"
+               "java.security.auth.login.config=%s\nverify.timeout.ms=5000\nverify.interval.ms=30000\n",
+            dir, hosts, jaas);
+    fclose(f);
+    return path;
+}
+
+static int verify_config(const char *config, const char *extra1, const char *extra2, json_t **rep, char **errs)
+{
+    char *argv[] = { (char *)km_test_binary(), "verify", "--json", "--config", (char *)config, (char *)extra1,
+                     (char *)extra2, NULL };
+    char *out = NULL;
+    int rc = km_test_run(argv, NULL, 0, &out, NULL, errs);
+    json_error_t jerr;
+    *rep = json_loads(out ? out : "", 0, &jerr);
+    free(out);
+    return rc;
+}
+
+Test(verify_fake, config_file_reads_migration_through_a_sasl_zookeeper_and_a_wrong_password_exits_2)
+{
+    char zerr[512];
+    km_zks_options zo = { .sasl_users = "user_kafka=\"kafka-secret\"", .require_sasl = true };
+    km_zks *zs = km_zks_start_opts(1, &zo, zerr, sizeof zerr);
+    cr_assert(zs, "%s", zerr);
+    const char *hosts = km_zks_hosts(zs, -1);
+    km_zkc_auth auth = { .sasl_user = "kafka", .sasl_password = "kafka-secret" };
+    km_zkc *zc = km_zkc_open_auth(hosts, &auth, 10000);
+    cr_assert(zc);
+    /* readable by the SASL user kafka only: an unauthenticated read could not see it */
+    struct ACL only_kafka = { .perms = ZOO_PERM_ALL, .id = { .scheme = "sasl", .id = "kafka" } };
+    struct ACL_vector acl = { 1, &only_kafka };
+    uint16_t port;
+    int lfd = listen_any(&port);
+    char *dir = km_test_tmpdir("verify-fake-config");
+    km_image *img = km_image_new();
+    km_gen_opts o = { .brokers = 1, .topics = 2, .partitions = 2, .zk_migration = true, .seed = 3,
+                      .broker_host = "127.0.0.1", .broker_ports = &port };
+    km_err err;
+    cr_assert(km_gen_write(dir, &o, img, &err) > 0, "%s", err.msg);
+    int64_t last = km_image_offset(img);
+    char mig[200];
+    snprintf(mig, sizeof mig, "{\"version\":0,\"kraft_controller_id\":3000,\"kraft_controller_epoch\":1,"
+             "\"kraft_metadata_offset\":%lld,\"kraft_metadata_epoch\":1}", (long long)(last - 3));
+    cr_assert_eq(km_zkc_create_acl(zc, "/migration", mig, &acl), ZOK);
+    pid_t server = serve_image(lfd, img, port, VF_EXACT);
+    json_t *rep;
+    char *errs = NULL;
+
+    /* the daemon's file alone: the image of metadata.dir, /migration read as the SASL user */
+    int rc = verify_config(daemon_config(dir, "good", hosts, "kafka-secret"), NULL, NULL, &rep, &errs);
+    json_t *d = json_object_get(rep, "dual_write");
+    cr_assert(rc == 0 && jget(d, "migration_offset") == last - 3 && jget(d, "lag_records") == 3,
+              "exit %d, stderr: %s", rc, errs);
+    json_decref(rep);
+    free(errs);
+
+    /* an option overrides the file: another chroot, where there is no /migration */
+    char other[600];
+    snprintf(other, sizeof other, "%s/elsewhere", hosts);
+    rc = verify_config(daemon_config(dir, "good", hosts, "kafka-secret"), "--zookeeper", other, &rep, &errs);
+    cr_assert(rc == 2 && strstr(errs, "no /migration"), "exit %d, stderr: %s", rc, errs);
+    json_decref(rep);
+    free(errs);
+
+    /* a wrong password: could not check, saying the authentication was refused */
+    rc = verify_config(daemon_config(dir, "bad", hosts, "not-the-secret"), NULL, NULL, &rep, &errs);
+    cr_assert(rc == 2 && strstr(errs, "refused the authentication of kafka"), "exit %d, stderr: %s", rc, errs);
+    json_decref(rep);
+    free(errs);
+
+    kill(server, SIGKILL);
+    waitpid(server, NULL, 0);
+    km_zkc_close(zc);
+    km_zks_stop(zs);
+    km_image_free(img);
+    km_test_rmtree(dir);
+    free(dir);
+    close(lfd);
+}
+
+/* The class names are the verifier's to export (the daemon's metrics label them): one each, distinct. */
+Test(verify_fake, every_finding_class_has_one_exported_name)
+{
+    const char *want[] = { "metadata_stale", "replica_stale", "stale_leader", "stray_log", "isr_differs" };
+    cr_assert_eq(KM_VERIFY_N_CLASSES, sizeof want / sizeof want[0]);
+    for (int c = 0; c < KM_VERIFY_N_CLASSES; c++)
+        cr_assert_str_eq(km_verify_class_name((km_verify_class)c), want[c]);
+    cr_assert_null(km_verify_class_name(KM_VERIFY_N_CLASSES));
+    cr_assert_null(km_verify_class_name((km_verify_class)-1));
 }
