@@ -30,6 +30,7 @@ struct km_daemon_verify {
     km_err err;
     /* the loop's */
     unsigned jitter_seed;        /* per instance, so that instances started together spread apart */
+    double next_wait_s;          /* the wait drawn for the timer armed now (/status: the jitter at work) */
     int64_t cycles;
     int last_verdict;            /* -1: no cycle finished yet */
     int64_t inconsistent_streak; /* cycles in a row that found the brokers inconsistent (the alert's "for") */
@@ -70,7 +71,8 @@ static double wait_s(km_daemon *d)
 /* The next cycle, an interval (with jitter) after this one ended or was put off. */
 static void schedule_next(EV_P_ struct km_daemon_verify *v)
 {
-    ev_timer_set(&v->next, wait_s(v->d), 0.);
+    v->next_wait_s = wait_s(v->d);
+    ev_timer_set(&v->next, v->next_wait_s, 0.);
     ev_timer_start(EV_A_ & v->next);
 }
 
@@ -251,7 +253,8 @@ int km_daemon_start_verify(km_daemon *d, km_err *err)
     v->last_verdict = -1;
     v->jitter_seed = (unsigned)time(NULL) ^ (unsigned)getpid() << 8;
     d->verify = v;
-    ev_timer_init(&v->next, start_cycle, wait_s(d), 0.);
+    v->next_wait_s = wait_s(d);
+    ev_timer_init(&v->next, start_cycle, v->next_wait_s, 0.);
     ev_async_init(&v->done, cycle_done);
     v->next.data = v->done.data = v;
     ev_timer_start(d->loop, &v->next);
@@ -339,5 +342,6 @@ json_t *km_daemon_verify_json(const km_daemon *d)
                                              d->cfg.verify_partitions_per_cycle, "passes", (json_int_t)v->passes,
                                              "partitions_checked", (json_int_t)v->pass_checked, "partitions",
                                              (json_int_t)v->pass_partitions, "ended", v->pass_ended));
+    json_object_set_new(o, "next_wait_ms", json_integer((json_int_t)(v->next_wait_s * 1000.0 + 0.5)));
     return o;
 }
