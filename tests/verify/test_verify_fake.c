@@ -21,6 +21,7 @@
 #include "km_image.h"
 #include "km_testsupport.h"
 #include "km_verify.h"
+#include "test_tls_certs.h"
 #include "verify_fakebroker.h"
 #include "zkserver.h"
 
@@ -437,4 +438,73 @@ Test(verify_fake, every_finding_class_has_one_exported_name)
         cr_assert_str_eq(km_verify_class_name((km_verify_class)c), want[c]);
     cr_assert_null(km_verify_class_name(KM_VERIFY_N_CLASSES));
     cr_assert_null(km_verify_class_name((km_verify_class)-1));
+}
+
+/* The same through a TLS-only ZooKeeper that wants a client certificate (zookeeper.ssl.* as Kafka's brokers name
+ * them): /migration read; a truststore without the server's CA: exit 2, saying the certificate was refused. */
+static const char *tls_config(const char *dir, const char *name, const char *hosts, const char *keystore,
+                              const char *truststore)
+{
+    static char path[1200];
+    snprintf(path, sizeof path, "%s/%s.properties", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fprintf(f, "metadata.source=dir\nmetadata.dir=%s\nzookeeper.connect=%s\nzookeeper.ssl.client.enable=true\n"
+               "zookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty\n"
+               "zookeeper.ssl.keystore.location=%s\nzookeeper.ssl.keystore.type=PEM\n"
+               "zookeeper.ssl.truststore.location=%s\nzookeeper.ssl.truststore.type=PEM\nverify.timeout.ms=5000\n",
+            dir, hosts, keystore, truststore);
+    fclose(f);
+    return path;
+}
+
+Test(verify_fake, config_file_reads_migration_through_a_tls_zookeeper_and_a_wrong_truststore_exits_2)
+{
+    km_test_pki pki;
+    cr_assert_eq(km_test_pki_make(&pki), 0);
+    char zerr[512], ks[PATH_MAX + 32], cmd[4 * PATH_MAX + 64];
+    km_zks_options zo = { .tls_ca = pki.ca, .tls_cert = pki.server_cert, .tls_key = pki.server_key,
+                          .tls_client_cert = pki.client_cert, .tls_client_key = pki.client_key };
+    km_zks *zs = km_zks_start_opts(1, &zo, zerr, sizeof zerr);
+    cr_assert(zs, "%s", zerr);
+    const char *hosts = km_zks_hosts(zs, 0);
+    km_zkc *zc = km_zkc_open_auth(hosts, &(km_zkc_auth){ .tls_ca = pki.ca, .tls_cert = pki.client_cert,
+                                                        .tls_key = pki.client_key }, 10000);
+    cr_assert(zc);
+    snprintf(ks, sizeof ks, "%s/client-keystore.pem", pki.dir);
+    snprintf(cmd, sizeof cmd, "cat '%s' '%s' > '%s'", pki.client_key, pki.client_cert, ks);
+    cr_assert_eq(system(cmd), 0);
+    uint16_t port;
+    int lfd = listen_any(&port);
+    char *dir = km_test_tmpdir("verify-fake-tls");
+    km_image *img = km_image_new();
+    km_gen_opts o = { .brokers = 1, .topics = 1, .partitions = 1, .zk_migration = true, .seed = 3,
+                      .broker_host = "127.0.0.1", .broker_ports = &port };
+    km_err err;
+    cr_assert(km_gen_write(dir, &o, img, &err) > 0, "%s", err.msg);
+    set_migration(zc, km_image_offset(img) - 2);
+    pid_t server = serve_image(lfd, img, port, VF_EXACT);
+    json_t *rep;
+    char *errs = NULL;
+
+    int rc = verify_config(tls_config(dir, "tls", hosts, ks, pki.ca), NULL, NULL, &rep, &errs);
+    cr_assert(rc == 0 && jget(json_object_get(rep, "dual_write"), "lag_records") == 2, "exit %d, stderr: %s", rc,
+              errs);
+    json_decref(rep);
+    free(errs);
+
+    rc = verify_config(tls_config(dir, "other-ca", hosts, ks, pki.other_ca), NULL, NULL, &rep, &errs);
+    cr_assert(rc == 2 && strstr(errs, "certificate was refused"), "exit %d, stderr: %s", rc, errs);
+    json_decref(rep);
+    free(errs);
+
+    kill(server, SIGKILL);
+    waitpid(server, NULL, 0);
+    km_zkc_close(zc);
+    km_zks_stop(zs);
+    km_image_free(img);
+    km_test_rmtree(dir);
+    free(dir);
+    close(lfd);
+    km_test_pki_free(&pki);
 }
