@@ -355,78 +355,92 @@ static const char *daemon_config(const char *dir, const char *name, const char *
     return path;
 }
 
-static int verify_config(const char *config, const char *extra1, const char *extra2, json_t **rep, char **errs)
+/* `kmproxy verify --json --config config` + extra exits want_rc, its stderr holding want_err (when set); its
+ * report (new reference, NULL when none). */
+static json_t *verify_config(const char *config, const char *extra1, const char *extra2, int want_rc,
+                             const char *want_err)
 {
     char *argv[] = { (char *)km_test_binary(), "verify", "--json", "--config", (char *)config, (char *)extra1,
                      (char *)extra2, NULL };
-    char *out = NULL;
-    int rc = km_test_run(argv, NULL, 0, &out, NULL, errs);
+    char *out = NULL, *errs = NULL;
+    int rc = km_test_run(argv, NULL, 0, &out, NULL, &errs);
+    cr_assert(rc == want_rc && (!want_err || strstr(errs, want_err)), "exit %d, stderr: %s", rc, errs);
     json_error_t jerr;
-    *rep = json_loads(out ? out : "", 0, &jerr);
+    json_t *rep = json_loads(out ? out : "", 0, &jerr);
     free(out);
-    return rc;
+    free(errs);
+    return rep;
+}
+
+/* A ZooKeeper the test started (and its client), the fake broker serving a generated log in dir. */
+typedef struct zk_rig {
+    km_zks *zs;
+    km_zkc *zc;
+    uint16_t port;
+    int lfd;
+    char *dir;
+    km_image *img;
+    pid_t server;
+} zk_rig;
+
+static void zk_rig_up(zk_rig *z, const char *tag)
+{
+    cr_assert(z->zs && z->zc);
+    z->lfd = listen_any(&z->port);
+    z->dir = km_test_tmpdir(tag);
+    z->img = km_image_new();
+    km_gen_opts o = { .brokers = 1, .topics = 1, .partitions = 2, .zk_migration = true, .seed = 3,
+                      .broker_host = "127.0.0.1", .broker_ports = &z->port };
+    km_err err;
+    cr_assert(km_gen_write(z->dir, &o, z->img, &err) > 0, "%s", err.msg);
+    z->server = serve_image(z->lfd, z->img, z->port, VF_EXACT);
+}
+
+static void zk_rig_down(zk_rig *z)
+{
+    kill(z->server, SIGKILL);
+    waitpid(z->server, NULL, 0);
+    km_zkc_close(z->zc);
+    km_zks_stop(z->zs);
+    km_image_free(z->img);
+    km_test_rmtree(z->dir);
+    free(z->dir);
+    close(z->lfd);
 }
 
 Test(verify_fake, config_file_reads_migration_through_a_sasl_zookeeper_and_a_wrong_password_exits_2)
 {
     char zerr[512];
+    zk_rig z = { 0 };
     km_zks_options zo = { .sasl_users = "user_kafka=\"kafka-secret\"", .require_sasl = true };
-    km_zks *zs = km_zks_start_opts(1, &zo, zerr, sizeof zerr);
-    cr_assert(zs, "%s", zerr);
-    const char *hosts = km_zks_hosts(zs, -1);
-    km_zkc_auth auth = { .sasl_user = "kafka", .sasl_password = "kafka-secret" };
-    km_zkc *zc = km_zkc_open_auth(hosts, &auth, 10000);
-    cr_assert(zc);
+    cr_assert((z.zs = km_zks_start_opts(1, &zo, zerr, sizeof zerr)), "%s", zerr);
+    const char *hosts = km_zks_hosts(z.zs, -1);
+    z.zc = km_zkc_open_auth(hosts, &(km_zkc_auth){ .sasl_user = "kafka", .sasl_password = "kafka-secret" }, 10000);
+    zk_rig_up(&z, "verify-fake-config");
     /* readable by the SASL user kafka only: an unauthenticated read could not see it */
     struct ACL only_kafka = { .perms = ZOO_PERM_ALL, .id = { .scheme = "sasl", .id = "kafka" } };
     struct ACL_vector acl = { 1, &only_kafka };
-    uint16_t port;
-    int lfd = listen_any(&port);
-    char *dir = km_test_tmpdir("verify-fake-config");
-    km_image *img = km_image_new();
-    km_gen_opts o = { .brokers = 1, .topics = 2, .partitions = 2, .zk_migration = true, .seed = 3,
-                      .broker_host = "127.0.0.1", .broker_ports = &port };
-    km_err err;
-    cr_assert(km_gen_write(dir, &o, img, &err) > 0, "%s", err.msg);
-    int64_t last = km_image_offset(img);
+    int64_t last = km_image_offset(z.img);
     char mig[200];
     snprintf(mig, sizeof mig, "{\"version\":0,\"kraft_controller_id\":3000,\"kraft_controller_epoch\":1,"
              "\"kraft_metadata_offset\":%lld,\"kraft_metadata_epoch\":1}", (long long)(last - 3));
-    cr_assert_eq(km_zkc_create_acl(zc, "/migration", mig, &acl), ZOK);
-    pid_t server = serve_image(lfd, img, port, VF_EXACT);
-    json_t *rep;
-    char *errs = NULL;
+    cr_assert_eq(km_zkc_create_acl(z.zc, "/migration", mig, &acl), ZOK);
 
     /* the daemon's file alone: the image of metadata.dir, /migration read as the SASL user */
-    int rc = verify_config(daemon_config(dir, "good", hosts, "kafka-secret"), NULL, NULL, &rep, &errs);
+    json_t *rep = verify_config(daemon_config(z.dir, "good", hosts, "kafka-secret"), NULL, NULL, 0, NULL);
     json_t *d = json_object_get(rep, "dual_write");
-    cr_assert(rc == 0 && jget(d, "migration_offset") == last - 3 && jget(d, "lag_records") == 3,
-              "exit %d, stderr: %s", rc, errs);
+    cr_assert(jget(d, "migration_offset") == last - 3 && jget(d, "lag_records") == 3, "%s", json_dumps(d, 0));
     json_decref(rep);
-    free(errs);
 
     /* an option overrides the file: another chroot, where there is no /migration */
     char other[600];
     snprintf(other, sizeof other, "%s/elsewhere", hosts);
-    rc = verify_config(daemon_config(dir, "good", hosts, "kafka-secret"), "--zookeeper", other, &rep, &errs);
-    cr_assert(rc == 2 && strstr(errs, "no /migration"), "exit %d, stderr: %s", rc, errs);
-    json_decref(rep);
-    free(errs);
-
+    json_decref(verify_config(daemon_config(z.dir, "good", hosts, "kafka-secret"), "--zookeeper", other, 2,
+                              "no /migration"));
     /* a wrong password: could not check, saying the authentication was refused */
-    rc = verify_config(daemon_config(dir, "bad", hosts, "not-the-secret"), NULL, NULL, &rep, &errs);
-    cr_assert(rc == 2 && strstr(errs, "refused the authentication of kafka"), "exit %d, stderr: %s", rc, errs);
-    json_decref(rep);
-    free(errs);
-
-    kill(server, SIGKILL);
-    waitpid(server, NULL, 0);
-    km_zkc_close(zc);
-    km_zks_stop(zs);
-    km_image_free(img);
-    km_test_rmtree(dir);
-    free(dir);
-    close(lfd);
+    json_decref(verify_config(daemon_config(z.dir, "bad", hosts, "not-the-secret"), NULL, NULL, 2,
+                              "refused the authentication of kafka"));
+    zk_rig_down(&z);
 }
 
 /* The class names are the verifier's to export (the daemon's metrics label them): one each, distinct. */
@@ -463,48 +477,24 @@ Test(verify_fake, config_file_reads_migration_through_a_tls_zookeeper_and_a_wron
     km_test_pki pki;
     cr_assert_eq(km_test_pki_make(&pki), 0);
     char zerr[512], ks[PATH_MAX + 32], cmd[4 * PATH_MAX + 64];
+    zk_rig z = { 0 };
     km_zks_options zo = { .tls_ca = pki.ca, .tls_cert = pki.server_cert, .tls_key = pki.server_key,
                           .tls_client_cert = pki.client_cert, .tls_client_key = pki.client_key };
-    km_zks *zs = km_zks_start_opts(1, &zo, zerr, sizeof zerr);
-    cr_assert(zs, "%s", zerr);
-    const char *hosts = km_zks_hosts(zs, 0);
-    km_zkc *zc = km_zkc_open_auth(hosts, &(km_zkc_auth){ .tls_ca = pki.ca, .tls_cert = pki.client_cert,
-                                                        .tls_key = pki.client_key }, 10000);
-    cr_assert(zc);
+    cr_assert((z.zs = km_zks_start_opts(1, &zo, zerr, sizeof zerr)), "%s", zerr);
+    const char *hosts = km_zks_hosts(z.zs, 0);
+    z.zc = km_zkc_open_auth(hosts, &(km_zkc_auth){ .tls_ca = pki.ca, .tls_cert = pki.client_cert,
+                                                  .tls_key = pki.client_key }, 10000);
+    zk_rig_up(&z, "verify-fake-tls");
     snprintf(ks, sizeof ks, "%s/client-keystore.pem", pki.dir);
     snprintf(cmd, sizeof cmd, "cat '%s' '%s' > '%s'", pki.client_key, pki.client_cert, ks);
     cr_assert_eq(system(cmd), 0);
-    uint16_t port;
-    int lfd = listen_any(&port);
-    char *dir = km_test_tmpdir("verify-fake-tls");
-    km_image *img = km_image_new();
-    km_gen_opts o = { .brokers = 1, .topics = 1, .partitions = 1, .zk_migration = true, .seed = 3,
-                      .broker_host = "127.0.0.1", .broker_ports = &port };
-    km_err err;
-    cr_assert(km_gen_write(dir, &o, img, &err) > 0, "%s", err.msg);
-    set_migration(zc, km_image_offset(img) - 2);
-    pid_t server = serve_image(lfd, img, port, VF_EXACT);
-    json_t *rep;
-    char *errs = NULL;
+    set_migration(z.zc, km_image_offset(z.img) - 2);
 
-    int rc = verify_config(tls_config(dir, "tls", hosts, ks, pki.ca), NULL, NULL, &rep, &errs);
-    cr_assert(rc == 0 && jget(json_object_get(rep, "dual_write"), "lag_records") == 2, "exit %d, stderr: %s", rc,
-              errs);
+    json_t *rep = verify_config(tls_config(z.dir, "tls", hosts, ks, pki.ca), NULL, NULL, 0, NULL);
+    cr_assert_eq(jget(json_object_get(rep, "dual_write"), "lag_records"), 2);
     json_decref(rep);
-    free(errs);
-
-    rc = verify_config(tls_config(dir, "other-ca", hosts, ks, pki.other_ca), NULL, NULL, &rep, &errs);
-    cr_assert(rc == 2 && strstr(errs, "certificate was refused"), "exit %d, stderr: %s", rc, errs);
-    json_decref(rep);
-    free(errs);
-
-    kill(server, SIGKILL);
-    waitpid(server, NULL, 0);
-    km_zkc_close(zc);
-    km_zks_stop(zs);
-    km_image_free(img);
-    km_test_rmtree(dir);
-    free(dir);
-    close(lfd);
+    json_decref(verify_config(tls_config(z.dir, "other-ca", hosts, ks, pki.other_ca), NULL, NULL, 2,
+                              "certificate was refused"));
+    zk_rig_down(&z);
     km_test_pki_free(&pki);
 }
