@@ -262,6 +262,8 @@ Test(verify_daemon, a_pass_split_across_cycles_keeps_a_finding_until_its_partiti
               "%s", json_dumps(v, 0));
     json_decref(v);
 
+    assert_status_line(&in, "  pass       ", "partitions checked");
+
     /* the broker learns the epoch: once topic-0-0's slice comes round again the finding goes */
     cr_assert_eq(unlink(r.stale_flag), 0);
     m = scrape_until(&in, "/metrics", 200, "kmproxy_verify_last_verdict 0\n", 60);
