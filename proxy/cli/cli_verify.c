@@ -80,7 +80,9 @@ static int config_image(verify_cli *c, km_err *err)
     c->servers = c->cfg.quorum_bootstrap_servers;
     if (!c->cluster_id)
         c->cluster_id = c->cfg.cluster_id;
-    return c->servers ? 0 : km_fail(err, "metadata.source=quorum without controller.quorum.bootstrap.servers");
+    return c->servers ? 0
+                      : km_fail(err, "metadata.source=quorum: verify reads controller.quorum.bootstrap.servers, "
+                                     "which is not set (with controller.quorum.voters only, give --bootstrap-server)");
 }
 
 /* --config FILE: what the options left unset comes from the daemon's configuration. */

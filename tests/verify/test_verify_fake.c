@@ -498,3 +498,32 @@ Test(verify_fake, config_file_reads_migration_through_a_tls_zookeeper_and_a_wron
     zk_rig_down(&z);
     km_test_pki_free(&pki);
 }
+
+/* metadata.source=quorum in the daemon's file: the image fetched from controller.quorum.bootstrap.servers (here
+ * nobody listens: exit 2 naming them); a controller listener the file secures needs --command-config. */
+Test(verify_fake, config_file_with_a_quorum_source_asks_its_controllers)
+{
+    uint16_t port;
+    close(listen_any(&port));
+    char *dir = km_test_tmpdir("verify-fake-quorum"), servers[64], path[700];
+    snprintf(servers, sizeof servers, "127.0.0.1:%u", port);
+    snprintf(path, sizeof path, "%s/plain.properties", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fprintf(f, "metadata.source=quorum\ncontroller.quorum.bootstrap.servers=%s\nverify.timeout.ms=1000\n", servers);
+    fclose(f);
+    json_t *rep = verify_config(path, NULL, NULL, 2, servers);
+    cr_assert_null(json_object_get(rep, "verdict"));
+    json_decref(rep);
+
+    snprintf(path, sizeof path, "%s/sasl.properties", dir);
+    cr_assert((f = fopen(path, "w")));
+    fprintf(f, "metadata.source=quorum\ncontroller.quorum.bootstrap.servers=%s\ncontroller.listener.names=CONTROLLER\n"
+               "listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT\nsasl.mechanism.controller.protocol=PLAIN\n"
+               "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"u\" "
+               "password=\"p\";\n", servers);
+    fclose(f);
+    json_decref(verify_config(path, NULL, NULL, 2, "give its client settings with --command-config"));
+    km_test_rmtree(dir);
+    free(dir);
+}
