@@ -510,7 +510,7 @@ Test(verify_fake, config_file_with_a_quorum_source_asks_its_controllers)
     snprintf(path, sizeof path, "%s/plain.properties", dir);
     FILE *f = fopen(path, "w");
     cr_assert(f);
-    fprintf(f, "metadata.source=quorum\ncontroller.quorum.bootstrap.servers=%s\nverify.timeout.ms=1000\n", servers);
+    fprintf(f, "metadata.source=quorum\ncontroller.quorum.bootstrap.servers=%s\nverify.timeout.ms=300\n", servers);
     fclose(f);
     json_t *rep = verify_config(path, NULL, NULL, 2, servers);
     cr_assert_null(json_object_get(rep, "verdict"));
