@@ -26,6 +26,7 @@ typedef struct rig {
     int lfd;
     pid_t broker;
     char stale_flag[600];  /* while this file exists the fake answers topic-0-0 one leader epoch behind */
+    char gone_flag[600];   /* while this file exists the fake hangs up on every connection */
     bool silent;           /* nobody answers: the broker's port accepts connections and never replies */
 } rig;
 
@@ -48,7 +49,7 @@ static void serve(rig *r)
     for (;;) {
         int c = accept(r->lfd, NULL, NULL);
         struct stat st;
-        while (c >= 0 && vf_answer_one(c, r->img, r->port, stat(r->stale_flag, &st) == 0 ? VF_STALE_EPOCH : VF_EXACT))
+        while (c >= 0 && stat(r->gone_flag, &st) != 0 && vf_answer_one(c, r->img, r->port, stat(r->stale_flag, &st) == 0 ? VF_STALE_EPOCH : VF_EXACT))
             ;
         close(c);
     }
@@ -63,6 +64,7 @@ static void rig_up(rig *r, inst *in, const char *tag, const char *const *extra)
     r->e.dir = km_test_tmpdir("verify-daemon");
     snprintf(r->e.metadata, sizeof r->e.metadata, "%s/log", r->e.dir);
     snprintf(r->stale_flag, sizeof r->stale_flag, "%s/stale", r->e.dir);
+    snprintf(r->gone_flag, sizeof r->gone_flag, "%s/gone", r->e.dir);
     r->img = km_image_new();
     km_gen_opts o = { .brokers = 1, .topics = 2, .partitions = 2, .zk_migration = true, .seed = 26,
                       .leader_changes = 4, .broker_host = "127.0.0.1", .broker_ports = &r->port };
@@ -315,4 +317,31 @@ Test(verify_daemon, jitter_spreads_the_waits_between_checks_and_none_keeps_them_
         stop_cleanly(&in);
         rig_down(&r);
     }
+}
+
+/* A broker the check cannot reach was not checked again: its finding stands (and the verdict stays
+ * inconsistent) until a check reaches it. */
+Test(verify_daemon, a_finding_stands_while_its_broker_cannot_be_reached)
+{
+    rig r = { 0 };
+    inst in;
+    const char *extra[] = { "brokers.enabled=false", "verify.interval.ms=200", "verify.jitter.percent=0",
+                            "verify.timeout.ms=5000", NULL };
+    rig_up(&r, &in, "verify-gone", extra);
+    free(scrape_until(&in, "/metrics", 200, "kmproxy_verify_findings{class=\"metadata_stale\"} 1", 60));
+    FILE *f = fopen(r.gone_flag, "w");
+    cr_assert(f);
+    fclose(f);
+    char *m = scrape_until(&in, "/metrics", 200, "kmproxy_verify_unchecked_brokers 1\n", 60);
+    double cycles = metric(m, "kmproxy_verify_cycles_total");
+    free(m);
+    char want[100];
+    snprintf(want, sizeof want, "kmproxy_verify_cycles_total %d\n", (int)cycles + 1);
+    m = scrape_until(&in, "/metrics", 200, want, 60);
+    cr_assert(labelled(m, "kmproxy_verify_findings{class=\"metadata_stale\"} ") == 1 &&
+                  metric(m, "kmproxy_verify_last_verdict") == 1 && metric(m, "kmproxy_verify_unchecked_brokers") == 1,
+              "%s", m);
+    free(m);
+    stop_cleanly(&in);
+    rig_down(&r);
 }
