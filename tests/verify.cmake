@@ -8,9 +8,10 @@ if(KM_REALCLUSTER_TESTS)  # tests/CMakeLists.txt: the plain build runs it
   set_tests_properties(test_verify_realcluster PROPERTIES RESOURCE_LOCK km_realcluster)
 endif()
 # test_verify_fake: what the real cluster does not do on demand (malformed answers, silence), and usage.
-km_add_test(test_verify_fake SOURCES ${CMAKE_CURRENT_LIST_DIR}/verify/test_verify_fake.c ${CMAKE_CURRENT_LIST_DIR}/verify/verify_fakebroker.c)
+km_add_test(test_verify_fake SOURCES ${CMAKE_CURRENT_LIST_DIR}/verify/test_verify_fake.c ${CMAKE_CURRENT_LIST_DIR}/verify/verify_fakebroker.c
+            ${CMAKE_CURRENT_LIST_DIR}/test_tls_certs.c)  # a throwaway PKI for the TLS ZooKeeper
 target_link_libraries(test_verify_fake PRIVATE km_verify)  # km_verify_dual_write's arithmetic, called directly
-target_include_directories(test_verify_fake PRIVATE ${CMAKE_CURRENT_LIST_DIR}/verify)
+target_include_directories(test_verify_fake PRIVATE ${CMAKE_CURRENT_LIST_DIR}/verify ${CMAKE_CURRENT_LIST_DIR})
 # test_verify_daemon: the daemon's continuous check (verify.interval.ms) with the fake broker and a real ZooKeeper.
 km_add_test(test_verify_daemon SOURCES ${CMAKE_CURRENT_LIST_DIR}/verify/test_verify_daemon.c
             ${CMAKE_CURRENT_LIST_DIR}/verify/verify_fakebroker.c ${CMAKE_CURRENT_LIST_DIR}/ops/ops_daemon.c

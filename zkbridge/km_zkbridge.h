@@ -248,6 +248,14 @@ void km_zkw_set_snapshot_time(km_zkw *w, int64_t ms);
 /* Renders the metrics as a JSON object (caller frees with free()). */
 char *km_zkw_metrics_json(const km_zkw *w);
 
+/* One read of one znode with a session of its own, secured as sec says (NULL: plain), for a one-shot
+ * command (`kmproxy verify --zookeeper`): at most timeout_s (<= 0: 10 s), blocking, no loop of the caller's.
+ * A chroot in hosts is read under and never created.  Up to cap - 1 bytes of the data go to data (NUL
+ * ended), its zkVersion to *version.  1 read, 0 no such znode, or -1 + err: no session in time, the
+ * credentials or certificates refused (saying which), no answer, not authorized to read path. */
+int km_zk_read_once(const char *hosts, const km_zk_security *sec, const char *path, double timeout_s, char *data,
+                    size_t cap, int *version, km_err *err);
+
 /* Kafka's /migration value (compact JSON, the field order Kafka's readers accept). */
 int km_zk_migration_json(char *out, size_t cap, int32_t ctrl_id, int32_t ctrl_epoch, int64_t offset,
                          int32_t epoch);

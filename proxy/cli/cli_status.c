@@ -331,6 +331,11 @@ static void print_verify(FILE *to, json_t *st)
     fprintf(to, "verify     %s (image offset %lld, %lld cycles), %zu findings, %lld brokers not checked\n",
             str(v, "verdict"), (long long)num(v, "image_offset"), (long long)num(v, "cycles"),
             json_array_size(json_object_get(v, "findings")), (long long)num(v, "unchecked_brokers"));
+    json_t *pass = json_object_get(v, "pass");
+    if (num(pass, "partitions_per_cycle") > 0)
+        fprintf(to, "  pass       %lld of %lld partitions checked, %lld passes finished (%lld a cycle)\n",
+                (long long)num(pass, "partitions_checked"), (long long)num(pass, "partitions"),
+                (long long)num(pass, "passes"), (long long)num(pass, "partitions_per_cycle"));
     size_t i;
     json_t *f;
     json_array_foreach(json_object_get(v, "findings"), i, f)

@@ -2,8 +2,10 @@
  * (km_verify.h).  Exit 0 all consistent, 1 inconsistent, 2 could not check (or bad usage). */
 #include "cli_quorum.h"
 #include "km_cli.h"
+#include "km_config.h"
 #include "km_image.h"
 #include "km_verify.h"
+#include "km_zkbridge.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -17,6 +19,7 @@ static void usage(FILE *to)
     fprintf(to,
             "usage: kmproxy verify --metadata PATH [--listener NAME] [--timeout S] [--json]\n"
             "       kmproxy verify --bootstrap-server HOST:PORT[,...] [--cluster-id ID] [--command-config FILE] ...\n"
+            "       kmproxy verify --config FILE [OPTIONS]\n"
             "Asks every broker the image registers (ZK-mode and KRaft-mode), one connection each, for its\n"
             "metadata cache (Metadata v12) and replica state (ListOffsets v7 at the image's leader epoch to the\n"
             "image's leader, without an epoch to any broker claiming leadership) and compares them with the\n"
@@ -31,6 +34,11 @@ static void usage(FILE *to)
             "--timeout S      per broker, connect and each answer (default 10); fetching the image from the\n"
             "                 controllers may take 3 times that\n"
             "--json           the report as JSON\n"
+            "--config FILE    the daemon's kmproxy.properties: the image from metadata.source (metadata.dir, or\n"
+            "                 controller.quorum.bootstrap.servers and cluster.id), the brokers' listener\n"
+            "                 (broker.listener), verify.timeout.ms, and zookeeper.connect with the zookeeper.*\n"
+            "                 security keys (TLS, SASL, digest) for the dual-write lag; options given override\n"
+            "                 it (a controller listener secured by the file's keys needs --command-config)\n"
             "--zookeeper HOST:PORT[/chroot]  also the dual-write lag: /migration's kraft_metadata_offset against\n"
             "                 the controllers' last committed offset (the high watermark the fetch reached, or the\n"
             "                 last offset of PATH) - Kafka's ZkWriteBehindLag reads 0 when its driver is wedged\n"
@@ -41,12 +49,62 @@ static void usage(FILE *to)
 }
 
 typedef struct verify_cli {
-    const char *metadata, *servers, *cluster_id, *command_config, *zookeeper;
+    const char *metadata, *servers, *cluster_id, *command_config, *zookeeper, *config;
     double watch_s;  /* 0: /migration read once */
     long long max_lag; /* -1: none */
     km_verify_opts opts;
     bool json;
+    km_config cfg;                  /* --config: the daemon's settings */
+    km_config_zk_security zk_sec;   /* its zookeeper.* security keys */
+    km_config_broker_security broker_sec;
+    bool have_cfg;
 } verify_cli;
+
+/* metadata.source's image, unless --metadata or --bootstrap-server named one. */
+static int config_image(verify_cli *c, km_err *err)
+{
+    if (c->metadata || c->servers)
+        return 0;
+    if (!strcmp(c->cfg.metadata_source, "dir")) {
+        c->metadata = c->cfg.metadata_dir;
+        return 0;
+    }
+    km_config_quorum_security q;
+    if (km_config_resolve_quorum_security(&c->cfg, &q, err) < 0)
+        return -1;
+    bool secured = q.tls || q.mechanism != KM_SASL_NONE;
+    km_config_quorum_security_clear(&q);
+    if (secured && !c->command_config)
+        return km_fail(err, "the controller listener %s is secured (TLS or SASL): give its client settings with "
+                       "--command-config", q.listener);
+    c->servers = c->cfg.quorum_bootstrap_servers;
+    if (!c->cluster_id)
+        c->cluster_id = c->cfg.cluster_id;
+    return c->servers ? 0
+                      : km_fail(err, "metadata.source=quorum: verify reads controller.quorum.bootstrap.servers, "
+                                     "which is not set (with controller.quorum.voters only, give --bootstrap-server)");
+}
+
+/* --config FILE: what the options left unset comes from the daemon's configuration. */
+static int apply_config(verify_cli *c)
+{
+    km_err err = {{0}};
+    km_config_defaults(&c->cfg);
+    c->have_cfg = true;
+    if (km_config_load(&c->cfg, c->config, &err) || config_image(c, &err) ||
+        km_config_resolve_zk_security(&c->cfg, &c->zk_sec, &err) || km_zk_security_check(&c->zk_sec.sec, &err) ||
+        km_config_resolve_broker_security(&c->cfg, &c->broker_sec, &err)) {
+        fprintf(stderr, "kmproxy verify: --config %s: %s\n", c->config, err.msg);
+        return -1;
+    }
+    if (!c->zookeeper)
+        c->zookeeper = c->cfg.zk_connect;
+    if (!c->opts.listener && c->broker_sec.listener[0])
+        c->opts.listener = c->broker_sec.listener;
+    if (!(c->opts.timeout_s > 0))
+        c->opts.timeout_s = c->cfg.verify_timeout_ms / 1000.0;
+    return 0;
+}
 
 static int parse(int argc, char **argv, verify_cli *c)
 {
@@ -56,7 +114,8 @@ static int parse(int argc, char **argv, verify_cli *c)
         {"help", no_argument, NULL, 'h'},           {"bootstrap-server", required_argument, NULL, 'b'},
         {"cluster-id", required_argument, NULL, 'c'}, {"command-config", required_argument, NULL, 'C'},
         {"zookeeper", required_argument, NULL, 'z'},  {"watch-seconds", required_argument, NULL, 'w'},
-        {"max-lag", required_argument, NULL, 'L'},    {0},
+        {"max-lag", required_argument, NULL, 'L'},    {"config", required_argument, NULL, 'F'},
+        {0},
     };
     optind = 1;
     c->max_lag = -1;
@@ -71,6 +130,7 @@ static int parse(int argc, char **argv, verify_cli *c)
         case 'j': c->json = true; break;
         case 'h': usage(stdout); return 1;
         case 'z': c->zookeeper = optarg; break;
+        case 'F': c->config = optarg; break;
         case 'w':
             c->watch_s = strtod(optarg, &end);
             if (*end || !(c->watch_s > 0 && c->watch_s <= 3600)) {
@@ -95,6 +155,8 @@ static int parse(int argc, char **argv, verify_cli *c)
         default: usage(stderr); return 2;
         }
     }
+    if (c->config && apply_config(c) < 0)
+        return 2;
     if (optind < argc || !c->metadata == !c->servers || (!c->zookeeper && (c->watch_s > 0 || c->max_lag >= 0))) {
         usage(stderr);
         return 2;
@@ -144,7 +206,7 @@ static int check(const verify_cli *c, json_t **report)
 static int read_migration(const verify_cli *c, km_verify_migration *m)
 {
     km_err err;
-    if (km_verify_read_migration(c->zookeeper, c->opts.timeout_s, m, &err) == 0)
+    if (km_verify_read_migration(c->zookeeper, c->have_cfg ? &c->zk_sec.sec : NULL, c->opts.timeout_s, m, &err) == 0)
         return 0;
     fprintf(stderr, "kmproxy verify: could not check: %s\n", err.msg);
     return -1;
@@ -183,24 +245,21 @@ static int dual_write(const verify_cli *c, const km_verify_migration *first, jso
     return rc;
 }
 
-int km_cli_verify(int argc, char **argv)
+static int run(verify_cli *c)
 {
-    verify_cli c = {0};
-    int rc = parse(argc, argv, &c);
-    if (rc)
-        return rc == 1 ? 0 : 2;
+    int rc;
     json_t *report = NULL;
     km_verify_migration first;
-    if (c.zookeeper && read_migration(&c, &first) < 0)
+    if (c->zookeeper && read_migration(c, &first) < 0)
         return KM_VERIFY_UNCHECKED;
-    rc = check(&c, &report);
-    if (rc >= 0 && c.zookeeper)
-        rc = dual_write(&c, &first, report);
+    rc = check(c, &report);
+    if (rc >= 0 && c->zookeeper)
+        rc = dual_write(c, &first, report);
     if (rc < 0) {
         json_decref(report); /* check() frees its own on failure; dual_write's failure leaves it here */
         return KM_VERIFY_UNCHECKED;
     }
-    if (c.json) {
+    if (c->json) {
         json_dumpf(report, stdout, JSON_INDENT(2));
         fputc('\n', stdout);
     } else {
@@ -213,5 +272,21 @@ int km_cli_verify(int argc, char **argv)
                 (long long)json_integer_value(json_object_get(u, "broker")),
                 json_string_value(json_object_get(u, "why")));
     json_decref(report);
+    return rc;
+}
+
+int km_cli_verify(int argc, char **argv)
+{
+    verify_cli c = {0};
+    int rc = parse(argc, argv, &c);
+    if (!rc)
+        rc = run(&c);
+    else
+        rc = rc == 1 ? 0 : 2;
+    if (c.have_cfg) {
+        km_config_zk_security_clear(&c.zk_sec);
+        km_config_broker_security_clear(&c.broker_sec);
+        km_config_free(&c.cfg);
+    }
     return rc;
 }

@@ -146,6 +146,11 @@ static const key_def KEYS[] = {
     INT("verify.timeout.ms", verify_timeout_ms, 100, 600000,
         "The check's timeout per broker (connect and every answer); a broker that does not answer within it is "
         "reported unchecked."),
+    INT("verify.partitions.per.cycle", verify_partitions_per_cycle, 0, INT32_MAX,
+        "A large cluster checked over several cycles: each check asks the brokers about this many partitions "
+        "(topics by name, then partition ids), the next one continues after them, and a full pass spans "
+        "several intervals (`kmproxy_verify_pass_*` metrics, `/status`); a finding stands until its partition "
+        "is checked again. 0: every partition every cycle."),
     BOOL("ha.enabled", ha_enabled,
         "Elect one active instance among several under `kmproxy.election.path`; the others follow the log and "
         "take over."),

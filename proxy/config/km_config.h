@@ -66,6 +66,7 @@ typedef struct km_config {
     int32_t verify_interval_ms;      /* verify.interval.ms: the continuous broker check; 0 = off */
     int32_t verify_jitter_percent;
     int32_t verify_timeout_ms;
+    int32_t verify_partitions_per_cycle; /* verify.partitions.per.cycle: 0 = every partition every cycle */
     bool ha_enabled;                 /* ha.enabled: elect one active instance among several */
     char *election_path;             /* kmproxy.election.path: where they elect (inside the chroot) */
     /* Kafka's password.encoder.*: how password-type configs are written into ZooKeeper; the same

@@ -3,7 +3,9 @@
  * the event loop.  The image belongs to the loop thread and moves on while the check runs: the worker gets
  * km_image_copy_cluster's copy, made on the loop between batches, and owns it until it is done.  The result comes
  * back through an ev_async; the loop joins the thread (it has finished then) and keeps, per finding keyed by
- * broker, topic, partition and class, when it was first and last seen. */
+ * broker, topic, partition and class, when it was first and last seen.  With verify.partitions.per.cycle each
+ * cycle checks a slice, the next continuing after it (a cursor: topic name, partition), and a finding stands
+ * until a cycle checks its partition again on a broker it could reach. */
 #include "daemon_internal.h"
 #include "km_verify.h"
 
@@ -12,9 +14,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static const char *const CLASSES[] = {"metadata_stale", "replica_stale", "stale_leader", "stray_log", "isr_differs"};
-#define N_CLASSES (sizeof CLASSES / sizeof CLASSES[0])
 
 struct km_daemon_verify {
     km_daemon *d;
@@ -31,17 +30,27 @@ struct km_daemon_verify {
     km_err err;
     /* the loop's */
     unsigned jitter_seed;        /* per instance, so that instances started together spread apart */
+    double next_wait_s;          /* the wait drawn for the timer armed now (/status: the jitter at work) */
     int64_t cycles;
     int last_verdict;            /* -1: no cycle finished yet */
     int64_t inconsistent_streak; /* cycles in a row that found the brokers inconsistent (the alert's "for") */
     double last_run;             /* unix time that cycle finished */
     double last_seconds;
     int unchecked_brokers;
-    int by_class[N_CLASSES];
+    int by_class[KM_VERIFY_N_CLASSES];
     int64_t image_offset;        /* the image the last cycle checked */
     char last_error[sizeof(km_err){0}.msg];
     json_t *findings;            /* "broker/topic/partition/class" -> the finding with first_seen, last_seen */
     json_t *unchecked;           /* the last cycle's [{broker, why}]: which broker could not be checked, and why */
+    /* the pass over every partition, slice by slice (the cursor is read by the worker: the loop changes it only
+     * between cycles) */
+    char cursor_topic[256];      /* the last partition checked: the next slice starts after it */
+    int32_t cursor_partition;
+    bool have_cursor;            /* false: the next slice starts at the first partition */
+    int64_t passes;              /* full passes finished */
+    int64_t pass_checked;        /* partitions checked in the pass under way (the whole last one once it ends) */
+    int64_t pass_partitions;     /* the image's partitions at the last cycle */
+    bool pass_ended;             /* the next cycle begins a new pass */
 };
 
 static void *work(void *arg)
@@ -62,7 +71,8 @@ static double wait_s(km_daemon *d)
 /* The next cycle, an interval (with jitter) after this one ended or was put off. */
 static void schedule_next(EV_P_ struct km_daemon_verify *v)
 {
-    ev_timer_set(&v->next, wait_s(v->d), 0.);
+    v->next_wait_s = wait_s(v->d);
+    ev_timer_set(&v->next, v->next_wait_s, 0.);
     ev_timer_start(EV_A_ & v->next);
 }
 
@@ -84,7 +94,10 @@ static void start_cycle(EV_P_ ev_timer *t, int revents)
     snprintf(v->listener, sizeof v->listener, "%s", l && l->name[0] ? l->name
                                                     : d->cfg.broker_listener ? d->cfg.broker_listener : "");
     v->opts = (km_verify_opts){.listener = v->listener[0] ? v->listener : NULL,
-                               .timeout_s = d->cfg.verify_timeout_ms / 1000.0, .client_id = "kmproxy-verify"};
+                               .timeout_s = d->cfg.verify_timeout_ms / 1000.0, .client_id = "kmproxy-verify",
+                               .after_topic = v->have_cursor ? v->cursor_topic : NULL,
+                               .after_partition = v->cursor_partition,
+                               .max_partitions = d->cfg.verify_partitions_per_cycle};
     if (pthread_create(&v->thread, NULL, work, v)) {
         km_daemon_log(d, KM_LOG_WARN, "verify: cannot start its thread");
         km_image_free(v->copy);
@@ -109,13 +122,51 @@ static int distinct_brokers(const json_t *unchecked)
     return n;
 }
 
-/* The findings of this cycle replace the last one's; one seen before keeps its first_seen. */
-static void merge_findings(struct km_daemon_verify *v, const json_t *found, double now)
+static bool broker_unchecked(const json_t *unchecked, json_int_t broker)
 {
+    size_t i;
+    const json_t *u;
+    json_array_foreach(unchecked, i, u)
+        if (json_integer_value(json_object_get(u, "broker")) == broker)
+            return true;
+    return false;
+}
+
+/* Whether this cycle checked the finding's partition again on its broker: then a finding not found again is
+ * gone.  Findings outside the slice, or on a broker it could not reach, stand. */
+static bool rechecked(const struct km_daemon_verify *v, const json_t *slice, const json_t *f)
+{
+    json_int_t broker = json_integer_value(json_object_get(f, "broker"));
+    return !broker_unchecked(json_object_get(v->report, "unchecked"), broker) &&
+           km_verify_slice_covers(slice, v->opts.after_topic, v->opts.after_partition,
+                                  json_string_value(json_object_get(f, "topic")),
+                                  (int32_t)json_integer_value(json_object_get(f, "partition")));
+}
+
+static void count_classes(struct km_daemon_verify *v)
+{
+    const char *key;
+    json_t *f;
+    memset(v->by_class, 0, sizeof v->by_class);
+    json_object_foreach(v->findings, key, f) {
+        const char *cls = json_string_value(json_object_get(f, "class"));
+        for (int c = 0; c < KM_VERIFY_N_CLASSES; c++)
+            v->by_class[c] += cls && !strcmp(cls, km_verify_class_name((km_verify_class)c));
+    }
+}
+
+/* The findings of this cycle replace those it checked again; one seen before keeps its first_seen. */
+static void merge_findings(struct km_daemon_verify *v, double now)
+{
+    const json_t *found = json_object_get(v->report, "findings"), *slice = json_object_get(v->report, "slice");
     json_t *next = json_object();
+    const char *k;
+    json_t *old;
+    json_object_foreach(v->findings, k, old)
+        if (!rechecked(v, slice, old))
+            json_object_set(next, k, old);
     size_t i;
     const json_t *f;
-    memset(v->by_class, 0, sizeof v->by_class);
     json_array_foreach(found, i, f) {
         const char *cls = json_string_value(json_object_get(f, "class"));
         char key[600];
@@ -127,11 +178,27 @@ static void merge_findings(struct km_daemon_verify *v, const json_t *found, doub
                                                       : json_integer((json_int_t)now));
         json_object_set_new(copy, "last_seen", json_integer((json_int_t)now));
         json_object_set_new(next, key, copy);
-        for (size_t c = 0; c < N_CLASSES; c++)
-            v->by_class[c] += cls && !strcmp(cls, CLASSES[c]);
     }
     json_decref(v->findings);
     v->findings = next;
+    count_classes(v);
+}
+
+/* The pass goes on after the slice just checked, or starts again once a slice reached the last partition. */
+static void advance_pass(struct km_daemon_verify *v)
+{
+    const json_t *slice = json_object_get(v->report, "slice"), *last = json_object_get(slice, "last");
+    if (v->pass_ended)
+        v->pass_checked = 0;
+    v->pass_checked += json_integer_value(json_object_get(slice, "partitions"));
+    v->pass_partitions = json_integer_value(json_object_get(json_object_get(v->report, "image"), "partitions"));
+    v->pass_ended = json_is_true(json_object_get(slice, "complete"));
+    v->passes += v->pass_ended;
+    v->have_cursor = !v->pass_ended && json_is_string(json_object_get(last, "topic"));
+    if (v->have_cursor) {
+        snprintf(v->cursor_topic, sizeof v->cursor_topic, "%s", json_string_value(json_object_get(last, "topic")));
+        v->cursor_partition = (int32_t)json_integer_value(json_object_get(last, "partition"));
+    }
 }
 
 static void cycle_done(EV_P_ ev_async *a, int revents)
@@ -153,16 +220,20 @@ static void cycle_done(EV_P_ ev_async *a, int revents)
         km_daemon_log(d, KM_LOG_WARN, "verify: %s", v->err.msg);
     } else {
         v->last_error[0] = 0;
+        merge_findings(v, v->last_run);
+        advance_pass(v);
+        if (json_object_size(v->findings))
+            v->verdict = KM_VERIFY_INCONSISTENT; /* a finding from an earlier slice, not checked again yet */
         if (v->verdict != v->last_verdict)
             km_daemon_log(d, v->verdict ? KM_LOG_WARN : KM_LOG_INFO, "verify: the brokers are %s",
-                          json_string_value(json_object_get(v->report, "verdict")));
+                          v->verdict == KM_VERIFY_INCONSISTENT ? "inconsistent"
+                          : v->verdict == KM_VERIFY_UNCHECKED ? "unchecked" : "consistent");
         v->last_verdict = v->verdict;
         v->inconsistent_streak = v->verdict == KM_VERIFY_INCONSISTENT ? v->inconsistent_streak + 1 : 0;
         json_decref(v->unchecked);
         v->unchecked = json_incref(json_object_get(v->report, "unchecked"));
         v->unchecked_brokers = distinct_brokers(v->unchecked);
         v->last_seconds = json_real_value(json_object_get(json_object_get(v->report, "cost"), "seconds"));
-        merge_findings(v, json_object_get(v->report, "findings"), v->last_run);
     }
     json_decref(v->report);
     v->report = NULL;
@@ -182,7 +253,8 @@ int km_daemon_start_verify(km_daemon *d, km_err *err)
     v->last_verdict = -1;
     v->jitter_seed = (unsigned)time(NULL) ^ (unsigned)getpid() << 8;
     d->verify = v;
-    ev_timer_init(&v->next, start_cycle, wait_s(d), 0.);
+    v->next_wait_s = wait_s(d);
+    ev_timer_init(&v->next, start_cycle, v->next_wait_s, 0.);
     ev_async_init(&v->done, cycle_done);
     v->next.data = v->done.data = v;
     ev_timer_start(d->loop, &v->next);
@@ -232,9 +304,18 @@ void km_daemon_verify_metrics(const km_daemon *d, km_buf *out)
     km_metrics_sample(out, "kmproxy_verify_unchecked_brokers", "gauge",
                       "Brokers (or partitions of a broker) the last check could not check.", NULL, true,
                       v->unchecked_brokers);
-    for (size_t c = 0; c < N_CLASSES; c++) {
+    km_metrics_sample(out, "kmproxy_verify_passes_total", "counter",
+                      "Full passes over every partition finished (one per check unless verify.partitions.per.cycle "
+                      "splits a pass into slices).", NULL, true, (double)v->passes);
+    km_metrics_sample(out, "kmproxy_verify_pass_partitions_checked", "gauge",
+                      "Partitions checked in the pass under way (the whole last pass once it ended).", NULL, true,
+                      (double)v->pass_checked);
+    km_metrics_sample(out, "kmproxy_verify_pass_partitions", "gauge",
+                      "Partitions in the image at the last check: what a full pass covers.", NULL, true,
+                      (double)v->pass_partitions);
+    for (int c = 0; c < KM_VERIFY_N_CLASSES; c++) {
         char labels[64];
-        snprintf(labels, sizeof labels, "class=\"%s\"", CLASSES[c]);
+        snprintf(labels, sizeof labels, "class=\"%s\"", km_verify_class_name((km_verify_class)c));
         km_metrics_sample(out, "kmproxy_verify_findings", "gauge",
                           "Findings of the last check by class (docs/verify.md).", labels, c == 0, v->by_class[c]);
     }
@@ -251,10 +332,16 @@ json_t *km_daemon_verify_json(const km_daemon *d)
     json_t *f;
     json_object_foreach(v->findings, k, f)
         json_array_append(found, f);
-    return json_pack("{s:b,s:i,s:I,s:o,s:I,s:I,s:i,s:o,s:o,s:o}", "enabled", true, "interval_ms",
+    json_t *o = json_pack("{s:b,s:i,s:I,s:o,s:I,s:I,s:i,s:o,s:o,s:o}", "enabled", true, "interval_ms",
                      d->cfg.verify_interval_ms, "cycles", (json_int_t)v->cycles, "verdict",
                      v->last_verdict >= 0 ? json_string(VERDICTS[v->last_verdict]) : json_null(), "last_run",
                      (json_int_t)v->last_run, "image_offset", (json_int_t)v->image_offset, "unchecked_brokers",
                      v->unchecked_brokers, "error", v->last_error[0] ? json_string(v->last_error) : json_null(),
                      "findings", found, "unchecked", v->unchecked ? json_incref(v->unchecked) : json_array());
+    json_object_set_new(o, "pass", json_pack("{s:i,s:I,s:I,s:I,s:b}", "partitions_per_cycle",
+                                             d->cfg.verify_partitions_per_cycle, "passes", (json_int_t)v->passes,
+                                             "partitions_checked", (json_int_t)v->pass_checked, "partitions",
+                                             (json_int_t)v->pass_partitions, "ended", v->pass_ended));
+    json_object_set_new(o, "next_wait_ms", json_integer((json_int_t)(v->next_wait_s * 1000.0 + 0.5)));
+    return o;
 }

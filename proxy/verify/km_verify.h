@@ -29,12 +29,40 @@ typedef struct km_verify_opts {
     const char *listener;   /* the broker endpoint to use, by listener name; NULL: each broker's first */
     double timeout_s;       /* per broker: connect and every answer; <= 0: 10 s */
     const char *client_id;  /* NULL: "kmproxy-verify" */
+    /* A slice of the partitions, for a large cluster checked over several cycles: in the order of topic names
+     * (strcmp) then partition ids, the partitions strictly after (after_topic, after_partition) (after_topic
+     * NULL: from the first), at most max_partitions of them (0: all).  The report's "slice" says which were
+     * checked and whether the slice reached the last partition; the next slice starts after its "last". */
+    const char *after_topic;
+    int32_t after_partition;
+    int64_t max_partitions;
 } km_verify_opts;
+
+/* The finding classes above, as a finding's "class" names them (km_verify_class_name). */
+typedef enum km_verify_class {
+    KM_VERIFY_METADATA_STALE,
+    KM_VERIFY_REPLICA_STALE,
+    KM_VERIFY_STALE_LEADER,
+    KM_VERIFY_STRAY_LOG,
+    KM_VERIFY_ISR_DIFFERS,
+    KM_VERIFY_N_CLASSES
+} km_verify_class;
+
+/* "metadata_stale", ...; NULL for a value outside the enum. */
+const char *km_verify_class_name(km_verify_class c);
+
+/* Whether a finding on (topic, partition) was checked again by the run whose report's "slice" is slice and
+ * which started after (after_topic, after_partition) (as km_verify_opts): a finding checked again and not
+ * found is gone; one outside the slice stands.  partition -1 (a finding on a whole topic): only a slice from
+ * the start asks a broker for every topic it caches. */
+bool km_verify_slice_covers(const json_t *slice, const char *after_topic, int32_t after_partition,
+                            const char *topic, int32_t partition);
 
 /* Verdicts of km_verify_run, as `kmproxy verify` exits. */
 enum { KM_VERIFY_CONSISTENT = 0, KM_VERIFY_INCONSISTENT = 1, KM_VERIFY_UNCHECKED = 2 };
 
-/* Checks every broker the image registers against img.  *report (new reference) holds "verdict"
+/* Checks every broker the image registers against img (the partitions of o's slice).  *report (new reference)
+ * holds "slice" {partitions, from_start, last: {topic, partition} or null, complete}, "verdict"
  * ("consistent", "inconsistent", "unchecked"), "image" {offset, epoch}, "brokers" [{id, endpoint, mode,
  * partitions, findings, unchecked}], "findings" [{broker, topic, partition, class, ...}], "unchecked"
  * [{broker, why}], "image_behind" (true: a broker knows newer state: read the image again).  Returns the
@@ -48,9 +76,12 @@ typedef struct km_verify_migration {
     int32_t zk_version; /* /migration's zkVersion: it moves at every write of the driver */
 } km_verify_migration;
 
-/* Reads /migration with a one-shot, unauthenticated session to hosts ("HOST:PORT[,...][/chroot]") within
- * timeout_s (<= 0: 10 s).  0, or -1 + err (no session, no /migration, not Kafka's JSON). */
-int km_verify_read_migration(const char *hosts, double timeout_s, km_verify_migration *m, km_err *err);
+/* Reads /migration with a one-shot session to hosts ("HOST:PORT[,...][/chroot]") within timeout_s (<= 0: 10 s),
+ * secured as sec says (km_zk_read_once; NULL: plain).  0, or -1 + err (no session, credentials refused, not
+ * authorized, no /migration, not Kafka's JSON). */
+struct km_zk_security;
+int km_verify_read_migration(const char *hosts, const struct km_zk_security *sec, double timeout_s,
+                             km_verify_migration *m, km_err *err);
 
 typedef struct km_verify_dual {
     int64_t high_watermark;     /* the controllers' last committed offset when /migration was first read */

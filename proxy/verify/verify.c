@@ -39,10 +39,19 @@ static json_t *i32_json(const int32_t *v, int32_t n)
     return a;
 }
 
-json_t *v_finding(v_run *r, v_broker *b, const char *topic, int32_t part, const char *cls, const char *detail)
+const char *km_verify_class_name(km_verify_class c)
+{
+    static const char *const NAMES[KM_VERIFY_N_CLASSES] = {
+        [KM_VERIFY_METADATA_STALE] = "metadata_stale", [KM_VERIFY_REPLICA_STALE] = "replica_stale",
+        [KM_VERIFY_STALE_LEADER] = "stale_leader", [KM_VERIFY_STRAY_LOG] = "stray_log",
+        [KM_VERIFY_ISR_DIFFERS] = "isr_differs"};
+    return (unsigned)c < KM_VERIFY_N_CLASSES ? NAMES[c] : NULL;
+}
+
+json_t *v_finding(v_run *r, v_broker *b, const char *topic, int32_t part, km_verify_class cls, const char *detail)
 {
     json_t *f = json_pack("{s:i,s:s,s:i,s:s,s:s}", "broker", b->id, "topic", topic, "partition", part, "class",
-                          cls, "detail", detail);
+                          km_verify_class_name(cls), "detail", detail);
     json_array_append_new(r->findings, f);
     b->findings++;
     return f;
@@ -67,6 +76,24 @@ static int collect_brokers(v_run *r, km_err *err)
 }
 
 /* Connects and asks for the broker's whole metadata cache (every topic). */
+/* Every topic the broker caches for a slice from the start (a topic the image lacks is found only so), else the
+ * slice's topics by name (never created: allow_auto_topic_creation off). */
+static int metadata_request(v_run *r, km_metadata_request *rq)
+{
+    km_metadata_request_init(rq);
+    rq->allow_auto_topic_creation = false;
+    if (r->from_start) {
+        rq->topics.count = -1;
+        return 0;
+    }
+    if (!(rq->topics.items = km_arena_alloc(&r->arena, (size_t)(r->nsel ? r->nsel : 1) * sizeof *rq->topics.items)))
+        return -1;
+    for (int i = 0; i < r->nsel; i++)
+        rq->topics.items[i] = (km_metadata_request_request_topic){ .name = km_cstr(km_topic_name(r->sel[i].t)) };
+    rq->topics.count = r->nsel;
+    return 0;
+}
+
 static void ask_metadata(v_run *r, v_broker *b)
 {
     char why[700];
@@ -81,8 +108,8 @@ static void ask_metadata(v_run *r, v_broker *b)
         return unchecked(r, b->id, why);
     }
     km_metadata_request rq;
-    km_metadata_request_init(&rq);
-    rq.topics.count = -1;
+    if (metadata_request(r, &rq) < 0)
+        return unchecked(r, b->id, "out of memory");
     void *rs;
     if (v_conn_call(&b->c, KM_API_METADATA, V_METADATA_V, &rq, &r->arena, &rs, &err) < 0)
         return unchecked(r, b->id, err.msg);
@@ -139,9 +166,9 @@ static void compare_partition(v_run *r, v_broker *b, const char *topic, const km
 {
     const km_metadata_response_response_partition *m = cached(b, topic, p->id);
     char d[300];
-    const char *cls = NULL;
+    km_verify_class cls = KM_VERIFY_N_CLASSES; /* none */
     if (!m || m->error_code != E_NONE) {
-        cls = "metadata_stale";
+        cls = KM_VERIFY_METADATA_STALE;
         snprintf(d, sizeof d, "the broker's metadata cache %s", m ? v_error_name(m->error_code) : "lacks the partition");
     } else if (m->leader_epoch > p->leader_epoch) {
         r->image_behind = true;
@@ -149,33 +176,32 @@ static void compare_partition(v_run *r, v_broker *b, const char *topic, const km
                  m->leader_epoch, topic, p->id, p->leader_epoch);
         return unchecked(r, b->id, d);
     } else if (m->leader_epoch < p->leader_epoch || m->leader_id != p->leader) {
-        cls = "metadata_stale";
+        cls = KM_VERIFY_METADATA_STALE;
         snprintf(d, sizeof d, "the broker caches leader %d at epoch %d, the image %d at %d", m->leader_id,
                  m->leader_epoch, p->leader, p->leader_epoch);
     } else if (!same_set(p->replicas.v, p->replicas.n, m->replica_nodes.items, m->replica_nodes.count) ||
                !same_set(p->isr.v, p->isr.n, m->isr_nodes.items, m->isr_nodes.count)) {
-        cls = "isr_differs";
+        cls = KM_VERIFY_ISR_DIFFERS;
         snprintf(d, sizeof d, "same leader epoch %d, another replica set or ISR (hybrid mode need not bump epochs)",
                  p->leader_epoch);
     }
-    if (cls)
+    if (cls != KM_VERIFY_N_CLASSES)
         put_views(v_finding(r, b, topic, p->id, cls, d), p, m);
 }
 
 static void compare_metadata(v_run *r, v_broker *b)
 {
-    size_t it = 0;
-    for (const km_topic *t; (t = km_image_next_topic(r->img, &it));) {
-        for (int32_t id = 0; id < km_topic_partition_count(t); id++) {
+    for (int i = 0; i < r->nsel; i++) {
+        for (int32_t id = r->sel[i].lo; id < r->sel[i].hi; id++) {
             km_partition p;
-            if (km_topic_partition(t, id, &p))
-                compare_partition(r, b, km_topic_name(t), &p);
+            if (km_topic_partition(r->sel[i].t, id, &p))
+                compare_partition(r, b, km_topic_name(r->sel[i].t), &p);
         }
     }
-    for (int32_t i = 0; i < b->md->topics.count; i++) {
+    for (int32_t i = 0; r->from_start && i < b->md->topics.count; i++) {
         const km_metadata_response_response_topic *t = &b->md->topics.items[i];
         if (t->error_code == E_NONE && t->name.len > 0 && !km_image_topic_by_name(r->img, t->name.ptr))
-            v_finding(r, b, t->name.ptr, -1, "metadata_stale", "the broker caches a topic the image does not have");
+            v_finding(r, b, t->name.ptr, -1, KM_VERIFY_METADATA_STALE, "the broker caches a topic the image does not have");
     }
 }
 
@@ -190,13 +216,14 @@ static bool claims(const v_broker *b, const char *topic, const km_partition *p)
 
 /* One topic's partitions to ask b about: those the image has it lead (at the image's epoch) and those it
  * claims itself (no epoch: does it act as leader at all?). */
-static int32_t offsets_topic(v_run *r, v_broker *b, const km_topic *t, km_list_offsets_request_topic *out)
+static int32_t offsets_topic(v_run *r, v_broker *b, const v_sel *sel, km_list_offsets_request_topic *out)
 {
-    int32_t n = km_topic_partition_count(t), k = 0;
+    const km_topic *t = sel->t;
+    int32_t n = sel->hi - sel->lo, k = 0;
     out->name = km_cstr(km_topic_name(t));
     if (!(out->partitions.items = km_arena_alloc(&r->arena, (size_t)(n ? n : 1) * sizeof *out->partitions.items)))
         return -1;
-    for (int32_t id = 0; id < n; id++) {
+    for (int32_t id = sel->lo; id < sel->hi; id++) {
         km_partition p;
         if (!km_topic_partition(t, id, &p) || (p.leader != b->id && !claims(b, km_topic_name(t), &p)))
             continue;
@@ -212,12 +239,11 @@ static int ask_offsets(v_run *r, v_broker *b, km_list_offsets_response **rs, km_
     km_list_offsets_request rq;
     km_list_offsets_request_init(&rq);
     rq.replica_id = -1;
-    size_t nt = km_image_topic_count(r->img), it = 0;
-    if (!(rq.topics.items = km_arena_alloc(&r->arena, (nt ? nt : 1) * sizeof *rq.topics.items)))
+    if (!(rq.topics.items = km_arena_alloc(&r->arena, (size_t)(r->nsel ? r->nsel : 1) * sizeof *rq.topics.items)))
         return km_fail(err, "out of memory");
     rq.topics.count = 0;
-    for (const km_topic *t; (t = km_image_next_topic(r->img, &it));) {
-        int32_t k = offsets_topic(r, b, t, &rq.topics.items[rq.topics.count]);
+    for (int i = 0; i < r->nsel; i++) {
+        int32_t k = offsets_topic(r, b, &r->sel[i], &rq.topics.items[rq.topics.count]);
         if (k < 0)
             return km_fail(err, "out of memory");
         rq.topics.count += k > 0;
@@ -334,7 +360,7 @@ static void leader_answer(v_run *r, v_broker *b, const char *topic, const km_par
     }
     snprintf(d, sizeof d, "the image's leader does not act as leader at epoch %d: %s", p->leader_epoch,
              v_error_name(a->error_code));
-    put_views(v_finding(r, b, topic, p->id, "replica_stale", d), p, cached(b, topic, p->id));
+    put_views(v_finding(r, b, topic, p->id, KM_VERIFY_REPLICA_STALE, d), p, cached(b, topic, p->id));
 }
 
 /* A broker the image does not name leader answered as leader: it accepts writes. */
@@ -347,7 +373,7 @@ static void claimant_answer(v_run *r, v_broker *b, const char *topic, const km_p
     char d[300];
     snprintf(d, sizeof d, "acts as leader at epoch %d while the image names broker %d at epoch %d: it accepts "
              "writes the image's leader will truncate", m->leader_epoch, p->leader, p->leader_epoch);
-    json_t *f = v_finding(r, b, topic, p->id, "stale_leader", d);
+    json_t *f = v_finding(r, b, topic, p->id, KM_VERIFY_STALE_LEADER, d);
     put_views(f, p, m);
     json_object_set_new(f, "stale_offset", json_integer(a->offset));
     exposure(r, f, topic, p->id, m->leader_epoch, a->offset, p->leader);
@@ -428,9 +454,10 @@ static json_t *make_report(v_run *r, double started)
     json_t *brokers = json_array();
     for (int i = 0; i < r->nb; i++)
         json_array_append_new(brokers, broker_json(r, &r->b[i]));
-    return json_pack("{s:s,s:i,s:{s:I,s:i,s:i},s:o,s:O,s:O,s:b,s:o}", "verdict", names[verdict], "exit", verdict,
+    return json_pack("{s:s,s:i,s:{s:I,s:i,s:i},s:o,s:o,s:O,s:O,s:b,s:o}", "verdict", names[verdict], "exit", verdict,
                      "image", "offset", (json_int_t)km_image_offset(r->img), "epoch", km_image_epoch(r->img),
-                     "partitions", (int)km_image_partition_count(r->img), "brokers", brokers, "findings",
+                     "partitions", (int)km_image_partition_count(r->img), "slice", v_slice_json(r), "brokers", brokers,
+                     "findings",
                      r->findings, "unchecked", r->unchecked, "image_behind", r->image_behind, "cost",
                      cost_json(r, now_s() - started));
 }
@@ -444,6 +471,8 @@ int km_verify_run(const km_image *img, const km_verify_opts *o, json_t **report,
     double started = now_s();
     km_arena_init(&r.arena, 0);
     int rc = collect_brokers(&r, err);
+    if (rc == 0)
+        rc = v_slice_build(&r, err);
     if (rc == 0 && r.nb == 0)
         unchecked(&r, -1, "the image registers no broker");
     for (int i = 0; rc == 0 && i < r.nb; i++)
@@ -459,6 +488,7 @@ int km_verify_run(const km_image *img, const km_verify_opts *o, json_t **report,
         json_decref(r.b[i].by_topic);
     }
     free(r.b);
+    v_slice_free(&r);
     json_decref(r.findings);
     json_decref(r.unchecked);
     km_arena_free(&r.arena);

@@ -1,120 +1,41 @@
-/* The dual-write lag (km_verify.h): /migration read from ZooKeeper with a one-shot session, against the
- * controllers' committed log.  Kafka's own ZkWriteBehindLag reads 0 when its driver is wedged (KAFKA-21062):
+/* The dual-write lag (km_verify.h): /migration read from ZooKeeper with a one-shot session (zkbridge's
+ * km_zk_read_once, secured as the daemon's zookeeper.* keys say), against the controllers' committed log.  Kafka's own ZkWriteBehindLag reads 0 when its driver is wedged (KAFKA-21062):
  * only /migration itself, read twice while the log moves, shows the driver stopped. */
 #include "km_verify.h"
 
-#include <errno.h>
-#include <poll.h>
+#include "km_zkbridge.h"
+
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <zookeeper/zookeeper.h>
 
-typedef struct zk_read {
-    bool connected, done, expired;
-    int rc;
-    char data[1024];
-    int len;
-    struct Stat st;
-} zk_read;
-
-static void on_session(zhandle_t *zh, int type, int state, const char *path, void *ctx)
-{
-    (void)zh;
-    (void)path;
-    zk_read *z = ctx;
-    if (type != ZOO_SESSION_EVENT)
-        return;
-    z->connected = state == ZOO_CONNECTED_STATE;
-    z->expired = state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE;
-}
-
-static void on_data(int rc, const char *value, int len, const struct Stat *st, const void *ctx)
-{
-    zk_read *z = (zk_read *)ctx;
-    z->done = true;
-    z->rc = rc;
-    if (rc == ZOK) {
-        z->len = len < 0 ? 0 : len < (int)sizeof z->data - 1 ? len : (int)sizeof z->data - 1;
-        memcpy(z->data, value, (size_t)z->len);
-        z->data[z->len] = '\0';
-        z->st = *st;
-    }
-}
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* Drives the single-threaded client until the read completed or the deadline passed. */
-static int zk_pump(zhandle_t *zh, zk_read *z, double deadline)
-{
-    bool asked = false;
-    while (!z->done && !z->expired && mono_s() < deadline) {
-        if (z->connected && !asked) {
-            if (zoo_aget(zh, "/migration", 0, on_data, z) != ZOK)
-                return -1;
-            asked = true;
-        }
-        int fd, interest;
-        struct timeval tv;
-        if (zookeeper_interest(zh, &fd, &interest, &tv) != ZOK && fd < 0) {
-            struct timespec pause = { 0, 20 * 1000 * 1000 };
-            nanosleep(&pause, NULL);
-            continue;
-        }
-        struct pollfd p = { .fd = fd, .events = (short)((interest & ZOOKEEPER_READ ? POLLIN : 0) |
-                                                        (interest & ZOOKEEPER_WRITE ? POLLOUT : 0)) };
-        int ms = (int)(tv.tv_sec * 1000 + tv.tv_usec / 1000);
-        int left = (int)((deadline - mono_s()) * 1000) + 1;
-        if (poll(&p, fd >= 0 ? 1 : 0, ms < left ? ms : left) < 0 && errno != EINTR)
-            return -1;
-        int events = (p.revents & POLLIN ? ZOOKEEPER_READ : 0) | (p.revents & POLLOUT ? ZOOKEEPER_WRITE : 0);
-        zookeeper_process(zh, events);
-    }
-    return z->done ? 0 : -1;
-}
-
-static int parse_migration(const zk_read *z, const char *hosts, km_verify_migration *m, km_err *err)
+static int parse_migration(const char *data, int version, const char *hosts, km_verify_migration *m, km_err *err)
 {
     json_error_t jerr;
-    json_t *root = json_loads(z->data, 0, &jerr);
+    json_t *root = json_loads(data, 0, &jerr);
     json_t *off = json_object_get(root, "kraft_metadata_offset"), *ep = json_object_get(root, "kraft_metadata_epoch");
     bool ok = json_is_integer(off) && json_is_integer(ep);
     if (ok) {
         m->offset = (int64_t)json_integer_value(off);
         m->epoch = (int32_t)json_integer_value(ep);
-        m->zk_version = z->st.version;
+        m->zk_version = version;
     }
     json_decref(root);
     return ok ? 0
               : km_fail(err, "ZooKeeper %s: /migration holds %.200s: want kraft_metadata_offset/epoch integers",
-                        hosts, z->data);
+                        hosts, data);
 }
 
-int km_verify_read_migration(const char *hosts, double timeout_s, km_verify_migration *m, km_err *err)
+int km_verify_read_migration(const char *hosts, const km_zk_security *sec, double timeout_s, km_verify_migration *m,
+                             km_err *err)
 {
-    zoo_set_debug_level((ZooLogLevel)0);
-    zk_read z = { 0 };
-    double deadline = mono_s() + (timeout_s > 0 ? timeout_s : 10.0);
-    zhandle_t *zh = zookeeper_init(hosts, on_session, 30000, NULL, &z, 0);
-    if (!zh)
-        return km_fail(err, "ZooKeeper %s: %s", hosts, strerror(errno));
-    int rc = zk_pump(zh, &z, deadline);
-    zookeeper_close(zh);
+    char data[1024];
+    int version = -1;
+    int rc = km_zk_read_once(hosts, sec, "/migration", timeout_s, data, sizeof data, &version, err);
     if (rc < 0)
-        return km_fail(err, "ZooKeeper %s: %s", hosts,
-                       z.expired ? "session refused" : z.connected ? "no answer for /migration in time"
-                                                                   : "no session in time");
-    if (z.rc == ZNONODE)
+        return -1;
+    if (rc == 0)
         return km_fail(err, "ZooKeeper %s: no /migration: the migration has not started", hosts);
-    if (z.rc != ZOK)
-        return km_fail(err, "ZooKeeper %s: reading /migration: %s", hosts, zerror(z.rc));
-    return parse_migration(&z, hosts, m, err);
+    return parse_migration(data, version, hosts, m, err);
 }
 
 /* The lag at the last reading: committed records not in ZooKeeper yet (negative: the log read is behind what

@@ -42,8 +42,18 @@ typedef struct v_broker {
     int findings;
 } v_broker;
 
+/* One topic's part of the slice: partitions [lo, hi). */
+typedef struct v_sel {
+    const km_topic *t;
+    int32_t lo, hi;
+} v_sel;
+
 typedef struct v_run {
     const km_image *img;
+    v_sel *sel;                 /* the slice, in order (verify_slice.c) */
+    int nsel;
+    int64_t selected;           /* partitions in it */
+    bool from_start, complete;  /* it starts at the first partition; it reaches the last */
     const km_verify_opts *o;
     km_arena arena;             /* every answer, for the whole run */
     v_broker *b;
@@ -53,9 +63,14 @@ typedef struct v_run {
 } v_run;
 
 const char *v_error_name(int16_t e);
+/* The slice of r->o in r->img into r->sel (verify_slice.c).  0, or -1 + err (out of memory). */
+int v_slice_build(v_run *r, km_err *err);
+void v_slice_free(v_run *r);
+/* The report's "slice". */
+json_t *v_slice_json(const v_run *r);
 v_broker *v_broker_by_id(v_run *r, int32_t id);
 /* Adds a finding of `cls` for the broker's partition (part -1: the whole topic); the finding, owned by the run. */
-json_t *v_finding(v_run *r, v_broker *b, const char *topic, int32_t part, const char *cls, const char *detail);
+json_t *v_finding(v_run *r, v_broker *b, const char *topic, int32_t part, km_verify_class cls, const char *detail);
 /* Mismatch only (verify_mismatch.c): the producers active on the stale leader and on the image's leader
  * (DescribeProducers), into the finding f. */
 void v_producers(v_run *r, json_t *f, v_broker *stale, const char *topic, int32_t part, int32_t leader);

@@ -75,7 +75,7 @@ static void stray_dir(v_run *r, v_broker *b, const km_describe_log_dirs_response
                 continue;
             snprintf(detail, sizeof detail, "a log of %lld bytes in %s that the image does not place on this broker",
                      (long long)p->partition_size, d->log_dir.len > 0 ? d->log_dir.ptr : "?");
-            json_object_set_new(v_finding(r, b, t->name.ptr, p->partition_index, "stray_log", detail), "bytes",
+            json_object_set_new(v_finding(r, b, t->name.ptr, p->partition_index, KM_VERIFY_STRAY_LOG, detail), "bytes",
                                 json_integer(p->partition_size));
         }
     }

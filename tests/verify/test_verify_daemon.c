@@ -26,6 +26,7 @@ typedef struct rig {
     int lfd;
     pid_t broker;
     char stale_flag[600];  /* while this file exists the fake answers topic-0-0 one leader epoch behind */
+    char gone_flag[600];   /* while this file exists the fake hangs up on every connection */
     bool silent;           /* nobody answers: the broker's port accepts connections and never replies */
 } rig;
 
@@ -48,7 +49,7 @@ static void serve(rig *r)
     for (;;) {
         int c = accept(r->lfd, NULL, NULL);
         struct stat st;
-        while (c >= 0 && vf_answer_one(c, r->img, r->port, stat(r->stale_flag, &st) == 0 ? VF_STALE_EPOCH : VF_EXACT))
+        while (c >= 0 && stat(r->gone_flag, &st) != 0 && vf_answer_one(c, r->img, r->port, stat(r->stale_flag, &st) == 0 ? VF_STALE_EPOCH : VF_EXACT))
             ;
         close(c);
     }
@@ -63,6 +64,7 @@ static void rig_up(rig *r, inst *in, const char *tag, const char *const *extra)
     r->e.dir = km_test_tmpdir("verify-daemon");
     snprintf(r->e.metadata, sizeof r->e.metadata, "%s/log", r->e.dir);
     snprintf(r->stale_flag, sizeof r->stale_flag, "%s/stale", r->e.dir);
+    snprintf(r->gone_flag, sizeof r->gone_flag, "%s/gone", r->e.dir);
     r->img = km_image_new();
     km_gen_opts o = { .brokers = 1, .topics = 2, .partitions = 2, .zk_migration = true, .seed = 26,
                       .leader_changes = 4, .broker_host = "127.0.0.1", .broker_ports = &r->port };
@@ -215,6 +217,131 @@ Test(verify_daemon, a_silent_broker_is_unchecked_after_verify_timeout_ms)
     cr_assert(json_integer_value(json_object_get(u, "broker")) == 1 && why && strstr(why, "no answer within 0.4 s"),
               "%s", json_dumps(v, 0));
     json_decref(v);
+    stop_cleanly(&in);
+    rig_down(&r);
+}
+
+static json_int_t jint(const json_t *o, const char *a, const char *b)
+{
+    const json_t *x = json_object_get(o, a);
+    return json_integer_value(b ? json_object_get(x, b) : x);
+}
+
+/* verify.partitions.per.cycle=1 on 4 partitions (topic-0-0, topic-0-1, topic-1-0, topic-1-1): a pass spans 4
+ * cycles, /status and the metrics say how far it is, the finding on topic-0-0 stands through the 3 cycles that
+ * check the other partitions, and goes once the cycle that checks topic-0-0 again finds it clean. */
+Test(verify_daemon, a_pass_split_across_cycles_keeps_a_finding_until_its_partition_is_checked_again)
+{
+    rig r = { 0 };
+    inst in;
+    const char *extra[] = { "brokers.enabled=false", "verify.interval.ms=200", "verify.jitter.percent=0",
+                            "verify.timeout.ms=5000", "verify.partitions.per.cycle=1", NULL };
+    rig_up(&r, &in, "verify-slices", extra);
+    char *m = scrape_until(&in, "/metrics", 200, "kmproxy_verify_passes_total 1\n", 60);
+    cr_assert_eq(metric(m, "kmproxy_verify_pass_partitions"), 4, "%s", m);
+    cr_assert_eq(metric(m, "kmproxy_verify_pass_partitions_checked"), 4, "%s", m);
+    free(m);
+    json_t *v = status_verify(&in);
+    cr_assert(jint(v, "pass", "partitions_per_cycle") == 1 && jint(v, "pass", "partitions") == 4 &&
+                  jint(v, "cycles", NULL) >= 4 && json_array_size(json_object_get(v, "findings")) == 1,
+              "%s", json_dumps(v, 0));
+    json_int_t first_seen = jint(json_array_get(json_object_get(v, "findings"), 0), "first_seen", NULL);
+    json_decref(v);
+
+    /* each cycle one partition further (a scrape may see any pass): the finding stands whichever was checked */
+    for (int step = 1; step <= 4; step++) {
+        char want[120];
+        snprintf(want, sizeof want, "kmproxy_verify_pass_partitions_checked %d\n", step);
+        m = scrape_until(&in, "/metrics", 200, want, 60);
+        cr_assert(metric(m, "kmproxy_verify_passes_total") >= 1 &&
+                      labelled(m, "kmproxy_verify_findings{class=\"metadata_stale\"} ") == 1 &&
+                      metric(m, "kmproxy_verify_last_verdict") == 1,
+                  "step %d: %s", step, m);
+        free(m);
+    }
+    v = status_verify(&in);
+    cr_assert(jint(json_array_get(json_object_get(v, "findings"), 0), "first_seen", NULL) == first_seen,
+              "%s", json_dumps(v, 0));
+    json_decref(v);
+
+    assert_status_line(&in, "  pass       ", "partitions checked");
+
+    /* the broker learns the epoch: once topic-0-0's slice comes round again the finding goes */
+    cr_assert_eq(unlink(r.stale_flag), 0);
+    m = scrape_until(&in, "/metrics", 200, "kmproxy_verify_last_verdict 0\n", 60);
+    cr_assert_eq(labelled(m, "kmproxy_verify_findings{class=\"metadata_stale\"} "), 0, "%s", m);
+    free(m);
+    stop_cleanly(&in);
+    rig_down(&r);
+}
+
+/* The waits /status reports for the armed timer (the drawn value, not a measured time): exactly
+ * verify.interval.ms with no jitter; within +-50 % and not all the same with verify.jitter.percent=50. */
+static void collect_waits(inst *in, json_int_t *waits, int n)
+{
+    json_int_t cycles = -1;
+    for (int got = 0; got < n;) {
+        json_t *v = status_verify(in);
+        if (jint(v, "cycles", NULL) != cycles) {
+            cycles = jint(v, "cycles", NULL);
+            waits[got++] = jint(v, "next_wait_ms", NULL);
+        }
+        json_decref(v);
+        usleep(20 * 1000);
+    }
+}
+
+Test(verify_daemon, jitter_spreads_the_waits_between_checks_and_none_keeps_them_equal)
+{
+    enum { N = 6 };
+    json_int_t waits[N];
+    for (int jitter = 0; jitter <= 50; jitter += 50) {
+        rig r = { 0 };
+        inst in;
+        char pct[64];
+        snprintf(pct, sizeof pct, "verify.jitter.percent=%d", jitter);
+        const char *extra[] = { "brokers.enabled=false", "verify.interval.ms=300", pct, "verify.timeout.ms=5000",
+                                NULL };
+        rig_up(&r, &in, jitter ? "verify-jitter" : "verify-nojitter", extra);
+        collect_waits(&in, waits, N);
+        int distinct = 0;
+        for (int i = 0; i < N; i++) {
+            cr_assert(jitter ? waits[i] >= 150 && waits[i] <= 450 : waits[i] == 300, "jitter %d: wait %lld ms",
+                      jitter, (long long)waits[i]);
+            bool seen = false;
+            for (int j = 0; j < i; j++)
+                seen = seen || waits[j] == waits[i];
+            distinct += !seen;
+        }
+        cr_assert(jitter ? distinct >= 3 : distinct == 1, "jitter %d: %d distinct waits of %d", jitter, distinct, N);
+        stop_cleanly(&in);
+        rig_down(&r);
+    }
+}
+
+/* A broker the check cannot reach was not checked again: its finding stands (and the verdict stays
+ * inconsistent) until a check reaches it. */
+Test(verify_daemon, a_finding_stands_while_its_broker_cannot_be_reached)
+{
+    rig r = { 0 };
+    inst in;
+    const char *extra[] = { "brokers.enabled=false", "verify.interval.ms=200", "verify.jitter.percent=0",
+                            "verify.timeout.ms=5000", NULL };
+    rig_up(&r, &in, "verify-gone", extra);
+    free(scrape_until(&in, "/metrics", 200, "kmproxy_verify_findings{class=\"metadata_stale\"} 1", 60));
+    FILE *f = fopen(r.gone_flag, "w");
+    cr_assert(f);
+    fclose(f);
+    char *m = scrape_until(&in, "/metrics", 200, "kmproxy_verify_unchecked_brokers 1\n", 60);
+    double cycles = metric(m, "kmproxy_verify_cycles_total");
+    free(m);
+    char want[100];
+    snprintf(want, sizeof want, "kmproxy_verify_cycles_total %d\n", (int)cycles + 1);
+    m = scrape_until(&in, "/metrics", 200, want, 60);
+    cr_assert(labelled(m, "kmproxy_verify_findings{class=\"metadata_stale\"} ") == 1 &&
+                  metric(m, "kmproxy_verify_last_verdict") == 1 && metric(m, "kmproxy_verify_unchecked_brokers") == 1,
+              "%s", m);
+    free(m);
     stop_cleanly(&in);
     rig_down(&r);
 }

@@ -21,6 +21,7 @@
 #include "km_image.h"
 #include "km_testsupport.h"
 #include "km_verify.h"
+#include "test_tls_certs.h"
 #include "verify_fakebroker.h"
 #include "zkserver.h"
 
@@ -209,7 +210,7 @@ Test(verify_fake, same_epoch_other_isr_is_isr_differs)
     json_error_t jerr;
     json_t *rep = json_loads(out, 0, &jerr), *f = json_array_get(json_object_get(rep, "findings"), 0);
     cr_assert(json_array_size(json_object_get(rep, "findings")) == 1 &&
-                  !strcmp(json_string_value(json_object_get(f, "class")), "isr_differs") &&
+                  !strcmp(json_string_value(json_object_get(f, "class")), km_verify_class_name(KM_VERIFY_ISR_DIFFERS)) &&
                   !strcmp(json_string_value(json_object_get(f, "topic")), "topic-0") &&
                   json_integer_value(json_object_get(f, "partition")) == 0,
               "want exactly one isr_differs on topic-0-0: %s", out);
@@ -329,4 +330,200 @@ Test(verify_fake, dual_write_lag_and_a_stalled_driver_from_migration_in_zookeepe
     km_test_rmtree(dir);
     free(dir);
     close(lfd);
+}
+
+/* ---- --config: the daemon's own kmproxy.properties, against a ZooKeeper that requires SASL ---- */
+
+/* dir/NAME: the daemon's settings for metadata dir, the ZooKeeper at hosts and a JAAS Client section with
+ * password; the file's path (static storage). */
+static const char *daemon_config(const char *dir, const char *name, const char *hosts, const char *password)
+{
+    static char path[1200];
+    char jaas[1100];
+    snprintf(jaas, sizeof jaas, "%s/%s.jaas", dir, name);
+    FILE *f = fopen(jaas, "w");
+    cr_assert(f);
+    fprintf(f, "Client {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+               "  username=\"kafka\" password=\"%s\";\n};\n", password);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/%s.properties", dir, name);
+    cr_assert((f = fopen(path, "w")));
+    fprintf(f, "metadata.source=dir\nmetadata.dir=%s\nzookeeper.connect=%s\nzookeeper.set.acl=true\n"
+               "java.security.auth.login.config=%s\nverify.timeout.ms=5000\nverify.interval.ms=30000\n",
+            dir, hosts, jaas);
+    fclose(f);
+    return path;
+}
+
+/* `kmproxy verify --json --config config` + extra exits want_rc, its stderr holding want_err (when set); its
+ * report (new reference, NULL when none). */
+static json_t *verify_config(const char *config, const char *extra1, const char *extra2, int want_rc,
+                             const char *want_err)
+{
+    char *argv[] = { (char *)km_test_binary(), "verify", "--json", "--config", (char *)config, (char *)extra1,
+                     (char *)extra2, NULL };
+    char *out = NULL, *errs = NULL;
+    int rc = km_test_run(argv, NULL, 0, &out, NULL, &errs);
+    cr_assert(rc == want_rc && (!want_err || strstr(errs, want_err)), "exit %d, stderr: %s", rc, errs);
+    json_error_t jerr;
+    json_t *rep = json_loads(out ? out : "", 0, &jerr);
+    free(out);
+    free(errs);
+    return rep;
+}
+
+/* A ZooKeeper the test started (and its client), the fake broker serving a generated log in dir. */
+typedef struct zk_rig {
+    km_zks *zs;
+    km_zkc *zc;
+    uint16_t port;
+    int lfd;
+    char *dir;
+    km_image *img;
+    pid_t server;
+} zk_rig;
+
+static void zk_rig_up(zk_rig *z, const char *tag)
+{
+    cr_assert(z->zs && z->zc);
+    z->lfd = listen_any(&z->port);
+    z->dir = km_test_tmpdir(tag);
+    z->img = km_image_new();
+    km_gen_opts o = { .brokers = 1, .topics = 1, .partitions = 2, .zk_migration = true, .seed = 3,
+                      .broker_host = "127.0.0.1", .broker_ports = &z->port };
+    km_err err;
+    cr_assert(km_gen_write(z->dir, &o, z->img, &err) > 0, "%s", err.msg);
+    z->server = serve_image(z->lfd, z->img, z->port, VF_EXACT);
+}
+
+static void zk_rig_down(zk_rig *z)
+{
+    kill(z->server, SIGKILL);
+    waitpid(z->server, NULL, 0);
+    km_zkc_close(z->zc);
+    km_zks_stop(z->zs);
+    km_image_free(z->img);
+    km_test_rmtree(z->dir);
+    free(z->dir);
+    close(z->lfd);
+}
+
+Test(verify_fake, config_file_reads_migration_through_a_sasl_zookeeper_and_a_wrong_password_exits_2)
+{
+    char zerr[512];
+    zk_rig z = { 0 };
+    km_zks_options zo = { .sasl_users = "user_kafka=\"kafka-secret\"", .require_sasl = true };
+    cr_assert((z.zs = km_zks_start_opts(1, &zo, zerr, sizeof zerr)), "%s", zerr);
+    const char *hosts = km_zks_hosts(z.zs, -1);
+    z.zc = km_zkc_open_auth(hosts, &(km_zkc_auth){ .sasl_user = "kafka", .sasl_password = "kafka-secret" }, 10000);
+    zk_rig_up(&z, "verify-fake-config");
+    /* readable by the SASL user kafka only: an unauthenticated read could not see it */
+    struct ACL only_kafka = { .perms = ZOO_PERM_ALL, .id = { .scheme = "sasl", .id = "kafka" } };
+    struct ACL_vector acl = { 1, &only_kafka };
+    int64_t last = km_image_offset(z.img);
+    char mig[200];
+    snprintf(mig, sizeof mig, "{\"version\":0,\"kraft_controller_id\":3000,\"kraft_controller_epoch\":1,"
+             "\"kraft_metadata_offset\":%lld,\"kraft_metadata_epoch\":1}", (long long)(last - 3));
+    cr_assert_eq(km_zkc_create_acl(z.zc, "/migration", mig, &acl), ZOK);
+
+    /* the daemon's file alone: the image of metadata.dir, /migration read as the SASL user */
+    json_t *rep = verify_config(daemon_config(z.dir, "good", hosts, "kafka-secret"), NULL, NULL, 0, NULL);
+    json_t *d = json_object_get(rep, "dual_write");
+    cr_assert(jget(d, "migration_offset") == last - 3 && jget(d, "lag_records") == 3, "%s", json_dumps(d, 0));
+    json_decref(rep);
+
+    /* an option overrides the file: another chroot, where there is no /migration */
+    char other[600];
+    snprintf(other, sizeof other, "%s/elsewhere", hosts);
+    json_decref(verify_config(daemon_config(z.dir, "good", hosts, "kafka-secret"), "--zookeeper", other, 2,
+                              "no /migration"));
+    /* a wrong password: could not check, saying the authentication was refused */
+    json_decref(verify_config(daemon_config(z.dir, "bad", hosts, "not-the-secret"), NULL, NULL, 2,
+                              "refused the authentication of kafka"));
+    zk_rig_down(&z);
+}
+
+/* The class names are the verifier's to export (the daemon's metrics label them): one each, distinct. */
+Test(verify_fake, every_finding_class_has_one_exported_name)
+{
+    const char *want[] = { "metadata_stale", "replica_stale", "stale_leader", "stray_log", "isr_differs" };
+    cr_assert_eq(KM_VERIFY_N_CLASSES, sizeof want / sizeof want[0]);
+    for (int c = 0; c < KM_VERIFY_N_CLASSES; c++)
+        cr_assert_str_eq(km_verify_class_name((km_verify_class)c), want[c]);
+    cr_assert_null(km_verify_class_name(KM_VERIFY_N_CLASSES));
+    cr_assert_null(km_verify_class_name((km_verify_class)-1));
+}
+
+/* The same through a TLS-only ZooKeeper that wants a client certificate (zookeeper.ssl.* as Kafka's brokers name
+ * them): /migration read; a truststore without the server's CA: exit 2, saying the certificate was refused. */
+static const char *tls_config(const char *dir, const char *name, const char *hosts, const char *keystore,
+                              const char *truststore)
+{
+    static char path[1200];
+    snprintf(path, sizeof path, "%s/%s.properties", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fprintf(f, "metadata.source=dir\nmetadata.dir=%s\nzookeeper.connect=%s\nzookeeper.ssl.client.enable=true\n"
+               "zookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty\n"
+               "zookeeper.ssl.keystore.location=%s\nzookeeper.ssl.keystore.type=PEM\n"
+               "zookeeper.ssl.truststore.location=%s\nzookeeper.ssl.truststore.type=PEM\nverify.timeout.ms=5000\n",
+            dir, hosts, keystore, truststore);
+    fclose(f);
+    return path;
+}
+
+Test(verify_fake, config_file_reads_migration_through_a_tls_zookeeper_and_a_wrong_truststore_exits_2)
+{
+    km_test_pki pki;
+    cr_assert_eq(km_test_pki_make(&pki), 0);
+    char zerr[512], ks[PATH_MAX + 32], cmd[4 * PATH_MAX + 64];
+    zk_rig z = { 0 };
+    km_zks_options zo = { .tls_ca = pki.ca, .tls_cert = pki.server_cert, .tls_key = pki.server_key,
+                          .tls_client_cert = pki.client_cert, .tls_client_key = pki.client_key };
+    cr_assert((z.zs = km_zks_start_opts(1, &zo, zerr, sizeof zerr)), "%s", zerr);
+    const char *hosts = km_zks_hosts(z.zs, 0);
+    z.zc = km_zkc_open_auth(hosts, &(km_zkc_auth){ .tls_ca = pki.ca, .tls_cert = pki.client_cert,
+                                                  .tls_key = pki.client_key }, 10000);
+    zk_rig_up(&z, "verify-fake-tls");
+    snprintf(ks, sizeof ks, "%s/client-keystore.pem", pki.dir);
+    snprintf(cmd, sizeof cmd, "cat '%s' '%s' > '%s'", pki.client_key, pki.client_cert, ks);
+    cr_assert_eq(system(cmd), 0);
+    set_migration(z.zc, km_image_offset(z.img) - 2);
+
+    json_t *rep = verify_config(tls_config(z.dir, "tls", hosts, ks, pki.ca), NULL, NULL, 0, NULL);
+    cr_assert_eq(jget(json_object_get(rep, "dual_write"), "lag_records"), 2);
+    json_decref(rep);
+    json_decref(verify_config(tls_config(z.dir, "other-ca", hosts, ks, pki.other_ca), NULL, NULL, 2,
+                              "certificate was refused"));
+    zk_rig_down(&z);
+    km_test_pki_free(&pki);
+}
+
+/* metadata.source=quorum in the daemon's file: the image fetched from controller.quorum.bootstrap.servers (here
+ * nobody listens: exit 2 naming them); a controller listener the file secures needs --command-config. */
+Test(verify_fake, config_file_with_a_quorum_source_asks_its_controllers)
+{
+    uint16_t port;
+    close(listen_any(&port));
+    char *dir = km_test_tmpdir("verify-fake-quorum"), servers[64], path[700];
+    snprintf(servers, sizeof servers, "127.0.0.1:%u", port);
+    snprintf(path, sizeof path, "%s/plain.properties", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fprintf(f, "metadata.source=quorum\ncontroller.quorum.bootstrap.servers=%s\nverify.timeout.ms=300\n", servers);
+    fclose(f);
+    json_t *rep = verify_config(path, NULL, NULL, 2, servers);
+    cr_assert_null(json_object_get(rep, "verdict"));
+    json_decref(rep);
+
+    snprintf(path, sizeof path, "%s/sasl.properties", dir);
+    cr_assert((f = fopen(path, "w")));
+    fprintf(f, "metadata.source=quorum\ncontroller.quorum.bootstrap.servers=%s\ncontroller.listener.names=CONTROLLER\n"
+               "listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT\nsasl.mechanism.controller.protocol=PLAIN\n"
+               "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"u\" "
+               "password=\"p\";\n", servers);
+    fclose(f);
+    json_decref(verify_config(path, NULL, NULL, 2, "give its client settings with --command-config"));
+    km_test_rmtree(dir);
+    free(dir);
 }

@@ -33,7 +33,19 @@ static void metadata_partitions(const km_topic *t, km_metadata_response_response
     }
 }
 
-static void *metadata_answer(const km_image *img, uint16_t port, km_arena *a, vf_tweak tweak)
+/* Whether the request asks about t: every topic (null array), or t by name. */
+static bool asked(const km_metadata_request *rq, const km_topic *t)
+{
+    if (!rq || rq->topics.count < 0)
+        return true;
+    for (int32_t i = 0; i < rq->topics.count; i++)
+        if (rq->topics.items[i].name.len >= 0 && !strcmp(rq->topics.items[i].name.ptr, km_topic_name(t)))
+            return true;
+    return false;
+}
+
+static void *metadata_answer(const km_image *img, const km_metadata_request *rq, uint16_t port, km_arena *a,
+                             vf_tweak tweak)
 {
     km_metadata_response *rs = km_arena_alloc(a, sizeof *rs);
     km_init(km_metadata_response_desc.root, rs);
@@ -46,6 +58,8 @@ static void *metadata_answer(const km_image *img, uint16_t port, km_arena *a, vf
     rs->topics.items = km_arena_alloc(a, km_image_topic_count(img) * sizeof *rs->topics.items);
     size_t it = 0;
     for (const km_topic *t; (t = km_image_next_topic(img, &it));) {
+        if (!asked(rq, t))
+            continue;
         km_metadata_response_response_topic *mt = &rs->topics.items[rs->topics.count++];
         *mt = (km_metadata_response_response_topic){ .topic_authorized_operations = INT32_MIN };
         mt->name = km_cstr(km_topic_name(t));
@@ -92,7 +106,10 @@ bool vf_answer_one(int c, const km_image *img, uint16_t port, vf_tweak tweak)
     km_reader_init(&r, req, n);
     if (ok && km_parse_request_header(&r, &h, &a, &err) == 0) {
         if (h.api_key == KM_API_METADATA) {
-            body = metadata_answer(img, port, &a, tweak);
+            km_metadata_request *rq = km_arena_alloc(&a, sizeof *rq);
+            if (km_decode(&km_metadata_request_desc, h.api_version, r.p + r.pos, km_reader_left(&r), rq, &a, NULL,
+                          &err) == 0)
+                body = metadata_answer(img, rq, port, &a, tweak);
         } else if (h.api_key == KM_API_LIST_OFFSETS) {
             km_list_offsets_request *rq = km_arena_alloc(&a, sizeof *rq);
             if (km_decode(&km_list_offsets_request_desc, h.api_version, r.p + r.pos, km_reader_left(&r), rq, &a,
