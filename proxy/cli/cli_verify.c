@@ -2,6 +2,7 @@
  * (km_verify.h).  Exit 0 all consistent, 1 inconsistent, 2 could not check (or bad usage). */
 #include "cli_quorum.h"
 #include "km_cli.h"
+#include "km_config.h"
 #include "km_image.h"
 #include "km_verify.h"
 
@@ -30,6 +31,10 @@ static void usage(FILE *to)
             "--listener NAME  the broker endpoint to use (default: each broker's first registered one)\n"
             "--timeout S      per broker, connect and each answer (default 10); fetching the image from the\n"
             "                 controllers may take 3 times that\n"
+            "--broker-config FILE  how to reach the brokers, with the daemon's keys in a kmproxy configuration file:\n"
+            "                 broker.security.protocol (SSL, SASL_PLAINTEXT, SASL_SSL), broker.tls.*, broker.sasl.*\n"
+            "                 and broker.listener (the default listener then, instead of each broker's first);\n"
+            "                 other keys are ignored\n"
             "--json           the report as JSON\n"
             "--zookeeper HOST:PORT[/chroot]  also the dual-write lag: /migration's kraft_metadata_offset against\n"
             "                 the controllers' last committed offset (the high watermark the fetch reached, or the\n"
@@ -41,7 +46,8 @@ static void usage(FILE *to)
 }
 
 typedef struct verify_cli {
-    const char *metadata, *servers, *cluster_id, *command_config, *zookeeper;
+    const char *metadata, *servers, *cluster_id, *command_config, *zookeeper, *broker_config;
+    km_config_broker_security sec; /* from --broker-config */
     double watch_s;  /* 0: /migration read once */
     long long max_lag; /* -1: none */
     km_verify_opts opts;
@@ -56,7 +62,8 @@ static int parse(int argc, char **argv, verify_cli *c)
         {"help", no_argument, NULL, 'h'},           {"bootstrap-server", required_argument, NULL, 'b'},
         {"cluster-id", required_argument, NULL, 'c'}, {"command-config", required_argument, NULL, 'C'},
         {"zookeeper", required_argument, NULL, 'z'},  {"watch-seconds", required_argument, NULL, 'w'},
-        {"max-lag", required_argument, NULL, 'L'},    {0},
+        {"max-lag", required_argument, NULL, 'L'},    {"broker-config", required_argument, NULL, 'B'},
+        {0},
     };
     optind = 1;
     c->max_lag = -1;
@@ -71,6 +78,7 @@ static int parse(int argc, char **argv, verify_cli *c)
         case 'j': c->json = true; break;
         case 'h': usage(stdout); return 1;
         case 'z': c->zookeeper = optarg; break;
+        case 'B': c->broker_config = optarg; break;
         case 'w':
             c->watch_s = strtod(optarg, &end);
             if (*end || !(c->watch_s > 0 && c->watch_s <= 3600)) {
@@ -183,24 +191,49 @@ static int dual_write(const verify_cli *c, const km_verify_migration *first, jso
     return rc;
 }
 
-int km_cli_verify(int argc, char **argv)
+/* --broker-config: the daemon's broker.* security keys resolved as the broker channels resolve them. */
+static int broker_security(verify_cli *c)
 {
-    verify_cli c = {0};
-    int rc = parse(argc, argv, &c);
-    if (rc)
-        return rc == 1 ? 0 : 2;
+    if (!c->broker_config)
+        return 0;
+    km_config cfg;
+    km_config_defaults(&cfg);
+    km_err err = {{0}};
+    int rc = km_config_load(&cfg, c->broker_config, &err) || km_config_check_files(&cfg, &err) ||
+             km_config_resolve_broker_security(&cfg, &c->sec, &err) ? -1 : 0;
+    if (rc == 0 && c->sec.tls) {
+        km_tls_config tc = {.ca_file = cfg.broker_tls_ca, .cert_file = cfg.broker_tls_cert,
+                            .key_file = cfg.broker_tls_key, .no_name_check = !c->sec.verify_name};
+        rc = (c->opts.tls = km_tls_client_ctx_new(&tc, &err)) ? 0 : -1;
+    }
+    km_config_free(&cfg);
+    if (rc < 0) {
+        fprintf(stderr, "kmproxy verify: %s: %s\n", c->broker_config, err.msg);
+        return -1;
+    }
+    if (!c->opts.listener)
+        c->opts.listener = c->sec.listener;
+    c->opts.mechanism = c->sec.mechanism;
+    c->opts.username = c->sec.username;
+    c->opts.password = c->sec.password;
+    return 0;
+}
+
+static int run(verify_cli *c)
+{
+    int rc;
     json_t *report = NULL;
     km_verify_migration first;
-    if (c.zookeeper && read_migration(&c, &first) < 0)
+    if (c->zookeeper && read_migration(c, &first) < 0)
         return KM_VERIFY_UNCHECKED;
-    rc = check(&c, &report);
-    if (rc >= 0 && c.zookeeper)
-        rc = dual_write(&c, &first, report);
+    rc = check(c, &report);
+    if (rc >= 0 && c->zookeeper)
+        rc = dual_write(c, &first, report);
     if (rc < 0) {
         json_decref(report); /* check() frees its own on failure; dual_write's failure leaves it here */
         return KM_VERIFY_UNCHECKED;
     }
-    if (c.json) {
+    if (c->json) {
         json_dumpf(report, stdout, JSON_INDENT(2));
         fputc('\n', stdout);
     } else {
@@ -213,5 +246,17 @@ int km_cli_verify(int argc, char **argv)
                 (long long)json_integer_value(json_object_get(u, "broker")),
                 json_string_value(json_object_get(u, "why")));
     json_decref(report);
+    return rc;
+}
+
+int km_cli_verify(int argc, char **argv)
+{
+    verify_cli c = {0};
+    int rc = parse(argc, argv, &c);
+    if (rc)
+        return rc == 1 ? 0 : 2;
+    rc = broker_security(&c) < 0 ? 2 : run(&c);
+    km_tls_ctx_free(c.opts.tls);
+    km_config_broker_security_clear(&c.sec);
     return rc;
 }

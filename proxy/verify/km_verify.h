@@ -21,6 +21,8 @@
 
 #include "km_codec.h"
 #include "km_image.h"
+#include "km_sasl.h"
+#include "km_tls.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -29,6 +31,13 @@ typedef struct km_verify_opts {
     const char *listener;   /* the broker endpoint to use, by listener name; NULL: each broker's first */
     double timeout_s;       /* per broker: connect and every answer; <= 0: 10 s */
     const char *client_id;  /* NULL: "kmproxy-verify" */
+    /* How the brokers are reached, as the daemon's broker channels (broker.security.protocol, broker.tls.*,
+     * broker.sasl.*): TLS when tls is set (a client context; it names the broker's host to check), then the SASL
+     * login after ApiVersions when mechanism is set.  A failed handshake or login leaves the broker unchecked with
+     * the reason. */
+    km_tls_ctx *tls;
+    km_sasl_mech mechanism;     /* KM_SASL_NONE: no SASL */
+    const char *username, *password;
 } km_verify_opts;
 
 /* Verdicts of km_verify_run, as `kmproxy verify` exits. */

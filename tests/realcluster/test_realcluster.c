@@ -230,6 +230,58 @@ static bool log_dirs_match(rc_rig *r, int timeout_s, char **out)
     return false;
 }
 
+/* `kmproxy verify --broker-config` with DIR/NAME.properties holding LINES (the daemon's broker.* keys) against the image
+ * of the leader's log; its exit (-1: it never ran) and output in *out. */
+static int verify_secured(rc_rig *r, const char *name, const char *lines, char **out)
+{
+    free(*out);
+    *out = NULL;
+    return rc_sh(r, out, "printf '%%s\\n' %s > $DIR/%s.properties && %s verify --metadata "
+                 "$DIR/controller-%d/metadata/__cluster_metadata-0 --broker-config $DIR/%s.properties",
+                 lines, name, km_test_binary(), leader_id(r), name);
+}
+
+/* Issue 26: the verifier on the brokers' secured listeners (the rig's --secure: SASL_PLAINTEXT and SASL_SSL), with
+ * the daemon's broker.* keys: SCRAM-SHA-256 as alice, whose credentials the Admin API created on the KRaft side
+ * (they reach the ZK-mode brokers through kmproxy's ZooKeeper writes), and PLAIN over TLS; both find every broker
+ * consistent; a wrong password leaves every broker unchecked (exit 2), the broker's refusal named. */
+static void verify_on_secured_listeners(rc_rig *r)
+{
+    const char *cert = json_string_value(json_object_get(r->ready, "tls_cert"));
+    rc_assert(r, cert, "the rig has no secured listeners: %s", json_dumps(r->ready, 0));
+    char *out = NULL, lines[1500];
+    int rc = -1;
+    /* the credentials reach the brokers through ZooKeeper's change notifications: asked until they have */
+    for (int i = 0; i < 30 && rc != 0; i++, rc ? sleep(2) : 0)
+        rc = verify_secured(r, "scram", "broker.security.protocol=SASL_PLAINTEXT broker.sasl.mechanism=SCRAM-SHA-256 "
+                            "'broker.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+                            "required username=\"alice\" password=\"secret\";'", &out);
+    char first[64]; /* the SASL_PLAINTEXT endpoint of the first broker: the one the report must name */
+    snprintf(first, sizeof first, "%s", json_string_value(json_object_get(r->ready, "sasl_bootstrap")));
+    first[strcspn(first, ",")] = 0;
+    rc_assert(r, rc == 0 && strstr(out, first) && strstr(out, "verdict: consistent"),
+              "verify over SASL_PLAINTEXT with SCRAM-SHA-256 (exit %d):\n%s", rc, out);
+    fprintf(stderr, "realcluster: verify over SASL_PLAINTEXT, SCRAM-SHA-256:\n%s", out);
+    snprintf(lines, sizeof lines, "broker.security.protocol=SASL_SSL broker.tls.ca.file=%s broker.sasl.mechanism=PLAIN "
+             "'broker.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+             "username=\"alice\" password=\"plain-secret\";'", cert);
+    rc = -1;
+    for (int i = 0; i < 15 && rc != 0; i++, rc ? sleep(2) : 0)
+        rc = verify_secured(r, "tls", lines, &out);
+    rc_assert(r, rc == 0 && strstr(out, "verdict: consistent"), "verify over SASL_SSL with PLAIN (exit %d):\n%s", rc,
+              out);
+    fprintf(stderr, "realcluster: verify over SASL_SSL, PLAIN:\n%s", out);
+    rc = verify_secured(r, "wrong", "broker.security.protocol=SASL_PLAINTEXT broker.sasl.mechanism=SCRAM-SHA-256 "
+                        "'broker.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+                        "required username=\"alice\" password=\"wrong\";'", &out);
+    rc_assert(r, rc == 2 && strstr(out, "verdict: unchecked") &&
+                     strstr(out, "could not check broker 0: broker 0 (127.0.0.1:") &&
+                     strstr(out, "SASL/SCRAM-SHA-256 login as 'alice' failed: ") && strstr(out, "invalid credentials"),
+              "verify with a wrong password (exit %d):\n%s", rc, out);
+    fprintf(stderr, "realcluster: verify with a wrong password (exit 2):\n%s", out);
+    free(out);
+}
+
 /* Kafka 3.9's controller in migration mode beside kmproxy: kmproxy takes over the KRaft leader's own claim
  * (same node and epoch, a new /controller_epoch); Kafka's driver then fails its ZooKeeper writes and sends
  * nothing; every change made through the Admin API reaches ZooKeeper and every ZK-mode broker through
@@ -239,7 +291,9 @@ static bool log_dirs_match(rc_rig *r, int timeout_s, char **out)
  * on each broker) is moved wholly onto broker 0, so at least two replicas leave their broker and must be deleted. */
 Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_and_brokers)
 {
+    setenv("KM_RIG_SECURE", "1", 1); /* verify_on_secured_listeners: this rig alone */
     rc_rig *r = start_or_skip(1);
+    unsetenv("KM_RIG_SECURE");
     kmp k;
     kmp_start(r, &k, "a", NULL);
     rc_assert(r, kmp_wait_log(&k, "ready: active, ZooKeeper in sync", 1, 300), "kmproxy never became ready");
@@ -255,6 +309,7 @@ Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_a
     char *verdict = NULL;
     rc_assert(r, converged(r, 240, &verdict), "brokers or ZooKeeper differ from the image: %s", verdict);
     free(verdict);
+    verify_on_secured_listeners(r);
     char *out = NULL;
     bool gone = false;
     for (int i = 0; i < 60 && !gone; i++, sleep(2)) {
