@@ -34,7 +34,7 @@ static void usage(FILE *to)
             "--broker-config FILE  how to reach the brokers, with the daemon's keys in a kmproxy configuration file:\n"
             "                 broker.security.protocol (SSL, SASL_PLAINTEXT, SASL_SSL), broker.tls.*, broker.sasl.*\n"
             "                 and broker.listener (the default listener then, instead of each broker's first);\n"
-            "                 other keys are ignored\n"
+            "                 the daemon's other keys are ignored\n"
             "--json           the report as JSON\n"
             "--zookeeper HOST:PORT[/chroot]  also the dual-write lag: /migration's kraft_metadata_offset against\n"
             "                 the controllers' last committed offset (the high watermark the fetch reached, or the\n"
@@ -208,7 +208,8 @@ static int broker_security(verify_cli *c)
     }
     km_config_free(&cfg);
     if (rc < 0) {
-        fprintf(stderr, "kmproxy verify: %s: %s\n", c->broker_config, err.msg);
+        bool named = !strncmp(err.msg, c->broker_config, strlen(c->broker_config)); /* the loader's own errors */
+        fprintf(stderr, "kmproxy verify: %s%s%s\n", named ? "" : c->broker_config, named ? "" : ": ", err.msg);
         return -1;
     }
     if (!c->opts.listener)
