@@ -93,6 +93,9 @@ def rss_kib(pid):
     return 0
 
 
+TOKEN_SECRET = "kmproxy-rig-delegation-token-key"  # --secure: brokers and controllers share it (tokens' HMAC)
+
+
 class Node:
     def __init__(self, rig, kind, nid, port):
         self.rig, self.kind, self.nid, self.port = rig, kind, nid, port
@@ -224,7 +227,7 @@ class Broker(KafkaNode):
 
     def secure_config(self):
         """--secure: two more listeners, SASL_PLAINTEXT and SASL_SSL, each with SCRAM-SHA-256 (credentials from
-        ZooKeeper, which the tests create through the Admin API) and PLAIN (user alice, password plain-secret, from
+        ZooKeeper, which the tests create through the Admin API; delegation tokens too, tokenauth=true) and PLAIN (user alice, password plain-secret, from
         the JAAS line); the certificate is the rig's self-signed one for 127.0.0.1 (DIR/tls/cert.pem, PEM keystore).
         alice is a super user, as ANONYMOUS is on the PLAINTEXT listener."""
         r, scram = self.rig, "org.apache.kafka.common.security.scram.ScramLoginModule required;"
@@ -236,7 +239,8 @@ class Broker(KafkaNode):
                  "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
              "sasl.enabled.mechanisms": "SCRAM-SHA-256,PLAIN",
              "ssl.keystore.type": "PEM", "ssl.keystore.location": r.tls_keystore,
-             "super.users": "User:ANONYMOUS;User:alice"}
+             "super.users": "User:ANONYMOUS;User:alice",
+             "delegation.token.secret.key": TOKEN_SECRET}
         for listener in ("sasl_plaintext", "sasl_ssl"):
             c["listener.name.%s.scram-sha-256.sasl.jaas.config" % listener] = scram
             c["listener.name.%s.plain.sasl.jaas.config" % listener] = plain
@@ -265,7 +269,7 @@ class Broker(KafkaNode):
 class Controller(KafkaNode):
     def config(self):
         r = self.rig
-        return {
+        c = {
             "process.roles": "controller",
             "node.id": self.nid,
             "listeners": "CONTROLLER://127.0.0.1:%d" % self.port,
@@ -281,6 +285,9 @@ class Controller(KafkaNode):
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": "User:ANONYMOUS", "allow.everyone.if.no.acl.found": "true",
         }
+        if r.secure:  # the KRaft controller creates the tokens the brokers forward it; both sign them with this key
+            c["delegation.token.secret.key"] = TOKEN_SECRET
+        return c
 
     def format(self):
         self.command()
