@@ -298,6 +298,25 @@ static char *token_znode(rc_rig *r, const char *id)
     return answer ? answer : strdup("no answer from the rig");
 }
 
+/* The token expired through the Admin API leaves ZooKeeper, and a login with it fails. */
+static void expire_token(rc_rig *r, const char *first, const char *id)
+{
+    char *out = NULL, *verdict = NULL;
+    int rc = admin_as(r, "scram:alice:secret", first, "expire-token $DIR/token", &out);
+    rc_assert(r, rc == 0, "expiring the token (exit %d):\n%s", rc, out);
+    rc_assert(r, converged(r, 120, &verdict), "after the token expired, ZooKeeper or the brokers differ: %s", verdict);
+    char *zn = token_znode(r, id);
+    rc_assert(r, strstr(zn, "absent"), "the expired token is still in ZooKeeper: %s", zn);
+    free(zn);
+    rc = 0; /* the broker drops it on ZooKeeper's change notification: logged in again while accepted */
+    for (int i = 0; i < 15 && rc == 0; i++, rc ? 0 : sleep(2))
+        rc = admin_as(r, "token:$DIR/token", first, "list-topics", &out);
+    rc_assert(r, rc != 0 && strstr(out, "Authentication failed"), "the expired token still logs in (exit %d):\n%s",
+              rc, out);
+    free(out);
+    free(verdict);
+}
+
 /* Issue 25 item 3: delegation tokens through the Admin API.  alice (SCRAM, on a ZK-mode broker's SASL_PLAINTEXT
  * listener) creates a token and renews it: the ZK-mode broker forwards both to the KRaft controller (migration),
  * kmproxy writes the token to ZooKeeper in Kafka's format (`zk diff` finds nothing), and a real client then logs in
@@ -338,17 +357,7 @@ static void delegation_tokens_through_the_admin_api(rc_rig *r)
     rc_assert(r, rc == 0 && strstr(out, "rcadmin: topics"), "logging in with the token on broker 0 (exit %d):\n%s",
               rc, out);
     fprintf(stderr, "realcluster: logged in with the token on broker 0:\n%s", out);
-    rc = admin_as(r, "scram:alice:secret", first, "expire-token $DIR/token", &out);
-    rc_assert(r, rc == 0, "expiring the token (exit %d):\n%s", rc, out);
-    rc_assert(r, converged(r, 120, &verdict), "after the token expired, ZooKeeper or the brokers differ: %s", verdict);
-    zn = token_znode(r, id);
-    rc_assert(r, strstr(zn, "absent"), "the expired token is still in ZooKeeper: %s", zn);
-    free(zn);
-    rc = 0; /* the broker drops it on ZooKeeper's change notification: logged in again while accepted */
-    for (int i = 0; i < 15 && rc == 0; i++, rc ? 0 : sleep(2))
-        rc = admin_as(r, "token:$DIR/token", first, "list-topics", &out);
-    rc_assert(r, rc != 0 && strstr(out, "Authentication failed"), "the expired token still logs in (exit %d):\n%s",
-              rc, out);
+    expire_token(r, first, id);
     fprintf(stderr, "realcluster: delegation tokens took %ld s\n", (long)(time(NULL) - t0));
     free(out);
     free(verdict);
