@@ -33,10 +33,15 @@ static void usage(FILE *to)
             "--listener NAME  the broker endpoint to use (default: each broker's first registered one)\n"
             "--timeout S      per broker, connect and each answer (default 10); fetching the image from the\n"
             "                 controllers may take 3 times that\n"
+            "--broker-config FILE  how to reach the brokers, with the daemon's keys in a kmproxy configuration file:\n"
+            "                 broker.security.protocol (SSL, SASL_PLAINTEXT, SASL_SSL), broker.tls.*, broker.sasl.*\n"
+            "                 and broker.listener (the default listener then, instead of each broker's first);\n"
+            "                 the daemon's other keys are ignored\n"
             "--json           the report as JSON\n"
             "--config FILE    the daemon's kmproxy.properties: the image from metadata.source (metadata.dir, or\n"
-            "                 controller.quorum.bootstrap.servers and cluster.id), the brokers' listener\n"
-            "                 (broker.listener), verify.timeout.ms, and zookeeper.connect with the zookeeper.*\n"
+            "                 controller.quorum.bootstrap.servers and cluster.id), how to reach the brokers\n"
+            "                 (broker.listener, broker.security.protocol, broker.tls.*, broker.sasl.*; --broker-config\n"
+            "                 overrides them), verify.timeout.ms, and zookeeper.connect with the zookeeper.*\n"
             "                 security keys (TLS, SASL, digest) for the dual-write lag; options given override\n"
             "                 it (a controller listener secured by the file's keys needs --command-config)\n"
             "--zookeeper HOST:PORT[/chroot]  also the dual-write lag: /migration's kraft_metadata_offset against\n"
@@ -49,14 +54,14 @@ static void usage(FILE *to)
 }
 
 typedef struct verify_cli {
-    const char *metadata, *servers, *cluster_id, *command_config, *zookeeper, *config;
+    const char *metadata, *servers, *cluster_id, *command_config, *zookeeper, *config, *broker_config;
+    km_config_broker_security sec; /* the brokers' TLS and SASL: --broker-config's keys, else --config's */
     double watch_s;  /* 0: /migration read once */
     long long max_lag; /* -1: none */
     km_verify_opts opts;
     bool json;
     km_config cfg;                  /* --config: the daemon's settings */
     km_config_zk_security zk_sec;   /* its zookeeper.* security keys */
-    km_config_broker_security broker_sec;
     bool have_cfg;
 } verify_cli;
 
@@ -92,15 +97,12 @@ static int apply_config(verify_cli *c)
     km_config_defaults(&c->cfg);
     c->have_cfg = true;
     if (km_config_load(&c->cfg, c->config, &err) || config_image(c, &err) ||
-        km_config_resolve_zk_security(&c->cfg, &c->zk_sec, &err) || km_zk_security_check(&c->zk_sec.sec, &err) ||
-        km_config_resolve_broker_security(&c->cfg, &c->broker_sec, &err)) {
+        km_config_resolve_zk_security(&c->cfg, &c->zk_sec, &err) || km_zk_security_check(&c->zk_sec.sec, &err)) {
         fprintf(stderr, "kmproxy verify: --config %s: %s\n", c->config, err.msg);
         return -1;
     }
     if (!c->zookeeper)
         c->zookeeper = c->cfg.zk_connect;
-    if (!c->opts.listener && c->broker_sec.listener[0])
-        c->opts.listener = c->broker_sec.listener;
     if (!(c->opts.timeout_s > 0))
         c->opts.timeout_s = c->cfg.verify_timeout_ms / 1000.0;
     return 0;
@@ -115,6 +117,7 @@ static int parse(int argc, char **argv, verify_cli *c)
         {"cluster-id", required_argument, NULL, 'c'}, {"command-config", required_argument, NULL, 'C'},
         {"zookeeper", required_argument, NULL, 'z'},  {"watch-seconds", required_argument, NULL, 'w'},
         {"max-lag", required_argument, NULL, 'L'},    {"config", required_argument, NULL, 'F'},
+        {"broker-config", required_argument, NULL, 'B'},
         {0},
     };
     optind = 1;
@@ -131,6 +134,7 @@ static int parse(int argc, char **argv, verify_cli *c)
         case 'h': usage(stdout); return 1;
         case 'z': c->zookeeper = optarg; break;
         case 'F': c->config = optarg; break;
+        case 'B': c->broker_config = optarg; break;
         case 'w':
             c->watch_s = strtod(optarg, &end);
             if (*end || !(c->watch_s > 0 && c->watch_s <= 3600)) {
@@ -245,6 +249,37 @@ static int dual_write(const verify_cli *c, const km_verify_migration *first, jso
     return rc;
 }
 
+/* The brokers' TLS and SASL: --broker-config's broker.* keys, else --config's, resolved as the daemon's broker
+ * channels resolve them; the listener they name is the default one. */
+static int broker_security(verify_cli *c)
+{
+    const char *file = c->broker_config ? c->broker_config : c->config;
+    if (!file)
+        return 0;
+    km_config cfg;
+    km_config_defaults(&cfg);
+    km_err err = {{0}};
+    int rc = km_config_load(&cfg, file, &err) || km_config_check_files(&cfg, &err) ||
+             km_config_resolve_broker_security(&cfg, &c->sec, &err) ? -1 : 0;
+    if (rc == 0 && c->sec.tls) {
+        km_tls_config tc = {.ca_file = cfg.broker_tls_ca, .cert_file = cfg.broker_tls_cert,
+                            .key_file = cfg.broker_tls_key, .no_name_check = !c->sec.verify_name};
+        rc = (c->opts.tls = km_tls_client_ctx_new(&tc, &err)) ? 0 : -1;
+    }
+    km_config_free(&cfg);
+    if (rc < 0) {
+        bool named = !strncmp(err.msg, file, strlen(file)); /* the loader's own errors */
+        fprintf(stderr, "kmproxy verify: %s%s%s\n", named ? "" : file, named ? "" : ": ", err.msg);
+        return -1;
+    }
+    if (!c->opts.listener)
+        c->opts.listener = c->sec.listener;
+    c->opts.mechanism = c->sec.mechanism;
+    c->opts.username = c->sec.username;
+    c->opts.password = c->sec.password;
+    return 0;
+}
+
 static int run(verify_cli *c)
 {
     int rc;
@@ -279,13 +314,13 @@ int km_cli_verify(int argc, char **argv)
 {
     verify_cli c = {0};
     int rc = parse(argc, argv, &c);
-    if (!rc)
-        rc = run(&c);
-    else
-        rc = rc == 1 ? 0 : 2;
+    if (rc)
+        return rc == 1 ? 0 : 2;
+    rc = broker_security(&c) < 0 ? 2 : run(&c);
+    km_tls_ctx_free(c.opts.tls);
+    km_config_broker_security_clear(&c.sec);
     if (c.have_cfg) {
         km_config_zk_security_clear(&c.zk_sec);
-        km_config_broker_security_clear(&c.broker_sec);
         km_config_free(&c.cfg);
     }
     return rc;

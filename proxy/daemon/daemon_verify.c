@@ -25,6 +25,8 @@ struct km_daemon_verify {
     km_image *copy;
     km_verify_opts opts;
     char listener[256];
+    km_config_broker_security sec; /* the broker channels' keys, resolved afresh each cycle (a rotated file counts) */
+    km_tls_ctx *tls;
     json_t *report;
     int verdict;
     km_err err;
@@ -68,6 +70,29 @@ static double wait_s(km_daemon *d)
     return base * (1.0 + j * (2.0 * rand_r(&d->verify->jitter_seed) / (double)RAND_MAX - 1.0));
 }
 
+/* The worker's TLS context and SASL login, from broker.security.protocol, broker.tls.* and broker.sasl.* as the
+ * broker channels read them; its own, so that a SIGHUP rotating the channels' never frees one in use. */
+static int cycle_security(struct km_daemon_verify *v, km_err *err)
+{
+    km_daemon *d = v->d;
+    if (km_config_check_files(&d->cfg, err) || km_config_resolve_broker_security(&d->cfg, &v->sec, err))
+        return -1; /* the files first: a FIFO must not block OpenSSL */
+    km_tls_config tc = {.ca_file = d->cfg.broker_tls_ca, .cert_file = d->cfg.broker_tls_cert,
+                        .key_file = d->cfg.broker_tls_key, .no_name_check = !v->sec.verify_name};
+    if (v->sec.tls && !(v->tls = km_tls_client_ctx_new(&tc, err))) {
+        km_config_broker_security_clear(&v->sec);
+        return -1;
+    }
+    return 0;
+}
+
+static void cycle_security_free(struct km_daemon_verify *v)
+{
+    km_tls_ctx_free(v->tls);
+    v->tls = NULL;
+    km_config_broker_security_clear(&v->sec);
+}
+
 /* The next cycle, an interval (with jitter) after this one ended or was put off. */
 static void schedule_next(EV_P_ struct km_daemon_verify *v)
 {
@@ -90,16 +115,28 @@ static void start_cycle(EV_P_ ev_timer *t, int revents)
         schedule_next(EV_A_ v);
         return;
     }
+    if (cycle_security(v, &v->err) < 0) {
+        km_daemon_log(d, KM_LOG_WARN, "verify: %s", v->err.msg);
+        km_image_free(v->copy);
+        v->copy = NULL;
+        schedule_next(EV_A_ v);
+        return;
+    }
+    /* a secured protocol names its listener (broker.listener, else the protocol's name), as the channels use it */
     const km_daemon_listener *l = km_daemon_listener_status(d);
+    const char *secured = v->sec.tls || v->sec.mechanism != KM_SASL_NONE ? v->sec.listener : "";
     snprintf(v->listener, sizeof v->listener, "%s", l && l->name[0] ? l->name
-                                                    : d->cfg.broker_listener ? d->cfg.broker_listener : "");
+                                                    : d->cfg.broker_listener ? d->cfg.broker_listener : secured);
     v->opts = (km_verify_opts){.listener = v->listener[0] ? v->listener : NULL,
                                .timeout_s = d->cfg.verify_timeout_ms / 1000.0, .client_id = "kmproxy-verify",
                                .after_topic = v->have_cursor ? v->cursor_topic : NULL,
                                .after_partition = v->cursor_partition,
-                               .max_partitions = d->cfg.verify_partitions_per_cycle};
+                               .max_partitions = d->cfg.verify_partitions_per_cycle,
+                               .tls = v->tls, .mechanism = v->sec.mechanism, .username = v->sec.username,
+                               .password = v->sec.password};
     if (pthread_create(&v->thread, NULL, work, v)) {
         km_daemon_log(d, KM_LOG_WARN, "verify: cannot start its thread");
+        cycle_security_free(v);
         km_image_free(v->copy);
         v->copy = NULL;
         schedule_next(EV_A_ v);
@@ -213,6 +250,7 @@ static void cycle_done(EV_P_ ev_async *a, int revents)
     v->image_offset = km_image_offset(v->copy);
     km_image_free(v->copy);
     v->copy = NULL;
+    cycle_security_free(v);
     v->cycles++;
     v->last_run = (double)time(NULL);
     if (v->verdict < 0) {
@@ -274,6 +312,7 @@ void km_daemon_stop_verify(km_daemon *d)
         pthread_join(v->thread, NULL);
         json_decref(v->report);
         km_image_free(v->copy);
+        cycle_security_free(v);
     }
     json_decref(v->findings);
     json_decref(v->unchecked);

@@ -21,6 +21,8 @@
 
 #include "km_codec.h"
 #include "km_image.h"
+#include "km_sasl.h"
+#include "km_tls.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -36,6 +38,13 @@ typedef struct km_verify_opts {
     const char *after_topic;
     int32_t after_partition;
     int64_t max_partitions;
+    /* How the brokers are reached, as the daemon's broker channels (broker.security.protocol, broker.tls.*,
+     * broker.sasl.*): TLS when tls is set (a client context; it names the broker's host to check), then the SASL
+     * login after ApiVersions when mechanism is set.  A failed handshake or login leaves the broker unchecked with
+     * the reason. */
+    km_tls_ctx *tls;
+    km_sasl_mech mechanism;     /* KM_SASL_NONE: no SASL */
+    const char *username, *password;
 } km_verify_opts;
 
 /* The finding classes above, as a finding's "class" names them (km_verify_class_name). */

@@ -103,7 +103,7 @@ static void ask_metadata(v_run *r, v_broker *b)
                  r->o->listener ? r->o->listener : "");
         return unchecked(r, b->id, why);
     }
-    if (v_conn_open(&b->c, b->id, b->host, b->port, r->o->timeout_s, r->o->client_id, &err) < 0) {
+    if (v_conn_open(&b->c, b->id, b->host, b->port, r->o, &err) < 0) {
         snprintf(why, sizeof why, "%s%s", err.msg, b->fenced ? " (fenced in the image)" : "");
         return unchecked(r, b->id, why);
     }

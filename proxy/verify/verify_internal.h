@@ -6,6 +6,7 @@
 
 typedef struct v_conn {
     int fd;
+    km_tls_stream *tls;     /* NULL: plaintext */
     int32_t corr;
     double timeout_s;
     const char *client_id;
@@ -13,14 +14,15 @@ typedef struct v_conn {
     int64_t requests, bytes_out, bytes_in; /* the cost of this connection, for the report */
 } v_conn;
 
-/* Connects within timeout_s.  0, or -1 + err naming the broker. */
-int v_conn_open(v_conn *c, int32_t broker, const char *host, uint16_t port, double timeout_s,
-                const char *client_id, km_err *err);
+/* Connects within o->timeout_s, with TLS and the SASL login when o says so.  0, or -1 + err naming the broker
+ * (and the TLS or SASL failure). */
+int v_conn_open(v_conn *c, int32_t broker, const char *host, uint16_t port, const km_verify_opts *o, km_err *err);
 void v_conn_close(v_conn *c);
 /* One request and its decoded answer (*rs from the arena).  0, or -1 + err (the connection is closed then). */
 int v_conn_call(v_conn *c, int16_t api, int16_t version, const void *rq, km_arena *a, void **rs, km_err *err);
 
 
+#define V_API_VERSIONS_V 3
 #define V_METADATA_V 12
 #define V_LIST_OFFSETS_V 7
 #define V_EPOCH_V 4

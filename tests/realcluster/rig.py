@@ -93,6 +93,9 @@ def rss_kib(pid):
     return 0
 
 
+TOKEN_SECRET = "kmproxy-rig-delegation-token-key"  # --secure: brokers and controllers share it (tokens' HMAC)
+
+
 class Node:
     def __init__(self, rig, kind, nid, port):
         self.rig, self.kind, self.nid, self.port = rig, kind, nid, port
@@ -187,7 +190,7 @@ class KafkaNode(Node):
 class Broker(KafkaNode):
     def config(self):
         r = self.rig
-        return {
+        c = {
             "broker.id": self.nid,
             "listeners": "PLAINTEXT://127.0.0.1:%d" % self.port,
             "advertised.listeners": "PLAINTEXT://127.0.0.1:%d" % self.port,
@@ -218,6 +221,30 @@ class Broker(KafkaNode):
             "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
             "super.users": "User:ANONYMOUS", "allow.everyone.if.no.acl.found": "true",
         }
+        if r.secure:
+            c.update(self.secure_config())
+        return c
+
+    def secure_config(self):
+        """--secure: two more listeners, SASL_PLAINTEXT and SASL_SSL, each with SCRAM-SHA-256 (credentials from
+        ZooKeeper, which the tests create through the Admin API; delegation tokens too, tokenauth=true) and PLAIN (user alice, password plain-secret, from
+        the JAAS line); the certificate is the rig's self-signed one for 127.0.0.1 (DIR/tls/cert.pem, PEM keystore).
+        alice is a super user, as ANONYMOUS is on the PLAINTEXT listener."""
+        r, scram = self.rig, "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        plain = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="plain-secret";'
+        ends = "PLAINTEXT://127.0.0.1:%d,SASL_PLAINTEXT://127.0.0.1:%d,SASL_SSL://127.0.0.1:%d" % (
+            self.port, self.sasl_port, self.ssl_port)
+        c = {"listeners": ends, "advertised.listeners": ends,
+             "listener.security.protocol.map":
+                 "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+             "sasl.enabled.mechanisms": "SCRAM-SHA-256,PLAIN",
+             "ssl.keystore.type": "PEM", "ssl.keystore.location": r.tls_keystore,
+             "super.users": "User:ANONYMOUS;User:alice",
+             "delegation.token.secret.key": TOKEN_SECRET}
+        for listener in ("sasl_plaintext", "sasl_ssl"):
+            c["listener.name.%s.scram-sha-256.sasl.jaas.config" % listener] = scram
+            c["listener.name.%s.plain.sasl.jaas.config" % listener] = plain
+        return c
 
     def kraft_config(self):
         c = self.config()
@@ -242,7 +269,7 @@ class Broker(KafkaNode):
 class Controller(KafkaNode):
     def config(self):
         r = self.rig
-        return {
+        c = {
             "process.roles": "controller",
             "node.id": self.nid,
             "listeners": "CONTROLLER://127.0.0.1:%d" % self.port,
@@ -258,6 +285,9 @@ class Controller(KafkaNode):
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": "User:ANONYMOUS", "allow.everyone.if.no.acl.found": "true",
         }
+        if r.secure:  # the KRaft controller creates the tokens the brokers forward it; both sign them with this key
+            c["delegation.token.secret.key"] = TOKEN_SECRET
+        return c
 
     def format(self):
         self.command()
@@ -286,9 +316,29 @@ class Rig:
             self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self.zk = ZooKeeper(self, "zookeeper", 0, free_port())
         self.brokers = [Broker(self, "broker", i, free_port()) for i in range(args.brokers)]
+        self.secure = args.secure
+        if self.secure:
+            self.make_certificate()
+            for b in self.brokers:
+                b.sasl_port, b.ssl_port = free_port(), free_port()
         self.controllers = [Controller(self, "controller", 3000 + i, free_port()) for i in range(args.controllers)]
         self.lock = threading.Lock()
         self.fault = zkfault.ZkFaultProxy(self.zk.port, log) if args.zk_fault else None
+
+    def make_certificate(self):
+        """A self-signed certificate for 127.0.0.1 (the brokers' SASL_SSL listener and the clients' trust), valid
+        for a day; the key unencrypted in the PEM keystore Kafka reads."""
+        d = os.path.join(self.dir, "tls")
+        os.makedirs(d, exist_ok=True)
+        self.tls_cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                        "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key,
+                        "-out", self.tls_cert], check=True, capture_output=True)
+        self.tls_keystore = os.path.join(d, "keystore.pem")
+        with open(self.tls_keystore, "w") as out:
+            for path in (key, self.tls_cert):
+                with open(path) as f:
+                    out.write(f.read())
 
     def compile_tools(self, cache):
         """javac of java/*.java into a classes dir named after the sources' hash: checkouts that share the cache
@@ -399,7 +449,7 @@ class Rig:
 
     def describe(self):
         rss = self.rss()
-        return {
+        d = {
             "dir": self.dir, "cluster_id": self.cluster_id, "zookeeper": self.zk_connect(),
             "brokers": [{"id": b.nid, "port": b.port, "pid": b.proc.pid, "dir": b.dir} for b in self.brokers],
             "controllers": [{"id": c.nid, "port": c.port, "pid": c.proc.pid, "dir": c.dir} for c in self.controllers],
@@ -409,6 +459,11 @@ class Rig:
             "migration": self.migration,
             "zk_fault_port": self.fault.port if self.fault else None,
         }
+        if self.secure:
+            d["sasl_bootstrap"] = ",".join("127.0.0.1:%d" % b.sasl_port for b in self.brokers)
+            d["ssl_bootstrap"] = ",".join("127.0.0.1:%d" % b.ssl_port for b in self.brokers)
+            d["tls_cert"] = self.tls_cert
+        return d
 
     def command(self, line):
         words = line.split()
@@ -453,6 +508,8 @@ def main():
     ap.add_argument("--controllers", type=int, default=1)
     ap.add_argument("--brokers", type=int, default=3)
     ap.add_argument("--zk-fault", action="store_true", default=os.environ.get("KM_RIG_ZK_FAULT") == "1", help="the controllers reach ZooKeeper through zkfault.py")
+    ap.add_argument("--secure", action="store_true", default=os.environ.get("KM_RIG_SECURE") == "1",
+                    help="brokers also listen on SASL_PLAINTEXT and SASL_SSL (SCRAM-SHA-256 and PLAIN)")
     ap.add_argument("--cache", default=os.environ.get("KM_REALKAFKA_CACHE",
                                                       os.path.expanduser("~/.cache/kmproxy/realkafka")))
     args = ap.parse_args()

@@ -230,6 +230,139 @@ static bool log_dirs_match(rc_rig *r, int timeout_s, char **out)
     return false;
 }
 
+/* `kmproxy verify --broker-config` with DIR/NAME.properties holding LINES (the daemon's broker.* keys) against the image
+ * of the leader's log; its exit (-1: it never ran) and output in *out. */
+static int verify_secured(rc_rig *r, const char *name, const char *lines, char **out)
+{
+    free(*out);
+    *out = NULL;
+    return rc_sh(r, out, "printf '%%s\\n' %s > $DIR/%s.properties && %s verify --metadata "
+                 "$DIR/controller-%d/metadata/__cluster_metadata-0 --broker-config $DIR/%s.properties",
+                 lines, name, km_test_binary(), leader_id(r), name);
+}
+
+/* Issue 26: the verifier on the brokers' secured listeners (the rig's --secure: SASL_PLAINTEXT and SASL_SSL), with
+ * the daemon's broker.* keys: SCRAM-SHA-256 as alice, whose credentials the Admin API created on the KRaft side
+ * (they reach the ZK-mode brokers through kmproxy's ZooKeeper writes), and PLAIN over TLS; both find every broker
+ * consistent; a wrong password leaves every broker unchecked (exit 2), the broker's refusal named. */
+static void verify_on_secured_listeners(rc_rig *r)
+{
+    const char *cert = json_string_value(json_object_get(r->ready, "tls_cert"));
+    rc_assert(r, cert, "the rig has no secured listeners: %s", json_dumps(r->ready, 0));
+    char *out = NULL, lines[1500];
+    int rc = -1;
+    time_t t0 = time(NULL);
+    /* the credentials reach the brokers through ZooKeeper's change notifications: asked again while refused */
+    for (int i = 0; i < 30 && (rc == -1 || (rc != 0 && strstr(out, "invalid credentials"))); i++, rc ? sleep(2) : 0)
+        rc = verify_secured(r, "scram", "broker.security.protocol=SASL_PLAINTEXT broker.sasl.mechanism=SCRAM-SHA-256 "
+                            "'broker.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+                            "required username=\"alice\" password=\"secret\";'", &out);
+    char first[64]; /* the SASL_PLAINTEXT endpoint of the first broker: the one the report must name */
+    snprintf(first, sizeof first, "%s", json_string_value(json_object_get(r->ready, "sasl_bootstrap")));
+    first[strcspn(first, ",")] = 0;
+    rc_assert(r, rc == 0 && strstr(out, first) && strstr(out, "verdict: consistent"),
+              "verify over SASL_PLAINTEXT with SCRAM-SHA-256 (exit %d):\n%s", rc, out);
+    fprintf(stderr, "realcluster: verify over SASL_PLAINTEXT, SCRAM-SHA-256:\n%s", out);
+    snprintf(lines, sizeof lines, "broker.security.protocol=SASL_SSL broker.tls.ca.file=%s broker.sasl.mechanism=PLAIN "
+             "'broker.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+             "username=\"alice\" password=\"plain-secret\";'", cert);
+    rc = verify_secured(r, "tls", lines, &out);
+    rc_assert(r, rc == 0 && strstr(out, "verdict: consistent"), "verify over SASL_SSL with PLAIN (exit %d):\n%s", rc,
+              out);
+    fprintf(stderr, "realcluster: verify over SASL_SSL, PLAIN:\n%s", out);
+    rc = verify_secured(r, "wrong", "broker.security.protocol=SASL_PLAINTEXT broker.sasl.mechanism=SCRAM-SHA-256 "
+                        "'broker.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+                        "required username=\"alice\" password=\"wrong\";'", &out);
+    rc_assert(r, rc == 2 && strstr(out, "verdict: unchecked") &&
+                     strstr(out, "could not check broker 0: broker 0 (127.0.0.1:") &&
+                     strstr(out, "SASL/SCRAM-SHA-256 login as 'alice' failed: ") && strstr(out, "invalid credentials"),
+              "verify with a wrong password (exit %d):\n%s", rc, out);
+    fprintf(stderr, "realcluster: verify with a wrong password (exit 2):\n%s", out);
+    fprintf(stderr, "realcluster: verify on the secured listeners took %ld s\n", (long)(time(NULL) - t0));
+    free(out);
+}
+
+/* RcAdmin with a SASL login (scram:USER:PASSWORD@ or token:FILE@, then the servers): its exit, output in *out. */
+static int admin_as(rc_rig *r, const char *login, const char *servers, const char *ops, char **out)
+{
+    free(*out);
+    *out = NULL;
+    return rc_sh(r, out, "$JAVA -cp \"$CP:$TOOLS\" RcAdmin %s@%s %s 2>&1 | grep -v log4j; exit ${PIPESTATUS[0]}", login,
+                 servers, ops);
+}
+
+/* /delegation_token/tokens/ID as ZooKeeper holds it ("absent" or the JSON; malloc'd). */
+static char *token_znode(rc_rig *r, const char *id)
+{
+    char *answer = rc_rig_cmd(r, "zk /delegation_token/tokens/%s", id);
+    return answer ? answer : strdup("no answer from the rig");
+}
+
+/* The token expired through the Admin API leaves ZooKeeper, and a login with it fails. */
+static void expire_token(rc_rig *r, const char *first, const char *id)
+{
+    char *out = NULL, *verdict = NULL;
+    int rc = admin_as(r, "scram:alice:secret", first, "expire-token $DIR/token", &out);
+    rc_assert(r, rc == 0, "expiring the token (exit %d):\n%s", rc, out);
+    rc_assert(r, converged(r, 120, &verdict), "after the token expired, ZooKeeper or the brokers differ: %s", verdict);
+    char *zn = token_znode(r, id);
+    rc_assert(r, strstr(zn, "absent"), "the expired token is still in ZooKeeper: %s", zn);
+    free(zn);
+    rc = 0; /* the broker drops it on ZooKeeper's change notification: logged in again while accepted */
+    for (int i = 0; i < 15 && rc == 0; i++, rc ? 0 : sleep(2))
+        rc = admin_as(r, "token:$DIR/token", first, "list-topics", &out);
+    rc_assert(r, rc != 0 && strstr(out, "Authentication failed"), "the expired token still logs in (exit %d):\n%s",
+              rc, out);
+    free(out);
+    free(verdict);
+}
+
+/* Issue 25 item 3: delegation tokens through the Admin API.  alice (SCRAM, on a ZK-mode broker's SASL_PLAINTEXT
+ * listener) creates a token and renews it: the ZK-mode broker forwards both to the KRaft controller (migration),
+ * kmproxy writes the token to ZooKeeper in Kafka's format (`zk diff` finds nothing), and a real client then logs in
+ * with the token (SCRAM, tokenauth=true) on a ZK-mode broker, which knows it only from ZooKeeper.  Expired, the
+ * token leaves ZooKeeper and the login fails. */
+static void delegation_tokens_through_the_admin_api(rc_rig *r)
+{
+    char servers[256], first[64], *out = NULL, *verdict = NULL, path[600], id[128] = "";
+    snprintf(servers, sizeof servers, "%s", json_string_value(json_object_get(r->ready, "sasl_bootstrap")));
+    snprintf(first, sizeof first, "%.*s", (int)strcspn(servers, ","), servers);
+    time_t t0 = time(NULL);
+    int rc = admin_as(r, "scram:alice:secret", first, "create-token $DIR/token", &out);
+    rc_assert(r, rc == 0, "creating a delegation token as alice (exit %d):\n%s", rc, out);
+    fprintf(stderr, "realcluster: delegation token through the Admin API:\n%s", out);
+    /* Kafka's controller renews from its token cache, which its metadata publisher fills after the commit: a renew
+     * right after the create may find no token (DelegationTokenNotFoundException) */
+    for (int i = 0, again = 1; i < 15 && again; i++, again ? sleep(2) : 0) {
+        rc = admin_as(r, "scram:alice:secret", first, "renew-token $DIR/token", &out);
+        again = rc != 0 && strstr(out, "DelegationTokenNotFoundException");
+    }
+    rc_assert(r, rc == 0, "renewing the delegation token as alice (exit %d):\n%s", rc, out);
+    snprintf(path, sizeof path, "%s/token", r->dir);
+    FILE *f = fopen(path, "r");
+    rc_assert(r, f && fscanf(f, "%127s", id) == 1, "no token id in %s:\n%s", path, out);
+    fclose(f);
+    fprintf(stderr, "%s", out);
+    rc_assert(r, converged(r, 120, &verdict), "after the token, ZooKeeper or the brokers differ: %s", verdict);
+    char *zn = token_znode(r, id);
+    /* Kafka's format (DelegationTokenManagerZk): principals URL-encoded by Sanitizer */
+    rc_assert(r, !strncmp(zn, "ok {", 4) && strstr(zn, "\"owner\":\"User%3Aalice\"") && strstr(zn, id),
+              "/delegation_token/tokens/%s: %s", id, zn);
+    fprintf(stderr, "realcluster: /delegation_token/tokens/%s: %s\n", id, zn);
+    free(zn);
+    /* the broker learns the token from ZooKeeper's change notification: logged in again while refused */
+    rc = -1;
+    for (int i = 0; i < 30 && rc != 0; i++, rc ? sleep(2) : 0)
+        rc = admin_as(r, "token:$DIR/token", first, "list-topics", &out);
+    rc_assert(r, rc == 0 && strstr(out, "rcadmin: topics"), "logging in with the token on broker 0 (exit %d):\n%s",
+              rc, out);
+    fprintf(stderr, "realcluster: logged in with the token on broker 0:\n%s", out);
+    expire_token(r, first, id);
+    fprintf(stderr, "realcluster: delegation tokens took %ld s\n", (long)(time(NULL) - t0));
+    free(out);
+    free(verdict);
+}
+
 /* Kafka 3.9's controller in migration mode beside kmproxy: kmproxy takes over the KRaft leader's own claim
  * (same node and epoch, a new /controller_epoch); Kafka's driver then fails its ZooKeeper writes and sends
  * nothing; every change made through the Admin API reaches ZooKeeper and every ZK-mode broker through
@@ -239,7 +372,9 @@ static bool log_dirs_match(rc_rig *r, int timeout_s, char **out)
  * on each broker) is moved wholly onto broker 0, so at least two replicas leave their broker and must be deleted. */
 Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_and_brokers)
 {
+    setenv("KM_RIG_SECURE", "1", 1); /* verify_on_secured_listeners: this rig alone */
     rc_rig *r = start_or_skip(1);
+    unsetenv("KM_RIG_SECURE");
     kmp k;
     kmp_start(r, &k, "a", NULL);
     rc_assert(r, kmp_wait_log(&k, "ready: active, ZooKeeper in sync", 1, 300), "kmproxy never became ready");
@@ -255,6 +390,8 @@ Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_a
     char *verdict = NULL;
     rc_assert(r, converged(r, 240, &verdict), "brokers or ZooKeeper differ from the image: %s", verdict);
     free(verdict);
+    verify_on_secured_listeners(r);
+    delegation_tokens_through_the_admin_api(r);
     char *out = NULL;
     bool gone = false;
     for (int i = 0; i < 60 && !gone; i++, sleep(2)) {

@@ -345,3 +345,28 @@ Test(verify_daemon, a_finding_stands_while_its_broker_cannot_be_reached)
     stop_cleanly(&in);
     rig_down(&r);
 }
+
+/* Issue 26: the check logs in as the broker channels do (broker.security.protocol, broker.sasl.*).  The fake serves
+ * no SASL (it closes on ApiVersions): the broker is unchecked and /status says the login failed, where a check that
+ * ignored the keys would talk plaintext and report the fake's stale epoch. */
+Test(verify_daemon, the_check_logs_in_with_the_broker_channels_sasl_keys)
+{
+    rig r = { 0 };
+    inst in;
+    const char *extra[] = { "brokers.enabled=false", "verify.interval.ms=300", "verify.timeout.ms=5000",
+                            "broker.listener=PLAINTEXT", "broker.security.protocol=SASL_PLAINTEXT",
+                            "broker.sasl.mechanism=PLAIN",
+                            "broker.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                            "username=\"kmverify\" password=\"secret\";", NULL };
+    rig_up(&r, &in, "verify-sasl", extra);
+    char *m = scrape_until(&in, "/metrics", 200, "kmproxy_verify_last_verdict 2\n", 60);
+    free(m);
+    json_t *v = status_verify(&in), *u = json_array_get(json_object_get(v, "unchecked"), 0);
+    const char *why = json_string_value(json_object_get(u, "why"));
+    cr_assert(json_integer_value(json_object_get(u, "broker")) == 1 && why &&
+                  strstr(why, "SASL/PLAIN login as 'kmverify' failed: closed the connection"),
+              "%s", json_dumps(v, 0));
+    json_decref(v);
+    stop_cleanly(&in);
+    rig_down(&r);
+}

@@ -527,3 +527,43 @@ Test(verify_fake, config_file_with_a_quorum_source_asks_its_controllers)
     km_test_rmtree(dir);
     free(dir);
 }
+
+/* --config's broker.* security keys reach the brokers as the daemon's channels would: SASL_PLAINTEXT against the
+ * fake (which serves no SASL) leaves its broker unchecked with the failed login named, where a check that ignored
+ * them would talk plaintext and find it consistent; --broker-config overrides them (here: plaintext again). */
+Test(verify_fake, config_file_broker_keys_secure_the_check_and_broker_config_overrides_them)
+{
+    uint16_t port;
+    int lfd = listen_any(&port);
+    char *dir = km_test_tmpdir("verify-fake-broker-keys"), sasl[700], plain[700];
+    km_image *img = km_image_new();
+    km_gen_opts o = { .brokers = 1, .topics = 1, .partitions = 2, .seed = 5, .broker_host = "127.0.0.1",
+                      .broker_ports = &port };
+    km_err err;
+    cr_assert(km_gen_write(dir, &o, img, &err) > 0, "%s", err.msg);
+    pid_t server = serve_image(lfd, img, port, VF_EXACT);
+    snprintf(sasl, sizeof sasl, "%s/sasl.properties", dir);
+    FILE *f = fopen(sasl, "w");
+    cr_assert(f);
+    fprintf(f, "metadata.source=dir\nmetadata.dir=%s\nverify.timeout.ms=5000\nbroker.listener=PLAINTEXT\n"
+               "broker.security.protocol=SASL_PLAINTEXT\nbroker.sasl.mechanism=PLAIN\n"
+               "broker.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+               "username=\"kmverify\" password=\"secret\";\n", dir);
+    fclose(f);
+    snprintf(plain, sizeof plain, "%s/plain.properties", dir);
+    cr_assert((f = fopen(plain, "w")));
+    fprintf(f, "broker.listener=PLAINTEXT\n");
+    fclose(f);
+
+    json_decref(verify_config(sasl, NULL, NULL, 2, "SASL/PLAIN login as 'kmverify' failed"));
+    json_t *rep = verify_config(sasl, "--broker-config", plain, 0, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(rep, "verdict")), "consistent", "%s", json_dumps(rep, 0));
+    json_decref(rep);
+
+    kill(server, SIGKILL);
+    waitpid(server, NULL, 0);
+    close(lfd);
+    km_image_free(img);
+    km_test_rmtree(dir);
+    free(dir);
+}

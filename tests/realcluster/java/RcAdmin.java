@@ -3,6 +3,9 @@
 //     create-topic NAME PARTITIONS RF | delete-topic NAME | add-partitions NAME TOTAL
 //     topic-config NAME KEY VALUE | broker-config ID KEY VALUE | quota USER KEY VALUE | scram USER PASSWORD
 //     reassign NAME PARTITION R1,R2,... | elect-preferred NAME PARTITION | acl PRINCIPAL TOPIC (ALLOW READ)
+//     create-token FILE (writes "ID HMAC-base64") | renew-token FILE | expire-token FILE | list-topics
+//   BOOTSTRAP may carry a SASL_PLAINTEXT login (SCRAM-SHA-256): scram:USER:PASSWORD@HOST:PORT,... or, with a
+//   delegation token (tokenauth=true), token:FILE@HOST:PORT,...
 //   RcAdmin verify IMAGE.json HOST:PORT[,HOST:PORT...]
 //     asks each broker for its own Metadata (v12, all topics) and compares leader, leader epoch, replicas and ISR
 //     of every partition, and the set of topics, with the image (`kmproxy metadata image`); prints each
@@ -46,7 +49,7 @@ public final class RcAdmin {
             System.exit(2);
         }
         Properties p = new Properties();
-        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
+        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, login(p, args[0]));
         p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "120000");
         try (Admin admin = Admin.create(p)) {
             List<String> cmd = new ArrayList<>();
@@ -58,6 +61,54 @@ public final class RcAdmin {
                     cmd.add(args[i]);
                 }
             }
+        }
+    }
+
+    /** scram:USER:PASSWORD@SERVERS or token:FILE@SERVERS: the SASL_PLAINTEXT login into p; the servers. */
+    private static String login(Properties p, String bootstrap) throws Exception {
+        int at = bootstrap.indexOf('@');
+        if (at < 0) return bootstrap;
+        String[] how = bootstrap.substring(0, at).split(":", 3);
+        String user = how[1], password = how.length > 2 ? how[2] : "", extra = "";
+        if (how[0].equals("token")) {
+            String[] idHmac = java.nio.file.Files.readString(java.nio.file.Path.of(how[1])).trim().split(" ");
+            user = idHmac[0];
+            password = idHmac[1];
+            extra = " tokenauth=\"true\"";
+        }
+        p.put("security.protocol", "SASL_PLAINTEXT");
+        p.put("sasl.mechanism", "SCRAM-SHA-256");
+        p.put("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required username=\""
+              + user + "\" password=\"" + password + "\"" + extra + ";");
+        return bootstrap.substring(at + 1);
+    }
+
+    private static byte[] hmac(String file) throws Exception {
+        String[] idHmac = java.nio.file.Files.readString(java.nio.file.Path.of(file)).trim().split(" ");
+        return Base64.getDecoder().decode(idHmac[1]);
+    }
+
+    private static void tokens(Admin admin, List<String> c) throws Exception {
+        switch (c.get(0)) {
+            case "create-token": {
+                org.apache.kafka.common.security.token.delegation.DelegationToken t =
+                    admin.createDelegationToken().delegationToken().get();
+                java.nio.file.Files.writeString(java.nio.file.Path.of(c.get(1)),
+                    t.tokenInfo().tokenId() + " " + Base64.getEncoder().encodeToString(t.hmac()) + "\n");
+                System.out.println("rcadmin: token " + t.tokenInfo().tokenId() + " owner " + t.tokenInfo().owner()
+                                   + " expires " + t.tokenInfo().expiryTimestamp());
+                break;
+            }
+            case "renew-token":
+                System.out.println("rcadmin: renewed, expires " + admin.renewDelegationToken(hmac(c.get(1)))
+                                   .expiryTimestamp().get());
+                break;
+            case "expire-token":
+                System.out.println("rcadmin: expired at " + admin.expireDelegationToken(hmac(c.get(1)),
+                    new ExpireDelegationTokenOptions().expiryTimePeriodMs(-1)).expiryTimestamp().get());
+                break;
+            default: // list-topics: any request will do, it needs the login first
+                System.out.println("rcadmin: topics " + new TreeSet<>(admin.listTopics().names().get()));
         }
     }
 
@@ -115,6 +166,9 @@ public final class RcAdmin {
                     if (!(e.getCause() instanceof org.apache.kafka.common.errors.ElectionNotNeededException)) throw e;
                     System.out.println("rcadmin: already led by its preferred replica");
                 }
+                break;
+            case "create-token": case "renew-token": case "expire-token": case "list-topics":
+                tokens(admin, c);
                 break;
             default:
                 throw new IllegalArgumentException("unknown command " + c.get(0));
