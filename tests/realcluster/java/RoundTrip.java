@@ -1,11 +1,21 @@
 /* RoundTrip: the round trip of a KRaft image through ZooKeeper (docs/realcluster.md, "Round trip").
  *
  *   RoundTrip SECRET_FILE ZK_HOSTS FILE CHROOT [FILE CHROOT ...]
- *   RoundTrip --write-password-log OUT.log
+ *   RoundTrip --write-password-log OUT.log [BROKER]
+ *   RoundTrip --as-zk-cluster ZK_HOSTS
+ *   RoundTrip --compare-log FILE CONTROLLER_LOG_DIR
  *
  * The second form writes, with Kafka's own record classes, a one-batch log segment with password-type broker
  * configs (per broker and cluster default) beside a topic, plain configs and producer ids: neither gen-coverage
- * nor the corpus holds a password config.
+ * nor the corpus holds a password config. Its partition is on brokers 1 and 2, or with BROKER on that one alone
+ * (a real controller migrating it waits for every broker a partition names to register).
+ *
+ * --as-zk-cluster removes the claim `kmproxy zk sync` leaves (/controller and /migration, which records the sync's
+ * offset) so that ZooKeeper reads as a ZK-mode cluster's before its migration: a KRaft controller finding an
+ * initial migration recorded in /migration does not read ZooKeeper, and one finding /controller held with its
+ * own epoch cannot claim it. --compare-log compares FILE's image with the image of a real KRaft controller's own
+ * __cluster_metadata-0 directory (every segment, in order) after it migrated the ZooKeeper `zk sync` wrote from
+ * FILE (test_roundtrip_controller), with the same comparison, and requires that log's ZkMigrationState MIGRATION.
  *
  * For each pair: FILE (a metadata log segment or .checkpoint) is read with Kafka's own classes (FileRecords,
  * MetadataRecordSerde, MetadataBatchLoader: aborted transactions drop out as they do in the broker) into a
@@ -54,6 +64,9 @@ import org.apache.kafka.raft.LeaderAndEpoch;
 import org.apache.kafka.security.PasswordEncoder;
 import org.apache.kafka.server.common.ApiMessageAndVersion;
 import org.apache.kafka.server.fault.FaultHandlerException;
+import org.apache.zookeeper.KeeperException;
+import org.apache.zookeeper.Watcher;
+import org.apache.zookeeper.ZooKeeper;
 import org.apache.zookeeper.client.ZKClientConfig;
 
 import java.io.File;
@@ -68,6 +81,8 @@ import java.util.Objects;
 import java.util.OptionalInt;
 import java.util.TreeMap;
 import java.util.TreeSet;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 
 public class RoundTrip {
     /* What was compared, what was normalised, and the differences, over all files. */
@@ -75,10 +90,19 @@ public class RoundTrip {
     final Map<String, Long> normalised = new TreeMap<>();
     final List<String> diffs = new ArrayList<>();
     String file = "";
+    String other = "zookeeper";  /* what the source is compared with, in DIFF lines */
 
     public static void main(String[] args) throws Exception {
-        if (args.length == 2 && args[0].equals("--write-password-log")) {
-            writePasswordLog(new File(args[1]));
+        if ((args.length == 2 || args.length == 3) && args[0].equals("--write-password-log")) {
+            writePasswordLog(new File(args[1]), args.length == 3 ? Integer.parseInt(args[2]) : -1);
+            return;
+        }
+        if (args.length == 2 && args[0].equals("--as-zk-cluster")) {
+            asZkCluster(args[1]);
+            return;
+        }
+        if (args.length == 3 && args[0].equals("--compare-log")) {
+            compareLog(args[1], new File(args[2]));
             return;
         }
         if (args.length < 4 || args.length % 2 != 0) {
@@ -105,27 +129,79 @@ public class RoundTrip {
             rt.compare(source, zk);
             files++;
         }
-        StringBuilder sum = new StringBuilder("files=" + files);
-        rt.counts.forEach((k, v) -> sum.append(' ').append(k).append('=').append(v));
-        sum.append(" differences=").append(rt.diffs.size());
-        for (String d : rt.diffs) System.out.println("DIFF " + d);
-        rt.normalised.forEach((k, v) -> System.out.println("NORMALISED " + k + " (" + v + ")"));
-        System.out.println(sum);
-        System.out.flush();
-        System.exit(rt.diffs.isEmpty() ? 0 : 1);
+        rt.finish(files);
     }
 
-    static void writePasswordLog(File out) throws Exception {
+    /* The summary and the differences on stdout; exits 0 equal, 1 different. */
+    void finish(int files) {
+        StringBuilder sum = new StringBuilder("files=" + files);
+        counts.forEach((k, v) -> sum.append(' ').append(k).append('=').append(v));
+        sum.append(" differences=").append(diffs.size());
+        for (String d : diffs) System.out.println("DIFF " + d);
+        normalised.forEach((k, v) -> System.out.println("NORMALISED " + k + " (" + v + ")"));
+        System.out.println(sum);
+        System.out.flush();
+        System.exit(diffs.isEmpty() ? 0 : 1);
+    }
+
+    static void asZkCluster(String connect) throws Exception {
+        CountDownLatch up = new CountDownLatch(1);
+        ZooKeeper zk = new ZooKeeper(connect, 30000, ev -> {
+            if (ev.getState() == Watcher.Event.KeeperState.SyncConnected) up.countDown();
+        });
+        try {
+            if (!up.await(60, TimeUnit.SECONDS)) throw new IllegalStateException("no ZooKeeper session with " + connect);
+            for (String path : new String[] {"/controller", "/migration"}) {
+                try {
+                    zk.delete(path, -1);
+                    System.out.println("removed " + path);
+                } catch (KeeperException.NoNodeException e) {
+                    System.out.println(path + " absent");
+                }
+            }
+        } finally {
+            zk.close();
+        }
+    }
+
+    static void compareLog(String source, File dir) throws Exception {
+        RoundTrip rt = new RoundTrip();
+        rt.file = source;
+        rt.other = "controller";
+        MetadataImage s, c;
+        try {
+            s = readFile(new File(source));
+            File[] segments = dir.listFiles((d, name) -> name.endsWith(".log"));
+            if (segments == null || segments.length == 0) throw new IllegalStateException(dir + ": no log segment");
+            Arrays.sort(segments);
+            c = readFiles(Arrays.asList(segments));
+        } catch (Throwable e) {
+            System.out.println("RoundTrip: " + source + ": could not compare: " + e);
+            e.printStackTrace();
+            System.exit(2);
+            return;
+        }
+        // The controller's own log says the migration finished: its last ZkMigrationState record is MIGRATION.
+        if (c.features().zkMigrationState() != ZkMigrationState.MIGRATION)
+            rt.diff("features/zk_migration_state (the controller's migration)", ZkMigrationState.MIGRATION,
+                c.features().zkMigrationState());
+        rt.count("controller_brokers", c.cluster().brokers().size());
+        rt.compare(s, c);
+        rt.finish(1);
+    }
+
+    static void writePasswordLog(File out, int broker) throws Exception {
         Uuid topic = Uuid.fromString("cm91bmQtdHJpcC10b3BpYw");
+        List<Integer> replicas = broker < 0 ? Arrays.asList(1, 2) : Arrays.asList(broker);
         List<ApiMessage> records = Arrays.asList(
             new FeatureLevelRecord().setName(MetadataVersion.FEATURE_NAME)
                 .setFeatureLevel(MetadataVersion.IBP_3_9_IV0.featureLevel()),
             new ZkMigrationStateRecord().setZkMigrationState(ZkMigrationState.MIGRATION.value()),
             new TopicRecord().setName("pw-topic").setTopicId(topic),
-            new PartitionRecord().setTopicId(topic).setPartitionId(0).setReplicas(Arrays.asList(1, 2))
-                .setIsr(Arrays.asList(1, 2)).setLeader(2).setLeaderEpoch(7).setPartitionEpoch(9),
-            config(ConfigResource.Type.BROKER, "1", "listener.name.internal.ssl.keystore.password", "broker-one-secret"),
-            config(ConfigResource.Type.BROKER, "1", "ssl.key.password", "key-secret"),
+            new PartitionRecord().setTopicId(topic).setPartitionId(0).setReplicas(replicas)
+                .setIsr(replicas).setLeader(replicas.get(replicas.size() - 1)).setLeaderEpoch(7).setPartitionEpoch(9),
+            config(ConfigResource.Type.BROKER, String.valueOf(replicas.get(0)), "listener.name.internal.ssl.keystore.password", "broker-one-secret"),
+            config(ConfigResource.Type.BROKER, String.valueOf(replicas.get(0)), "ssl.key.password", "key-secret"),
             config(ConfigResource.Type.BROKER, "", "ssl.truststore.password", "default-secret"),
             config(ConfigResource.Type.BROKER, "", "log.cleaner.threads", "2"),
             config(ConfigResource.Type.TOPIC, "pw-topic", "retention.ms", "86400000"),
@@ -156,6 +232,11 @@ public class RoundTrip {
     /* The image at the file's end, as a broker's MetadataLoader would have it (control batches skipped; a
      * checkpoint's header and footer are control batches too). */
     static MetadataImage readFile(File f) throws Exception {
+        return readFiles(Arrays.asList(f));
+    }
+
+    /* Segments of one log, in offset order, through one loader. */
+    static MetadataImage readFiles(List<File> files) throws Exception {
         MetadataImage[] image = {MetadataImage.EMPTY};
         List<String> faults = new ArrayList<>();
         MetadataBatchLoader loader = new MetadataBatchLoader(new LogContext("[RoundTrip] "), Time.SYSTEM,
@@ -165,7 +246,7 @@ public class RoundTrip {
             }, (delta, img, manifest) -> image[0] = img);
         MetadataRecordSerde serde = new MetadataRecordSerde();
         LeaderAndEpoch leader = new LeaderAndEpoch(OptionalInt.empty(), 0);
-        try (FileRecords records = FileRecords.open(f, false)) {
+        for (File f : files) try (FileRecords records = FileRecords.open(f, false)) {
             for (RecordBatch batch : records.batches()) {
                 batch.ensureValid();
                 if (batch.isControlBatch()) continue;
@@ -176,7 +257,7 @@ public class RoundTrip {
             }
         }
         loader.maybeFlushBatches(leader);
-        if (!faults.isEmpty()) throw new IllegalStateException("replaying " + f + ": " + faults);
+        if (!faults.isEmpty()) throw new IllegalStateException("replaying " + files + ": " + faults);
         return image[0];
     }
 
@@ -196,7 +277,7 @@ public class RoundTrip {
 
     void count(String what, long n) { counts.merge(what, n, Long::sum); }
     void normalise(String what) { normalised.merge(what, 1L, Long::sum); }
-    void diff(String path, Object source, Object zk) { diffs.add(file + ": " + path + ": source " + source + ", zookeeper " + zk); }
+    void diff(String path, Object source, Object zk) { diffs.add(file + ": " + path + ": source " + source + ", " + other + " " + zk); }
 
     void compare(MetadataImage s, MetadataImage z) {
         compareTopics(s, z);
