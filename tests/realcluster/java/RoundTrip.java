@@ -10,10 +10,10 @@
  * nor the corpus holds a password config. Its partition is on brokers 1 and 2, or with BROKER on that one alone
  * (a real controller migrating it waits for every broker a partition names to register).
  *
- * --as-zk-cluster removes the claim `kmproxy zk sync` leaves (/controller and /migration, which records the sync's
- * offset) so that ZooKeeper reads as a ZK-mode cluster's before its migration: a KRaft controller finding an
- * initial migration recorded in /migration does not read ZooKeeper, and one finding /controller held with its
- * own epoch cannot claim it. --compare-log compares FILE's image with the image of a real KRaft controller's own
+ * --as-zk-cluster turns the claim `kmproxy zk sync` leaves into one a fresh KRaft quorum migrates: it removes
+ * /migration (a controller finding an initial migration recorded there does not read ZooKeeper) and replaces
+ * /controller (sync's claim holds the log's epoch, which a fresh quorum's first leader cannot supersede) with a
+ * KRaft claim of epoch 0. --compare-log compares FILE's image with the image of a real KRaft controller's own
  * __cluster_metadata-0 directory (every segment, in order) after it migrated the ZooKeeper `zk sync` wrote from
  * FILE (test_roundtrip_controller), with the same comparison, and requires that log's ZkMigrationState MIGRATION.
  *
@@ -64,8 +64,10 @@ import org.apache.kafka.raft.LeaderAndEpoch;
 import org.apache.kafka.security.PasswordEncoder;
 import org.apache.kafka.server.common.ApiMessageAndVersion;
 import org.apache.kafka.server.fault.FaultHandlerException;
+import org.apache.zookeeper.CreateMode;
 import org.apache.zookeeper.KeeperException;
 import org.apache.zookeeper.Watcher;
+import org.apache.zookeeper.ZooDefs;
 import org.apache.zookeeper.ZooKeeper;
 import org.apache.zookeeper.client.ZKClientConfig;
 
@@ -151,14 +153,23 @@ public class RoundTrip {
         });
         try {
             if (!up.await(60, TimeUnit.SECONDS)) throw new IllegalStateException("no ZooKeeper session with " + connect);
-            for (String path : new String[] {"/controller", "/migration"}) {
-                try {
-                    zk.delete(path, -1);
-                    System.out.println("removed " + path);
-                } catch (KeeperException.NoNodeException e) {
-                    System.out.println(path + " absent");
-                }
+            try {
+                zk.delete("/migration", -1);
+                System.out.println("removed /migration");
+            } catch (KeeperException.NoNodeException e) {
+                System.out.println("/migration absent");
             }
+            // A KRaft claim of epoch 0, older than any a real quorum makes (its first leader has epoch 1): the real
+            // controller takes it over; ZK-mode brokers see a KRaft controller and elect no ZK controller, which
+            // would act on the partitions before the migration reads them.
+            try {
+                zk.delete("/controller", -1);
+            } catch (KeeperException.NoNodeException e) {
+                // absent: created below
+            }
+            zk.create("/controller", "{\"version\":2,\"brokerid\":-1,\"timestamp\":\"0\",\"kraftControllerEpoch\":0}"
+                .getBytes(java.nio.charset.StandardCharsets.UTF_8), ZooDefs.Ids.OPEN_ACL_UNSAFE, CreateMode.PERSISTENT);
+            System.out.println("/controller: a KRaft claim of epoch 0");
         } finally {
             zk.close();
         }
@@ -168,23 +179,29 @@ public class RoundTrip {
         RoundTrip rt = new RoundTrip();
         rt.file = source;
         rt.other = "controller";
+        long[] migrated = {-1, 0};
         MetadataImage s, c;
         try {
             s = readFile(new File(source));
             File[] segments = dir.listFiles((d, name) -> name.endsWith(".log"));
             if (segments == null || segments.length == 0) throw new IllegalStateException(dir + ": no log segment");
             Arrays.sort(segments);
-            c = readFiles(Arrays.asList(segments));
+            c = readFiles(Arrays.asList(segments), migrated);
         } catch (Throwable e) {
             System.out.println("RoundTrip: " + source + ": could not compare: " + e);
             e.printStackTrace();
             System.exit(2);
             return;
         }
-        // The controller's own log says the migration finished: its last ZkMigrationState record is MIGRATION.
-        if (c.features().zkMigrationState() != ZkMigrationState.MIGRATION)
+        // The controller's own log says the migration finished (a ZkMigrationState MIGRATION record). What the live
+        // cluster does after it (ISR expansions, a reassignment completing, an offline partition's election) is
+        // Kafka's own work in dual-write, not what ZooKeeper held: the image ends at the migration's end.
+        if (migrated[0] < 0)
             rt.diff("features/zk_migration_state (the controller's migration)", ZkMigrationState.MIGRATION,
                 c.features().zkMigrationState());
+        else if (migrated[1] > 0)
+            rt.normalised.put("controller log read to the end of the migration (offset " + migrated[0] + "); "
+                + migrated[1] + " later records are the live cluster's own changes in dual-write", 1L);
         rt.count("controller_brokers", c.cluster().brokers().size());
         rt.compare(s, c);
         rt.finish(1);
@@ -232,11 +249,13 @@ public class RoundTrip {
     /* The image at the file's end, as a broker's MetadataLoader would have it (control batches skipped; a
      * checkpoint's header and footer are control batches too). */
     static MetadataImage readFile(File f) throws Exception {
-        return readFiles(Arrays.asList(f));
+        return readFiles(Arrays.asList(f), null);
     }
 
-    /* Segments of one log, in offset order, through one loader. */
-    static MetadataImage readFiles(List<File> files) throws Exception {
+    /* Segments of one log, in offset order, through one loader. With `migrated` ({-1, 0} on entry) the image stops
+     * at the end of the batch that records ZkMigrationState MIGRATION (the migration's end): that batch's last
+     * offset goes to migrated[0], the count of records after it to migrated[1]. */
+    static MetadataImage readFiles(List<File> files, long[] migrated) throws Exception {
         MetadataImage[] image = {MetadataImage.EMPTY};
         List<String> faults = new ArrayList<>();
         MetadataBatchLoader loader = new MetadataBatchLoader(new LogContext("[RoundTrip] "), Time.SYSTEM,
@@ -252,8 +271,15 @@ public class RoundTrip {
                 if (batch.isControlBatch()) continue;
                 List<ApiMessageAndVersion> list = new ArrayList<>();
                 for (Record r : batch) list.add(serde.read(new ByteBufferAccessor(r.value()), r.valueSize()));
+                if (migrated != null && migrated[0] >= 0) {
+                    migrated[1] += list.size();
+                    continue;
+                }
                 loader.loadBatch(Batch.data(batch.baseOffset(), batch.partitionLeaderEpoch(),
                     batch.maxTimestamp(), batch.sizeInBytes(), list), leader);
+                if (migrated != null && list.stream().anyMatch(m -> m.message() instanceof ZkMigrationStateRecord
+                        && ((ZkMigrationStateRecord) m.message()).zkMigrationState() == ZkMigrationState.MIGRATION.value()))
+                    migrated[0] = batch.lastOffset();
             }
         }
         loader.maybeFlushBatches(leader);
