@@ -27,7 +27,7 @@
  * partitions name (the migration driver waits for each to register), and what the comparison must have seen. */
 typedef struct input {
     const char *name, *write, *broker_ids;
-    int topics, passwords, brokers;
+    int topics, passwords, brokers, quotas, scram, acls, tokens;
 } input;
 
 /* Before Kafka starts: the input, zk sync of it, then RoundTrip --as-zk-cluster makes sync's claim one a fresh
@@ -77,11 +77,15 @@ static void compare(rc_rig *r, const char *dir, const input *in)
     for (const char *l = strstr(out, "NORMALISED "); l; l = strstr(l + 1, "\nNORMALISED "))
         cr_log_info("%.*s", (int)strcspn(l + (*l == '\n'), "\n"), l + (*l == '\n'));
     rc_assert(r, rc == 0, "%s: the controller's log differs from the source image (exit %d):\n%.8000s", in->name, rc, out);
-    int topics = summary_int(sum, "topics"), pw = summary_int(sum, "password_config_keys"),
-        brokers = summary_int(sum, "controller_brokers");
-    rc_assert(r, topics == in->topics && pw == in->passwords && brokers == in->brokers,
-              "%s: compared %d topics, %d password configs, %d registered brokers; want %d, %d, %d: %.*s", in->name,
-              topics, pw, brokers, in->topics, in->passwords, in->brokers, (int)strcspn(sum, "\n"), sum);
+    /* What was compared (the source's counts): each kind the input holds went through the controller. */
+    const char *keys[] = {"topics", "password_config_keys", "controller_brokers", "quota_entities",
+                          "scram_credentials", "acls", "delegation_tokens"};
+    const int want[] = {in->topics, in->passwords, in->brokers, in->quotas, in->scram, in->acls, in->tokens};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        int got = summary_int(sum, keys[i]);
+        rc_assert(r, got == want[i] || (want[i] == 0 && got < 0), "%s: compared %s=%d, want %d: %.*s", in->name,
+                  keys[i], got, want[i], (int)strcspn(sum, "\n"), sum);
+    }
     free(out);
 }
 
@@ -107,12 +111,13 @@ static void round_trip(const input *in)
     free(dir);
 }
 
-/* RoundTrip's password log (a topic, password and plain configs, producer ids), its partition on broker 1. */
+/* RoundTrip's password log (a topic, password and plain configs, producer ids, a client quota, a SCRAM credential,
+ * an ACL, a delegation token), its partition on broker 1: every kind, without ../shared. */
 Test(roundtrip_controller, a_fresh_kraft_controller_migrates_the_password_configs_zk_sync_wrote, .timeout = 900)
 {
     rc_cache_or_skip();
     const input in = {"the password log", "$J -cp \"$KM_RIG_CP\" RoundTrip --write-password-log \"$D/input/" LOG0 "\" 1",
-                      "1", 1, 3, 1};
+                      "1", 1, 3, 1, 1, 1, 1, 1};
     round_trip(&in);
 }
 
@@ -130,6 +135,6 @@ Test(roundtrip_controller, a_fresh_kraft_controller_migrates_gen_coverages_image
     }
     snprintf(write, sizeof write, "'%s/bin/gen-coverage' \"$D/gen\" >/dev/null; mkdir -p \"$D/input\"; "
              "cp \"$D/gen/" LOG0 "\" \"$D/input/\"", kit);
-    const input in = {"gen-coverage's log", write, "1,2,3", 3, 0, 3};
+    const input in = {"gen-coverage's log", write, "1,2,3", 3, 0, 3, 4, 2, 2, 1};
     round_trip(&in);
 }

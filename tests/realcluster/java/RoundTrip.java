@@ -6,8 +6,9 @@
  *   RoundTrip --compare-log FILE CONTROLLER_LOG_DIR
  *
  * The second form writes, with Kafka's own record classes, a one-batch log segment with password-type broker
- * configs (per broker and cluster default) beside a topic, plain configs and producer ids: neither gen-coverage
- * nor the corpus holds a password config. Its partition is on brokers 1 and 2, or with BROKER on that one alone
+ * configs (per broker and cluster default) beside a topic, plain configs, producer ids and one client quota, SCRAM
+ * credential, ACL and delegation token: neither gen-coverage nor the corpus holds a password config, and without
+ * them (a fresh clone) this log alone covers every kind. Its partition is on brokers 1 and 2, or with BROKER on that one alone
  * (a real controller migrating it waits for every broker a partition names to register).
  *
  * --as-zk-cluster turns the claim `kmproxy zk sync` leaves into one a fresh KRaft quorum migrates: it removes
@@ -29,7 +30,16 @@ import kafka.zk.ZkMigrationClient;
 
 import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.compress.Compression;
+import org.apache.kafka.common.acl.AclOperation;
+import org.apache.kafka.common.acl.AclPermissionType;
+import org.apache.kafka.common.metadata.AccessControlEntryRecord;
+import org.apache.kafka.common.metadata.ClientQuotaRecord;
 import org.apache.kafka.common.metadata.ConfigRecord;
+import org.apache.kafka.common.metadata.DelegationTokenRecord;
+import org.apache.kafka.common.metadata.UserScramCredentialRecord;
+import org.apache.kafka.common.resource.PatternType;
+import org.apache.kafka.common.resource.ResourceType;
+import org.apache.kafka.clients.admin.ScramMechanism;
 import org.apache.kafka.common.metadata.FeatureLevelRecord;
 import org.apache.kafka.common.metadata.PartitionRecord;
 import org.apache.kafka.common.metadata.ProducerIdsRecord;
@@ -222,7 +232,19 @@ public class RoundTrip {
             config(ConfigResource.Type.BROKER, "", "ssl.truststore.password", "default-secret"),
             config(ConfigResource.Type.BROKER, "", "log.cleaner.threads", "2"),
             config(ConfigResource.Type.TOPIC, "pw-topic", "retention.ms", "86400000"),
-            new ProducerIdsRecord().setBrokerId(1).setBrokerEpoch(5).setNextProducerId(3000));
+            new ProducerIdsRecord().setBrokerId(1).setBrokerEpoch(5).setNextProducerId(3000),
+            // One of each other kind ZooKeeper holds, so that this log alone (no gen-coverage) covers them all.
+            new ClientQuotaRecord().setEntity(Arrays.asList(new ClientQuotaRecord.EntityData().setEntityType("user")
+                .setEntityName("pw-user"))).setKey("producer_byte_rate").setValue(1048576.0),
+            new UserScramCredentialRecord().setName("pw-user").setMechanism(ScramMechanism.SCRAM_SHA_256.type())
+                .setSalt(bytes(16, 1)).setStoredKey(bytes(32, 2)).setServerKey(bytes(32, 3)).setIterations(4096),
+            new AccessControlEntryRecord().setId(Uuid.fromString("cm91bmQtdHJpcC1hY2wtMQ"))
+                .setResourceType(ResourceType.TOPIC.code()).setResourceName("pw-topic")
+                .setPatternType(PatternType.LITERAL.code()).setPrincipal("User:pw-user").setHost("*")
+                .setOperation(AclOperation.READ.code()).setPermissionType(AclPermissionType.ALLOW.code()),
+            new DelegationTokenRecord().setOwner("User:pw-user").setRequester("User:pw-user")
+                .setRenewers(Arrays.asList("User:pw-renewer")).setIssueTimestamp(1700000000000L)
+                .setMaxTimestamp(4102444800000L).setExpirationTimestamp(4102444800000L).setTokenId("pw-token"));
         MetadataRecordSerde serde = new MetadataRecordSerde();
         List<SimpleRecord> simple = new ArrayList<>();
         for (ApiMessage m : records) {
@@ -240,6 +262,12 @@ public class RoundTrip {
             f.append(batch);
             f.flush();
         }
+    }
+
+    static byte[] bytes(int n, int fill) {
+        byte[] b = new byte[n];
+        Arrays.fill(b, (byte) fill);
+        return b;
     }
 
     static ConfigRecord config(ConfigResource.Type type, String name, String key, String value) {
