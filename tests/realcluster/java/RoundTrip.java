@@ -83,6 +83,7 @@ import org.apache.zookeeper.client.ZKClientConfig;
 
 import java.io.File;
 import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -178,7 +179,7 @@ public class RoundTrip {
                 // absent: created below
             }
             zk.create("/controller", "{\"version\":2,\"brokerid\":-1,\"timestamp\":\"0\",\"kraftControllerEpoch\":0}"
-                .getBytes(java.nio.charset.StandardCharsets.UTF_8), ZooDefs.Ids.OPEN_ACL_UNSAFE, CreateMode.PERSISTENT);
+                .getBytes(StandardCharsets.UTF_8), ZooDefs.Ids.OPEN_ACL_UNSAFE, CreateMode.PERSISTENT);
             System.out.println("/controller: a KRaft claim of epoch 0");
         } finally {
             zk.close();
