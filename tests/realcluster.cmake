@@ -21,3 +21,11 @@ km_add_test(test_roundtrip SOURCES ${KM_RC_DIR}/test_roundtrip.c ${KM_RC_DIR}/rc
             ${CMAKE_CURRENT_LIST_DIR}/realkafka_util.c TIMEOUT 600)
 target_include_directories(test_roundtrip PRIVATE ${KM_RC_DIR} ${CMAKE_CURRENT_LIST_DIR})
 target_compile_definitions(test_roundtrip PRIVATE KM_TEST_BUILD_DIR="${CMAKE_BINARY_DIR}")
+# The same round trip through a whole fresh KRaft controller (docs/realcluster.md "Round trip"): zk sync writes the
+# rig's ZooKeeper before Kafka starts, one controller and one ZK-mode broker migrate it; real Kafka processes, so
+# one real-cluster suite at a time.
+km_add_test(test_roundtrip_controller SOURCES ${KM_RC_DIR}/test_roundtrip_controller.c ${KM_RC_DIR}/rc_rig.c
+            ${CMAKE_CURRENT_LIST_DIR}/realkafka_util.c TIMEOUT 1200 JOBS 1)
+target_include_directories(test_roundtrip_controller PRIVATE ${KM_RC_DIR} ${CMAKE_CURRENT_LIST_DIR})
+target_compile_definitions(test_roundtrip_controller PRIVATE KM_TEST_BUILD_DIR="${CMAKE_BINARY_DIR}")
+set_tests_properties(test_roundtrip_controller PROPERTIES RESOURCE_LOCK km_realcluster)

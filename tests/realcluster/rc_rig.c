@@ -155,7 +155,8 @@ static int parse_ready(rc_rig *r, const char *json)
     return 0;
 }
 
-static void exec_rig(rc_rig *r, const char *cache, int controllers, int in[2], int out[2], pid_t parent)
+static void exec_rig(rc_rig *r, const char *cache, int controllers, const char *const *extra, int in[2], int out[2],
+                     pid_t parent)
 {
     km_test_die_with_parent(parent);
     dup2(in[0], 0);
@@ -169,12 +170,24 @@ static void exec_rig(rc_rig *r, const char *cache, int controllers, int in[2], i
         close(i);
     snprintf(script, sizeof script, "%s/tests/realcluster/rig.py", km_test_source_dir());
     snprintf(ctl, sizeof ctl, "%d", controllers);
-    char *argv[] = {"python3", script, "up", "--dir", r->dir, "--controllers", ctl, "--cache", (char *)cache, NULL};
-    execvp("python3", argv);
+    const char *fixed[] = {"python3", script, "up", "--dir", r->dir, "--controllers", ctl, "--cache", cache};
+    const char *argv[64];
+    size_t n = 0;
+    for (; n < sizeof fixed / sizeof *fixed; n++)
+        argv[n] = fixed[n];
+    for (; extra && *extra && n < sizeof argv / sizeof *argv - 1; extra++)
+        argv[n++] = *extra;
+    argv[n] = NULL;
+    execvp("python3", (char *const *)argv);
     _exit(127);
 }
 
 rc_rig *rc_rig_start(int controllers, char *why, size_t cap)
+{
+    return rc_rig_start_with(controllers, NULL, why, cap);
+}
+
+rc_rig *rc_rig_start_with(int controllers, const char *const *extra, char *why, size_t cap)
 {
     const char *cache = rc_cache(why, cap);
     if (!cache)
@@ -189,7 +202,7 @@ rc_rig *rc_rig_start(int controllers, char *why, size_t cap)
     pid_t parent = getpid();
     r->pid = fork();
     if (r->pid == 0)
-        exec_rig(r, cache, controllers, in, out, parent);
+        exec_rig(r, cache, controllers, extra, in, out, parent);
     close(in[0]);
     close(out[1]);
     r->to_rig = in[1];

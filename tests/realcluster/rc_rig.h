@@ -44,6 +44,8 @@ const char *rc_cache_or_skip(void);
 
 /* Starts a rig in a fresh temp dir and waits until it is in dual-write.  NULL with why (and the logs' tails). */
 rc_rig *rc_rig_start(int controllers, char *why, size_t cap);
+/* rc_rig_start with more of rig.py's options (NULL-terminated: --broker-ids, --controller-prop, --before-kafka). */
+rc_rig *rc_rig_start_with(int controllers, const char *const *extra, char *why, size_t cap);
 /* Sends one command (kill/start/stop KIND ID, zk PATH, rss); the answer line (malloc'd), NULL if the rig is gone. */
 char *rc_rig_cmd(rc_rig *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Tears it down: every process killed, no leftovers.  keep_logs (a failed test): every node's logs and

@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 """rig.py: a real Kafka 3.9 cluster in ZooKeeper-to-KRaft migration on 127.0.0.1, for the real-cluster tests.
 
-    rig.py up --dir DIR [--controllers N] [--brokers N] [--cache CACHE]
+    rig.py up --dir DIR [--controllers N] [--brokers N | --broker-ids ID,...] [--cache CACHE] [--before-kafka CMD]
+               [--controller-prop KEY=VALUE ...]
 
 One ZooKeeper, N ZK-mode brokers (migration enabled) and N KRaft controllers in migration mode, all of Apache
 Kafka's released jars (tests/realcluster/fetch-kafka), on free ports.  It waits until the active controller's
 KRaftMigrationDriver reaches DUAL_WRITE and /migration holds the initial migration, then prints one line
-`ready {json}` (ports, ids, pids, the start time and the processes' RSS) and serves commands, one a line on stdin:
+`ready {json}` (ports, ids, pids, the start time and the processes' RSS) and serves commands, one a line on stdin
+(below).  --before-kafka CMD: a shell command run once ZooKeeper serves and /cluster/id is written, before any
+broker or controller starts ($KM_RIG_ZK: ZooKeeper's host:port, $KM_RIG_CLUSTER_ID: the cluster id, $KM_RIG_CP:
+the java/ tools' classes and Kafka's jars); what it leaves in ZooKeeper is what the cluster starts on
+(test_roundtrip_controller: what `kmproxy zk sync` wrote, for the controller to migrate).  --controller-prop
+KEY=VALUE (repeatable) adds a key to the controllers' server.properties; --broker-ids 1,2 names the brokers.
 
     kill KIND ID      SIGKILL one broker or controller (KIND: broker, controller)
     start KIND ID     start it again on the same ports and data, wait until it serves
@@ -284,6 +290,7 @@ class Controller(KafkaNode):
             "num.io.threads": 2, "num.network.threads": 2, "background.threads": 2,
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": "User:ANONYMOUS", "allow.everyone.if.no.acl.found": "true",
+            **r.controller_props,
         }
         if r.secure:  # the KRaft controller creates the tokens the brokers forward it; both sign them with this key
             c["delegation.token.secret.key"] = TOKEN_SECRET
@@ -315,7 +322,8 @@ class Rig:
         while self.cluster_id.startswith("-"):  # as Kafka's Uuid.randomUuid: a leading '-' reads as an option
             self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self.zk = ZooKeeper(self, "zookeeper", 0, free_port())
-        self.brokers = [Broker(self, "broker", i, free_port()) for i in range(args.brokers)]
+        ids = [int(i) for i in args.broker_ids.split(",")] if args.broker_ids else range(args.brokers)
+        self.brokers = [Broker(self, "broker", i, free_port()) for i in ids]
         self.secure = args.secure
         if self.secure:
             self.make_certificate()
@@ -324,6 +332,8 @@ class Rig:
         self.controllers = [Controller(self, "controller", 3000 + i, free_port()) for i in range(args.controllers)]
         self.lock = threading.Lock()
         self.fault = zkfault.ZkFaultProxy(self.zk.port, log) if args.zk_fault else None
+        self.before_kafka = args.before_kafka
+        self.controller_props = dict(kv.split("=", 1) for kv in args.controller_prop)
 
     def make_certificate(self):
         """A self-signed certificate for 127.0.0.1 (the brokers' SASL_SSL listener and the clients' trust), valid
@@ -416,6 +426,8 @@ class Rig:
         # The cluster id the brokers will adopt from /cluster/id is the one the controllers are formatted with:
         # written first, so that brokers and controllers start together.
         self.parallel([self.write_cluster_id] + [c.format for c in self.controllers])
+        if self.before_kafka:
+            self.run_before_kafka()
         for n in self.brokers + self.controllers:
             n.start()
         self.parallel([n.wait_ready for n in self.brokers + self.controllers])
@@ -423,6 +435,15 @@ class Rig:
         self.wait_dual_write()
         self.start_s = time.monotonic() - t0
         log("dual-write after %.1f s" % self.start_s)
+
+    def run_before_kafka(self):
+        env = dict(os.environ, KM_RIG_ZK=self.zk_connect(), KM_RIG_CLUSTER_ID=self.cluster_id,
+                   KM_RIG_CP=self.tool_classes + ":" + self.classpath)
+        out = subprocess.run(["/bin/sh", "-c", self.before_kafka], env=env, capture_output=True, text=True,
+                             preexec_fn=die_with_parent)
+        if out.returncode:
+            raise RuntimeError("--before-kafka exited %d: %s" % (out.returncode, (out.stdout + out.stderr)[-1500:]))
+        log("--before-kafka: %s" % (out.stdout + out.stderr).strip()[-500:])
 
     def write_cluster_id(self):
         held = self.rigzk("writing /cluster/id", "cluster-id", self.cluster_id)
@@ -510,6 +531,9 @@ def main():
     ap.add_argument("--zk-fault", action="store_true", default=os.environ.get("KM_RIG_ZK_FAULT") == "1", help="the controllers reach ZooKeeper through zkfault.py")
     ap.add_argument("--secure", action="store_true", default=os.environ.get("KM_RIG_SECURE") == "1",
                     help="brokers also listen on SASL_PLAINTEXT and SASL_SSL (SCRAM-SHA-256 and PLAIN)")
+    ap.add_argument("--broker-ids", help="the brokers' ids, comma-separated (instead of --brokers: 0..N-1)")
+    ap.add_argument("--controller-prop", action="append", default=[], help="KEY=VALUE for the controllers")
+    ap.add_argument("--before-kafka", help="a shell command run after ZooKeeper and /cluster/id, before Kafka")
     ap.add_argument("--cache", default=os.environ.get("KM_REALKAFKA_CACHE",
                                                       os.path.expanduser("~/.cache/kmproxy/realkafka")))
     args = ap.parse_args()

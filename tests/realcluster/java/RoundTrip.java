@@ -1,11 +1,22 @@
 /* RoundTrip: the round trip of a KRaft image through ZooKeeper (docs/realcluster.md, "Round trip").
  *
  *   RoundTrip SECRET_FILE ZK_HOSTS FILE CHROOT [FILE CHROOT ...]
- *   RoundTrip --write-password-log OUT.log
+ *   RoundTrip --write-password-log OUT.log [BROKER]
+ *   RoundTrip --as-zk-cluster ZK_HOSTS
+ *   RoundTrip --compare-log FILE CONTROLLER_LOG_DIR
  *
  * The second form writes, with Kafka's own record classes, a one-batch log segment with password-type broker
- * configs (per broker and cluster default) beside a topic, plain configs and producer ids: neither gen-coverage
- * nor the corpus holds a password config.
+ * configs (per broker and cluster default) beside a topic, plain configs, producer ids and one client quota, SCRAM
+ * credential, ACL and delegation token: neither gen-coverage nor the corpus holds a password config, and without
+ * them (a fresh clone) this log alone covers every kind. Its partition is on brokers 1 and 2, or with BROKER on that one alone
+ * (a real controller migrating it waits for every broker a partition names to register).
+ *
+ * --as-zk-cluster turns the claim `kmproxy zk sync` leaves into one a fresh KRaft quorum migrates: it removes
+ * /migration (a controller finding an initial migration recorded there does not read ZooKeeper) and replaces
+ * /controller (sync's claim holds the log's epoch, which a fresh quorum's first leader cannot supersede) with a
+ * KRaft claim of epoch 0. --compare-log compares FILE's image with the image of a real KRaft controller's own
+ * __cluster_metadata-0 directory (every segment, in order) after it migrated the ZooKeeper `zk sync` wrote from
+ * FILE (test_roundtrip_controller), with the same comparison, and requires that log's ZkMigrationState MIGRATION.
  *
  * For each pair: FILE (a metadata log segment or .checkpoint) is read with Kafka's own classes (FileRecords,
  * MetadataRecordSerde, MetadataBatchLoader: aborted transactions drop out as they do in the broker) into a
@@ -19,7 +30,16 @@ import kafka.zk.ZkMigrationClient;
 
 import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.compress.Compression;
+import org.apache.kafka.common.acl.AclOperation;
+import org.apache.kafka.common.acl.AclPermissionType;
+import org.apache.kafka.common.metadata.AccessControlEntryRecord;
+import org.apache.kafka.common.metadata.ClientQuotaRecord;
 import org.apache.kafka.common.metadata.ConfigRecord;
+import org.apache.kafka.common.metadata.DelegationTokenRecord;
+import org.apache.kafka.common.metadata.UserScramCredentialRecord;
+import org.apache.kafka.common.resource.PatternType;
+import org.apache.kafka.common.resource.ResourceType;
+import org.apache.kafka.clients.admin.ScramMechanism;
 import org.apache.kafka.common.metadata.FeatureLevelRecord;
 import org.apache.kafka.common.metadata.PartitionRecord;
 import org.apache.kafka.common.metadata.ProducerIdsRecord;
@@ -54,10 +74,16 @@ import org.apache.kafka.raft.LeaderAndEpoch;
 import org.apache.kafka.security.PasswordEncoder;
 import org.apache.kafka.server.common.ApiMessageAndVersion;
 import org.apache.kafka.server.fault.FaultHandlerException;
+import org.apache.zookeeper.CreateMode;
+import org.apache.zookeeper.KeeperException;
+import org.apache.zookeeper.Watcher;
+import org.apache.zookeeper.ZooDefs;
+import org.apache.zookeeper.ZooKeeper;
 import org.apache.zookeeper.client.ZKClientConfig;
 
 import java.io.File;
 import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -68,6 +94,8 @@ import java.util.Objects;
 import java.util.OptionalInt;
 import java.util.TreeMap;
 import java.util.TreeSet;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 
 public class RoundTrip {
     /* What was compared, what was normalised, and the differences, over all files. */
@@ -75,10 +103,19 @@ public class RoundTrip {
     final Map<String, Long> normalised = new TreeMap<>();
     final List<String> diffs = new ArrayList<>();
     String file = "";
+    String other = "zookeeper";  /* what the source is compared with, in DIFF lines */
 
     public static void main(String[] args) throws Exception {
-        if (args.length == 2 && args[0].equals("--write-password-log")) {
-            writePasswordLog(new File(args[1]));
+        if ((args.length == 2 || args.length == 3) && args[0].equals("--write-password-log")) {
+            writePasswordLog(new File(args[1]), args.length == 3 ? Integer.parseInt(args[2]) : -1);
+            return;
+        }
+        if (args.length == 2 && args[0].equals("--as-zk-cluster")) {
+            asZkCluster(args[1]);
+            return;
+        }
+        if (args.length == 3 && args[0].equals("--compare-log")) {
+            compareLog(args[1], new File(args[2]));
             return;
         }
         if (args.length < 4 || args.length % 2 != 0) {
@@ -105,31 +142,110 @@ public class RoundTrip {
             rt.compare(source, zk);
             files++;
         }
-        StringBuilder sum = new StringBuilder("files=" + files);
-        rt.counts.forEach((k, v) -> sum.append(' ').append(k).append('=').append(v));
-        sum.append(" differences=").append(rt.diffs.size());
-        for (String d : rt.diffs) System.out.println("DIFF " + d);
-        rt.normalised.forEach((k, v) -> System.out.println("NORMALISED " + k + " (" + v + ")"));
-        System.out.println(sum);
-        System.out.flush();
-        System.exit(rt.diffs.isEmpty() ? 0 : 1);
+        rt.finish(files);
     }
 
-    static void writePasswordLog(File out) throws Exception {
+    /* The summary and the differences on stdout; exits 0 equal, 1 different. */
+    void finish(int files) {
+        StringBuilder sum = new StringBuilder("files=" + files);
+        counts.forEach((k, v) -> sum.append(' ').append(k).append('=').append(v));
+        sum.append(" differences=").append(diffs.size());
+        for (String d : diffs) System.out.println("DIFF " + d);
+        normalised.forEach((k, v) -> System.out.println("NORMALISED " + k + " (" + v + ")"));
+        System.out.println(sum);
+        System.out.flush();
+        System.exit(diffs.isEmpty() ? 0 : 1);
+    }
+
+    static void asZkCluster(String connect) throws Exception {
+        CountDownLatch up = new CountDownLatch(1);
+        ZooKeeper zk = new ZooKeeper(connect, 30000, ev -> {
+            if (ev.getState() == Watcher.Event.KeeperState.SyncConnected) up.countDown();
+        });
+        try {
+            if (!up.await(60, TimeUnit.SECONDS)) throw new IllegalStateException("no ZooKeeper session with " + connect);
+            try {
+                zk.delete("/migration", -1);
+                System.out.println("removed /migration");
+            } catch (KeeperException.NoNodeException e) {
+                System.out.println("/migration absent");
+            }
+            // A KRaft claim of epoch 0, older than any a real quorum makes (its first leader has epoch 1): the real
+            // controller takes it over; ZK-mode brokers see a KRaft controller and elect no ZK controller, which
+            // would act on the partitions before the migration reads them.
+            try {
+                zk.delete("/controller", -1);
+            } catch (KeeperException.NoNodeException e) {
+                // absent: created below
+            }
+            zk.create("/controller", "{\"version\":2,\"brokerid\":-1,\"timestamp\":\"0\",\"kraftControllerEpoch\":0}"
+                .getBytes(StandardCharsets.UTF_8), ZooDefs.Ids.OPEN_ACL_UNSAFE, CreateMode.PERSISTENT);
+            System.out.println("/controller: a KRaft claim of epoch 0");
+        } finally {
+            zk.close();
+        }
+    }
+
+    static void compareLog(String source, File dir) throws Exception {
+        RoundTrip rt = new RoundTrip();
+        rt.file = source;
+        rt.other = "controller";
+        long[] migrated = {-1, 0};
+        MetadataImage s, c;
+        try {
+            s = readFile(new File(source));
+            File[] segments = dir.listFiles((d, name) -> name.endsWith(".log"));
+            if (segments == null || segments.length == 0) throw new IllegalStateException(dir + ": no log segment");
+            Arrays.sort(segments);
+            c = readFiles(Arrays.asList(segments), migrated);
+        } catch (Throwable e) {
+            System.out.println("RoundTrip: " + source + ": could not compare: " + e);
+            e.printStackTrace();
+            System.exit(2);
+            return;
+        }
+        // The controller's own log says the migration finished (a ZkMigrationState MIGRATION record). What the live
+        // cluster does after it (ISR expansions, a reassignment completing, an offline partition's election) is
+        // Kafka's own work in dual-write, not what ZooKeeper held: the image ends at the migration's end.
+        if (migrated[0] < 0)
+            rt.diff("features/zk_migration_state (the controller's migration)", ZkMigrationState.MIGRATION,
+                c.features().zkMigrationState());
+        else if (migrated[1] > 0)
+            rt.normalised.put("controller log read to the end of the migration (offset " + migrated[0] + "); "
+                + migrated[1] + " later records are the live cluster's own changes in dual-write", 1L);
+        rt.count("controller_brokers", c.cluster().brokers().size());
+        rt.compare(s, c);
+        rt.finish(1);
+    }
+
+    static void writePasswordLog(File out, int broker) throws Exception {
         Uuid topic = Uuid.fromString("cm91bmQtdHJpcC10b3BpYw");
+        List<Integer> replicas = broker < 0 ? Arrays.asList(1, 2) : Arrays.asList(broker);
         List<ApiMessage> records = Arrays.asList(
             new FeatureLevelRecord().setName(MetadataVersion.FEATURE_NAME)
                 .setFeatureLevel(MetadataVersion.IBP_3_9_IV0.featureLevel()),
             new ZkMigrationStateRecord().setZkMigrationState(ZkMigrationState.MIGRATION.value()),
             new TopicRecord().setName("pw-topic").setTopicId(topic),
-            new PartitionRecord().setTopicId(topic).setPartitionId(0).setReplicas(Arrays.asList(1, 2))
-                .setIsr(Arrays.asList(1, 2)).setLeader(2).setLeaderEpoch(7).setPartitionEpoch(9),
-            config(ConfigResource.Type.BROKER, "1", "listener.name.internal.ssl.keystore.password", "broker-one-secret"),
-            config(ConfigResource.Type.BROKER, "1", "ssl.key.password", "key-secret"),
+            new PartitionRecord().setTopicId(topic).setPartitionId(0).setReplicas(replicas)
+                .setIsr(replicas).setLeader(replicas.get(replicas.size() - 1)).setLeaderEpoch(7).setPartitionEpoch(9),
+            config(ConfigResource.Type.BROKER, String.valueOf(replicas.get(0)), "listener.name.internal.ssl.keystore.password", "broker-one-secret"),
+            config(ConfigResource.Type.BROKER, String.valueOf(replicas.get(0)), "ssl.key.password", "key-secret"),
             config(ConfigResource.Type.BROKER, "", "ssl.truststore.password", "default-secret"),
             config(ConfigResource.Type.BROKER, "", "log.cleaner.threads", "2"),
             config(ConfigResource.Type.TOPIC, "pw-topic", "retention.ms", "86400000"),
-            new ProducerIdsRecord().setBrokerId(1).setBrokerEpoch(5).setNextProducerId(3000));
+            new ProducerIdsRecord().setBrokerId(1).setBrokerEpoch(5).setNextProducerId(3000),
+            // One of each other kind ZooKeeper holds, so that this log alone (no gen-coverage) covers them all.
+            new ClientQuotaRecord().setEntity(Arrays.asList(new ClientQuotaRecord.EntityData().setEntityType("user")
+                .setEntityName("pw-user"))).setKey("producer_byte_rate").setValue(1048576.0),
+            new UserScramCredentialRecord().setName("pw-user").setMechanism(ScramMechanism.SCRAM_SHA_256.type())
+                .setSalt(bytes(16, 1)).setStoredKey(bytes(32, 2)).setServerKey(bytes(32, 3)).setIterations(4096),
+            new AccessControlEntryRecord().setId(Uuid.fromString("cm91bmQtdHJpcC1hY2wtMQ"))
+                .setResourceType(ResourceType.TOPIC.code()).setResourceName("pw-topic")
+                .setPatternType(PatternType.LITERAL.code()).setPrincipal("User:pw-user").setHost("*")
+                .setOperation(AclOperation.READ.code()).setPermissionType(AclPermissionType.ALLOW.code()),
+            new DelegationTokenRecord().setOwner("User:pw-user").setRequester("User:pw-user")
+                .setRenewers(Arrays.asList("User:pw-renewer")).setIssueTimestamp(1700000000000L)
+                .setMaxTimestamp(4102444800000L).setExpirationTimestamp(4102444800000L).setTokenId("pw-token"));
         MetadataRecordSerde serde = new MetadataRecordSerde();
         List<SimpleRecord> simple = new ArrayList<>();
         for (ApiMessage m : records) {
@@ -149,6 +265,12 @@ public class RoundTrip {
         }
     }
 
+    static byte[] bytes(int n, int fill) {
+        byte[] b = new byte[n];
+        Arrays.fill(b, (byte) fill);
+        return b;
+    }
+
     static ConfigRecord config(ConfigResource.Type type, String name, String key, String value) {
         return new ConfigRecord().setResourceType(type.id()).setResourceName(name).setName(key).setValue(value);
     }
@@ -156,6 +278,13 @@ public class RoundTrip {
     /* The image at the file's end, as a broker's MetadataLoader would have it (control batches skipped; a
      * checkpoint's header and footer are control batches too). */
     static MetadataImage readFile(File f) throws Exception {
+        return readFiles(Arrays.asList(f), null);
+    }
+
+    /* Segments of one log, in offset order, through one loader. With `migrated` ({-1, 0} on entry) the image stops
+     * at the end of the batch that records ZkMigrationState MIGRATION (the migration's end): that batch's last
+     * offset goes to migrated[0], the count of records after it to migrated[1]. */
+    static MetadataImage readFiles(List<File> files, long[] migrated) throws Exception {
         MetadataImage[] image = {MetadataImage.EMPTY};
         List<String> faults = new ArrayList<>();
         MetadataBatchLoader loader = new MetadataBatchLoader(new LogContext("[RoundTrip] "), Time.SYSTEM,
@@ -165,18 +294,25 @@ public class RoundTrip {
             }, (delta, img, manifest) -> image[0] = img);
         MetadataRecordSerde serde = new MetadataRecordSerde();
         LeaderAndEpoch leader = new LeaderAndEpoch(OptionalInt.empty(), 0);
-        try (FileRecords records = FileRecords.open(f, false)) {
+        for (File f : files) try (FileRecords records = FileRecords.open(f, false)) {
             for (RecordBatch batch : records.batches()) {
                 batch.ensureValid();
                 if (batch.isControlBatch()) continue;
                 List<ApiMessageAndVersion> list = new ArrayList<>();
                 for (Record r : batch) list.add(serde.read(new ByteBufferAccessor(r.value()), r.valueSize()));
+                if (migrated != null && migrated[0] >= 0) {
+                    migrated[1] += list.size();
+                    continue;
+                }
                 loader.loadBatch(Batch.data(batch.baseOffset(), batch.partitionLeaderEpoch(),
                     batch.maxTimestamp(), batch.sizeInBytes(), list), leader);
+                if (migrated != null && list.stream().anyMatch(m -> m.message() instanceof ZkMigrationStateRecord
+                        && ((ZkMigrationStateRecord) m.message()).zkMigrationState() == ZkMigrationState.MIGRATION.value()))
+                    migrated[0] = batch.lastOffset();
             }
         }
         loader.maybeFlushBatches(leader);
-        if (!faults.isEmpty()) throw new IllegalStateException("replaying " + f + ": " + faults);
+        if (!faults.isEmpty()) throw new IllegalStateException("replaying " + files + ": " + faults);
         return image[0];
     }
 
@@ -196,7 +332,7 @@ public class RoundTrip {
 
     void count(String what, long n) { counts.merge(what, n, Long::sum); }
     void normalise(String what) { normalised.merge(what, 1L, Long::sum); }
-    void diff(String path, Object source, Object zk) { diffs.add(file + ": " + path + ": source " + source + ", zookeeper " + zk); }
+    void diff(String path, Object source, Object zk) { diffs.add(file + ": " + path + ": source " + source + ", " + other + " " + zk); }
 
     void compare(MetadataImage s, MetadataImage z) {
         compareTopics(s, z);
