@@ -174,13 +174,16 @@ class Demo:
             raise StepFailed("kmproxy verify exited 0 without a consistent verdict")
         say("all clear: kmproxy verify found every broker consistent with the controller's log")
 
-    def down(self):
+    def down(self, failed):
         for proc in (self.daemon, self.rig):
             if proc and proc.poll() is None:
                 try:
-                    if proc is self.rig:
+                    if proc is self.rig and self.ready:
                         proc.stdin.write("down\n")
                         proc.stdin.flush()
+                        proc.wait(60)
+                    elif proc is self.rig:  # still starting, not reading commands: rig.py stops all on SIGTERM
+                        proc.terminate()
                         proc.wait(60)
                     else:
                         proc.terminate()
@@ -190,7 +193,9 @@ class Demo:
                 if proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
-        if not self.args.keep:
+        if failed:
+            say("logs kept in %s" % self.dir)
+        elif not self.args.keep:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -235,6 +240,7 @@ def main():
     signal.signal(signal.SIGTERM, interrupted)
     signal.signal(signal.SIGINT, interrupted)
     demo = None
+    failed = True
     try:
         if args.kafka21062:
             kafka21062(args.tests_dir or "build/tests")
@@ -243,6 +249,7 @@ def main():
                 raise StepFailed("no kmproxy binary at %s (--kmproxy)" % args.kmproxy)
             demo = Demo(args)
             demo.run()
+        failed = False
     except StepFailed as e:
         print("demo: FAILED: %s" % e, file=sys.stderr, flush=True)
         return 1
@@ -254,7 +261,7 @@ def main():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if demo:
             say("tearing down")
-            demo.down()
+            demo.down(failed)
     return 0
 
 
