@@ -232,7 +232,7 @@ def main():
     ap.add_argument("--kmproxy", help="the kmproxy binary")
     ap.add_argument("--cache", help="the jar cache (default $KM_REALKAFKA_CACHE, else ~/.cache/kmproxy/realkafka)")
     ap.add_argument("--keep", metavar="DIR", help="run in DIR and keep its logs")
-    ap.add_argument("--wait", type=int, default=int(os.environ.get("KM_DEMO_WAIT_S", "300")),
+    ap.add_argument("--wait", type=int, default=os.environ.get("KM_DEMO_WAIT_S", "300"),  # argparse checks it
                     help="seconds each step may take (default 300)")
     ap.add_argument("--kafka21062", action="store_true", help="replay KAFKA-21062 without and with kmproxy")
     ap.add_argument("--tests-dir", help="--kafka21062: the build's tests directory")
