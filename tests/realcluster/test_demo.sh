@@ -57,5 +57,10 @@ grep -q "demo: INTERRUPTED" "$work/int.out" || fail "the interrupted demo does n
 grep -qE "all clear|verdict" "$work/int.out" && fail "the interrupted demo printed a result"
 sleep 1  # the rig's JVMs die with it (PR_SET_PDEATHSIG); give the kernel a moment
 leftovers "$work/int" && fail "the interrupted demo left processes running"
+# 4. the KAFKA-21062 replay without its test binary: a failure, no figures
+$demo --kafka21062 --tests-dir "$work/none" >"$work/k.out" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q "demo: FAILED: .*test_kafka21062 not built" "$work/k.out" || fail "the replay without its binary exited $rc: $(cat "$work/k.out")"
+grep -q "acknowledged" "$work/k.out" && fail "the replay without its binary printed figures"
 rm -rf "$work"
 echo "test_demo: the demo's all-clear on the real cluster; a failed step and Ctrl-C exit non-zero with nothing left"
