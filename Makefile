@@ -1,4 +1,6 @@
 # Convenience front end over CMake. The two README commands are `make demo` and `make test`.
+# `make demo` runs on a real Apache Kafka 3.9.2 cluster (Java 17 and Maven: deploy/install-deps.sh);
+# `make demo-embedded` is the synthetic one (no Java); `make demo-kafka21062` replays KAFKA-21062.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
@@ -7,7 +9,7 @@ JOBS       ?= $(shell nproc)
 WERROR     ?= OFF
 test test-plain test-asan: WERROR = ON
 
-.PHONY: all deps test-deps build demo test test-plain test-asan bench fuzz docs package clean
+.PHONY: all deps test-deps build demo demo-embedded demo-kafka21062 test test-plain test-asan bench fuzz docs package clean
 
 all: build
 
@@ -22,8 +24,18 @@ build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKM_WERROR=$(WERROR) >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The real cluster (tests/realcluster/demo.py, docs/commands.md "The demo"): ZooKeeper, 3 ZK-mode brokers and a
+# KRaft controller in migration from Kafka's jars (Maven Central, cached), kmproxy deployed beside the controller.
 demo: build
+	python3 tests/realcluster/demo.py --kmproxy $(BUILD)/kmproxy
+
+# The embedded synthetic cluster (simulated brokers, a test KRaft leader): no Java needed.
+demo-embedded: build
 	$(BUILD)/kmproxy demo --quorum
+
+# KAFKA-21062 replayed without and with kmproxy (docs/kafka21062.md): acknowledged and lost records of each.
+demo-kafka21062: build
+	python3 tests/realcluster/demo.py --kafka21062 --tests-dir $(BUILD)/tests
 
 test-plain: test-deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages kmproxy needs to build, package and run (`make`, `make package`,
-# `make demo`), and builds the ZooKeeper C client it links.  The test toolchain is
-# deploy/install-test-deps.sh (`make test`).  Nothing here runs as a service.
+# `make demo`: a real Kafka cluster, so Java 17 and Maven), and builds the ZooKeeper C client it links.
+# The test toolchain is deploy/install-test-deps.sh (`make test`).  Nothing here runs as a service.
 # Safe to run again: it only calls apt-get when a package is missing.
 set -euo pipefail
 
@@ -14,6 +14,9 @@ PACKAGES=(
   # compiler (run with java), dpkg-source; the demo's ZooKeeper server runs from the same jars
   libsasl2-dev libsasl2-modules dpkg-dev libzookeeper-java default-jre-headless
   help2man                       # `make package`: kmproxy(1)
+  # `make demo`: Apache Kafka 3.9.2's jars (Maven Central, tests/realcluster/fetch-kafka) need Java 17, and javac
+  # builds the demo's Admin API client (tests/realcluster/java)
+  openjdk-17-jdk-headless maven
 )
 
 source "$(dirname "$0")/apt-install.sh"

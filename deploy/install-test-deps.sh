@@ -16,7 +16,6 @@ PACKAGES=(
   haproxy                        # bench_inline: the TCP-mode proxy baseline
   default-jdk-headless           # test_zk_password checks the PasswordEncoder against the JDK's crypto
   prometheus python3-yaml        # promtool checks and unit-tests deploy/prometheus; the docs tests read the rules
-  openjdk-17-jdk-headless maven  # ../shared/realkafka (Kafka 3.9) needs Java 17; javac builds tests/java
   libzstd-jni-java               # /usr/share/java/zstd-jni.jar: realkafka reads zstd batches with it
   libsasl2-modules-gssapi-mit krb5-kdc krb5-admin-server  # Kerberos to ZooKeeper; a KDC in test_zk_secure
   systemd lintian devscripts     # test_package: systemd-analyze verify, lintian, hardening-check

@@ -2,7 +2,7 @@
 km_add_test(test_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/daemon/test_config.c)
 km_add_test(test_metrics SOURCES ${CMAKE_CURRENT_LIST_DIR}/daemon/test_metrics.c)
 target_link_libraries(test_metrics PRIVATE pthread)
-# The product end to end, as `make demo` runs it: real ZooKeeper, simulated brokers, live changes.
+# The product end to end, as `make demo-embedded` runs it: real ZooKeeper, simulated brokers, live changes.
 km_add_test(test_demo SOURCES ${CMAKE_CURRENT_LIST_DIR}/daemon/test_demo.c TIMEOUT 300)
 add_dependencies(test_demo kmproxy-brokersim)
 km_add_test(test_daemon SOURCES ${CMAKE_CURRENT_LIST_DIR}/daemon/test_daemon.c TIMEOUT 300)

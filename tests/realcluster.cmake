@@ -29,3 +29,7 @@ km_add_test(test_roundtrip_controller SOURCES ${KM_RC_DIR}/test_roundtrip_contro
 target_include_directories(test_roundtrip_controller PRIVATE ${KM_RC_DIR} ${CMAKE_CURRENT_LIST_DIR})
 target_compile_definitions(test_roundtrip_controller PRIVATE KM_TEST_BUILD_DIR="${CMAKE_BINARY_DIR}")
 set_tests_properties(test_roundtrip_controller PROPERTIES RESOURCE_LOCK km_realcluster)
+# `make demo`'s driver end to end on the real cluster (tests/realcluster/demo.py): its all-clear, and a failing
+# step and a Ctrl-C exiting non-zero with nothing left running.  One small cluster per run, one at a time.
+add_test(NAME test_demo_realcluster COMMAND bash ${KM_RC_DIR}/test_demo.sh ${CMAKE_SOURCE_DIR} $<TARGET_FILE:kmproxy>)
+set_tests_properties(test_demo_realcluster PROPERTIES TIMEOUT 1200 SKIP_RETURN_CODE 77 RESOURCE_LOCK km_realcluster)

@@ -15,12 +15,16 @@ tests=$(packages "$src/deploy/install-test-deps.sh")
 for p in $build; do
   case $p in
   clang | libclang-rt-dev | kcat | zookeeper | tshark | haproxy | prometheus | default-jdk-headless | \
-    openjdk-17-jdk-headless | maven | krb5-kdc | krb5-admin-server | lintian | devscripts | systemd)
+    krb5-kdc | krb5-admin-server | lintian | devscripts | systemd)
     fail "install-deps.sh (make, make package, make demo) installs the test tool $p" ;;
   esac
 done
-for p in clang libclang-rt-dev zookeeper tshark haproxy prometheus krb5-kdc openjdk-17-jdk-headless maven lintian devscripts; do
+for p in clang libclang-rt-dev zookeeper tshark haproxy prometheus krb5-kdc lintian devscripts; do
   grep -qx "$p" <<<"$tests" || fail "install-test-deps.sh does not install $p"
+done
+# `make demo` runs a real Kafka cluster: Java 17 and Maven come with the build deps (the tests get them from there)
+for p in openjdk-17-jdk-headless maven; do
+  grep -qx "$p" <<<"$build" || fail "install-deps.sh (make demo) does not install $p"
 done
 grep -q '"$HERE/install-deps.sh"' "$src/deploy/install-test-deps.sh" || fail "install-test-deps.sh does not run install-deps.sh first"
 grep -q 'exit 101' "$src/deploy/apt-install.sh" || fail "apt-install.sh does not keep services from starting (policy-rc.d)"
