@@ -34,6 +34,7 @@ import ctypes
 import hashlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -67,10 +68,39 @@ def log(msg):
     print("rig: " + msg, file=sys.stderr, flush=True)
 
 
+def ephemeral_range():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+            return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_handed_out = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port Kafka or ZooKeeper will bind a moment later.  Not one of the kernel's ephemeral ports: there any
+    outgoing connection on the machine (the tests run two at a time, each with clients) may take it between this
+    check and the JVM's bind, which CI saw as a broker dying with 'Address already in use'.  Drawn at random below
+    the ephemeral range, bindable now, never twice in one rig."""
+    lo, hi = ephemeral_range()
+    top = lo - 1 if lo > 12000 else 65535
+    bottom = 10000 if lo > 12000 else hi + 1
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randint(bottom, top)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free port between %d and %d after 200 tries" % (bottom, top))
 
 
 def die_with_parent():
