@@ -128,7 +128,7 @@ static void cli_proxy_start(cli_proxy *cp, irig *r, const char *dir, const char 
     snprintf(set_jsonl, sizeof set_jsonl, "proxy.capture.jsonl=%s/c.jsonl", dir);
     irig_mock_broker_address(r, 1, up, sizeof up);
     snprintf(set_up, sizeof set_up, "proxy.bootstrap.upstream=%s", up);
-    cp->base = irig_free_port_base(3);
+    cp->base = km_test_free_port_base(3);
     snprintf(set_base, sizeof set_base, "proxy.port.base=%d", cp->base);
     char threads_buf[32];
     const char *threads = km_test_proxy_threads(threads_buf, sizeof threads_buf);

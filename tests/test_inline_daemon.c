@@ -57,7 +57,7 @@ Test(inline_daemon, registered_brokers_get_listeners_from_the_log, .timeout = 12
     const km_topic *topic = km_image_next_topic(img, &it);
     km_partition part;
     cr_assert(topic && km_topic_partition(topic, 0, &part));
-    int port_base = irig_free_port_base(4);
+    int port_base = km_test_free_port_base(4);
     snprintf(up, sizeof up, "127.0.0.1:%u", ports[0]);
     snprintf(base, sizeof base, "%d", port_base);
     km_config cfg;

@@ -2,6 +2,7 @@
  * mock cluster or a scripted upstream (a socket the test answers by hand, with frames our codec
  * encodes) where the mock cannot produce the case: DescribeCluster, batched FindCoordinator,
  * SaslHandshake v0's raw tokens, an unknown API, a broker that never answers. */
+#include "km_testsupport.h"
 #include "test_inline_rig.h"
 
 #include <arpa/inet.h>
@@ -34,7 +35,7 @@ static void start_scripted(irig *r, int *lfd)
     irig_init(r);
     *lfd = irig_listen(&port);
     snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
-    snprintf(base, sizeof base, "%d", irig_free_port_base(8));
+    snprintf(base, sizeof base, "%d", km_test_free_port_base(8));
     irig_set(r, "proxy.bootstrap.listen", "127.0.0.1:0");
     irig_set(r, "proxy.bootstrap.upstream", addr);
     irig_set(r, "proxy.listen.host", "127.0.0.1");

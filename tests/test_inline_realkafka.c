@@ -131,7 +131,7 @@ Test(inline_realkafka, flexible_responses_with_a_byte_more_are_rewritten_and_the
     irig_init(&r);
     int lfd = irig_listen(&port);
     snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
-    snprintf(base, sizeof base, "%d", irig_free_port_base(3));
+    snprintf(base, sizeof base, "%d", km_test_free_port_base(3));
     irig_set(&r, "proxy.bootstrap.listen", "127.0.0.1:0");
     irig_set(&r, "proxy.bootstrap.upstream", addr);
     irig_set(&r, "proxy.advertised.host", "127.0.0.1");

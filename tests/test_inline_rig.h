@@ -30,8 +30,6 @@ typedef struct irig {
 void irig_mock(irig *r, int brokers, const char *topic, int partitions);
 /* Mock broker id's "127.0.0.1:PORT". */
 void irig_mock_broker_address(const irig *r, int32_t id, char *out, size_t cap);
-/* A port p such that p+1..p+n are all free now. */
-int irig_free_port_base(int n);
 /* cfg defaults; the caller sets keys with irig_set before irig_start. */
 void irig_init(irig *r);
 void irig_set(irig *r, const char *key, const char *value);

@@ -2,6 +2,7 @@
  * originating TLS to the brokers (a second proxy terminating TLS in front of the mock cluster is
  * the TLS broker), refusals that leave other clients alone, and certificate reloads that keep
  * live connections.  Certificates are made by the test (test_tls_certs). */
+#include "km_testsupport.h"
 #include "test_inline_rig.h"
 #include "test_tls_certs.h"
 
@@ -106,7 +107,7 @@ static void tls_upstream(irig *a, irig *b, const char *ca)
     snprintf(up, sizeof up, "127.0.0.1:%u", irig_port(b, -1));
     irig_init(a);
     char base[16];
-    snprintf(base, sizeof base, "%d", irig_free_port_base(8));
+    snprintf(base, sizeof base, "%d", km_test_free_port_base(8));
     irig_set(a, "proxy.bootstrap.listen", "127.0.0.1:0");
     irig_set(a, "proxy.bootstrap.upstream", up);
     irig_set(a, "proxy.listen.host", "127.0.0.1");
@@ -311,7 +312,7 @@ Test(inline_tls, endpoint_identification_checks_the_broker_name, .init = make_pk
         irig_start(&b);
         char up[64], base[16];
         snprintf(up, sizeof up, "127.0.0.1:%u", irig_port(&b, -1));
-        snprintf(base, sizeof base, "%d", irig_free_port_base(8));
+        snprintf(base, sizeof base, "%d", km_test_free_port_base(8));
         irig_init(&a);
         irig_set(&a, "proxy.bootstrap.listen", "127.0.0.1:0");
         irig_set(&a, "proxy.bootstrap.upstream", up);

@@ -48,18 +48,6 @@ const char *rk_kit_or_skip(void)
     return g_kit;
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    socklen_t len = sizeof a;
-    cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-              getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 const char *rk_seed_log(void)
 {
     static char log[4400];
@@ -115,7 +103,7 @@ static void wait_ready(rk_leader *l, int fd)
 void rk_leader_start(rk_leader *l, const char *tmp, const char *tag, const char *const *extra)
 {
     memset(l, 0, sizeof *l);
-    l->port = free_port();
+    l->port = km_test_free_port_base(1) + 1; /* below the ephemeral range: the JVM binds it later */
     snprintf(l->dir, sizeof l->dir, "%s/%s", tmp, tag);
     snprintf(l->records, sizeof l->records, "%s/out/server-records.jsonl", l->dir);
     char tool[4400], port[16];

@@ -36,4 +36,8 @@ void km_test_die_with_parent(int parent);
 int km_test_run(char *const argv[], const void *in, size_t in_len,
                 char **out, size_t *out_len, char **err_out);
 
+/* A port p such that p+1..p+n are all free now, drawn at random below the kernel's ephemeral range (ports.c):
+ * for a listener a JVM or kmproxy binds later, which no outgoing connection can take meanwhile. */
+int km_test_free_port_base(int n);
+
 #endif
