@@ -19,6 +19,7 @@
 
 #include "km_codec.h"
 #include "km_image.h"
+#include "km_metalog.h"
 #include "km_testsupport.h"
 #include "km_verify.h"
 #include "test_tls_certs.h"
@@ -566,4 +567,160 @@ Test(verify_fake, config_file_broker_keys_secure_the_check_and_broker_config_ove
     km_image_free(img);
     km_test_rmtree(dir);
     free(dir);
+}
+
+/* ---- a stale leader's exposure in bytes: its log past the truncation point, read with Fetch ---- */
+
+/* Appends a batch of n records at base to log (our encoder; the sizes the test expects are the bytes appended,
+ * not what a reader of ours says); its size. */
+static size_t add_batch(km_buf *log, int64_t base, int n)
+{
+    km_config_record recs[8];
+    km_metalog_entry e[8];
+    cr_assert(n >= 1 && n <= 8);
+    for (int i = 0; i < n; i++) {
+        km_config_record_init(&recs[i]);
+        recs[i].resource_type = 4;
+        recs[i].resource_name = km_cstr("0");
+        recs[i].name = km_cstr("exposed.record");
+        recs[i].value = km_cstr(base % 2 ? "an odd batch, a longer value" : "even");
+        e[i] = (km_metalog_entry){ .desc = &km_config_record_desc, .version = 0, .msg = &recs[i], .control_type = -1 };
+    }
+    km_metalog_batch_params p = { .base_offset = base, .leader_epoch = 0, .timestamp = 1700000000000 };
+    size_t before = log->len;
+    km_err err;
+    cr_assert_eq(km_ml_encode_batch(&p, e, (size_t)n, log, &err), 0, "%s", err.msg);
+    return log->len - before;
+}
+
+/* Two brokers from a generated image, each on a port of its own served by a child playing it as st says
+ * (st->self set per child); the report of km_verify_run with max_exposure_bytes cap. */
+static json_t *verify_stale(vf_stale st, int64_t cap, char **text)
+{
+    uint16_t ports[2];
+    int lfd[2] = { listen_any(&ports[0]), listen_any(&ports[1]) };
+    char *dir = km_test_tmpdir("verify-fake-bytes");
+    km_image *img = km_image_new();
+    km_gen_opts o = { .brokers = 2, .topics = 1, .partitions = 2, .zk_migration = true, .seed = 5,
+                      .broker_host = "127.0.0.1", .broker_ports = ports };
+    km_err err;
+    cr_assert(km_gen_write(dir, &o, img, &err) > 0, "%s", err.msg);
+    km_partition p;
+    cr_assert(km_topic_partition(km_image_topic_by_name(img, "topic-0"), 0, &p) && (p.leader == 1 || p.leader == 2));
+    st.stale = p.leader == 1 ? 2 : 1;
+    pid_t kids[2], parent = getpid();
+    for (int i = 0; i < 2; i++) {
+        if ((kids[i] = fork()) == 0) {
+            km_test_die_with_parent(parent);
+            st.self = i + 1;
+            for (;;) {
+                int c = accept(lfd[i], NULL, NULL);
+                while (c >= 0 && vf_answer_stale(c, img, ports[i], &st))
+                    ;
+                close(c);
+            }
+        }
+    }
+    km_verify_opts vo = { .timeout_s = 5, .max_exposure_bytes = cap, .after_partition = -1 };
+    json_t *rep = NULL;
+    int rc = km_verify_run(img, &vo, &rep, &err);
+    for (int i = 0; i < 2; i++) {
+        kill(kids[i], SIGKILL);
+        waitpid(kids[i], NULL, 0);
+        close(lfd[i]);
+    }
+    cr_assert(rep, "no report: %s", err.msg);
+    char *dump = json_dumps(rep, JSON_COMPACT);
+    cr_assert_eq(rc, KM_VERIFY_INCONSISTENT, "exit %d: %s", rc, dump);
+    free(dump);
+    size_t len;
+    FILE *f = open_memstream(text, &len);
+    km_verify_print(f, rep);
+    fclose(f);
+    km_image_free(img);
+    km_test_rmtree(dir);
+    free(dir);
+    return rep;
+}
+
+/* The stale_leader finding of the report (owned by it). */
+static json_t *stale_finding(json_t *rep)
+{
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(rep, "findings"), i, f)
+        if (!strcmp(json_string_value(json_object_get(f, "class")), "stale_leader"))
+            return f;
+    char *dump = json_dumps(rep, JSON_COMPACT);
+    cr_assert_fail("no stale_leader finding: %s", dump);
+    return NULL;
+}
+
+/* The stale leader holds batches [0-2] [3-5] [6] [7-9] [10-12]; the image's leader ends its epoch at 4 (inside
+ * [3-5], which truncation removes whole), the stale leader's high watermark is 10 and its log ends at 13.  The
+ * bytes exposed are exactly [3-5] + [6] + [7-9] (read over several Fetches, each answer cut after two batches);
+ * offsets 10-12 past the high watermark are counted as offsets.  With a cap of one batch: "at least" the first. */
+Test(verify_fake, a_stale_leaders_exposed_bytes_are_its_batches_past_the_truncation_point)
+{
+    km_buf log;
+    km_buf_init(&log);
+    size_t sz[5];
+    int64_t bases[5] = { 0, 3, 6, 7, 10 };
+    int counts[5] = { 3, 3, 1, 3, 3 };
+    for (int i = 0; i < 5; i++)
+        sz[i] = add_batch(&log, bases[i], counts[i]);
+    vf_stale st = { .high_watermark = 10, .truncation = 4, .log = log.data, .log_len = log.len, .max_batches = 2 };
+    char *text = NULL;
+    json_t *rep = verify_stale(st, 0, &text), *f = stale_finding(rep);
+    char *dump = json_dumps(f, JSON_COMPACT);
+    cr_assert(jget(f, "truncation_offset") == 4 && jget(f, "stale_offset") == 10 && jget(f, "exposed_offsets") == 6,
+              "%s", dump);
+    cr_assert(json_is_integer(json_object_get(f, "exposed_bytes")) &&
+                  jget(f, "exposed_bytes") == (int64_t)(sz[1] + sz[2] + sz[3]) &&
+                  json_is_false(json_object_get(f, "exposed_bytes_capped")),
+              "want %zu exposed bytes: %s", sz[1] + sz[2] + sz[3], dump);
+    cr_assert(jget(f, "stale_log_end") == 13 && jget(f, "offsets_past_high_watermark") == 3, "%s", dump);
+    char want[200];
+    snprintf(want, sizeof want, ", %zu bytes exposed, 3 more offsets past its high watermark (log end 13",
+             sz[1] + sz[2] + sz[3]);
+    cr_assert(strstr(text, want), "the text report lacks '%s':\n%s", want, text);
+    free(dump);
+    free(text);
+    json_decref(rep);
+
+    /* a cap of the first batch past the truncation point: the check stops there and says "at least" */
+    rep = verify_stale(st, (int64_t)sz[1], &text);
+    f = stale_finding(rep);
+    dump = json_dumps(f, JSON_COMPACT);
+    cr_assert(jget(f, "exposed_bytes") == (int64_t)sz[1] && json_is_true(json_object_get(f, "exposed_bytes_capped")),
+              "capped at %zu: %s", sz[1], dump);
+    snprintf(want, sizeof want, ", at least %zu bytes exposed", sz[1]);
+    cr_assert(strstr(text, want), "the text report lacks '%s':\n%s", want, text);
+    free(dump);
+    free(text);
+    json_decref(rep);
+    km_buf_free(&log);
+}
+
+/* A Fetch answer whose records are no record batch: the bytes are unknown, saying why and where; the finding and
+ * its truncation point stand. */
+Test(verify_fake, a_malformed_fetch_answer_leaves_the_bytes_unknown_naming_it)
+{
+    km_buf log;
+    km_buf_init(&log);
+    add_batch(&log, 0, 3);
+    add_batch(&log, 3, 3);
+    vf_stale st = { .high_watermark = 6, .truncation = 2, .log = log.data, .log_len = log.len, .max_batches = 2,
+                    .malformed_fetch = true };
+    char *text = NULL;
+    json_t *rep = verify_stale(st, 0, &text), *f = stale_finding(rep);
+    char *dump = json_dumps(f, JSON_COMPACT);
+    const char *why = json_string_value(json_object_get(f, "exposed_bytes_unknown"));
+    cr_assert(why && !json_object_get(f, "exposed_bytes") && jget(f, "truncation_offset") == 2, "%s", dump);
+    cr_assert(strstr(why, "record batch at byte 0 of the Fetch answer") && strstr(why, "magic"), "%s", why);
+    cr_assert(strstr(text, "bytes exposed unknown: "), "%s", text);
+    free(dump);
+    free(text);
+    json_decref(rep);
+    km_buf_free(&log);
 }
