@@ -310,18 +310,25 @@ static int run(verify_cli *c)
     return rc;
 }
 
+static void cli_free(verify_cli *c)
+{
+    km_tls_ctx_free(c->opts.tls);
+    km_config_broker_security_clear(&c->sec);
+    if (c->have_cfg) {
+        km_config_zk_security_clear(&c->zk_sec);
+        km_config_free(&c->cfg);
+    }
+}
+
 int km_cli_verify(int argc, char **argv)
 {
     verify_cli c = {0};
     int rc = parse(argc, argv, &c);
-    if (rc)
+    if (rc) { /* a --config refused after it was read holds memory too */
+        cli_free(&c);
         return rc == 1 ? 0 : 2;
-    rc = broker_security(&c) < 0 ? 2 : run(&c);
-    km_tls_ctx_free(c.opts.tls);
-    km_config_broker_security_clear(&c.sec);
-    if (c.have_cfg) {
-        km_config_zk_security_clear(&c.zk_sec);
-        km_config_free(&c.cfg);
     }
+    rc = broker_security(&c) < 0 ? 2 : run(&c);
+    cli_free(&c);
     return rc;
 }
