@@ -19,7 +19,6 @@
 
 #include "km_codec.h"
 #include "km_image.h"
-#include "km_metalog.h"
 #include "km_testsupport.h"
 #include "km_verify.h"
 #include "test_tls_certs.h"
@@ -571,30 +570,8 @@ Test(verify_fake, config_file_broker_keys_secure_the_check_and_broker_config_ove
 
 /* ---- a stale leader's exposure in bytes: its log past the truncation point, read with Fetch ---- */
 
-/* Appends a batch of n records at base to log (our encoder; the sizes the test expects are the bytes appended,
- * not what a reader of ours says); its size. */
-static size_t add_batch(km_buf *log, int64_t base, int n)
-{
-    km_config_record recs[8];
-    km_metalog_entry e[8];
-    cr_assert(n >= 1 && n <= 8);
-    for (int i = 0; i < n; i++) {
-        km_config_record_init(&recs[i]);
-        recs[i].resource_type = 4;
-        recs[i].resource_name = km_cstr("0");
-        recs[i].name = km_cstr("exposed.record");
-        recs[i].value = km_cstr(base % 2 ? "an odd batch, a longer value" : "even");
-        e[i] = (km_metalog_entry){ .desc = &km_config_record_desc, .version = 0, .msg = &recs[i], .control_type = -1 };
-    }
-    km_metalog_batch_params p = { .base_offset = base, .leader_epoch = 0, .timestamp = 1700000000000 };
-    size_t before = log->len;
-    km_err err;
-    cr_assert_eq(km_ml_encode_batch(&p, e, (size_t)n, log, &err), 0, "%s", err.msg);
-    return log->len - before;
-}
-
-/* Two brokers from a generated image, each on a port of its own served by a child playing it as st says
- * (st->self set per child); the report of km_verify_run with max_exposure_bytes cap. */
+/* Two brokers from a generated image, each on a port of its own served by a child playing it as st says; the
+ * report of km_verify_run with max_exposure_bytes cap. */
 static json_t *verify_stale(vf_stale st, int64_t cap, char **text)
 {
     uint16_t ports[2];
@@ -608,19 +585,9 @@ static json_t *verify_stale(vf_stale st, int64_t cap, char **text)
     km_partition p;
     cr_assert(km_topic_partition(km_image_topic_by_name(img, "topic-0"), 0, &p) && (p.leader == 1 || p.leader == 2));
     st.stale = p.leader == 1 ? 2 : 1;
-    pid_t kids[2], parent = getpid();
-    for (int i = 0; i < 2; i++) {
-        if ((kids[i] = fork()) == 0) {
-            km_test_die_with_parent(parent);
-            st.self = i + 1;
-            for (;;) {
-                int c = accept(lfd[i], NULL, NULL);
-                while (c >= 0 && vf_answer_stale(c, img, ports[i], &st))
-                    ;
-                close(c);
-            }
-        }
-    }
+    pid_t kids[2];
+    for (int i = 0; i < 2; i++)
+        kids[i] = vf_serve_stale(lfd[i], img, ports[i], st, i + 1);
     km_verify_opts vo = { .timeout_s = 5, .max_exposure_bytes = cap, .after_partition = -1 };
     json_t *rep = NULL;
     int rc = km_verify_run(img, &vo, &rep, &err);
@@ -668,7 +635,7 @@ Test(verify_fake, a_stale_leaders_exposed_bytes_are_its_batches_past_the_truncat
     int64_t bases[5] = { 0, 3, 6, 7, 10 };
     int counts[5] = { 3, 3, 1, 3, 3 };
     for (int i = 0; i < 5; i++)
-        sz[i] = add_batch(&log, bases[i], counts[i]);
+        sz[i] = vf_add_batch(&log, bases[i], counts[i]);
     vf_stale st = { .high_watermark = 10, .truncation = 4, .log = log.data, .log_len = log.len, .max_batches = 2 };
     char *text = NULL;
     json_t *rep = verify_stale(st, 0, &text), *f = stale_finding(rep);
@@ -708,8 +675,8 @@ Test(verify_fake, a_malformed_fetch_answer_leaves_the_bytes_unknown_naming_it)
 {
     km_buf log;
     km_buf_init(&log);
-    add_batch(&log, 0, 3);
-    add_batch(&log, 3, 3);
+    vf_add_batch(&log, 0, 3);
+    vf_add_batch(&log, 3, 3);
     vf_stale st = { .high_watermark = 6, .truncation = 2, .log = log.data, .log_len = log.len, .max_batches = 2,
                     .malformed_fetch = true };
     char *text = NULL;

@@ -3,10 +3,14 @@
  * plays a stale leader of topic-0-0 (its log served by Fetch) or the image's leader beside it. */
 #include "verify_fakebroker.h"
 
+#include "km_metalog.h"
+#include "km_testsupport.h"
+
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 static void metadata_partitions(const km_topic *t, km_metadata_response_response_topic *mt, km_arena *a,
                                 bool first_topic, vf_tweak tweak, const vf_stale *st)
@@ -279,4 +283,39 @@ bool vf_answer_one(int c, const km_image *img, uint16_t port, vf_tweak tweak)
 bool vf_answer_stale(int c, const km_image *img, uint16_t port, const vf_stale *s)
 {
     return answer_one(c, img, port, VF_EXACT, s);
+}
+
+size_t vf_add_batch(km_buf *log, int64_t base, int n)
+{
+    km_config_record recs[8];
+    km_metalog_entry e[8];
+    cr_assert(n >= 1 && n <= 8);
+    for (int i = 0; i < n; i++) {
+        km_config_record_init(&recs[i]);
+        recs[i].resource_type = 4;
+        recs[i].resource_name = km_cstr("0");
+        recs[i].name = km_cstr("exposed.record");
+        recs[i].value = km_cstr(base % 2 ? "an odd batch, a longer value" : "even");
+        e[i] = (km_metalog_entry){ .desc = &km_config_record_desc, .version = 0, .msg = &recs[i], .control_type = -1 };
+    }
+    km_metalog_batch_params p = { .base_offset = base, .leader_epoch = 0, .timestamp = 1700000000000 };
+    size_t before = log->len;
+    km_err err;
+    cr_assert_eq(km_ml_encode_batch(&p, e, (size_t)n, log, &err), 0, "%s", err.msg);
+    return log->len - before;
+}
+
+pid_t vf_serve_stale(int lfd, const km_image *img, uint16_t port, vf_stale s, int32_t self)
+{
+    pid_t parent = getpid(), kid = fork();
+    if (kid)
+        return kid;
+    km_test_die_with_parent(parent);
+    s.self = self;
+    for (;;) {
+        int c = accept(lfd, NULL, NULL);
+        while (c >= 0 && vf_answer_stale(c, img, port, &s))
+            ;
+        close(c);
+    }
 }

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 typedef enum vf_tweak {
     VF_EXACT,         /* every partition as the image has it */
@@ -36,5 +37,12 @@ typedef struct vf_stale {
 /* vf_answer_one, then as s says: Metadata and ListOffsets of topic-0-0, OffsetForLeaderEpoch, DescribeProducers
  * (none), DescribeLogDirs (no log dir) and Fetch (the log from the offset asked, below the high watermark). */
 bool vf_answer_stale(int c, const km_image *img, uint16_t port, const vf_stale *s);
+
+/* A child answering every connection on lfd as broker `self` of s (vf_answer_stale), until the parent ends. */
+pid_t vf_serve_stale(int lfd, const km_image *img, uint16_t port, vf_stale s, int32_t self);
+
+/* Appends a v2 batch of n (1-8) records at base to log, for a vf_stale log; its size: the bytes appended by our
+ * encoder, which a test expects rather than what a reader of ours says.  Asserts. */
+size_t vf_add_batch(km_buf *log, int64_t base, int n);
 
 #endif
