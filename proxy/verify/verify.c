@@ -10,6 +10,8 @@ const char *v_error_name(int16_t e)
 {
     switch (e) {
     case E_NONE: return "NONE";
+    case E_OFFSET_OUT_OF_RANGE: return "OFFSET_OUT_OF_RANGE";
+    case E_TOPIC_AUTHORIZATION_FAILED: return "TOPIC_AUTHORIZATION_FAILED";
     case E_UNKNOWN_TOPIC_OR_PARTITION: return "UNKNOWN_TOPIC_OR_PARTITION";
     case E_NOT_LEADER_OR_FOLLOWER: return "NOT_LEADER_OR_FOLLOWER";
     case E_FENCED_LEADER_EPOCH: return "FENCED_LEADER_EPOCH";

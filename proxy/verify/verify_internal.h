@@ -27,6 +27,8 @@ int v_conn_call(v_conn *c, int16_t api, int16_t version, const void *rq, km_aren
 #define V_LIST_OFFSETS_V 7
 #define V_EPOCH_V 4
 #define E_NONE 0
+#define E_OFFSET_OUT_OF_RANGE 1            /* a Fetch below the log start or past the log end */
+#define E_TOPIC_AUTHORIZATION_FAILED 29    /* a Fetch without Read on the topic */
 #define E_UNKNOWN_TOPIC_OR_PARTITION 3
 #define E_NOT_LEADER_OR_FOLLOWER 6
 #define E_FENCED_LEADER_EPOCH 74
