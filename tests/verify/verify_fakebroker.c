@@ -200,8 +200,10 @@ static void *fetch_answer(const km_fetch_request *rq, km_arena *a, const vf_stal
     km_fetch_response_partition_data *p = km_arena_alloc(a, sizeof *p);
     *p = (km_fetch_response_partition_data){ .partition_index = rq->topics.items[0].partitions.items[0].partition,
                                              .high_watermark = st->high_watermark, .last_stable_offset = -1,
-                                             .preferred_read_replica = -1, .diverging_epoch = { -1, -1 },
-                                             .current_leader = { -1, -1 }, .snapshot_id = { -1, -1 } };
+                                             .preferred_read_replica = -1,
+                                             .diverging_epoch = { .epoch = -1, .end_offset = -1 },
+                                             .current_leader = { .leader_id = -1, .leader_epoch = -1 },
+                                             .snapshot_id = { .end_offset = -1, .epoch = -1 } };
     p->aborted_transactions.count = -1;
     p->records = fetch_records(st, rq->topics.items[0].partitions.items[0].fetch_offset,
                                rq->topics.items[0].partitions.items[0].partition_max_bytes);
