@@ -338,9 +338,16 @@ static void print_verify(FILE *to, json_t *st)
                 (long long)num(pass, "passes"), (long long)num(pass, "partitions_per_cycle"));
     size_t i;
     json_t *f;
-    json_array_foreach(json_object_get(v, "findings"), i, f)
-        fprintf(to, "  broker %lld %s-%lld %s since %lld: %s\n", (long long)num(f, "broker"), str(f, "topic"),
+    json_array_foreach(json_object_get(v, "findings"), i, f) {
+        fprintf(to, "  broker %lld %s-%lld %s since %lld: %s", (long long)num(f, "broker"), str(f, "topic"),
                 (long long)num(f, "partition"), str(f, "class"), (long long)num(f, "first_seen"), str(f, "detail"));
+        if (json_is_integer(json_object_get(f, "exposed_bytes"))) /* a stale leader's exposure */
+            fprintf(to, "; truncation point %lld, %lld offsets and %s%lld bytes exposed",
+                    (long long)num(f, "truncation_offset"), (long long)num(f, "exposed_offsets"),
+                    json_is_true(json_object_get(f, "exposed_bytes_capped")) ? "at least " : "",
+                    (long long)num(f, "exposed_bytes"));
+        fputc('\n', to);
+    }
 }
 
 static int print_table(const char *url, const char *body)

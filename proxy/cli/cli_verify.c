@@ -27,9 +27,9 @@ static void usage(FILE *to)
             "fetched as an observer from the controllers (--bootstrap-server, --command-config as `metadata dump`\n"
             "takes them) up to the quorum's high watermark.\n"
             "Findings: metadata_stale, replica_stale, stale_leader (with the truncation point on the image's\n"
-            "leader, the offsets exposed and the producers on both sides), isr_differs, stray_log (asked only of\n"
-            "a broker with another finding).  When a broker knows newer state than the image\n"
-            "the image is read again once.\n"
+            "leader, the offsets and bytes exposed (Fetch, at most 8 MiB read) and the producers on both sides),\n"
+            "isr_differs, stray_log (asked only of a broker with another finding).  When a broker knows newer\n"
+            "state than the image, the image is read again once.\n"
             "--listener NAME  the broker endpoint to use (default: each broker's first registered one)\n"
             "--timeout S      per broker, connect and each answer (default 10); fetching the image from the\n"
             "                 controllers may take 3 times that\n"
@@ -310,18 +310,25 @@ static int run(verify_cli *c)
     return rc;
 }
 
+static void cli_free(verify_cli *c)
+{
+    km_tls_ctx_free(c->opts.tls);
+    km_config_broker_security_clear(&c->sec);
+    if (c->have_cfg) {
+        km_config_zk_security_clear(&c->zk_sec);
+        km_config_free(&c->cfg);
+    }
+}
+
 int km_cli_verify(int argc, char **argv)
 {
     verify_cli c = {0};
     int rc = parse(argc, argv, &c);
-    if (rc)
+    if (rc) { /* a --config refused after it was read holds memory too */
+        cli_free(&c);
         return rc == 1 ? 0 : 2;
-    rc = broker_security(&c) < 0 ? 2 : run(&c);
-    km_tls_ctx_free(c.opts.tls);
-    km_config_broker_security_clear(&c.sec);
-    if (c.have_cfg) {
-        km_config_zk_security_clear(&c.zk_sec);
-        km_config_free(&c.cfg);
     }
+    rc = broker_security(&c) < 0 ? 2 : run(&c);
+    cli_free(&c);
     return rc;
 }

@@ -1,7 +1,8 @@
 /* km_verify.h - the broker-state verifier (issue 26 part 3): every broker's own view of each partition,
  * its metadata cache (Metadata v12) and its replica state (ListOffsets v7 with the image's leader epoch),
  * compared with the KRaft image.  One connection per broker, one batched request of each kind per broker;
- * OffsetForLeaderEpoch to the image's leader only where a broker is found acting as a stale leader.
+ * OffsetForLeaderEpoch to the image's leader only where a broker is found acting as a stale leader, and a Fetch
+ * of the stale leader's records past the truncation point to count their bytes.
  *
  * Classes, per broker and partition:
  *   metadata_stale   the broker's Metadata answer lacks the partition, names an older leader epoch, or names a
@@ -45,6 +46,9 @@ typedef struct km_verify_opts {
     km_tls_ctx *tls;
     km_sasl_mech mechanism;     /* KM_SASL_NONE: no SASL */
     const char *username, *password;
+    /* A stale leader's exposure in bytes is read from its log (Fetch); at most this many bytes per finding, so
+     * that a large exposure cannot make a check read gigabytes (the finding then says "at least").  0: 8 MiB. */
+    int64_t max_exposure_bytes;
 } km_verify_opts;
 
 /* The finding classes above, as a finding's "class" names them (km_verify_class_name). */

@@ -10,6 +10,8 @@ const char *v_error_name(int16_t e)
 {
     switch (e) {
     case E_NONE: return "NONE";
+    case E_OFFSET_OUT_OF_RANGE: return "OFFSET_OUT_OF_RANGE";
+    case E_TOPIC_AUTHORIZATION_FAILED: return "TOPIC_AUTHORIZATION_FAILED";
     case E_UNKNOWN_TOPIC_OR_PARTITION: return "UNKNOWN_TOPIC_OR_PARTITION";
     case E_NOT_LEADER_OR_FOLLOWER: return "NOT_LEADER_OR_FOLLOWER";
     case E_FENCED_LEADER_EPOCH: return "FENCED_LEADER_EPOCH";
@@ -363,6 +365,22 @@ static void leader_answer(v_run *r, v_broker *b, const char *topic, const km_par
     put_views(v_finding(r, b, topic, p->id, KM_VERIFY_REPLICA_STALE, d), p, cached(b, topic, p->id));
 }
 
+/* The stale leader's log end: what it wrote past its high watermark (acks=1 producers were acknowledged for it)
+ * is lost too when it truncates, but no consumer can read it, so it is counted in offsets only. */
+static void past_high_watermark(v_run *r, json_t *f, v_broker *stale, const char *topic, int32_t part,
+                                int64_t high_watermark, int64_t truncation)
+{
+    int64_t end;
+    km_err err;
+    if (log_end(r, stale, topic, part, &end, &err) < 0) {
+        json_object_set_new(f, "stale_log_end_unknown", json_string(err.msg));
+        return;
+    }
+    int64_t from = high_watermark > truncation ? high_watermark : truncation;
+    json_object_set_new(f, "stale_log_end", json_integer(end));
+    json_object_set_new(f, "offsets_past_high_watermark", json_integer(end > from ? end - from : 0));
+}
+
 /* A broker the image does not name leader answered as leader: it accepts writes. */
 static void claimant_answer(v_run *r, v_broker *b, const char *topic, const km_partition *p,
                             const km_list_offsets_response_partition_response *a)
@@ -378,6 +396,11 @@ static void claimant_answer(v_run *r, v_broker *b, const char *topic, const km_p
     json_object_set_new(f, "stale_offset", json_integer(a->offset));
     exposure(r, f, topic, p->id, m->leader_epoch, a->offset, p->leader);
     v_producers(r, f, b, topic, p->id, p->leader);
+    const json_t *t = json_object_get(f, "truncation_offset");
+    if (!t)
+        return; /* nothing to measure from; truncation_unknown says why */
+    past_high_watermark(r, f, b, topic, p->id, a->offset, json_integer_value(t));
+    v_exposed_bytes(r, f, b, topic, p->id, m->leader_epoch, json_integer_value(t), a->offset);
 }
 
 static void compare_offsets(v_run *r, v_broker *b, const km_list_offsets_response *rs)
@@ -495,6 +518,23 @@ int km_verify_run(const km_image *img, const km_verify_opts *o, json_t **report,
     return rc < 0 ? -1 : (int)json_integer_value(json_object_get(*report, "exit"));
 }
 
+/* The exposure's bytes and what lies past the stale leader's high watermark, when they were measured. */
+static void print_exposure(FILE *to, const json_t *f)
+{
+    const json_t *bytes = json_object_get(f, "exposed_bytes");
+    const json_t *past = json_object_get(f, "offsets_past_high_watermark");
+    if (bytes)
+        fprintf(to, ", %s%lld bytes exposed",
+                json_is_true(json_object_get(f, "exposed_bytes_capped")) ? "at least " : "",
+                (long long)json_integer_value(bytes));
+    else if (json_object_get(f, "exposed_bytes_unknown"))
+        fprintf(to, ", bytes exposed unknown: %s", json_string_value(json_object_get(f, "exposed_bytes_unknown")));
+    if (json_integer_value(past) > 0)
+        fprintf(to, ", %lld more offsets past its high watermark (log end %lld: acks=1 writes no consumer reads)",
+                (long long)json_integer_value(past),
+                (long long)json_integer_value(json_object_get(f, "stale_log_end")));
+}
+
 static void print_finding(FILE *to, const json_t *f)
 {
     char where[300];
@@ -514,6 +554,7 @@ static void print_finding(FILE *to, const json_t *f)
                 (long long)json_integer_value(json_object_get(f, "stale_offset")));
     else if (json_object_get(f, "truncation_unknown"))
         fprintf(to, "; truncation point unknown: %s", json_string_value(json_object_get(f, "truncation_unknown")));
+    print_exposure(to, f);
     json_t *sp = json_object_get(json_object_get(f, "producers"), "stale_leader");
     size_t i;
     json_t *x;

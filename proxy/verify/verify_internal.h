@@ -27,6 +27,8 @@ int v_conn_call(v_conn *c, int16_t api, int16_t version, const void *rq, km_aren
 #define V_LIST_OFFSETS_V 7
 #define V_EPOCH_V 4
 #define E_NONE 0
+#define E_OFFSET_OUT_OF_RANGE 1            /* a Fetch below the log start or past the log end */
+#define E_TOPIC_AUTHORIZATION_FAILED 29    /* a Fetch without Read on the topic */
 #define E_UNKNOWN_TOPIC_OR_PARTITION 3
 #define E_NOT_LEADER_OR_FOLLOWER 6
 #define E_FENCED_LEADER_EPOCH 74
@@ -78,5 +80,11 @@ json_t *v_finding(v_run *r, v_broker *b, const char *topic, int32_t part, km_ver
 void v_producers(v_run *r, json_t *f, v_broker *stale, const char *topic, int32_t part, int32_t leader);
 /* Mismatch only: the logs b holds for partitions the image does not place on it (DescribeLogDirs). */
 void v_stray_logs(v_run *r, v_broker *b);
+/* Stale leader only (verify_bytes.c): the bytes of the record batches the stale leader serves from `from` (the
+ * truncation point) below `end` (its high watermark), Fetch as a consumer at its own leader epoch, at most
+ * max_exposure_bytes read: "exposed_bytes" and "exposed_bytes_capped" (true: at least that many) into f, or
+ * "exposed_bytes_unknown" saying why. */
+void v_exposed_bytes(v_run *r, json_t *f, v_broker *stale, const char *topic, int32_t part, int32_t epoch,
+                     int64_t from, int64_t end);
 
 #endif

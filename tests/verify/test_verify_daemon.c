@@ -126,6 +126,24 @@ static void assert_status_line(inst *in, const char *line, const char *finding)
     free(errs);
 }
 
+/* Scrapes /metrics until `name` is at least `least` and, when `also` is set, `also` equals `also_value` in the
+ * same scrape: a counter moves on between two scrapes under load, so waiting for one exact value may never see it. */
+static char *scrape_reaching(inst *in, const char *name, double least, const char *also, double also_value)
+{
+    char key[128], *body = NULL;
+    snprintf(key, sizeof key, "\n%s ", name);
+    for (int i = 0; i < 600; i++, usleep(100000)) {
+        free(body);
+        body = NULL;
+        if (ops_curl(in->port, "/metrics", &body) == 200 && strstr(body, key) && metric(body, name) >= least &&
+            (!also || metric(body, also) == also_value))
+            return body;
+    }
+    cr_assert_fail("/metrics never had %s >= %g%s%s; last: %s", name, least, also ? " with " : "", also ? also : "",
+                   body);
+    return NULL;
+}
+
 TestSuite(verify_daemon, .timeout = 300);
 
 Test(verify_daemon, a_stale_broker_is_flagged_each_interval_and_clears_once_it_answers_right)
@@ -154,9 +172,7 @@ Test(verify_daemon, a_stale_broker_is_flagged_each_interval_and_clears_once_it_a
     assert_status_line(&in, "verify     inconsistent", "broker 1 topic-0-0 metadata_stale since");
 
     /* two more cycles: the check keeps running, and the finding keeps the time it was first seen */
-    char want[100];
-    snprintf(want, sizeof want, "kmproxy_verify_cycles_total %d\n", (int)cycles + 2);
-    free(scrape_until(&in, "/metrics", 200, want, 60));
+    free(scrape_reaching(&in, "kmproxy_verify_cycles_total", cycles + 2, NULL, 0));
     v = status_verify(&in);
     f = json_array_get(json_object_get(v, "findings"), 0);
     cr_assert(json_integer_value(json_object_get(f, "first_seen")) == first_seen &&
@@ -237,7 +253,8 @@ Test(verify_daemon, a_pass_split_across_cycles_keeps_a_finding_until_its_partiti
     const char *extra[] = { "brokers.enabled=false", "verify.interval.ms=200", "verify.jitter.percent=0",
                             "verify.timeout.ms=5000", "verify.partitions.per.cycle=1", NULL };
     rig_up(&r, &in, "verify-slices", extra);
-    char *m = scrape_until(&in, "/metrics", 200, "kmproxy_verify_passes_total 1\n", 60);
+    /* a pass ended: all 4 checked (the next pass may have begun by the time of a scrape: wait for a scrape between) */
+    char *m = scrape_reaching(&in, "kmproxy_verify_passes_total", 1, "kmproxy_verify_pass_partitions_checked", 4);
     cr_assert_eq(metric(m, "kmproxy_verify_pass_partitions"), 4, "%s", m);
     cr_assert_eq(metric(m, "kmproxy_verify_pass_partitions_checked"), 4, "%s", m);
     free(m);
@@ -335,9 +352,7 @@ Test(verify_daemon, a_finding_stands_while_its_broker_cannot_be_reached)
     char *m = scrape_until(&in, "/metrics", 200, "kmproxy_verify_unchecked_brokers 1\n", 60);
     double cycles = metric(m, "kmproxy_verify_cycles_total");
     free(m);
-    char want[100];
-    snprintf(want, sizeof want, "kmproxy_verify_cycles_total %d\n", (int)cycles + 1);
-    m = scrape_until(&in, "/metrics", 200, want, 60);
+    m = scrape_reaching(&in, "kmproxy_verify_cycles_total", cycles + 1, NULL, 0);
     cr_assert(labelled(m, "kmproxy_verify_findings{class=\"metadata_stale\"} ") == 1 &&
                   metric(m, "kmproxy_verify_last_verdict") == 1 && metric(m, "kmproxy_verify_unchecked_brokers") == 1,
               "%s", m);
@@ -369,4 +384,67 @@ Test(verify_daemon, the_check_logs_in_with_the_broker_channels_sasl_keys)
     json_decref(v);
     stop_cleanly(&in);
     rig_down(&r);
+}
+
+/* A stale leader of topic-0-0 beside the image's leader (the fake brokers of test_verify_fake, each on its own
+ * port): the daemon's finding in /status carries the exposure, in bytes too, and `kmproxy status` prints it. */
+Test(verify_daemon, a_stale_leaders_exposure_in_bytes_reaches_status)
+{
+    km_zks *zs = ops_zk_start();
+    env e = { .dir = km_test_tmpdir("verify-daemon-bytes") };
+    snprintf(e.metadata, sizeof e.metadata, "%s/log", e.dir);
+    uint16_t ports[2];
+    int lfd[2];
+    for (int i = 0; i < 2; i++) {
+        rig one = { 0 };
+        listen_loopback(&one);
+        lfd[i] = one.lfd, ports[i] = one.port;
+    }
+    km_image *img = km_image_new();
+    km_gen_opts o = { .brokers = 2, .topics = 1, .partitions = 2, .zk_migration = true, .seed = 5,
+                      .broker_host = "127.0.0.1", .broker_ports = ports };
+    km_err err;
+    cr_assert(km_gen_write(e.metadata, &o, img, &err) > 0, "%s", err.msg);
+    km_partition p;
+    cr_assert(km_topic_partition(km_image_topic_by_name(img, "topic-0"), 0, &p));
+    km_buf log;
+    km_buf_init(&log);
+    vf_add_batch(&log, 0, 2);
+    size_t want = vf_add_batch(&log, 2, 3) + vf_add_batch(&log, 5, 1);
+    vf_stale st = { .stale = p.leader == 1 ? 2 : 1, .high_watermark = 6, .truncation = 2, .log = log.data,
+                    .log_len = log.len, .max_batches = 8 };
+    pid_t kids[2];
+    for (int i = 0; i < 2; i++)
+        kids[i] = vf_serve_stale(lfd[i], img, ports[i], st, i + 1);
+    inst in;
+    const char *extra[] = { "brokers.enabled=false", "verify.interval.ms=300", "verify.jitter.percent=0",
+                            "verify.timeout.ms=5000", NULL };
+    char zk[300];
+    snprintf(zk, sizeof zk, "%s/verify-bytes", km_zks_hosts(zs, 0));
+    start(&in, &e, "verify-bytes", zk, extra);
+    free(scrape_until(&in, "/metrics", 200, "kmproxy_verify_findings{class=\"stale_leader\"} 1", 60));
+    json_t *v = status_verify(&in), *f;
+    size_t i;
+    bool seen = false;
+    json_array_foreach(json_object_get(v, "findings"), i, f)
+        if (!strcmp(json_string_value(json_object_get(f, "class")), "stale_leader"))
+            seen = json_integer_value(json_object_get(f, "exposed_bytes")) == (json_int_t)want &&
+                   json_is_false(json_object_get(f, "exposed_bytes_capped")) &&
+                   json_integer_value(json_object_get(f, "exposed_offsets")) == 4 &&
+                   json_integer_value(json_object_get(f, "first_seen")) > 0;
+    cr_assert(seen, "no stale_leader with %zu exposed bytes in /status: %s", want, json_dumps(v, 0));
+    json_decref(v);
+    char line[120];
+    snprintf(line, sizeof line, "; truncation point 2, 4 offsets and %zu bytes exposed", want);
+    assert_status_line(&in, "verify     inconsistent", line);
+    stop_cleanly(&in);
+    for (int k = 0; k < 2; k++) {
+        kill(kids[k], SIGKILL);
+        waitpid(kids[k], NULL, 0);
+        close(lfd[k]);
+    }
+    km_buf_free(&log);
+    km_image_free(img);
+    km_zks_stop(zs);
+    env_free(&e);
 }

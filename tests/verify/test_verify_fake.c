@@ -567,3 +567,127 @@ Test(verify_fake, config_file_broker_keys_secure_the_check_and_broker_config_ove
     km_test_rmtree(dir);
     free(dir);
 }
+
+/* ---- a stale leader's exposure in bytes: its log past the truncation point, read with Fetch ---- */
+
+/* Two brokers from a generated image, each on a port of its own served by a child playing it as st says; the
+ * report of km_verify_run with max_exposure_bytes cap. */
+static json_t *verify_stale(vf_stale st, int64_t cap, char **text)
+{
+    uint16_t ports[2];
+    int lfd[2] = { listen_any(&ports[0]), listen_any(&ports[1]) };
+    char *dir = km_test_tmpdir("verify-fake-bytes");
+    km_image *img = km_image_new();
+    km_gen_opts o = { .brokers = 2, .topics = 1, .partitions = 2, .zk_migration = true, .seed = 5,
+                      .broker_host = "127.0.0.1", .broker_ports = ports };
+    km_err err;
+    cr_assert(km_gen_write(dir, &o, img, &err) > 0, "%s", err.msg);
+    km_partition p;
+    cr_assert(km_topic_partition(km_image_topic_by_name(img, "topic-0"), 0, &p) && (p.leader == 1 || p.leader == 2));
+    st.stale = p.leader == 1 ? 2 : 1;
+    pid_t kids[2];
+    for (int i = 0; i < 2; i++)
+        kids[i] = vf_serve_stale(lfd[i], img, ports[i], st, i + 1);
+    km_verify_opts vo = { .timeout_s = 5, .max_exposure_bytes = cap, .after_partition = -1 };
+    json_t *rep = NULL;
+    int rc = km_verify_run(img, &vo, &rep, &err);
+    for (int i = 0; i < 2; i++) {
+        kill(kids[i], SIGKILL);
+        waitpid(kids[i], NULL, 0);
+        close(lfd[i]);
+    }
+    cr_assert(rep, "no report: %s", err.msg);
+    char *dump = json_dumps(rep, JSON_COMPACT);
+    cr_assert_eq(rc, KM_VERIFY_INCONSISTENT, "exit %d: %s", rc, dump);
+    free(dump);
+    size_t len;
+    FILE *f = open_memstream(text, &len);
+    km_verify_print(f, rep);
+    fclose(f);
+    km_image_free(img);
+    km_test_rmtree(dir);
+    free(dir);
+    return rep;
+}
+
+/* The stale_leader finding of the report (owned by it). */
+static json_t *stale_finding(json_t *rep)
+{
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(rep, "findings"), i, f)
+        if (!strcmp(json_string_value(json_object_get(f, "class")), "stale_leader"))
+            return f;
+    char *dump = json_dumps(rep, JSON_COMPACT);
+    cr_assert_fail("no stale_leader finding: %s", dump);
+    return NULL;
+}
+
+/* The stale leader holds batches [0-2] [3-5] [6] [7-9] [10-12]; the image's leader ends its epoch at 4 (inside
+ * [3-5], which truncation removes whole), the stale leader's high watermark is 10 and its log ends at 13.  The
+ * bytes exposed are exactly [3-5] + [6] + [7-9] (read over several Fetches, each answer cut after two batches);
+ * offsets 10-12 past the high watermark are counted as offsets.  With a cap of one batch: "at least" the first. */
+Test(verify_fake, a_stale_leaders_exposed_bytes_are_its_batches_past_the_truncation_point)
+{
+    km_buf log;
+    km_buf_init(&log);
+    size_t sz[5];
+    int64_t bases[5] = { 0, 3, 6, 7, 10 };
+    int counts[5] = { 3, 3, 1, 3, 3 };
+    for (int i = 0; i < 5; i++)
+        sz[i] = vf_add_batch(&log, bases[i], counts[i]);
+    vf_stale st = { .high_watermark = 10, .truncation = 4, .log = log.data, .log_len = log.len, .max_batches = 2 };
+    char *text = NULL;
+    json_t *rep = verify_stale(st, 0, &text), *f = stale_finding(rep);
+    char *dump = json_dumps(f, JSON_COMPACT);
+    cr_assert(jget(f, "truncation_offset") == 4 && jget(f, "stale_offset") == 10 && jget(f, "exposed_offsets") == 6,
+              "%s", dump);
+    cr_assert(json_is_integer(json_object_get(f, "exposed_bytes")) &&
+                  jget(f, "exposed_bytes") == (int64_t)(sz[1] + sz[2] + sz[3]) &&
+                  json_is_false(json_object_get(f, "exposed_bytes_capped")),
+              "want %zu exposed bytes: %s", sz[1] + sz[2] + sz[3], dump);
+    cr_assert(jget(f, "stale_log_end") == 13 && jget(f, "offsets_past_high_watermark") == 3, "%s", dump);
+    char want[200];
+    snprintf(want, sizeof want, ", %zu bytes exposed, 3 more offsets past its high watermark (log end 13",
+             sz[1] + sz[2] + sz[3]);
+    cr_assert(strstr(text, want), "the text report lacks '%s':\n%s", want, text);
+    free(dump);
+    free(text);
+    json_decref(rep);
+
+    /* a cap of the first batch past the truncation point: the check stops there and says "at least" */
+    rep = verify_stale(st, (int64_t)sz[1], &text);
+    f = stale_finding(rep);
+    dump = json_dumps(f, JSON_COMPACT);
+    cr_assert(jget(f, "exposed_bytes") == (int64_t)sz[1] && json_is_true(json_object_get(f, "exposed_bytes_capped")),
+              "capped at %zu: %s", sz[1], dump);
+    snprintf(want, sizeof want, ", at least %zu bytes exposed", sz[1]);
+    cr_assert(strstr(text, want), "the text report lacks '%s':\n%s", want, text);
+    free(dump);
+    free(text);
+    json_decref(rep);
+    km_buf_free(&log);
+}
+
+/* A Fetch answer whose records are no record batch: the bytes are unknown, saying why and where; the finding and
+ * its truncation point stand. */
+Test(verify_fake, a_malformed_fetch_answer_leaves_the_bytes_unknown_naming_it)
+{
+    km_buf log;
+    km_buf_init(&log);
+    vf_add_batch(&log, 0, 3);
+    vf_add_batch(&log, 3, 3);
+    vf_stale st = { .high_watermark = 6, .truncation = 2, .log = log.data, .log_len = log.len, .max_batches = 2,
+                    .malformed_fetch = true };
+    char *text = NULL;
+    json_t *rep = verify_stale(st, 0, &text), *f = stale_finding(rep);
+    char *dump = json_dumps(f, JSON_COMPACT);
+    const char *why = json_string_value(json_object_get(f, "exposed_bytes_unknown"));
+    cr_assert(why && !json_object_get(f, "exposed_bytes") && jget(f, "truncation_offset") == 2, "%s", dump);
+    cr_assert(strstr(why, "record batch at byte 0 of the Fetch answer") && strstr(why, "magic"), "%s", why);
+    cr_assert(strstr(text, "bytes exposed unknown: "), "%s", text);
+    free(dump);
+    free(text);
+    json_decref(rep);
+    km_buf_free(&log);
+}
