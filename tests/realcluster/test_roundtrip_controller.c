@@ -5,11 +5,12 @@
  * to register) start on it; the controller's KRaftMigrationDriver migrates that ZooKeeper into its new metadata log
  * and reaches DUAL_WRITE, and RoundTrip.java --compare-log compares the image of the controller's own
  * __cluster_metadata-0 log, up to the migration's end, with the input's image.  test_roundtrip runs Kafka's
- * ZooKeeper reader alone over many inputs; this suite runs the whole migration on two: the log RoundTrip writes
+ * ZooKeeper reader alone over many inputs; this suite runs the whole migration on: the log RoundTrip writes
  * with Kafka's writer (password configs encrypted by zk sync and decoded by the controller with its
- * password.encoder.secret, a quota, SCRAM, an ACL, a delegation token; one broker) and, with realkafka's kit,
- * gen-coverage's log (three brokers).  Skips saying why without Java or the jar cache (fails instead under CI or
- * KM_REQUIRE_REALKAFKA=1). */
+ * password.encoder.secret, a quota, SCRAM, an ACL, a delegation token; one broker); with realkafka's kit,
+ * gen-coverage's log (three brokers); with ../shared, three corpus files with a migration state, one per kind of
+ * image (all 28 under `make roundtrip-corpus`, KM_ROUNDTRIP_CORPUS=all), each through its own fresh rig.  Skips
+ * saying why without Java or the jar cache (fails instead under CI or KM_REQUIRE_REALKAFKA=1). */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <stdio.h>
@@ -348,7 +349,7 @@ static void corpus_round_trips(const char *const *only, size_t nonly)
         setenv("KM_RC_LOG_DIR", env, 1);
     else
         unsetenv("KM_RC_LOG_DIR");
-    char sum[2048];
+    char sum[2048] = "";
     size_t len = 0;
     for (int k = 0; k < t.n; k++)
         len += (size_t)snprintf(sum + len, sizeof sum - len, " %s=%ld", t.key[k], t.val[k]);
