@@ -7,7 +7,7 @@ JOBS       ?= $(shell nproc)
 # Warnings are errors where the project controls the compiler (`make test`, .ci/run); a user's or
 # packager's `make`/`make demo`/`make package` with another compiler still gets its binary.
 WERROR     ?= OFF
-test test-plain test-asan: WERROR = ON
+test test-plain test-asan roundtrip-corpus: WERROR = ON
 
 .PHONY: all deps test-deps build demo demo-embedded demo-kafka21062 test test-plain test-asan roundtrip-corpus bench fuzz docs package clean
 
