@@ -81,7 +81,7 @@ static char *lines_starting(const char *out, const char *prefix)
 }
 
 /* The controller stopped cleanly first: the log read is its whole, flushed log, not one it is still appending to.
- * Fills O's verdict and texts; a problem names itself in PROBLEM (static or in O's texts). */
+ * Fills O's verdict, summary and notes, RoundTrip's output in *OUT; returns what went wrong, NULL when equal. */
 static const char *compare(rc_rig *r, const char *file, outcome *o, char **out)
 {
     int ctl = r->controllers[0].id;
