@@ -7,9 +7,9 @@ JOBS       ?= $(shell nproc)
 # Warnings are errors where the project controls the compiler (`make test`, .ci/run); a user's or
 # packager's `make`/`make demo`/`make package` with another compiler still gets its binary.
 WERROR     ?= OFF
-test test-plain test-asan: WERROR = ON
+test test-plain test-asan roundtrip-corpus: WERROR = ON
 
-.PHONY: all deps test-deps build demo demo-embedded demo-kafka21062 test test-plain test-asan bench fuzz docs package clean
+.PHONY: all deps test-deps build demo demo-embedded demo-kafka21062 test test-plain test-asan roundtrip-corpus bench fuzz docs package clean
 
 all: build
 
@@ -46,6 +46,14 @@ test-asan: test-deps
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 
 test: test-plain test-asan
+
+# Every corpus file whose log carries a migration state through its own fresh real KRaft controller
+# (docs/realcluster.md "Round trip"): one line per file (equal / DIFFERENCES / FAILED, its counts), the totals, and
+# a non-zero exit on any difference or file it could not run. Needs ../shared (KM_SHARED_DIR), Java 17 and Maven.
+roundtrip-corpus: test-deps build
+	cmake --build $(BUILD) -j $(JOBS) --target test_roundtrip_controller
+	KM_ROUNDTRIP_CORPUS=all KM_REQUIRE_REALKAFKA=1 $(BUILD)/tests/test_roundtrip_controller --jobs 1 \
+	  --filter 'roundtrip_controller/every_corpus_image_with_a_migration_state'
 
 # Regenerates docs/configuration.md (from the key registry), docs/commands.md (from every command's
 # --help, its hand-written part kept) and docs/metrics.md (from what a running daemon and proxy export);

@@ -87,3 +87,48 @@ const char *rk_request_check_classes(const char *kit, char *why, size_t cap)
     km_test_rmtree(tmp);
     return dir;
 }
+
+static bool carries_migration_state(const char *file)
+{
+    char *argv[] = {(char *)km_test_binary(), "metadata", "dump", (char *)file, NULL}, *out = NULL;
+    size_t n = 0;
+    km_test_run(argv, NULL, 0, &out, &n, NULL);
+    bool yes = out && strstr(out, "\"ZK_MIGRATION_STATE_RECORD\"");
+    free(out);
+    return yes;
+}
+
+int rk_corpus_migration_files(char ***files)
+{
+    char path[4096], line[8192];
+    snprintf(path, sizeof path, "%s/corpus/MANIFEST.tsv", km_test_shared_dir());
+    FILE *m = fopen(path, "r");
+    if (!m)
+        return -1;
+    int n = 0, cap = 0;
+    *files = NULL;
+    while (fgets(line, sizeof line, m)) {
+        line[strcspn(line, "\t\n")] = 0;
+        if (strncmp(line, "kraft-log/", 10) && strncmp(line, "kraft-snapshot/", 15))
+            continue;
+        char *file = NULL;
+        if (asprintf(&file, "%s/corpus/%s", km_test_shared_dir(), line) < 0)
+            break;
+        if (!carries_migration_state(file)) {
+            free(file);
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? 2 * cap : 32;
+            char **more = realloc(*files, (size_t)cap * sizeof **files);
+            if (!more) {
+                free(file);
+                break;
+            }
+            *files = more;
+        }
+        (*files)[n++] = file;
+    }
+    fclose(m);
+    return n;
+}

@@ -14,5 +14,9 @@ int rk_sh(const char *kit, const char *cmdline, char **out);
 /* Compiles tests/java/RequestCheck.java into the build dir once (again when the source is newer);
  * returns the classes dir (static), or NULL with why. */
 const char *rk_request_check_classes(const char *kit, char *why, size_t cap);
+/* The corpus's KRaft files (../shared/corpus/MANIFEST.tsv, kraft-log/ and kraft-snapshot/) whose log carries a
+ * ZkMigrationState record, as `kmproxy metadata dump` shows it: their count and full paths (malloc'd, in the
+ * manifest's order) in *files, or -1 when the manifest cannot be read. */
+int rk_corpus_migration_files(char ***files);
 
 #endif

@@ -57,27 +57,17 @@ static void generated(const char *cache, const char *kit, const char *dir, input
     cr_assert_eq(in->n, 4, "gen-coverage wrote %d files, not two logs and two snapshots", in->n);
 }
 
-/* Corpus KRaft files whose log carries a ZkMigrationState record (as `kmproxy metadata dump` shows it). */
+/* Corpus KRaft files whose log carries a ZkMigrationState record (realkafka_util.c). */
 static void corpus(inputs *in)
 {
-    char path[4096], line[8192];
-    snprintf(path, sizeof path, "%s/corpus/MANIFEST.tsv", km_test_shared_dir());
-    FILE *m = fopen(path, "r");
-    cr_assert(m, "%s: cannot open", path);
-    while (fgets(line, sizeof line, m)) {
-        line[strcspn(line, "\t\n")] = 0;
-        if (strncmp(line, "kraft-log/", 10) && strncmp(line, "kraft-snapshot/", 15))
-            continue;
-        char file[8300], *out = NULL;
-        snprintf(file, sizeof file, "%s/corpus/%s", km_test_shared_dir(), line);
-        char *argv[] = {(char *)km_test_binary(), "metadata", "dump", file, NULL};
-        size_t n = 0;
-        km_test_run(argv, NULL, 0, &out, &n, NULL);
-        if (out && strstr(out, "\"ZK_MIGRATION_STATE_RECORD\""))
-            add(in, file);
-        free(out);
+    char **files = NULL;
+    int n = rk_corpus_migration_files(&files);
+    cr_assert_geq(n, 0, "%s/corpus/MANIFEST.tsv: cannot open", km_test_shared_dir());
+    for (int i = 0; i < n; i++) {
+        add(in, files[i]);
+        free(files[i]);
     }
-    fclose(m);
+    free(files);
 }
 
 /* zk sync of one input into HOSTS/rtN; --force: the corpus's images never asked for a migration, and what is
