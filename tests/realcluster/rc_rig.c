@@ -432,7 +432,7 @@ json_t *rc_kmproxy_get(int port, const char *path, char **text)
 {
     char url[128];
     snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
-    char *argv[] = {"curl", "-s", "--max-time", "10", url, NULL}, *out = NULL;
+    char *argv[] = {"/usr/bin/curl", "-s", "--max-time", "10", url, NULL}, *out = NULL;
     int rc = km_test_run(argv, NULL, 0, &out, NULL, NULL);
     json_error_t jerr;
     json_t *j = rc == 0 && out ? json_loads(out, 0, &jerr) : NULL; /* /metrics is no JSON: NULL */

@@ -99,6 +99,9 @@ typedef struct rc_streaks {
     bool open;     /* the last still runs at TO */
 } rc_streaks;
 void rc_verify_streaks(const char *log, long from, long to, rc_streaks *s);
+/* The transient window W of docs/verify.md at a 500 ms verify.interval.ms: while an ordinary change (a leader move, a
+ * reassignment's steps) propagates, at most this many checks in a row may find the brokers not consistent. */
+#define RC_VERIFY_TRANSIENT_CHECKS 3
 
 /* Admin API calls through RcAdmin (OPS: its commands, `\;`-separated); a failure fails the test with its output. */
 void rc_admin(rc_rig *r, const char *ops);
