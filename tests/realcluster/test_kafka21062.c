@@ -497,8 +497,11 @@ Test(kafka21062, leader_moved_while_wedged_loses_acknowledged_records)
     rc_assert(r, claim && !strcmp(claim, "ok absent"), "the check-only kmproxy wrote ZooKeeper: /kmproxy/active %s",
               claim ?: "?");
     free(claim);
+    int status = -1;
     kill(checker, SIGTERM);
-    waitpid(checker, NULL, 0);
+    waitpid(checker, &status, 0);
+    rc_assert(r, WIFEXITED(status) && WEXITSTATUS(status) == 0, "the check-only kmproxy did not stop cleanly: "
+              "status %#x (log %s)", status, clog);
     rc_rig_stop(r, false);
 }
 
