@@ -68,7 +68,9 @@ static const key_def KEYS[] = {
         "leader the log's LeaderChange records name."),
     STR("zookeeper.connect", zk_connect,
         "The ZooKeeper ZK-mode brokers read, HOST:PORT[,HOST:PORT][/chroot]: exactly their `zookeeper.connect`. "
-        "Required."),
+        "Required, except for a check-only instance: unset with `brokers.enabled=false` and `verify.interval.ms` "
+        "above 0, kmproxy writes no ZooKeeper and sends no broker RPC, it follows the log and checks the brokers "
+        "beside Kafka's own migration driver (docs/verify.md)."),
     INT("zookeeper.session.timeout.ms", zk_session_timeout_ms, 2000, 600000,
         "ZooKeeper session timeout (Kafka's default); HA takeovers happen within it."),
     INT("zookeeper.jute.maxbuffer", zk_jute_maxbuffer, 4096, INT32_MAX,
@@ -478,6 +480,39 @@ static int validate_chroot(const char *connect, km_err *err)
     return 0;
 }
 
+/* Keys only a ZooKeeper writer reads: a check-only instance refuses them rather than ignore them. */
+static bool is_writer_key(const char *key)
+{
+    static const char *const prefixes[] = {"zookeeper.", "zk.", "password.encoder.", "kmproxy.election.path",
+                                           "java.security.auth.login.config"};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+        if (!strncmp(key, prefixes[i], strlen(prefixes[i])))
+            return true;
+    return false;
+}
+
+/* No zookeeper.connect: a check-only instance (docs/verify.md), beside Kafka's own migration driver.  It writes
+ * no ZooKeeper and sends no broker RPC (those carry the ZooKeeper controller epoch of a claim); it follows the
+ * log and checks the brokers, so the check must be on and nothing may ask for a writer's work. */
+static int validate_check_only(const km_config *c, km_err *err)
+{
+    if (c->brokers_enabled)
+        return km_fail(err, "zookeeper.connect is required (HOST:PORT[,HOST:PORT][/chroot]) while brokers.enabled=true "
+                            "(the default): broker RPCs carry the ZooKeeper controller epoch of kmproxy's claim. A "
+                            "check-only instance sets brokers.enabled=false and verify.interval.ms (docs/verify.md)");
+    if (c->verify_interval_ms <= 0)
+        return km_fail(err, "verify.interval.ms=0 without zookeeper.connect: a check-only instance (no "
+                            "zookeeper.connect, brokers.enabled=false) does nothing but the broker check");
+    if (c->ha_enabled)
+        return km_fail(err, "ha.enabled needs zookeeper.connect (the instances elect there); a check-only instance "
+                            "(no zookeeper.connect) has no election");
+    for (int i = 0; i < c->n_given; i++)
+        if (is_writer_key(c->given_keys[i]))
+            return km_fail(err, "%s is read only with zookeeper.connect; without it this is a check-only instance "
+                                "that writes no ZooKeeper", c->given_keys[i]);
+    return 0;
+}
+
 int km_config_validate(const km_config *c, km_err *err)
 {
     bool quorum = c->metadata_source && !strcmp(c->metadata_source, "quorum");
@@ -508,9 +543,7 @@ int km_config_validate(const km_config *c, km_err *err)
     if (!c->election_path || c->election_path[0] != '/' || c->election_path[strlen(c->election_path) - 1] == '/')
         return km_fail(err, "kmproxy.election.path must be an absolute ZooKeeper path, not '%s'",
                        c->election_path ? c->election_path : "");
-    if (!c->zk_connect)  /* broker RPCs carry the ZooKeeper controller epoch our claim produces */
-        return km_fail(err, "zookeeper.connect is required (HOST:PORT[,HOST:PORT][/chroot])");
-    if (validate_chroot(c->zk_connect, err))
+    if (c->zk_connect ? validate_chroot(c->zk_connect, err) : validate_check_only(c, err))
         return -1;
     if (km_inline_config_enabled(&c->proxy) && km_inline_config_validate(&c->proxy, err))
         return -1;

@@ -388,6 +388,9 @@ void km_daemon_start(km_daemon *d)
                       d->cfg.quorum_bootstrap_servers ? d->cfg.quorum_bootstrap_servers : d->cfg.quorum_voters);
     else
         km_daemon_log(d, KM_LOG_INFO, "following %s", d->cfg.metadata_dir);
+    if (km_daemon_check_only(d))
+        km_daemon_log(d, KM_LOG_INFO, "check-only (no zookeeper.connect): no ZooKeeper write, no broker RPC; the "
+                      "brokers are checked against the image every %d ms", d->cfg.verify_interval_ms);
     km_daemon_read_log(d);
 }
 

@@ -120,13 +120,19 @@ void km_daemon_stop_ha(km_daemon *d)
 
 bool km_daemon_is_active(const km_daemon *d) { return !d->election || d->active; }
 
-const char *km_daemon_role(const km_daemon *d) { return km_daemon_is_active(d) ? "active" : "standby"; }
+bool km_daemon_check_only(const km_daemon *d) { return !d->cfg.zk_connect; }
+
+const char *km_daemon_role(const km_daemon *d)
+{
+    return km_daemon_check_only(d) ? "checker" : km_daemon_is_active(d) ? "active" : "standby";
+}
 
 void km_daemon_ha_metrics(const km_daemon *d, km_buf *out)
 {
     km_metrics_sample(out, "kmproxy_ha_active", "gauge",
-                      "1 while this instance is the active one (always 1 without ha.enabled).", NULL, true,
-                      km_daemon_is_active(d));
+                      "1 while this instance is the active one (always 1 without ha.enabled; 0 on a check-only "
+                      "instance, which writes nothing).", NULL, true,
+                      km_daemon_is_active(d) && !km_daemon_check_only(d));
     km_metrics_sample(out, "kmproxy_ha_active_since_seconds", "gauge",
                       "Unix time this instance became active (0: standby).", NULL, true,
                       d->election ? (double)d->active_since : (double)d->started_wall);

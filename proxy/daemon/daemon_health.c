@@ -152,7 +152,10 @@ static int readiness(km_daemon *d, km_buf *out, bool with_brokers)
     char quorum_why[700]; /* active or standby: an instance that cannot follow the quorum does not do its job */
     if (d->quorum && km_daemon_quorum_unready(d, quorum_why, sizeof quorum_why))
         add_reason(reasons, "%s", quorum_why);
-    if (km_daemon_is_active(d)) {
+    if (km_daemon_check_only(d)) { /* it writes nothing: it does its job once it has an image to check against */
+        if (km_image_offset(d->img) < 0)
+            add_reason(reasons, "not caught up: no metadata record read yet (check-only: nothing to check against)");
+    } else if (km_daemon_is_active(d)) {
         zk_reasons(d, km_daemon_zkb(d), reasons, body);
         if (with_brokers)
             broker_reasons(d, reasons, body);

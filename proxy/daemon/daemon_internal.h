@@ -139,6 +139,8 @@ void km_daemon_stop_notify(km_daemon *d);
 int km_daemon_start_ha(km_daemon *d, km_err *err);
 void km_daemon_stop_ha(km_daemon *d);
 bool km_daemon_is_active(const km_daemon *d);
+/* No zookeeper.connect: a check-only instance (brokers.enabled=false, the broker check on) that writes nothing. */
+bool km_daemon_check_only(const km_daemon *d);
 /* Lost the right to write (fenced, election lost): back to standby. False without HA (then fatal). */
 bool km_daemon_step_down(km_daemon *d, const char *why);
 void km_daemon_ha_metrics(const km_daemon *d, km_buf *out);

@@ -54,7 +54,8 @@ static void ready_check_cb(struct ev_loop *loop, ev_timer *t, int revents)
         return;
     ev_timer_stop(loop, t);
     bool brokers = km_daemon_ready(d);
-    km_daemon_log(d, KM_LOG_INFO, "ready: %s%s", km_daemon_is_active(d) ? "active, ZooKeeper in sync"
+    km_daemon_log(d, KM_LOG_INFO, "ready: %s%s", km_daemon_check_only(d) ? "checker, following the log"
+                                                 : km_daemon_is_active(d) ? "active, ZooKeeper in sync"
                                                                           : "standby, following the log",
                   brokers ? "" : "; not every ZK-mode broker is up to date yet (see /readyz)");
     km_daemon_notify(d, brokers ? "READY=1\nSTATUS=ready: in sync with the metadata log"

@@ -49,7 +49,8 @@ static json_t *zookeeper_json(const km_daemon *d)
     json_t *o = json_pack("{s:s}", "connect", d->cfg.zk_connect ? d->cfg.zk_connect : "");
     km_zkb *zkb = km_daemon_zkb(d);
     if (!zkb) {
-        json_object_set_new(o, "session", json_string(km_daemon_is_active(d) ? "not started" : "standby"));
+        json_object_set_new(o, "session", json_string(km_daemon_check_only(d) ? "none (check-only)"
+                                                      : km_daemon_is_active(d) ? "not started" : "standby"));
         return o;
     }
     km_zkw *w = km_zkb_writer(zkb);

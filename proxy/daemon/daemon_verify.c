@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define LOG_FINDINGS_MAX 5 /* lines a cycle naming a finding that appeared or cleared; /status has them all */
+
 struct km_daemon_verify {
     km_daemon *d;
     ev_timer next;
@@ -192,7 +194,54 @@ static void count_classes(struct km_daemon_verify *v)
     }
 }
 
-/* The findings of this cycle replace those it checked again; one seen before keeps its first_seen. */
+/* "stale_leader on broker 0, t-0" (a topic-wide finding, partition -1: "on broker 0, topic t"). */
+static void describe_finding(const json_t *f, char *out, size_t cap)
+{
+    json_int_t part = json_integer_value(json_object_get(f, "partition"));
+    const char *cls = json_string_value(json_object_get(f, "class"));
+    const char *topic = json_string_value(json_object_get(f, "topic"));
+    long long broker = (long long)json_integer_value(json_object_get(f, "broker"));
+    if (part < 0)
+        snprintf(out, cap, "%s on broker %lld, topic %s", cls ? cls : "?", broker, topic ? topic : "?");
+    else
+        snprintf(out, cap, "%s on broker %lld, %s-%lld", cls ? cls : "?", broker, topic ? topic : "?", (long long)part);
+}
+
+/* A line for each finding that appeared or cleared this cycle (up to LOG_FINDINGS_MAX): the operator's record of
+ * what went wrong and for how many checks, a transient included. */
+static void log_finding_changes(struct km_daemon_verify *v, json_t *before, json_t *after)
+{
+    int lines = 0, more = 0;
+    char what[600];
+    const char *k;
+    json_t *f;
+    json_object_foreach(after, k, f) {
+        if (json_object_get(before, k))
+            continue;
+        describe_finding(f, what, sizeof what);
+        if (lines++ < LOG_FINDINGS_MAX)
+            km_daemon_log(v->d, KM_LOG_WARN, "verify: cycle %lld: found %s", (long long)v->cycles, what);
+        else
+            more++;
+    }
+    json_object_foreach(before, k, f) {
+        if (json_object_get(after, k))
+            continue;
+        describe_finding(f, what, sizeof what);
+        if (lines++ < LOG_FINDINGS_MAX)
+            km_daemon_log(v->d, KM_LOG_INFO, "verify: cycle %lld: cleared %s (found in cycles %lld to %lld)",
+                          (long long)v->cycles, what, (long long)json_integer_value(json_object_get(f, "first_cycle")),
+                          (long long)json_integer_value(json_object_get(f, "last_cycle")));
+        else
+            more++;
+    }
+    if (more)
+        km_daemon_log(v->d, KM_LOG_INFO, "verify: cycle %lld: %d more findings appeared or cleared (/status lists "
+                      "those that stand)", (long long)v->cycles, more);
+}
+
+/* The findings of this cycle replace those it checked again; one seen before keeps its first_seen and
+ * first_cycle. */
 static void merge_findings(struct km_daemon_verify *v, double now)
 {
     const json_t *found = json_object_get(v->report, "findings"), *slice = json_object_get(v->report, "slice");
@@ -214,8 +263,12 @@ static void merge_findings(struct km_daemon_verify *v, double now)
         json_object_set_new(copy, "first_seen", seen ? json_incref(json_object_get(seen, "first_seen"))
                                                       : json_integer((json_int_t)now));
         json_object_set_new(copy, "last_seen", json_integer((json_int_t)now));
+        json_object_set_new(copy, "first_cycle", seen ? json_incref(json_object_get(seen, "first_cycle"))
+                                                       : json_integer((json_int_t)v->cycles));
+        json_object_set_new(copy, "last_cycle", json_integer((json_int_t)v->cycles));
         json_object_set_new(next, key, copy);
     }
+    log_finding_changes(v, v->findings, next);
     json_decref(v->findings);
     v->findings = next;
     count_classes(v);
@@ -263,8 +316,8 @@ static void cycle_done(EV_P_ ev_async *a, int revents)
         if (json_object_size(v->findings))
             v->verdict = KM_VERIFY_INCONSISTENT; /* a finding from an earlier slice, not checked again yet */
         if (v->verdict != v->last_verdict)
-            km_daemon_log(d, v->verdict ? KM_LOG_WARN : KM_LOG_INFO, "verify: the brokers are %s",
-                          v->verdict == KM_VERIFY_INCONSISTENT ? "inconsistent"
+            km_daemon_log(d, v->verdict ? KM_LOG_WARN : KM_LOG_INFO, "verify: cycle %lld: the brokers are %s",
+                          (long long)v->cycles, v->verdict == KM_VERIFY_INCONSISTENT ? "inconsistent"
                           : v->verdict == KM_VERIFY_UNCHECKED ? "unchecked" : "consistent");
         v->last_verdict = v->verdict;
         v->inconsistent_streak = v->verdict == KM_VERIFY_INCONSISTENT ? v->inconsistent_streak + 1 : 0;

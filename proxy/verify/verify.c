@@ -346,7 +346,9 @@ static void leader_answer(v_run *r, v_broker *b, const char *topic, const km_par
                           const km_list_offsets_response_partition_response *a)
 {
     char d[300];
-    if (a->error_code == E_NONE)
+    /* OFFSET_NOT_AVAILABLE: Kafka checked the epoch and leadership first; only its high watermark is short of
+     * its epoch's start, its followers not caught up (stale followers are reported on their own) */
+    if (a->error_code == E_NONE || a->error_code == E_OFFSET_NOT_AVAILABLE)
         return;
     if (a->error_code == E_FENCED_LEADER_EPOCH) {
         r->image_behind = true;

@@ -33,6 +33,7 @@ int v_conn_call(v_conn *c, int16_t api, int16_t version, const void *rq, km_aren
 #define E_NOT_LEADER_OR_FOLLOWER 6
 #define E_FENCED_LEADER_EPOCH 74
 #define E_UNKNOWN_LEADER_EPOCH 75
+#define E_OFFSET_NOT_AVAILABLE 78
 
 typedef struct v_broker {
     int32_t id;

@@ -70,6 +70,34 @@ Test(config, errors_name_file_line_and_key)
     km_config_free(&c);
 }
 
+/* No zookeeper.connect: a check-only instance (docs/verify.md), valid only when nothing asks it to write: broker
+ * RPCs off, the check on, no HA, no ZooKeeper writer's key. */
+Test(config, a_check_only_instance_has_no_zookeeper_connect)
+{
+    km_config c;
+    km_err err = {{0}};
+    cr_assert_eq(load("metadata.dir=/x\nbrokers.enabled=false\nverify.interval.ms=500\n", &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(km_config_validate(&c, &err), 0, "%s", err.msg);
+    km_config_free(&c);
+    static const struct { const char *extra, *why; } refused[] = {
+        {"brokers.enabled=true\nverify.interval.ms=500\n", "zookeeper.connect is required"},
+        {"brokers.enabled=false\nverify.interval.ms=0\n", "verify.interval.ms=0 without zookeeper.connect"},
+        {"brokers.enabled=false\nverify.interval.ms=500\nha.enabled=true\n", "ha.enabled needs zookeeper.connect"},
+        {"brokers.enabled=false\nverify.interval.ms=500\nzookeeper.session.timeout.ms=6000\n",
+         "zookeeper.session.timeout.ms is read only with zookeeper.connect"},
+        {"brokers.enabled=false\nverify.interval.ms=500\npassword.encoder.secret=s\n",
+         "password.encoder.secret is read only with zookeeper.connect"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char text[300];
+        snprintf(text, sizeof text, "metadata.dir=/x\n%s", refused[i].extra);
+        cr_assert_eq(load(text, &c, &err), 0, "%s", err.msg);
+        cr_assert_eq(km_config_validate(&c, &err), -1, "%s accepted", refused[i].extra);
+        cr_assert(strstr(err.msg, refused[i].why), "%s: %s", refused[i].extra, err.msg);
+        km_config_free(&c);
+    }
+}
+
 Test(config, validation_of_the_whole)
 {
     km_config c;

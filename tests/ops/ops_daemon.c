@@ -48,7 +48,8 @@ void start(inst *in, env *e, const char *tag, const char *zk, const char *const 
     snprintf(in->log_file, sizeof in->log_file, "%s/%s.log", e->dir, tag);
     snprintf(sets[k++], sizeof sets[0], "metadata.source=dir");
     snprintf(sets[k++], sizeof sets[0], "metadata.dir=%s", e->metadata);
-    snprintf(sets[k++], sizeof sets[0], "zookeeper.connect=%s", zk);
+    if (zk) /* NULL: a check-only instance (docs/verify.md) */
+        snprintf(sets[k++], sizeof sets[0], "zookeeper.connect=%s", zk);
     snprintf(sets[k++], sizeof sets[0], "metrics.listen=127.0.0.1:%d", in->port);
     snprintf(sets[k++], sizeof sets[0], "log.file=%s", in->log_file);
     /* the secured ZooKeeper's client settings first: a test's own (later) win */

@@ -373,7 +373,8 @@ char *rc_read_log(const rc_rig *r, const char *kind, int id)
     return s ? s : strdup("");
 }
 
-pid_t rc_kmproxy_run(const rc_rig *r, const char *name, const char *extra, char *log, size_t cap)
+/* `kmproxy run --config DIR/NAME.properties` (written with the quorum keys, then `keys`), output in LOG. */
+static pid_t spawn_kmproxy(const rc_rig *r, const char *name, const char *keys, char *log, size_t cap)
 {
     char config[700];
     snprintf(config, sizeof config, "%s/%s.properties", r->dir, name);
@@ -381,8 +382,8 @@ pid_t rc_kmproxy_run(const rc_rig *r, const char *name, const char *extra, char 
     FILE *f = fopen(config, "w");
     cr_assert(f, "%s: %s", config, strerror(errno));
     fprintf(f, "metadata.source=quorum\ncontroller.quorum.voters=%s\ncontroller.listener.names=CONTROLLER\n"
-               "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\nzookeeper.connect=%s\n"
-               "brokers.enabled=true\nmetrics.listen=127.0.0.1:0\n%s", r->voters, r->zk, extra ? extra : "");
+               "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\nmetrics.listen=127.0.0.1:0\n"
+               "%s", r->voters, keys);
     fclose(f);
     pid_t parent = getpid(), pid = fork();
     if (pid == 0) {
@@ -394,6 +395,88 @@ pid_t rc_kmproxy_run(const rc_rig *r, const char *name, const char *extra, char 
         _exit(127);
     }
     return pid;
+}
+
+pid_t rc_kmproxy_run(const rc_rig *r, const char *name, const char *extra, char *log, size_t cap)
+{
+    char keys[2048];
+    snprintf(keys, sizeof keys, "zookeeper.connect=%s\nbrokers.enabled=true\n%s", r->zk, extra ? extra : "");
+    return spawn_kmproxy(r, name, keys, log, cap);
+}
+
+pid_t rc_kmproxy_check_only(const rc_rig *r, const char *name, int interval_ms, char *log, size_t cap)
+{
+    char keys[256];
+    snprintf(keys, sizeof keys, "brokers.enabled=false\nverify.interval.ms=%d\nverify.timeout.ms=5000\n", interval_ms);
+    return spawn_kmproxy(r, name, keys, log, cap);
+}
+
+int rc_kmproxy_metrics_port(const char *log, int timeout_s)
+{
+    static const char mark[] = "metrics on http://127.0.0.1:";
+    for (int i = 0; i < timeout_s * 5; i++, usleep(200 * 1000)) {
+        FILE *f = fopen(log, "r");
+        char line[4096];
+        const char *at = NULL;
+        while (f && !at && fgets(line, sizeof line, f))
+            at = strstr(line, mark);
+        if (f)
+            fclose(f);
+        if (at)
+            return atoi(at + sizeof mark - 1);
+    }
+    return -1;
+}
+
+json_t *rc_kmproxy_get(int port, const char *path, char **text)
+{
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+    char *argv[] = {"/usr/bin/curl", "-s", "--max-time", "10", url, NULL}, *out = NULL;
+    int rc = km_test_run(argv, NULL, 0, &out, NULL, NULL);
+    json_error_t jerr;
+    json_t *j = rc == 0 && out ? json_loads(out, 0, &jerr) : NULL; /* /metrics is no JSON: NULL */
+    if (text)
+        *text = out;
+    else
+        free(out);
+    return j;
+}
+
+long rc_kmproxy_verify_cycles(int port)
+{
+    json_t *st = rc_kmproxy_get(port, "/status", NULL);
+    long cycles = st ? (long)json_integer_value(json_object_get(json_object_get(st, "verify"), "cycles")) : -1;
+    json_decref(st);
+    return cycles;
+}
+
+void rc_verify_streaks(const char *log, long from, long to, rc_streaks *s)
+{
+    memset(s, 0, sizeof *s);
+    FILE *f = fopen(log, "r");
+    char line[4096], verdict[32];
+    long bad_since = -1, cycle;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, "verify: cycle ");
+        if (!at || sscanf(at, "verify: cycle %ld: the brokers are %31s", &cycle, verdict) != 2 || cycle > to)
+            continue;
+        bool bad = strcmp(verdict, "consistent") != 0;
+        if (!bad && bad_since >= 0 && cycle > from) { /* a streak that ended inside the window */
+            long len = cycle - (bad_since > from ? bad_since : from + 1);
+            s->longest = len > s->longest ? len : s->longest;
+            s->streaks++;
+        }
+        bad_since = bad ? (bad_since >= 0 ? bad_since : cycle) : -1;
+    }
+    if (f)
+        fclose(f);
+    if (bad_since >= 0) { /* still not consistent at the window's end */
+        long len = to - (bad_since > from ? bad_since : from + 1) + 1;
+        s->longest = len > s->longest ? len : s->longest;
+        s->streaks++;
+        s->open = true;
+    }
 }
 
 void rc_admin(rc_rig *r, const char *ops)

@@ -81,6 +81,28 @@ char *rc_read_log(const rc_rig *r, const char *kind, int id);
  * with EXTRA property lines appended; config DIR/NAME.properties, its output in LOG (DIR/NAME.log). Its pid. */
 pid_t rc_kmproxy_run(const rc_rig *r, const char *name, const char *extra, char *log, size_t cap);
 
+/* A check-only kmproxy (docs/verify.md): no zookeeper.connect, brokers.enabled=false, verify.interval.ms; it writes
+ * no ZooKeeper and sends no broker RPC.  Config DIR/NAME.properties, output in LOG.  Its pid. */
+pid_t rc_kmproxy_check_only(const rc_rig *r, const char *name, int interval_ms, char *log, size_t cap);
+/* The port of kmproxy's metrics listener, from its log line (-1 after timeout_s). */
+int rc_kmproxy_metrics_port(const char *log, int timeout_s);
+/* GET PATH on kmproxy's metrics listener with curl: its JSON (NULL for /metrics or when unreadable); the body in
+ * *text when TEXT is not NULL (malloc'd). */
+json_t *rc_kmproxy_get(int port, const char *path, char **text);
+/* /status verify.cycles: checks finished, -1 when unreadable. */
+long rc_kmproxy_verify_cycles(int port);
+/* The daemon's check verdicts between cycles FROM (excluded) and TO (included), from its log's lines "verify: cycle
+ * N: the brokers are V" (written when the verdict changes): the runs of cycles not consistent. */
+typedef struct rc_streaks {
+    long longest;  /* the longest run, in cycles (0: every cycle consistent) */
+    int streaks;   /* how many runs */
+    bool open;     /* the last still runs at TO */
+} rc_streaks;
+void rc_verify_streaks(const char *log, long from, long to, rc_streaks *s);
+/* The transient window W of docs/verify.md at a 500 ms verify.interval.ms: while an ordinary change (a leader move, a
+ * reassignment's steps) propagates, at most this many checks in a row may find the brokers not consistent. */
+#define RC_VERIFY_TRANSIENT_CHECKS 3
+
 /* Admin API calls through RcAdmin (OPS: its commands, `\;`-separated); a failure fails the test with its output. */
 void rc_admin(rc_rig *r, const char *ops);
 

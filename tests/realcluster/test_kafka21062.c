@@ -317,22 +317,154 @@ static pid_t fault_under_traffic(rc_rig *r)
     return producers;
 }
 
+/* ---- the daemon's continuous check beside Kafka's own driver (issue 26 part 3, docs/verify.md) ---- */
+
+#define CHECK_INTERVAL_MS 500 /* the check-only kmproxy's verify.interval.ms, as test_verify_realcluster's */
+
+/* The finding of CLS on BROKER for TOPIC-0 in /status (borrowed from st), NULL if none. */
+static json_t *status_finding(json_t *st, int broker, const char *cls, const char *topic)
+{
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(json_object_get(st, "verify"), "findings"), i, f)
+        if (json_integer_value(json_object_get(f, "broker")) == broker && json_object_get(f, "class") &&
+            !strcmp(json_string_value(json_object_get(f, "class")), cls) &&
+            !strcmp(json_string_value(json_object_get(f, "topic")) ?: "", topic) &&
+            json_integer_value(json_object_get(f, "partition")) == 0)
+            return f;
+    return NULL;
+}
+
+static bool status_consistent(json_t *st)
+{
+    json_t *v = json_object_get(st, "verify");
+    return v && json_is_string(json_object_get(v, "verdict")) &&
+           !strcmp(json_string_value(json_object_get(v, "verdict")), "consistent") &&
+           json_array_size(json_object_get(v, "findings")) == 0;
+}
+
+/* Polls the checker's /status (every 200 ms, at most timeout_s) until `done` holds; the last status (or NULL). */
+static json_t *poll_status(int port, int timeout_s, bool (*done)(json_t *))
+{
+    json_t *st = NULL;
+    for (int i = 0; i < timeout_s * 5; i++, usleep(200 * 1000)) {
+        json_decref(st);
+        if ((st = rc_kmproxy_get(port, "/status", NULL)) && done(st))
+            break;
+    }
+    return st;
+}
+
+static bool stale_leader_on_0(json_t *st) { return status_finding(st, 0, "stale_leader", "t") != NULL; }
+
+static bool broker_unchecked(json_t *st, int broker)
+{
+    size_t i;
+    json_t *u;
+    json_array_foreach(json_object_get(json_object_get(st, "verify"), "unchecked"), i, u)
+        if (json_integer_value(json_object_get(u, "broker")) == broker)
+            return true;
+    return false;
+}
+
+/* Lines of the checker's log "verify: cycle N: found ... on broker B," with from < N <= upto. */
+static int found_on_broker(const char *log, int broker, long from, long upto)
+{
+    FILE *f = fopen(log, "r");
+    char line[4096], on[32];
+    int n = 0;
+    long cycle;
+    snprintf(on, sizeof on, " on broker %d,", broker);
+    while (f && fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, "verify: cycle ");
+        n += at && sscanf(at, "verify: cycle %ld: found", &cycle) == 1 && strstr(at, ": found ") && cycle > from &&
+             cycle <= upto && strstr(at, on);
+    }
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* The checker flags t-0's stale leader (ZK-mode broker 0) within two checks of the move's commit (the check under
+ * way at the commit may have copied the image before it; the next one copies it after): /status and /metrics.
+ * KRaft broker 2, t-0's new leader, is checked and has no finding.  The cycle of the commit is `committed`. */
+static void checker_flags_the_stale_leader(rc_rig *r, int port, long committed)
+{
+    json_t *st = poll_status(port, 60, stale_leader_on_0);
+    json_t *sl = status_finding(st, 0, "stale_leader", "t");
+    char *text = st ? json_dumps(json_object_get(st, "verify"), JSON_COMPACT) : NULL, *metrics = NULL;
+    long first = sl ? (long)json_integer_value(json_object_get(sl, "first_cycle")) : -1;
+    fprintf(stderr, "kafka21062: check-only kmproxy: stale_leader on broker 0 first found in check %ld; the move "
+                    "was committed when %ld checks had finished\n", first, committed);
+    rc_assert(r, sl, "the check-only kmproxy never flagged broker 0 as t-0's stale leader: %s", text ?: "-");
+    rc_assert(r, first >= 1 && first <= committed + 2, "the stale leader was flagged in check %ld, more than two "
+              "checks after the move's commit (%ld checks done then): %s", first, committed, text);
+    char *unchecked = json_dumps(json_object_get(json_object_get(st, "verify"), "unchecked"), JSON_COMPACT);
+    fprintf(stderr, "kafka21062: check-only kmproxy: not checked in that check: %s\n", unchecked ?: "-");
+    rc_assert(r, !broker_unchecked(st, 2) && !status_finding(st, 2, "replica_stale", "t") &&
+                     !status_finding(st, 2, "metadata_stale", "t"),
+              "KRaft broker 2 not checked (%s) or not consistent: %s", unchecked ?: "-", text);
+    free(unchecked);
+    json_decref(rc_kmproxy_get(port, "/metrics", &metrics));
+    rc_assert(r, metrics && strstr(metrics, "\nkmproxy_verify_last_verdict 1\n") &&
+                     !strstr(metrics, "\nkmproxy_verify_findings{class=\"stale_leader\"} 0\n") &&
+                     strstr(metrics, "\nkmproxy_verify_findings{class=\"stale_leader\"} "),
+              "/metrics does not show the stale leader: %.3000s", metrics ?: "-");
+    free(metrics);
+    free(text);
+    json_decref(st);
+}
+
+/* After the repair (the driver unwedged by a controller election) the checker's findings clear: consistent. */
+static void checker_clears(rc_rig *r, int port, const char *log, long repaired)
+{
+    json_t *st = poll_status(port, 300, status_consistent);
+    char *text = st ? json_dumps(json_object_get(st, "verify"), JSON_COMPACT) : NULL;
+    long now = st ? (long)json_integer_value(json_object_get(json_object_get(st, "verify"), "cycles")) : -1;
+    rc_streaks runs;
+    rc_verify_streaks(log, 0, now, &runs);
+    fprintf(stderr, "kafka21062: check-only kmproxy: consistent again at check %ld (%ld checks after ZooKeeper "
+                    "named the new leader); the longest run of checks not consistent: %ld\n", now, now - repaired,
+            runs.longest);
+    rc_assert(r, status_consistent(st) && !broker_unchecked(st, 2),
+              "after the repair the check-only kmproxy does not find the brokers consistent: %s\nits log: %s",
+              text ?: "-", log);
+    /* the wedge is no transient: it outlasts the window within which ordinary changes settle (docs/verify.md) */
+    rc_assert(r, runs.longest > RC_VERIFY_TRANSIENT_CHECKS, "the wedge left the brokers inconsistent for %ld checks "
+              "in a row only, within the transient window of %d", runs.longest, RC_VERIFY_TRANSIENT_CHECKS);
+    free(text);
+    json_decref(st);
+}
+
 /* The reproduction: a mixed cluster (broker 2 restarted into KRaft mode, 0 and 1 still ZK-mode), a producer
  * with acks=all and one with acks=1 on t-0 led by ZK-mode broker 0, one /migration ack lost (the driver
  * wedges), then the KRaft side moves t-0's leadership to broker 2 (a reassignment making it preferred and a
  * preferred election).  Broker 2 learns it from the log; broker 0 hears nothing and keeps acknowledging at its
  * stale epoch.  A controller election (the controller restarted) unwedges the driver; broker 0 learns the truth
  * and truncates.  The test asserts the wedge and that acknowledged acks=1 records are lost, and prints the
- * figures (docs/kafka21062.md records them per run). */
+ * figures (docs/kafka21062.md records them per run).  Meanwhile a check-only kmproxy (no zookeeper.connect,
+ * brokers.enabled=false: it writes no ZooKeeper and sends no broker RPC) checks every broker each second: it finds
+ * the mixed cluster consistent before the fault, flags broker 0 as t-0's stale leader within two checks of the
+ * move's commit while KRaft broker 2 stays consistent, and finds every broker consistent again after the repair. */
 Test(kafka21062, leader_moved_while_wedged_loses_acknowledged_records)
 {
     rc_rig *r = start_faulty_or_skip();
     mixed_cluster_with_t(r);
-    char *ans;
+    char *ans, clog[700];
+    pid_t checker = rc_kmproxy_check_only(r, "kmproxy-check", CHECK_INTERVAL_MS, clog, sizeof clog);
+    int port = rc_kmproxy_metrics_port(clog, 120);
+    rc_assert(r, port > 0, "the check-only kmproxy never served its metrics (log %s)", clog);
+    json_t *st = poll_status(port, 120, status_consistent);
+    rc_assert(r, status_consistent(st), "the check-only kmproxy does not find the mixed cluster consistent before "
+              "the fault: %s", st ? json_dumps(json_object_get(st, "verify"), JSON_COMPACT) : "-");
+    json_decref(st);
     pid_t producers = fault_under_traffic(r);
     long stuck = migration_offset(r), lag = -1, applied = -1;
     long acked1_before = lines(r, "acked-1"), ackedall_before = lines(r, "acked-all");
     rc_assert(r, admin(r, "reassign t 0 2,0,1 \\; elect-preferred t 0") == 0, "moving t-0 to broker 2 failed");
+    /* both calls answer once their records are committed: the checks finished by now saw at most the move */
+    long committed = rc_kmproxy_verify_cycles(port);
+    checker_flags_the_stale_leader(r, port, committed);
     /* the exposure: broker 0 acknowledges at its stale epoch while the KRaft side names broker 2 */
     rc_assert(r, wait_lines(r, "acked-1", 300, 300), "the acks=1 producer stopped being acknowledged");
     rc_assert(r, controller_metrics(r, &lag, &applied), "cannot read the controller's metrics over JMX");
@@ -346,17 +478,30 @@ Test(kafka21062, leader_moved_while_wedged_loses_acknowledged_records)
     rc_assert(r, later == stuck && applied > later && lag < applied - later, "no wedge: /migration %ld -> %ld, "
               "applied %ld, lag %ld", stuck, later, applied, lag);
     /* a controller election unwedges the driver: it reads /migration afresh and brings the brokers up to date */
+    long wedged_checks = rc_kmproxy_verify_cycles(port);
+    rc_assert(r, found_on_broker(clog, 2, committed, wedged_checks) == 0, "the checker found something on KRaft "
+              "broker 2 after the move, while the driver was wedged (log %s)", clog);
     ans = rc_rig_cmd(r, "stop controller 3000");
     free(ans);
     ans = rc_rig_cmd(r, "start controller 3000");
     rc_assert(r, ans && !strncmp(ans, "ok ", 3), "restarting the controller failed: %s", ans ? ans : "");
     free(ans);
     rc_assert(r, wait_zk_leader(r, "t", 2, 300), "t-0's move to broker 2 never reached ZooKeeper");
+    checker_clears(r, port, clog, rc_kmproxy_verify_cycles(port));
     rc_assert(r, wait_lines(r, "acked-all", 100, 300), "the acks=all producer never resumed");
     stop_producers(r, producers);
     long acked_all, lost_all, acked_1, lost_1;
     count_loss(r, "without kmproxy", &acked_all, &lost_all, &acked_1, &lost_1);
     rc_assert(r, lost_1 > 0, "no acknowledged acks=1 record was lost: KAFKA-21062 not reproduced");
+    char *claim = rc_rig_cmd(r, "zk /kmproxy/active");
+    rc_assert(r, claim && !strcmp(claim, "ok absent"), "the check-only kmproxy wrote ZooKeeper: /kmproxy/active %s",
+              claim ?: "?");
+    free(claim);
+    int status = -1;
+    kill(checker, SIGTERM);
+    waitpid(checker, &status, 0);
+    rc_assert(r, WIFEXITED(status) && WEXITSTATUS(status) == 0, "the check-only kmproxy did not stop cleanly: "
+              "status %#x (log %s)", status, clog);
     rc_rig_stop(r, false);
 }
 

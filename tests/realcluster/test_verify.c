@@ -17,10 +17,66 @@
 #include "rc_rig.h"
 
 
-/* kmproxy run beside the controllers, as test_realcluster.c deploys it; its log in DIR/kmproxy-verify.log. */
+/* kmproxy run beside the controllers, as test_realcluster.c deploys it, with its continuous check every
+ * CHECK_INTERVAL_MS; its log in DIR/kmproxy-verify.log. */
+#define CHECK_INTERVAL_MS 500
 static pid_t kmproxy_start(rc_rig *r, char *log, size_t cap)
 {
-    return rc_kmproxy_run(r, "kmproxy-verify", "zookeeper.session.timeout.ms=60000\n", log, cap);
+    char extra[200];
+    snprintf(extra, sizeof extra, "zookeeper.session.timeout.ms=60000\nverify.interval.ms=%d\n", CHECK_INTERVAL_MS);
+    return rc_kmproxy_run(r, "kmproxy-verify", extra, log, cap);
+}
+
+/* ---- the daemon's own check (verify.interval.ms) beside the one-shot one ---- */
+
+static bool daemon_consistent(json_t *st)
+{
+    json_t *v = json_object_get(st, "verify");
+    return v && json_is_string(json_object_get(v, "verdict")) &&
+           !strcmp(json_string_value(json_object_get(v, "verdict")), "consistent") &&
+           json_array_size(json_object_get(v, "findings")) == 0;
+}
+
+/* Waits (at most timeout_s) until the daemon's last check found every broker consistent; its cycle count then, or
+ * -1 (the status in *text, malloc'd). */
+static long daemon_consistent_at(int port, int timeout_s, char **text)
+{
+    for (int i = 0; i < timeout_s * 5; i++, usleep(200 * 1000)) {
+        free(*text);
+        json_t *st = rc_kmproxy_get(port, "/status", text);
+        long cycles = daemon_consistent(st) ? (long)json_integer_value(json_object_get(json_object_get(st, "verify"),
+                                                                                       "cycles")) : -1;
+        json_decref(st);
+        if (cycles >= 0)
+            return cycles;
+    }
+    return -1;
+}
+
+/* Waits until the daemon has finished `more` checks after `from`; the count then (-1 after timeout_s). */
+static long daemon_checks_after(int port, long from, long more, int timeout_s)
+{
+    for (int i = 0; i < timeout_s * 5; i++, usleep(200 * 1000)) {
+        long now = rc_kmproxy_verify_cycles(port);
+        if (now >= from + more)
+            return now;
+    }
+    return -1;
+}
+
+/* Prints the daemon's log lines of findings found and cleared in checks (from, to]: the transients' record. */
+static void print_transients(const char *log, long from, long to)
+{
+    FILE *f = fopen(log, "r");
+    char line[4096];
+    long cycle;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, "verify: cycle ");
+        if (at && sscanf(at, "verify: cycle %ld:", &cycle) == 1 && cycle > from && cycle <= to)
+            fprintf(stderr, "verify: daemon: %s", at);
+    }
+    if (f)
+        fclose(f);
 }
 
 static bool log_has(const char *path, const char *needle, int timeout_s)
@@ -167,6 +223,30 @@ static bool says_consistent(const char *out)
     return out && (strstr(out, "\"consistent\"") || strstr(out, "verdict: consistent"));
 }
 
+/* A reassignment through the Admin API with kmproxy running: replicas[0] leaves v-0 (its leadership moves, its
+ * replica is deleted), comes back (it catches up, the ISR grows) and is elected preferred leader again, as before. */
+static void ordinary_reassignment(rc_rig *r, const int *replicas)
+{
+    char ops[256]; /* the removal completes at once (the others are in the ISR): one JVM for both */
+    snprintf(ops, sizeof ops, "reassign v 0 %d,%d \\; reassign v 0 %d,%d,%d", replicas[1], replicas[2], replicas[0],
+             replicas[1], replicas[2]);
+    rc_admin(r, ops);
+    char *out = NULL;
+    int rc = 1; /* until replicas[0] is back in the ISR: PREFERRED_LEADER_NOT_AVAILABLE before */
+    for (int i = 0; i < 60 && rc; i++) {
+        free(out);
+        out = NULL;
+        if ((rc = rc_sh(r, &out, "$JAVA -cp \"$CP:$TOOLS\" RcAdmin $BS elect-preferred v 0 2>&1 | grep -v log4j; "
+                        "exit ${PIPESTATUS[0]}")))
+            sleep(1);
+    }
+    rc_assert(r, rc == 0, "electing broker %d v-0's preferred leader again failed: %s", replicas[0], out);
+    free(out);
+    int leader = -1, now[8], n = 0;
+    image_partition(r, "v", &leader, now, &n);
+    rc_assert(r, leader == replicas[0] && n == 3, "after the reassignment v-0 is led by %d with %d replicas", leader, n);
+}
+
 TestSuite(verify_realcluster, .timeout = 1800);
 
 /* Steady state: exit 0, every broker reachable and consistent.  kmproxy stopped (SIGSTOP: it keeps its claim, so
@@ -185,6 +265,8 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     cr_assert(r, "%s", why);
     pid_t kmp = kmproxy_start(r, klog, sizeof klog);
     rc_assert(r, log_has(klog, "ready: active, ZooKeeper in sync", 300), "kmproxy never became ready");
+    int port = rc_kmproxy_metrics_port(klog, 60);
+    rc_assert(r, port > 0, "kmproxy serves no metrics (log %s)", klog);
     rc_admin(r, "create-topic v 1 3 \\; create-topic gone 1 3");
     char *out = NULL;
     rc_assert(r, oracle_converged(r, 240, &out), "the brokers never matched the image (Kafka's oracle): %s", out);
@@ -212,6 +294,17 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     rc_assert(r, rc == 0 && qout && strstr(qout, "verdict: consistent"), "verify --bootstrap-server: exit %d: %s",
               rc, qout);
     free(qout);
+
+    /* steady state: the daemon's own check finds nothing at all, not even for one check */
+    char *dst = NULL;
+    rc_streaks runs;
+    long steady_from = rc_kmproxy_verify_cycles(port), steady_to = daemon_checks_after(port, steady_from, 8, 120);
+    rc_verify_streaks(klog, steady_from, steady_to, &runs);
+    fprintf(stderr, "verify: daemon: steady state, checks %ld to %ld: %d check(s) not consistent\n", steady_from + 1,
+            steady_to, (int)runs.longest);
+    rc_assert(r, steady_from >= 1 && steady_to > steady_from && runs.streaks == 0,
+              "the daemon's check in steady state (checks %ld to %ld): %d run(s) not consistent, the longest %ld "
+              "check(s) (log %s)", steady_from + 1, steady_to, runs.streaks, runs.longest, klog);
 
     int old_leader = -1, replicas[8], n = 0;
     image_partition(r, "v", &old_leader, replicas, &n);
@@ -252,6 +345,8 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     kill(kmp, SIGCONT);
     rc = verify_until(r, 0, 240, &rep, &out);
     rc_assert(r, rc == 0, "after kmproxy ran again, verify still exits %d: %s", rc, out);
+    long moves_from = daemon_consistent_at(port, 60, &dst);
+    rc_assert(r, moves_from >= 0, "after the repair the daemon's check is not consistent: %s", dst);
 
     /* a copy of the image as it is now, to verify against once it is old */
     char *cp = NULL;
@@ -273,6 +368,18 @@ Test(verify_realcluster, steady_state_stale_leader_repair_and_unreachable_broker
     int leader_now = -1, now_replicas[8];
     image_partition(r, "v", &leader_now, now_replicas, &n);
     rc_assert(r, leader_now == replicas[0], "the leader move did not happen: leader %d", leader_now);
+    ordinary_reassignment(r, replicas);
+    long moves_to = daemon_checks_after(port, daemon_consistent_at(port, 120, &dst), 2, 60);
+    rc_verify_streaks(klog, moves_from, moves_to, &runs);
+    print_transients(klog, moves_from, moves_to);
+    fprintf(stderr, "verify: daemon: checks %ld to %ld across the leader moves: %d transient run(s) not consistent, "
+                    "the longest %ld check(s) (allowed: %d)\n", moves_from + 1, moves_to, runs.streaks, runs.longest,
+            RC_VERIFY_TRANSIENT_CHECKS);
+    rc_assert(r, moves_to > moves_from && !runs.open && runs.longest <= RC_VERIFY_TRANSIENT_CHECKS,
+              "the daemon's check across ordinary leader moves (checks %ld to %ld): the longest run not consistent "
+              "%ld check(s), beyond the transient window of %d%s (log %s): %s", moves_from + 1, moves_to,
+              runs.longest, RC_VERIFY_TRANSIENT_CHECKS, runs.open ? ", still not consistent" : "", klog, dst);
+    free(dst);
 
     /* the brokers are ahead of the old image: it cannot judge them (exit 2, the image behind), never "stale" */
     rc = rc_sh(r, &cp, "%s verify --json --metadata $DIR/old-image 2>&1", km_test_binary());

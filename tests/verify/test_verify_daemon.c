@@ -28,6 +28,7 @@ typedef struct rig {
     char stale_flag[600];  /* while this file exists the fake answers topic-0-0 one leader epoch behind */
     char gone_flag[600];   /* while this file exists the fake hangs up on every connection */
     bool silent;           /* nobody answers: the broker's port accepts connections and never replies */
+    bool check_only;       /* no zookeeper.connect: a check-only instance */
 } rig;
 
 static void listen_loopback(rig *r)
@@ -77,7 +78,7 @@ static void rig_up(rig *r, inst *in, const char *tag, const char *const *extra)
         serve(r);
     char zk[300];
     snprintf(zk, sizeof zk, "%s/%s", km_zks_hosts(r->zs, 0), tag);
-    start(in, &r->e, tag, zk, extra);
+    start(in, &r->e, tag, r->check_only ? NULL : zk, extra);
 }
 
 static void rig_down(rig *r)
@@ -192,6 +193,34 @@ Test(verify_daemon, a_stale_broker_is_flagged_each_interval_and_clears_once_it_a
                   !strcmp(json_string_value(json_object_get(v, "verdict")), "consistent"),
               "%s", json_dumps(v, 0));
     json_decref(v);
+    stop_cleanly(&in);
+    rig_down(&r);
+}
+
+/* No zookeeper.connect: a check-only instance (role checker, kmproxy_ha_active 0, ready once it read the log) flags
+ * and clears the stale broker as any instance does; it stops cleanly (exit 0: sanitizers quiet in their build). */
+Test(verify_daemon, a_check_only_instance_checks_without_zookeeper)
+{
+    rig r = { .check_only = true };
+    inst in;
+    const char *extra[] = { "brokers.enabled=false", "verify.interval.ms=300", "verify.timeout.ms=5000", NULL };
+    rig_up(&r, &in, "verify-check-only", extra);
+    char *m = scrape_until(&in, "/metrics", 200, "kmproxy_verify_findings{class=\"metadata_stale\"} 1", 60);
+    cr_assert_eq(metric(m, "kmproxy_ha_active"), 0, "%s", m);
+    free(m);
+    char *body = NULL;
+    cr_assert_eq(ops_curl(in.port, "/readyz", &body), 200, "%s", body);
+    free(body);
+    body = NULL;
+    cr_assert_eq(ops_curl(in.port, "/status", &body), 200, "%s", body);
+    cr_assert(strstr(body, "\"role\":\"checker\"") && strstr(body, "\"session\":\"none (check-only)\"") &&
+                  strstr(body, "\"first_cycle\":"),
+              "%s", body);
+    free(body);
+    cr_assert_eq(unlink(r.stale_flag), 0);
+    free(scrape_until(&in, "/metrics", 200, "kmproxy_verify_last_verdict 0\n", 60));
+    cr_assert(ops_wait_for(&in.p, in.log_file, "cleared metadata_stale on broker 1, topic-0-0 (found in cycles", 1, 10),
+              "no line naming the cleared finding: %s", ops_slurp(in.log_file));
     stop_cleanly(&in);
     rig_down(&r);
 }
