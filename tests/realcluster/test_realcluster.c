@@ -360,16 +360,26 @@ static void kraft_broker_verified(rc_rig *r, const char *verdict)
               "%d, %d migrating ZK-mode brokers) in %s", kraft, RC_KRAFT_BROKER, zk, path);
 }
 
-/* TOPIC-PARTITION's replicas and leader in the image DIR/NAME ("[2]" style, as RcAdmin prints lists); false when
- * the image or the partition is missing. */
+/* A JSON array of ints as RcAdmin prints lists ("[2, 1, 0]") into out. */
+static void int_list(json_t *arr, char *out, size_t cap)
+{
+    size_t len = (size_t)snprintf(out, cap, "["), n;
+    json_t *id;
+    json_array_foreach(arr, n, id)
+        len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%lld", n ? ", " : "", json_integer_value(id));
+    snprintf(out + len, len < cap ? cap - len : 0, "]");
+}
+
+/* TOPIC-PARTITION's replicas, ISR (int_list) and leader in the image DIR/NAME; false when the image or the
+ * partition is missing. */
 static bool image_partition(rc_rig *r, const char *name, const char *topic, int partition, char *replicas,
-                            size_t cap, int *leader)
+                            char *isr, size_t cap, int *leader)
 {
     char path[600];
     snprintf(path, sizeof path, "%s/%s", r->dir, name);
     json_error_t jerr;
-    json_t *img = json_load_file(path, 0, &jerr), *t, *p, *id;
-    size_t i, j, n;
+    json_t *img = json_load_file(path, 0, &jerr), *t, *p;
+    size_t i, j;
     bool found = false;
     json_array_foreach(json_object_get(img, "topics"), i, t) {
         const char *tname = json_string_value(json_object_get(t, "name"));
@@ -378,11 +388,8 @@ static bool image_partition(rc_rig *r, const char *name, const char *topic, int 
         json_array_foreach(json_object_get(t, "partitions"), j, p) {
             if (json_integer_value(json_object_get(p, "partitionId")) != partition)
                 continue;
-            size_t len = (size_t)snprintf(replicas, cap, "[");
-            json_array_foreach(json_object_get(p, "replicas"), n, id)
-                len += (size_t)snprintf(replicas + len, len < cap ? cap - len : 0, "%s%lld", n ? ", " : "",
-                                        json_integer_value(id));
-            snprintf(replicas + len, len < cap ? cap - len : 0, "]");
+            int_list(json_object_get(p, "replicas"), replicas, cap);
+            int_list(json_object_get(p, "isr"), isr, cap);
             *leader = (int)json_integer_value(json_object_get(p, "leader"));
             found = true;
         }
@@ -394,27 +401,31 @@ static bool image_partition(rc_rig *r, const char *name, const char *topic, int 
 /* After the reassignments (the image DIR/image-dirs.json of log_dirs_match): each of TOPIC's 3 partitions holds
  * the replicas `RcAdmin rotate` asked for (its lines "rcadmin: TOPIC-N [from] -> [to]" in MOVES), and those moves
  * include one from a ZK-mode broker onto the KRaft-mode one and one off it onto a ZK-mode broker; a-0's preferred
- * replica, the KRaft-mode broker, leads it. */
+ * replica, the KRaft-mode broker, leads it, its ZK-mode followers still in its ISR (they follow it: they know its
+ * endpoints from kmproxy's UpdateMetadata). */
 static void moved_between_kinds(rc_rig *r, const char *topic, const char *moves)
 {
-    char want[32], got[64], line[64];
+    char want[32], got[64], isr[64], line[64];
     int leader = -1;
     for (int i = 0; i < 3; i++) {
         snprintf(line, sizeof line, "rcadmin: %s-%d [", topic, i);
         const char *m = strstr(moves, line), *to = m ? strstr(m, "-> ") : NULL;
         rc_assert(r, to && sscanf(to + 3, "%31[^\n]", want) == 1, "no move of %s-%d in: %s", topic, i, moves);
-        rc_assert(r, image_partition(r, "image-dirs.json", topic, i, got, sizeof got, &leader) && !strcmp(got, want),
+        rc_assert(r, image_partition(r, "image-dirs.json", topic, i, got, isr, sizeof got, &leader) && !strcmp(got, want),
                   "%s-%d has replicas %s in the image, the reassignment asked for %s", topic, i, got, want);
     }
     rc_assert(r, strstr(moves, "] -> [" RC_KRAFT_BROKER_S "]") && strstr(moves, "[" RC_KRAFT_BROKER_S "] -> ["),
               "no replica of %s moved onto and off the KRaft-mode broker: %s", topic, moves);
-    rc_assert(r, image_partition(r, "image-dirs.json", "a", 0, got, sizeof got, &leader) && leader == RC_KRAFT_BROKER,
-              "a-0 (replicas %s) is led by %d, not by its preferred replica, KRaft-mode broker %d", got, leader,
-              RC_KRAFT_BROKER);
-    for (const char *m = strstr(moves, "rcadmin: rotate"); m && (m = strchr(m, '\n')) && !strncmp(m + 1, "rcadmin: ", 9);
-         m++)
-        if (strstr(m + 1, " -> ") && strstr(m + 1, " -> ") < strchr(m + 1, '\n'))
-            fprintf(stderr, "realcluster: moved %.*s\n", (int)(strchr(m + 1, '\n') - m - 10), m + 10);
+    rc_assert(r, image_partition(r, "image-dirs.json", "a", 0, got, isr, sizeof got, &leader) &&
+                     leader == RC_KRAFT_BROKER && strlen(isr) == strlen("[0, 1, 2]") &&
+                     strchr(isr, '0') && strchr(isr, '1') && strchr(isr, '2'), /* in any order */
+              "a-0 (replicas %s, ISR %s) is led by %d: not by its preferred replica, KRaft-mode broker %d, with both "
+              "ZK-mode followers in its ISR", got, isr, leader, RC_KRAFT_BROKER);
+    for (const char *m = moves; (m = strstr(m, "rcadmin: ")); m += 9) {
+        const char *end = strchr(m, '\n'), *arrow = strstr(m, " -> ");
+        if (arrow && (!end || arrow < end))
+            fprintf(stderr, "realcluster: moved %.*s\n", (int)(end ? end - m - 9 : (long)strlen(m + 9)), m + 9);
+    }
 }
 
 /* RcAdmin with a SASL login (scram:USER:PASSWORD@ or token:FILE@, then the servers): its exit, output in *out. */
