@@ -405,14 +405,15 @@ static bool image_partition(rc_rig *r, const char *name, const char *topic, int 
  * endpoints from kmproxy's UpdateMetadata). */
 static void moved_between_kinds(rc_rig *r, const char *topic, const char *moves)
 {
-    char want[32], got[64], isr[64], line[64];
+    char want[32], got[64] = "", isr[64] = "", line[64];
     int leader = -1;
     for (int i = 0; i < 3; i++) {
         snprintf(line, sizeof line, "rcadmin: %s-%d [", topic, i);
         const char *m = strstr(moves, line), *to = m ? strstr(m, "-> ") : NULL;
         rc_assert(r, to && sscanf(to + 3, "%31[^\n]", want) == 1, "no move of %s-%d in: %s", topic, i, moves);
-        rc_assert(r, image_partition(r, "image-dirs.json", topic, i, got, isr, sizeof got, &leader) && !strcmp(got, want),
-                  "%s-%d has replicas %s in the image, the reassignment asked for %s", topic, i, got, want);
+        bool found = image_partition(r, "image-dirs.json", topic, i, got, isr, sizeof got, &leader);
+        rc_assert(r, found && !strcmp(got, want), "%s-%d has replicas %s in the image, the reassignment asked for %s",
+                  topic, i, found ? got : "(none)", want);
     }
     rc_assert(r, strstr(moves, "] -> [" RC_KRAFT_BROKER_S "]") && strstr(moves, "[" RC_KRAFT_BROKER_S "] -> ["),
               "no replica of %s moved onto and off the KRaft-mode broker: %s", topic, moves);
@@ -484,8 +485,9 @@ static void token_logs_in(rc_rig *r, const char *server, const char *which)
 /* Issue 25 item 3: delegation tokens through the Admin API.  alice (SCRAM, on a ZK-mode broker's SASL_PLAINTEXT
  * listener) creates a token and renews it: the ZK-mode broker forwards both to the KRaft controller (migration),
  * kmproxy writes the token to ZooKeeper in Kafka's format (`zk diff` finds nothing), and a real client then logs in
- * with the token (SCRAM, tokenauth=true) on a ZK-mode broker, which knows it only from ZooKeeper.  Expired, the
- * token leaves ZooKeeper and the login fails. */
+ * with the token (SCRAM, tokenauth=true) on a ZK-mode broker, which knows it only from ZooKeeper, and on the
+ * KRaft-mode broker, which knows it only from the KRaft log.  Expired, the token leaves ZooKeeper and the login
+ * fails on both. */
 static void delegation_tokens_through_the_admin_api(rc_rig *r)
 {
     char servers[256], first[64], kraft[64], *out = NULL, *verdict = NULL, path[600], id[128] = "";
