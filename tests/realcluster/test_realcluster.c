@@ -453,11 +453,13 @@ static void expire_token(rc_rig *r, const char *first, const char *kraft, const 
     free(zn);
     const char *servers[] = {first, kraft};
     for (int s = 0; s < 2; s++) {
+        int tries = 0;
         rc = 0; /* the broker drops it on ZooKeeper's change notification or the log: logged in again while accepted */
-        for (int i = 0; i < 15 && rc == 0; i++, rc ? 0 : sleep(2))
+        for (; tries < 15 && rc == 0; tries++, rc ? 0 : sleep(2))
             rc = admin_as(r, "token:$DIR/token", servers[s], "list-topics", &out);
         rc_assert(r, rc != 0 && strstr(out, "Authentication failed"),
                   "the expired token still logs in on %s (exit %d):\n%s", servers[s], rc, out);
+        fprintf(stderr, "realcluster: the expired token refused on %s at login %d\n", servers[s], tries);
     }
     free(out);
     free(verdict);
@@ -468,12 +470,12 @@ static void expire_token(rc_rig *r, const char *first, const char *kraft, const 
 static void token_logs_in(rc_rig *r, const char *server, const char *which)
 {
     char *out = NULL;
-    int rc = -1;
-    for (int i = 0; i < 30 && rc != 0; i++, rc ? sleep(2) : 0)
+    int rc = -1, tries = 0;
+    for (; tries < 30 && rc != 0; tries++, rc ? sleep(2) : 0)
         rc = admin_as(r, "token:$DIR/token", server, "list-topics", &out);
     rc_assert(r, rc == 0 && strstr(out, "rcadmin: topics"), "logging in with the token on %s (exit %d):\n%s", which,
               rc, out);
-    fprintf(stderr, "realcluster: logged in with the token on %s:\n%s", which, out);
+    fprintf(stderr, "realcluster: logged in with the token on %s at login %d:\n%s", which, tries, out);
     free(out);
 }
 
