@@ -46,7 +46,8 @@ const char *rc_cache_or_skip(void);
 rc_rig *rc_rig_start(int controllers, char *why, size_t cap);
 /* rc_rig_start with more of rig.py's options (NULL-terminated: --broker-ids, --controller-prop, --before-kafka). */
 rc_rig *rc_rig_start_with(int controllers, const char *const *extra, char *why, size_t cap);
-/* Sends one command (kill/start/stop KIND ID, zk PATH, rss); the answer line (malloc'd), NULL if the rig is gone. */
+/* Sends one command (kill/start/stop KIND ID, kraft broker ID, zk PATH, rss); the answer line (malloc'd), NULL if
+ * the rig is gone. */
 char *rc_rig_cmd(rc_rig *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Tears it down: every process killed, no leftovers.  keep_logs (a failed test): every node's logs and
  * configuration are first copied out of the run's temp dir (which the test support removes) by rc_keep_logs. */

@@ -282,6 +282,148 @@ static void verify_on_secured_listeners(rc_rig *r)
     free(out);
 }
 
+/* ---- a mixed cluster: one broker already restarted in KRaft mode, the others still ZK-mode ---- */
+
+#define RC_KRAFT_BROKER 2
+#define RC_KRAFT_BROKER_S "2"
+
+/* The migration's next step, as operators take it once dual-write runs: broker 2 restarted in KRaft mode (rig.py
+ * `kraft broker 2`: process.roles=broker, same node id, data and ports), brokers 0 and 1 stay ZK-mode. */
+static void restart_in_kraft_mode(rc_rig *r)
+{
+    time_t t0 = time(NULL);
+    char *ans = rc_rig_cmd(r, "kraft broker %d", RC_KRAFT_BROKER);
+    rc_assert(r, ans && !strncmp(ans, "ok ", 3), "restarting broker %d in KRaft mode failed: %s", RC_KRAFT_BROKER,
+              ans ? ans : "no answer");
+    free(ans);
+    fprintf(stderr, "realcluster: broker %d restarted in KRaft mode in %ld s\n", RC_KRAFT_BROKER,
+            (long)(time(NULL) - t0));
+}
+
+/* A real producer (RcTraffic: idempotent, acks=all) writes into TOPIC (3 partitions) until 30 records are
+ * acknowledged (DIR/acked-TOPIC), while its replicas are where they were created; they are read back after the
+ * reassignments moved them (traffic_read_back). */
+static void produce_briefly(rc_rig *r, const char *topic)
+{
+    char *out = NULL;
+    int rc = rc_sh(r, &out, "A=$DIR/acked-%s; S=$DIR/stop-%s; touch $A; "
+                   "$JAVA -cp \"$CP:$TOOLS\" RcTraffic produce $BS %s 3 $A $S > $DIR/producer-%s.log 2>&1 & "
+                   "for i in $(seq 600); do [ $(wc -l < $A) -ge 30 ] && break; sleep 0.2; done; touch $S; wait; "
+                   "wc -l < $A", topic, topic, topic, topic);
+    rc_assert(r, rc == 0 && out && atoi(out) >= 30, "the producer into %s acknowledged too little: %s", topic,
+              out ? out : "");
+    free(out);
+}
+
+/* Every record acknowledged into TOPIC is read back once, in order per partition, from where it now lives. */
+static void traffic_read_back(rc_rig *r, const char *topic)
+{
+    char *out = NULL;
+    int rc = rc_sh(r, &out, "$JAVA -cp \"$CP:$TOOLS\" RcTraffic check $BS %s $DIR/acked-%s 2>&1 | grep -v log4j; "
+                   "exit ${PIPESTATUS[0]}", topic, topic);
+    rc_assert(r, rc == 0, "records acknowledged into %s before it moved are lost, duplicated or out of order: %s",
+              topic, out ? out : "");
+    fprintf(stderr, "realcluster: %s read back after its move: %s", topic, out ? out : "");
+    free(out);
+}
+
+static int broker_port(const rc_rig *r, int id)
+{
+    for (int i = 0; i < r->nbrokers; i++)
+        if (r->brokers[i].id == id)
+            return r->brokers[i].port;
+    return -1;
+}
+
+/* converged()'s VERDICT covered the KRaft-mode broker too: RcAdmin verify compared its own Metadata answer (it
+ * learns from the KRaft log, the others from kmproxy) with the image, and the image (DIR/image.json, written by
+ * converged) registers it as a KRaft broker while the others are migrating ZK-mode brokers. */
+static void kraft_broker_verified(rc_rig *r, const char *verdict)
+{
+    char line[128], path[600];
+    snprintf(line, sizeof line, "broker 127.0.0.1:%d: ", broker_port(r, RC_KRAFT_BROKER));
+    const char *mine = strstr(verdict, line);
+    rc_assert(r, mine && strstr(mine, " 0 differ"), "the KRaft-mode broker's Metadata was not compared: %s", verdict);
+    snprintf(path, sizeof path, "%s/image.json", r->dir);
+    json_error_t jerr;
+    json_t *img = json_load_file(path, 0, &jerr), *b;
+    size_t i;
+    int kraft = 0, zk = 0;
+    json_array_foreach(json_object_get(img, "brokers"), i, b) {
+        bool migrating = json_is_true(json_object_get(b, "isMigratingZkBroker"));
+        int id = (int)json_integer_value(json_object_get(b, "brokerId"));
+        kraft += id == RC_KRAFT_BROKER && !migrating;
+        zk += id != RC_KRAFT_BROKER && migrating;
+    }
+    json_decref(img);
+    rc_assert(r, kraft == 1 && zk == r->nbrokers - 1, "the image does not show a mixed cluster (%d KRaft-mode broker "
+              "%d, %d migrating ZK-mode brokers) in %s", kraft, RC_KRAFT_BROKER, zk, path);
+}
+
+/* A JSON array of ints as RcAdmin prints lists ("[2, 1, 0]") into out. */
+static void int_list(json_t *arr, char *out, size_t cap)
+{
+    size_t len = (size_t)snprintf(out, cap, "["), n;
+    json_t *id;
+    json_array_foreach(arr, n, id)
+        len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%lld", n ? ", " : "", json_integer_value(id));
+    snprintf(out + len, len < cap ? cap - len : 0, "]");
+}
+
+/* TOPIC-PARTITION's replicas, ISR (int_list) and leader in the image DIR/NAME; false when the image or the
+ * partition is missing. */
+static bool image_partition(rc_rig *r, const char *name, const char *topic, int partition, char *replicas,
+                            char *isr, size_t cap, int *leader)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", r->dir, name);
+    json_error_t jerr;
+    json_t *img = json_load_file(path, 0, &jerr), *t, *p;
+    size_t i, j;
+    bool found = false;
+    json_array_foreach(json_object_get(img, "topics"), i, t) {
+        const char *tname = json_string_value(json_object_get(t, "name"));
+        if (!tname || strcmp(tname, topic))
+            continue;
+        json_array_foreach(json_object_get(t, "partitions"), j, p) {
+            if (json_integer_value(json_object_get(p, "partitionId")) != partition)
+                continue;
+            int_list(json_object_get(p, "replicas"), replicas, cap);
+            int_list(json_object_get(p, "isr"), isr, cap);
+            *leader = (int)json_integer_value(json_object_get(p, "leader"));
+            found = true;
+        }
+    }
+    json_decref(img);
+    return found;
+}
+
+/* After the reassignments (the image DIR/image-dirs.json of log_dirs_match): each of TOPIC's 3 partitions holds
+ * the replicas `RcAdmin rotate` asked for (its lines "rcadmin: TOPIC-N [from] -> [to]" in MOVES), and those moves
+ * include one from a ZK-mode broker onto the KRaft-mode one and one off it onto a ZK-mode broker; a-0's preferred
+ * replica, the KRaft-mode broker, leads it, its ZK-mode followers still in its ISR (they follow it: they know its
+ * endpoints from kmproxy's UpdateMetadata). */
+static void moved_between_kinds(rc_rig *r, const char *topic, const char *moves)
+{
+    char want[32], got[64] = "", isr[64] = "", line[64];
+    int leader = -1;
+    for (int i = 0; i < 3; i++) {
+        snprintf(line, sizeof line, "rcadmin: %s-%d [", topic, i);
+        const char *m = strstr(moves, line), *to = m ? strstr(m, "-> ") : NULL;
+        rc_assert(r, to && sscanf(to + 3, "%31[^\n]", want) == 1, "no move of %s-%d in: %s", topic, i, moves);
+        bool found = image_partition(r, "image-dirs.json", topic, i, got, isr, sizeof got, &leader);
+        rc_assert(r, found && !strcmp(got, want), "%s-%d has replicas %s in the image, the reassignment asked for %s",
+                  topic, i, found ? got : "(none)", want);
+    }
+    rc_assert(r, strstr(moves, "] -> [" RC_KRAFT_BROKER_S "]") && strstr(moves, "[" RC_KRAFT_BROKER_S "] -> ["),
+              "no replica of %s moved onto and off the KRaft-mode broker: %s", topic, moves);
+    rc_assert(r, image_partition(r, "image-dirs.json", "a", 0, got, isr, sizeof got, &leader) &&
+                     leader == RC_KRAFT_BROKER && strlen(isr) == strlen("[0, 1, 2]") &&
+                     strchr(isr, '0') && strchr(isr, '1') && strchr(isr, '2'), /* in any order */
+              "a-0 (replicas %s, ISR %s) is led by %d: not by its preferred replica, KRaft-mode broker %d, with both "
+              "ZK-mode followers in its ISR", got, isr, leader, RC_KRAFT_BROKER);
+}
+
 /* RcAdmin with a SASL login (scram:USER:PASSWORD@ or token:FILE@, then the servers): its exit, output in *out. */
 static int admin_as(rc_rig *r, const char *login, const char *servers, const char *ops, char **out)
 {
@@ -298,8 +440,9 @@ static char *token_znode(rc_rig *r, const char *id)
     return answer ? answer : strdup("no answer from the rig");
 }
 
-/* The token expired through the Admin API leaves ZooKeeper, and a login with it fails. */
-static void expire_token(rc_rig *r, const char *first, const char *id)
+/* The token expired through the Admin API leaves ZooKeeper, and a login with it fails on the ZK-mode broker FIRST
+ * and on the KRaft-mode broker KRAFT. */
+static void expire_token(rc_rig *r, const char *first, const char *kraft, const char *id)
 {
     char *out = NULL, *verdict = NULL;
     int rc = admin_as(r, "scram:alice:secret", first, "expire-token $DIR/token", &out);
@@ -308,25 +451,47 @@ static void expire_token(rc_rig *r, const char *first, const char *id)
     char *zn = token_znode(r, id);
     rc_assert(r, strstr(zn, "absent"), "the expired token is still in ZooKeeper: %s", zn);
     free(zn);
-    rc = 0; /* the broker drops it on ZooKeeper's change notification: logged in again while accepted */
-    for (int i = 0; i < 15 && rc == 0; i++, rc ? 0 : sleep(2))
-        rc = admin_as(r, "token:$DIR/token", first, "list-topics", &out);
-    rc_assert(r, rc != 0 && strstr(out, "Authentication failed"), "the expired token still logs in (exit %d):\n%s",
-              rc, out);
+    const char *servers[] = {first, kraft};
+    for (int s = 0; s < 2; s++) {
+        int tries = 0;
+        rc = 0; /* the broker drops it on ZooKeeper's change notification or the log: logged in again while accepted */
+        for (; tries < 15 && rc == 0; tries++, rc ? 0 : sleep(2))
+            rc = admin_as(r, "token:$DIR/token", servers[s], "list-topics", &out);
+        rc_assert(r, rc != 0 && strstr(out, "Authentication failed"),
+                  "the expired token still logs in on %s (exit %d):\n%s", servers[s], rc, out);
+        fprintf(stderr, "realcluster: the expired token refused on %s at login %d\n", servers[s], tries);
+    }
     free(out);
     free(verdict);
+}
+
+/* Logs in with the token on SERVER (SCRAM, tokenauth=true), retried while refused: the broker learns the token
+ * from ZooKeeper's change notification (ZK-mode) or from the metadata log (KRaft-mode). */
+static void token_logs_in(rc_rig *r, const char *server, const char *which)
+{
+    char *out = NULL;
+    int rc = -1, tries = 0;
+    for (; tries < 30 && rc != 0; tries++, rc ? sleep(2) : 0)
+        rc = admin_as(r, "token:$DIR/token", server, "list-topics", &out);
+    rc_assert(r, rc == 0 && strstr(out, "rcadmin: topics"), "logging in with the token on %s (exit %d):\n%s", which,
+              rc, out);
+    fprintf(stderr, "realcluster: logged in with the token on %s at login %d:\n%s", which, tries, out);
+    free(out);
 }
 
 /* Issue 25 item 3: delegation tokens through the Admin API.  alice (SCRAM, on a ZK-mode broker's SASL_PLAINTEXT
  * listener) creates a token and renews it: the ZK-mode broker forwards both to the KRaft controller (migration),
  * kmproxy writes the token to ZooKeeper in Kafka's format (`zk diff` finds nothing), and a real client then logs in
- * with the token (SCRAM, tokenauth=true) on a ZK-mode broker, which knows it only from ZooKeeper.  Expired, the
- * token leaves ZooKeeper and the login fails. */
+ * with the token (SCRAM, tokenauth=true) on a ZK-mode broker, which knows it only from ZooKeeper, and on the
+ * KRaft-mode broker, which knows it only from the KRaft log.  Expired, the token leaves ZooKeeper and the login
+ * fails on both. */
 static void delegation_tokens_through_the_admin_api(rc_rig *r)
 {
-    char servers[256], first[64], *out = NULL, *verdict = NULL, path[600], id[128] = "";
+    char servers[256], first[64], kraft[64], *out = NULL, *verdict = NULL, path[600], id[128] = "";
     snprintf(servers, sizeof servers, "%s", json_string_value(json_object_get(r->ready, "sasl_bootstrap")));
     snprintf(first, sizeof first, "%.*s", (int)strcspn(servers, ","), servers);
+    const char *third = strrchr(servers, ','); /* brokers 0, 1, 2 in order: the last is the KRaft-mode one */
+    snprintf(kraft, sizeof kraft, "%s", third ? third + 1 : "");
     time_t t0 = time(NULL);
     int rc = admin_as(r, "scram:alice:secret", first, "create-token $DIR/token", &out);
     rc_assert(r, rc == 0, "creating a delegation token as alice (exit %d):\n%s", rc, out);
@@ -350,14 +515,9 @@ static void delegation_tokens_through_the_admin_api(rc_rig *r)
               "/delegation_token/tokens/%s: %s", id, zn);
     fprintf(stderr, "realcluster: /delegation_token/tokens/%s: %s\n", id, zn);
     free(zn);
-    /* the broker learns the token from ZooKeeper's change notification: logged in again while refused */
-    rc = -1;
-    for (int i = 0; i < 30 && rc != 0; i++, rc ? sleep(2) : 0)
-        rc = admin_as(r, "token:$DIR/token", first, "list-topics", &out);
-    rc_assert(r, rc == 0 && strstr(out, "rcadmin: topics"), "logging in with the token on broker 0 (exit %d):\n%s",
-              rc, out);
-    fprintf(stderr, "realcluster: logged in with the token on broker 0:\n%s", out);
-    expire_token(r, first, id);
+    token_logs_in(r, first, "ZK-mode broker 0");
+    token_logs_in(r, kraft, "KRaft-mode broker " RC_KRAFT_BROKER_S);
+    expire_token(r, first, kraft, id);
     fprintf(stderr, "realcluster: delegation tokens took %ld s\n", (long)(time(NULL) - t0));
     free(out);
     free(verdict);
@@ -365,11 +525,15 @@ static void delegation_tokens_through_the_admin_api(rc_rig *r)
 
 /* Kafka 3.9's controller in migration mode beside kmproxy: kmproxy takes over the KRaft leader's own claim
  * (same node and epoch, a new /controller_epoch); Kafka's driver then fails its ZooKeeper writes and sends
- * nothing; every change made through the Admin API reaches ZooKeeper and every ZK-mode broker through
- * kmproxy: topics created, partitions added, a reassignment, a preferred-leader election, topic and broker
- * configs, a client quota, SCRAM credentials, an ACL, a topic deleted (its logs gone from every broker). Each
- * broker's log dirs then hold exactly the replicas the image places on it: topic c (one replica a partition, one
- * on each broker) is moved wholly onto broker 0, so at least two replicas leave their broker and must be deleted. */
+ * nothing.  The cluster is then made mixed, as a migration in progress is: broker 2 restarted in KRaft mode, 0 and
+ * 1 still ZK-mode.  Every change made through the Admin API reaches ZooKeeper and every ZK-mode broker through
+ * kmproxy, and the KRaft-mode broker through the KRaft log: topics created, partitions added, a reassignment and a
+ * preferred-leader election (a-0's leader moves to the KRaft-mode broker), topic and broker configs, a client
+ * quota, SCRAM credentials, an ACL, a topic deleted (its logs gone from every broker).  Topic c (one replica a
+ * partition, one on each broker, written by a real producer while broker 2 was still ZK-mode) is rotated: each
+ * replica moves to the next broker, so one moves onto the KRaft-mode broker and one off it.  Each
+ * broker's own Metadata (the KRaft-mode one's too) equals the image, its log dirs hold exactly the replicas the
+ * image places on it, and every acknowledged record of c is read back from where it now lives. */
 Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_and_brokers)
 {
     setenv("KM_RIG_SECURE", "1", 1); /* verify_on_secured_listeners: this rig alone */
@@ -382,13 +546,20 @@ Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_a
     rc_assert(r, strstr(log, "own claim at epoch") && strstr(log, "taking it over"),
               "kmproxy did not take over the KRaft leader's claim");
     free(log);
-    rc_admin(r, "create-topic a 3 3 \\; create-topic b 2 3 \\; add-partitions a 4 \\; "
-             "topic-config a retention.ms 3600000 \\; broker-config 0 message.max.bytes 2000000 \\; "
-             "quota alice producer_byte_rate 1024 \\; scram alice secret \\; acl User:bob a \\; reassign a 0 2,1,0 \\; "
-             "elect-preferred a 0 \\; create-topic c 3 1 \\; reassign c 0 0 \\; reassign c 1 0 \\; reassign c 2 0 \\; "
-             "delete-topic b");
+    rc_admin(r, "create-topic a 3 3 \\; create-topic b 2 3 \\; create-topic c 3 1");
+    produce_briefly(r, "c");
+    restart_in_kraft_mode(r);
+    char *moves = NULL;
+    int rc = rc_sh(r, &moves, "$JAVA -cp \"$CP:$TOOLS\" RcAdmin $BS add-partitions a 4 \\; "
+                   "topic-config a retention.ms 3600000 \\; broker-config 0 message.max.bytes 2000000 \\; "
+                   "quota alice producer_byte_rate 1024 \\; scram alice secret \\; acl User:bob a \\; "
+                   "reassign a 0 2,1,0 \\; elect-preferred a 0 \\; rotate c 0,1,2 \\; delete-topic b 2>&1 | "
+                   "grep -v log4j; exit ${PIPESTATUS[0]}");
+    rc_assert(r, rc == 0, "Admin API calls in the mixed cluster failed (%d): %s", rc, moves ? moves : "");
+    fprintf(stderr, "realcluster: Admin API calls in the mixed cluster:\n%s", moves);
     char *verdict = NULL;
     rc_assert(r, converged(r, 240, &verdict), "brokers or ZooKeeper differ from the image: %s", verdict);
+    kraft_broker_verified(r, verdict);
     free(verdict);
     verify_on_secured_listeners(r);
     delegation_tokens_through_the_admin_api(r);
@@ -402,8 +573,13 @@ Test(realcluster, kmproxy_beside_kafka_carries_every_admin_change_to_zookeeper_a
     rc_assert(r, gone, "the deleted topic's logs are still on the brokers: %s", out);
     time_t dirs_t0 = time(NULL);
     rc_assert(r, log_dirs_match(r, 240, &out), "a broker's log dirs differ from the image: %s", out);
+    rc_assert(r, strstr(out, "broker " RC_KRAFT_BROKER_S ": "), "the KRaft-mode broker's log dirs were not "
+              "described: %s", out);
     fprintf(stderr, "realcluster: log dirs equal the image after %ld s:\n%s", (long)(time(NULL) - dirs_t0), out);
     free(out);
+    moved_between_kinds(r, "c", moves);
+    free(moves);
+    traffic_read_back(r, "c");
     /* Kafka's own driver: fenced by kmproxy's /controller_epoch, it wrote nothing and sent nothing */
     char *clog = rc_read_log(r, "controller", 3000);
     rc_assert(r, count(clog, "Claimed ZK controller leadership") == 1 &&

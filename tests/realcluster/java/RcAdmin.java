@@ -3,6 +3,7 @@
 //     create-topic NAME PARTITIONS RF | delete-topic NAME | add-partitions NAME TOTAL
 //     topic-config NAME KEY VALUE | broker-config ID KEY VALUE | quota USER KEY VALUE | scram USER PASSWORD
 //     reassign NAME PARTITION R1,R2,... | elect-preferred NAME PARTITION | acl PRINCIPAL TOPIC (ALLOW READ)
+//     rotate NAME B1,B2,... (every replica to the next broker of the ring, one reassignment)
 //     create-token FILE (writes "ID HMAC-base64") | renew-token FILE | expire-token FILE | list-topics
 //   BOOTSTRAP may carry a SASL_PLAINTEXT login (SCRAM-SHA-256): scram:USER:PASSWORD@HOST:PORT,... or, with a
 //   delegation token (tokenauth=true), token:FILE@HOST:PORT,...
@@ -157,21 +158,59 @@ public final class RcAdmin {
                     Optional.of(new NewPartitionReassignment(replicas)))).all().get();
                 break;
             }
+            case "rotate":
+                rotate(admin, c.get(1), c.get(2));
+                break;
             case "elect-preferred":
-                try {
-                    admin.electLeaders(ElectionType.PREFERRED,
-                                       Set.of(new TopicPartition(c.get(1), Integer.parseInt(c.get(2))))).all().get();
-                } catch (java.util.concurrent.ExecutionException e) {
-                    // the reassignment's own leader change may have got there first: the same end state
-                    if (!(e.getCause() instanceof org.apache.kafka.common.errors.ElectionNotNeededException)) throw e;
-                    System.out.println("rcadmin: already led by its preferred replica");
-                }
+                electPreferred(admin, new TopicPartition(c.get(1), Integer.parseInt(c.get(2))));
                 break;
             case "create-token": case "renew-token": case "expire-token": case "list-topics":
                 tokens(admin, c);
                 break;
             default:
                 throw new IllegalArgumentException("unknown command " + c.get(0));
+        }
+    }
+
+    /* Every replica of TOPIC moves to the broker after its own in RING (ids, comma-separated, the last followed by
+     * the first), all partitions in one reassignment: with one replica a partition on each of brokers 0, 1, 2 and
+     * 2 in KRaft mode, one replica moves ZK-mode to ZK-mode, one ZK-mode to KRaft-mode, one KRaft-mode to ZK-mode. */
+    private static void rotate(Admin admin, String topic, String ring) throws Exception {
+        List<Integer> ids = new ArrayList<>();
+        for (String id : ring.split(",")) ids.add(Integer.parseInt(id));
+        Map<TopicPartition, Optional<NewPartitionReassignment>> moves = new TreeMap<>(
+            Comparator.comparing(TopicPartition::toString));
+        for (org.apache.kafka.common.TopicPartitionInfo p :
+                 admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions()) {
+            List<Integer> from = new ArrayList<>(), to = new ArrayList<>();
+            for (org.apache.kafka.common.Node n : p.replicas()) {
+                from.add(n.id());
+                to.add(ids.get((ids.indexOf(n.id()) + 1) % ids.size()));
+            }
+            moves.put(new TopicPartition(topic, p.partition()), Optional.of(new NewPartitionReassignment(to)));
+            System.out.println("rcadmin: " + topic + "-" + p.partition() + " " + from + " -> " + to);
+        }
+        admin.alterPartitionReassignments(moves).all().get();
+    }
+
+    /* A preferred replica not in the ISR yet (a broker just restarted, still catching up) is asked again, for up
+     * to two minutes, as an operator would. */
+    private static void electPreferred(Admin admin, TopicPartition tp) throws Exception {
+        for (int attempt = 1; ; attempt++) {
+            try {
+                admin.electLeaders(ElectionType.PREFERRED, Set.of(tp)).all().get();
+                return;
+            } catch (java.util.concurrent.ExecutionException e) {
+                // the reassignment's own leader change may have got there first: the same end state
+                if (e.getCause() instanceof org.apache.kafka.common.errors.ElectionNotNeededException) {
+                    System.out.println("rcadmin: already led by its preferred replica");
+                    return;
+                }
+                if (!(e.getCause() instanceof org.apache.kafka.common.errors.PreferredLeaderNotAvailableException)
+                    || attempt == 60) throw e;
+                System.out.println("rcadmin: preferred replica of " + tp + " not available yet, asking again");
+                Thread.sleep(2000);
+            }
         }
     }
 
