@@ -6,7 +6,8 @@
  * a log RoundTrip writes with Kafka's writer holding password configs, and every corpus file whose log carries a
  * ZkMigrationState record.  A DIFF line is allowed only when roundtrip.expected lists it (known differences).
  * Skips saying why without Java or the jar cache (fails instead under CI or KM_REQUIRE_REALKAFKA=1); without ../shared
- * it runs on the password log alone and logs the inputs it left out. */
+ * it runs on the password log alone and logs the inputs it left out.  A second test checks RoundTrip's cut of a
+ * controller's log at the migration's end, which test_roundtrip_controller relies on. */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <stdio.h>
@@ -186,6 +187,30 @@ Test(roundtrip, kafkas_zookeeper_reader_reads_back_the_image_kmproxy_synced, .ti
     free(cmd);
     for (int i = 0; i < in.n; i++)
         free(in.v[i]);
+    km_test_rmtree(dir);
+    free(dir);
+}
+
+/* test_roundtrip_controller compares a fresh controller's log with its input up to the migration's end; a broker
+ * unfenced while the migration driver writes gets its offline partitions elected inside the migration's transaction
+ * (CI, 2 cores: cov-t2-0 and __consumer_offsets led by the new broker).  RoundTrip's cut, on a log of that shape
+ * written with Kafka's writer: the election is left out and said, the image equals the source. */
+Test(roundtrip, the_controller_log_cut_leaves_out_elections_inside_the_migration_transaction, .timeout = 300)
+{
+    const char *cache = rc_cache_or_skip();
+    char *dir = km_test_tmpdir("roundtrip-cut"), *out = NULL, cmdline[4096];
+    snprintf(cmdline, sizeof cmdline,
+             "mkdir \"$D/classes\" && javac -nowarn -d \"$D/classes\" -cp \"$CP\" '%s/tests/realcluster/java/RoundTrip.java'"
+             " && java -Dlog4j.configuration=file:/dev/null -cp \"$D/classes:$CP\" RoundTrip --check-migration-cut \"$D/cut\"",
+             km_test_source_dir());
+    int rc = sh(cache, NULL, dir, &out, cmdline);
+    cr_assert(out);
+    cr_assert_eq(rc, 0, "RoundTrip's cut kept the controller's own election (exit %d):\n%.6000s", rc, out);
+    cr_assert(strstr(out, "NORMALISED partition changes inside the migration transaction left out") &&
+              strstr(out, "(1)"), "the election was not counted as left out:\n%.6000s", out);
+    cr_assert(strstr(out, "1 later records are the live cluster's own changes"), "%.6000s", out);
+    cr_assert(strstr(out, "differences=0"), "%.6000s", out);
+    free(out);
     km_test_rmtree(dir);
     free(dir);
 }

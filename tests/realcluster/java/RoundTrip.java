@@ -33,7 +33,11 @@ import org.apache.kafka.common.compress.Compression;
 import org.apache.kafka.common.acl.AclOperation;
 import org.apache.kafka.common.acl.AclPermissionType;
 import org.apache.kafka.common.metadata.AccessControlEntryRecord;
+import org.apache.kafka.common.metadata.AbortTransactionRecord;
+import org.apache.kafka.common.metadata.BeginTransactionRecord;
 import org.apache.kafka.common.metadata.ClientQuotaRecord;
+import org.apache.kafka.common.metadata.EndTransactionRecord;
+import org.apache.kafka.common.metadata.PartitionChangeRecord;
 import org.apache.kafka.common.metadata.ConfigRecord;
 import org.apache.kafka.common.metadata.DelegationTokenRecord;
 import org.apache.kafka.common.metadata.UserScramCredentialRecord;
@@ -114,6 +118,10 @@ public class RoundTrip {
             asZkCluster(args[1]);
             return;
         }
+        if (args.length == 2 && args[0].equals("--check-migration-cut")) {
+            checkMigrationCut(new File(args[1]));
+            return;
+        }
         if (args.length == 3 && args[0].equals("--compare-log")) {
             compareLog(args[1], new File(args[2]));
             return;
@@ -190,7 +198,7 @@ public class RoundTrip {
         RoundTrip rt = new RoundTrip();
         rt.file = source;
         rt.other = "controller";
-        long[] migrated = {-1, 0};
+        long[] migrated = {-1, 0, 0};
         MetadataImage s, c;
         try {
             s = readFile(new File(source));
@@ -213,6 +221,10 @@ public class RoundTrip {
         else if (migrated[1] > 0)
             rt.normalised.put("controller log read to the end of the migration (offset " + migrated[0] + "); "
                 + migrated[1] + " later records are the live cluster's own changes in dual-write", 1L);
+        if (migrated[2] > 0)
+            rt.normalised.put("partition changes inside the migration transaction left out (the controller's own "
+                + "elections: a broker unfenced while the driver was writing; the migration writes whole PartitionRecords)",
+                migrated[2]);
         rt.count("controller_brokers", c.cluster().brokers().size());
         rt.compare(s, c);
         rt.finish(1);
@@ -246,23 +258,56 @@ public class RoundTrip {
             new DelegationTokenRecord().setOwner("User:pw-user").setRequester("User:pw-user")
                 .setRenewers(Arrays.asList("User:pw-renewer")).setIssueTimestamp(1700000000000L)
                 .setMaxTimestamp(4102444800000L).setExpirationTimestamp(4102444800000L).setTokenId("pw-token"));
+        writeLog(out, Arrays.asList(records));
+    }
+
+    /* A log of one batch per list, base offsets following on, written with Kafka's own record writer. */
+    static void writeLog(File out, List<List<ApiMessage>> batches) throws Exception {
         MetadataRecordSerde serde = new MetadataRecordSerde();
-        List<SimpleRecord> simple = new ArrayList<>();
-        for (ApiMessage m : records) {
-            ApiMessageAndVersion mv = new ApiMessageAndVersion(m, (short) 0);
-            ObjectSerializationCache cache = new ObjectSerializationCache();
-            ByteBuffer buf = ByteBuffer.allocate(serde.recordSize(mv, cache));
-            serde.write(mv, cache, new ByteBufferAccessor(buf));
-            buf.flip();
-            simple.add(new SimpleRecord(1700000000000L, null, buf));
-        }
-        MemoryRecords batch = MemoryRecords.withRecords(RecordBatch.CURRENT_MAGIC_VALUE, 0L, Compression.NONE,
-            TimestampType.CREATE_TIME, -1L, (short) -1, -1, 1, false, simple.toArray(new SimpleRecord[0]));
         Files.createDirectories(out.getParentFile().toPath());
+        long base = 0;
         try (FileRecords f = FileRecords.open(out)) {
-            f.append(batch);
+            for (List<ApiMessage> records : batches) {
+                List<SimpleRecord> simple = new ArrayList<>();
+                for (ApiMessage m : records) {
+                    ApiMessageAndVersion mv = new ApiMessageAndVersion(m, (short) 0);
+                    ObjectSerializationCache cache = new ObjectSerializationCache();
+                    ByteBuffer buf = ByteBuffer.allocate(serde.recordSize(mv, cache));
+                    serde.write(mv, cache, new ByteBufferAccessor(buf));
+                    buf.flip();
+                    simple.add(new SimpleRecord(1700000000000L, null, buf));
+                }
+                f.append(MemoryRecords.withRecords(RecordBatch.CURRENT_MAGIC_VALUE, base, Compression.NONE,
+                    TimestampType.CREATE_TIME, -1L, (short) -1, -1, 1, false, simple.toArray(new SimpleRecord[0])));
+                base += records.size();
+            }
             f.flush();
         }
+    }
+
+    /* --compare-log's cut, on a log shaped as the controllers of two CI runs wrote it: an offline partition
+     * migrated, then (a broker unfenced mid-transaction) the controller's own election of it between the driver's
+     * batches, and the migration's end sharing its batch with the election's record (the raft client's linger).
+     * Compared with the source image (the offline partition): equal, the election inside the transaction left out
+     * and counted, the one after the end counted as a later record (exit 0); a DIFF otherwise. */
+    static void checkMigrationCut(File dir) throws Exception {
+        Uuid topic = Uuid.fromString("bWlncmF0aW9uLWN1dC10bw");
+        ApiMessage level = new FeatureLevelRecord().setName(MetadataVersion.FEATURE_NAME)
+            .setFeatureLevel(MetadataVersion.IBP_3_9_IV0.featureLevel());
+        ApiMessage name = new TopicRecord().setName("cut-topic").setTopicId(topic);
+        ApiMessage offline = new PartitionRecord().setTopicId(topic).setPartitionId(0).setReplicas(Arrays.asList(1))
+            .setIsr(Arrays.asList(1)).setLeader(-1).setLeaderEpoch(1).setPartitionEpoch(0);
+        ApiMessage elected = new PartitionChangeRecord().setTopicId(topic).setPartitionId(0).setLeader(1);
+        ApiMessage migration = new ZkMigrationStateRecord().setZkMigrationState(ZkMigrationState.MIGRATION.value());
+        File source = new File(dir, "source/" + "00000000000000000000.log");
+        writeLog(source, Arrays.asList(Arrays.asList(level, migration, name, offline)));
+        writeLog(new File(dir, "controller/00000000000000000000.log"), Arrays.asList(
+            Arrays.asList(level),
+            Arrays.asList(new BeginTransactionRecord().setName("ZK Migration")),
+            Arrays.asList(name, offline),
+            Arrays.asList(elected),
+            Arrays.asList(migration, new EndTransactionRecord(), elected)));
+        compareLog(source.getPath(), new File(dir, "controller"));
     }
 
     static byte[] bytes(int n, int fill) {
@@ -281,9 +326,9 @@ public class RoundTrip {
         return readFiles(Arrays.asList(f), null);
     }
 
-    /* Segments of one log, in offset order, through one loader. With `migrated` ({-1, 0} on entry) the image stops
-     * at the end of the batch that records ZkMigrationState MIGRATION (the migration's end): that batch's last
-     * offset goes to migrated[0], the count of records after it to migrated[1]. */
+    /* Segments of one log, in offset order, through one loader. With `migrated` ({-1, 0, 0} on entry) the image
+     * stops at the migration's end (MigrationCut): its offset goes to migrated[0], the count of records after it to
+     * migrated[1], the controller's own partition changes inside the migration to migrated[2]. */
     static MetadataImage readFiles(List<File> files, long[] migrated) throws Exception {
         MetadataImage[] image = {MetadataImage.EMPTY};
         List<String> faults = new ArrayList<>();
@@ -294,26 +339,59 @@ public class RoundTrip {
             }, (delta, img, manifest) -> image[0] = img);
         MetadataRecordSerde serde = new MetadataRecordSerde();
         LeaderAndEpoch leader = new LeaderAndEpoch(OptionalInt.empty(), 0);
+        MigrationCut cut = migrated == null ? null : new MigrationCut(migrated);
         for (File f : files) try (FileRecords records = FileRecords.open(f, false)) {
             for (RecordBatch batch : records.batches()) {
                 batch.ensureValid();
                 if (batch.isControlBatch()) continue;
                 List<ApiMessageAndVersion> list = new ArrayList<>();
-                for (Record r : batch) list.add(serde.read(new ByteBufferAccessor(r.value()), r.valueSize()));
-                if (migrated != null && migrated[0] >= 0) {
-                    migrated[1] += list.size();
-                    continue;
+                for (Record r : batch) {
+                    ApiMessageAndVersion m = serde.read(new ByteBufferAccessor(r.value()), r.valueSize());
+                    if (cut == null || cut.keep(m.message(), r.offset())) list.add(m);
                 }
-                loader.loadBatch(Batch.data(batch.baseOffset(), batch.partitionLeaderEpoch(),
-                    batch.maxTimestamp(), batch.sizeInBytes(), list), leader);
-                if (migrated != null && list.stream().anyMatch(m -> m.message() instanceof ZkMigrationStateRecord
-                        && ((ZkMigrationStateRecord) m.message()).zkMigrationState() == ZkMigrationState.MIGRATION.value()))
-                    migrated[0] = batch.lastOffset();
+                if (!list.isEmpty())
+                    loader.loadBatch(Batch.data(batch.baseOffset(), batch.partitionLeaderEpoch(),
+                        batch.maxTimestamp(), batch.sizeInBytes(), list), leader);
             }
         }
         loader.maybeFlushBatches(leader);
         if (!faults.isEmpty()) throw new IllegalStateException("replaying " + files + ": " + faults);
         return image[0];
+    }
+
+    /* Where a fresh controller's log stops being what ZooKeeper held, record by record: Kafka's raft client lingers
+     * and packs the appends of several controller events into one batch, so the migration's last records and the
+     * live cluster's first can share one.  The migration ends with the EndTransactionRecord of the 'ZK Migration'
+     * transaction that holds ZkMigrationState MIGRATION (with that record when there is no transaction).  Inside
+     * the transaction the controller keeps serving brokers: one unfenced while the driver writes gets the offline
+     * partitions it holds elected between the driver's batches (seen on 2 cores).  The driver only writes whole
+     * PartitionRecords, so a PartitionChangeRecord there is the live cluster's own and is left out. */
+    static final class MigrationCut {
+        final long[] migrated;
+        boolean inMigration, migrationState;
+
+        MigrationCut(long[] migrated) { this.migrated = migrated; }
+
+        boolean keep(ApiMessage m, long offset) {
+            if (migrated[0] >= 0) {
+                migrated[1]++;
+                return false;
+            }
+            if (m instanceof BeginTransactionRecord) {
+                inMigration = "ZK Migration".equals(((BeginTransactionRecord) m).name());
+            } else if (m instanceof EndTransactionRecord || m instanceof AbortTransactionRecord) {
+                if (inMigration && migrationState) migrated[0] = offset;
+                inMigration = false;
+            } else if (m instanceof PartitionChangeRecord && inMigration) {
+                migrated[2]++;
+                return false;
+            } else if (m instanceof ZkMigrationStateRecord
+                    && ((ZkMigrationStateRecord) m).zkMigrationState() == ZkMigrationState.MIGRATION.value()) {
+                migrationState = true;
+                if (!inMigration) migrated[0] = offset;
+            }
+            return true;
+        }
     }
 
     /* Kafka's ZooKeeper reader, as the KRaft controller's migration driver runs it, replayed into an image. */
