@@ -4,6 +4,7 @@
  * applied records stops the daemon naming offset and epoch. */
 #include "test_quorum_util.h"
 #include "km_daemon.h"
+#include "km_zkbridge.h"
 #include "km_testsupport.h"
 #include "test_tls_certs.h"
 #include "zkserver.h"
@@ -259,6 +260,54 @@ Test(quorum_daemon, zookeeper_holds_the_committed_image_only_across_a_failover, 
     assert_metric(sc.body, "\nkmproxy_quorum_sasl_reauthentications_total 0\n");
     km_buf_free(&a);
     km_buf_free(&b);
+    drig_stop(&r);
+}
+
+/* /migration's kraft_metadata_offset in ZooKeeper (-1: unreadable). */
+static int64_t migration_offset(drig *r)
+{
+    char data[512];
+    int version = -1;
+    km_err e = {{0}};
+    long long off = -1;
+    if (km_zk_read_once(r->hosts, NULL, "/migration", 10, data, sizeof data, &version, &e) == 1) {
+        const char *at = strstr(data, "\"kraft_metadata_offset\":");
+        if (at)
+            sscanf(at + strlen("\"kraft_metadata_offset\":"), "%lld", &off);
+    }
+    return off;
+}
+
+/* An idle active controller appends NoOpRecords only (metadata.max.idle.interval.ms): /migration follows the log's
+ * position as Kafka's own driver records it, so `verify --zookeeper` does not take an idle cluster with kmproxy as
+ * its writer for a stalled one; no znode but /migration changes. */
+Test(quorum_daemon, noop_records_alone_move_migrations_offset, .timeout = 240)
+{
+    drig r = {0};
+    drig_start(&r);
+    int32_t e = km_rsim_last_epoch(r.sims[0]);
+    int64_t end = km_rsim_log_end(r.sims[0]);
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r.sims[i], 1, e);
+    drig_daemon(&r, false);
+    g_offset = end - 1;
+    cr_assert(run_until(&r, mirrored_at), "never mirrored the log");
+    cr_assert_eq(migration_offset(&r), end - 1);
+    km_buf noops;
+    km_buf_init(&noops);
+    tq_noop_batch(&noops, end, e, 3);
+    km_err err;
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(km_rsim_append(r.sims[i], noops.data, noops.len, &err), 0, "%s", err.msg);
+    g_offset = end + 2;
+    cr_assert(run_until(&r, mirrored_at), "NoOpRecords alone never moved what ZooKeeper confirms");
+    cr_assert_eq(migration_offset(&r), end + 2, "/migration records %lld, the log is at %lld",
+                 (long long)migration_offset(&r), (long long)end + 2);
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/noops", r.tmp);
+    write_log(dir, r.gen, r.gen_len, noops.data, noops.len);
+    assert_zk_equals(&r, dir);
+    km_buf_free(&noops);
     drig_stop(&r);
 }
 

@@ -182,6 +182,20 @@ void tq_config_batch(km_buf *out, int64_t base, int32_t epoch, int n, const char
     cr_assert_eq(km_ml_encode_batch(&p, e, (size_t)n, out, &err), 0, "%s", err.msg);
 }
 
+void tq_noop_batch(km_buf *out, int64_t base, int32_t epoch, int n)
+{
+    km_no_op_record recs[64];
+    km_metalog_entry e[64];
+    cr_assert(n >= 1 && n <= 64);
+    for (int i = 0; i < n; i++) {
+        km_no_op_record_init(&recs[i]);
+        e[i] = (km_metalog_entry){ .desc = &km_no_op_record_desc, .version = 0, .msg = &recs[i], .control_type = -1 };
+    }
+    km_metalog_batch_params p = { .base_offset = base, .leader_epoch = epoch, .timestamp = 1700000000000 };
+    km_err err;
+    cr_assert_eq(km_ml_encode_batch(&p, e, (size_t)n, out, &err), 0, "%s", err.msg);
+}
+
 static void apply_all(km_image *img, km_metalog *log)
 {
     km_metalog_record rec;

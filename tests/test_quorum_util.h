@@ -49,6 +49,8 @@ bool tq_caught_up(tq_rig *r);  /* applied up to the leader's log end, and nothin
 
 /* A batch of n ConfigRecords (BROKER "0", names tag-<offset>) at base/epoch, appended to out. */
 void tq_config_batch(km_buf *out, int64_t base, int32_t epoch, int n, const char *tag);
+/* One batch of n NoOpRecords at base (what an idle active controller appends). */
+void tq_noop_batch(km_buf *out, int64_t base, int32_t epoch, int n);
 /* The image of the whole log bytes (and of a snapshot first, if snap is not NULL). */
 km_image *tq_image_of(const uint8_t *snap, size_t snap_len, int64_t snap_end, int32_t snap_epoch,
                       const uint8_t *log, size_t log_len);

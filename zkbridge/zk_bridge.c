@@ -647,7 +647,11 @@ int km_zkb_delta(km_zkb *b, const km_delta *d, km_err *err)
         return km_fail(err, "zk bridge: stopped: %s", b->error);
     km_zkw_note_log_offset(b->w, km_delta_offset(d));
     if (b->phase != KM_ZKB_DUAL_WRITE || b->cfg.diff_only) {
-        b->dirty = true; /* the running (or next) full sync catches up with the newer image */
+        /* The running (or next) full sync catches up with the newer image; NoOpRecords alone changed nothing
+         * ZooKeeper holds, and marking them would chase the controller's idle records with catch-up passes. */
+        if (km_delta_empty(d) && !km_delta_is_snapshot(d))
+            return 0;
+        b->dirty = true;
         b->plan.image_moved |= km_zkb_planning(b);
         return 0;
     }

@@ -98,7 +98,8 @@ void km_quorum_config_init(km_quorum_config *cfg);
 
 typedef struct km_quorum_handlers {
     /* Committed records were applied (or a snapshot replaced the image: km_delta_is_snapshot);
-     * the delta holds the net change and is cleared after the call. */
+     * the delta holds the net change and is cleared after the call.  It may be empty (NoOpRecords
+     * only): its position (km_delta_offset) still moved. */
     void (*on_applied)(km_quorum *q, km_delta *delta, void *ud);
     /* Optional: each committed record, just before it is applied. */
     void (*on_record)(km_quorum *q, const km_metalog_record *rec, void *ud);

@@ -540,10 +540,14 @@ bool q_top_level_ok(km_quorum *q, const char *api, int16_t error, bool has_parti
     return true;
 }
 
+/* Batches of NoOpRecords alone (the active controller appends one every metadata.max.idle.interval.ms) are
+ * delivered too, as an empty delta at the new position: ZooKeeper's /migration then records the log's position
+ * as Kafka's own driver does, so `verify --zookeeper` does not take an idle cluster for a stalled writer.
+ * Nothing applied since the last delivery (the delta's position is -1) delivers nothing. */
 void q_deliver(km_quorum *q)
 {
     q->st.applied_offset = km_image_offset(q->img);
-    if (km_delta_empty(q->delta) || km_image_in_transaction(q->img))
+    if (km_delta_offset(q->delta) < 0 || km_image_in_transaction(q->img))
         return;
     if (q->h.on_applied)
         q->h.on_applied(q, q->delta, q->ud);
