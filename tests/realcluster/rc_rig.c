@@ -399,8 +399,13 @@ static pid_t spawn_kmproxy(const rc_rig *r, const char *name, const char *keys, 
 
 pid_t rc_kmproxy_run(const rc_rig *r, const char *name, const char *extra, char *log, size_t cap)
 {
+    return rc_kmproxy_run_via(r, name, r->zk, extra, log, cap);
+}
+
+pid_t rc_kmproxy_run_via(const rc_rig *r, const char *name, const char *zk, const char *extra, char *log, size_t cap)
+{
     char keys[2048];
-    snprintf(keys, sizeof keys, "zookeeper.connect=%s\nbrokers.enabled=true\n%s", r->zk, extra ? extra : "");
+    snprintf(keys, sizeof keys, "zookeeper.connect=%s\nbrokers.enabled=true\n%s", zk, extra ? extra : "");
     return spawn_kmproxy(r, name, keys, log, cap);
 }
 

@@ -81,6 +81,8 @@ char *rc_read_log(const rc_rig *r, const char *kind, int id);
 /* `kmproxy run` beside the controllers as docs/runbook.md deploys it (metadata.source=quorum, brokers.enabled=true),
  * with EXTRA property lines appended; config DIR/NAME.properties, its output in LOG (DIR/NAME.log). Its pid. */
 pid_t rc_kmproxy_run(const rc_rig *r, const char *name, const char *extra, char *log, size_t cap);
+/* The same reaching ZooKeeper at ZK (host:port), e.g. through the fault proxy (KM_RIG_ZK_FAULT=kmproxy). */
+pid_t rc_kmproxy_run_via(const rc_rig *r, const char *name, const char *zk, const char *extra, char *log, size_t cap);
 
 /* A check-only kmproxy (docs/verify.md): no zookeeper.connect, brokers.enabled=false, verify.interval.ms; it writes
  * no ZooKeeper and sends no broker RPC.  Config DIR/NAME.properties, output in LOG.  Its pid. */

@@ -20,8 +20,8 @@ KEY=VALUE (repeatable) adds a key to the controllers' server.properties; --broke
     zk PATH           the znode's data
     kraft broker ID   restart a ZK-mode broker as a KRaft broker (process.roles=broker, same node.id, the quorum's
                       keys, no zookeeper.connect): Kafka's "migrating brokers to KRaft" step
-    zkfault arm       (--zk-fault) drop the reply to the next multi writing /migration (zkfault.py)
-    zkfault status    (--zk-fault) the fault proxy's port and what it dropped, JSON
+    zkfault arm       (--zk-fault, --zk-fault-idle) drop the reply to the next multi writing /migration (zkfault.py)
+    zkfault status    (--zk-fault, --zk-fault-idle) the fault proxy's port and what it dropped, JSON
     rss               the processes' resident memory, KiB
     down              tear everything down (also on stdin's end: the test that started the rig is gone)
 
@@ -361,7 +361,8 @@ class Rig:
                 b.sasl_port, b.ssl_port = free_port(), free_port()
         self.controllers = [Controller(self, "controller", 3000 + i, free_port()) for i in range(args.controllers)]
         self.lock = threading.Lock()
-        self.fault = zkfault.ZkFaultProxy(self.zk.port, log) if args.zk_fault else None
+        self.fault = zkfault.ZkFaultProxy(self.zk.port, log) if args.zk_fault or args.zk_fault_idle else None
+        self.controllers_faulty = args.zk_fault
         self.before_kafka = args.before_kafka
         self.controller_props = dict(kv.split("=", 1) for kv in args.controller_prop)
 
@@ -407,7 +408,7 @@ class Rig:
 
     def controller_zk_connect(self):
         """The controllers' ZooKeeper: through the fault proxy under --zk-fault."""
-        return "127.0.0.1:%d" % self.fault.port if self.fault else self.zk_connect()
+        return "127.0.0.1:%d" % self.fault.port if self.fault and self.controllers_faulty else self.zk_connect()
 
     def voters(self):
         return ",".join("%d@127.0.0.1:%d" % (c.nid, c.port) for c in self.controllers)
@@ -559,6 +560,9 @@ def main():
     ap.add_argument("--controllers", type=int, default=1)
     ap.add_argument("--brokers", type=int, default=3)
     ap.add_argument("--zk-fault", action="store_true", default=os.environ.get("KM_RIG_ZK_FAULT") == "1", help="the controllers reach ZooKeeper through zkfault.py")
+    ap.add_argument("--zk-fault-idle", action="store_true", default=os.environ.get("KM_RIG_ZK_FAULT") == "kmproxy",
+                    help="zkfault.py runs but the controllers reach ZooKeeper directly: its port (zkfault status) is "
+                    "for another client, e.g. kmproxy")
     ap.add_argument("--secure", action="store_true", default=os.environ.get("KM_RIG_SECURE") == "1",
                     help="brokers also listen on SASL_PLAINTEXT and SASL_SSL (SCRAM-SHA-256 and PLAIN)")
     ap.add_argument("--broker-ids", help="the brokers' ids, comma-separated (instead of --brokers: 0..N-1)")

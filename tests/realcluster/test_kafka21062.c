@@ -1,4 +1,5 @@
-/* test_kafka21062.c - KAFKA-21062 on real Kafka 3.9.2, without kmproxy (issue 26 part 1, docs/kafka21062.md).
+/* test_kafka21062.c - KAFKA-21062 on real Kafka 3.9.2, without kmproxy (issue 26 part 1) and with it (part 2:
+ * the fault on the controllers' link, then on kmproxy's own), docs/kafka21062.md.
  *
  * The active KRaft controller reaches ZooKeeper through tests/realcluster/zkfault.py (rig.py --zk-fault), which
  * lets one multi writing /migration through to ZooKeeper, swallows its reply and closes the connection: the
@@ -28,18 +29,21 @@
 #define MBEAN_APPLIED "kafka.controller:type=KafkaController,name=LastAppliedRecordOffset"
 
 
-/* A rig whose controllers reach ZooKeeper through the fault proxy. */
-static rc_rig *start_faulty_or_skip(void)
+/* A rig with the fault proxy: FOR "1", the controllers reach ZooKeeper through it; "kmproxy", they reach it
+ * directly and the proxy's port (zkfault status) is for kmproxy. */
+static rc_rig *start_with_fault_or_skip(const char *fault_for)
 {
     if (!rc_cache_or_skip())
         return NULL;
     char why[16384];
-    setenv("KM_RIG_ZK_FAULT", "1", 1);
+    setenv("KM_RIG_ZK_FAULT", fault_for, 1);
     rc_rig *r = rc_rig_start(1, why, sizeof why);
     unsetenv("KM_RIG_ZK_FAULT");
     cr_assert(r, "%s", why);
     return r;
 }
+
+static rc_rig *start_faulty_or_skip(void) { return start_with_fault_or_skip("1"); }
 
 static json_t *rig_json(rc_rig *r, const char *cmd)
 {
@@ -561,6 +565,53 @@ static long learn_ms(rc_rig *r)
     return ms;
 }
 
+/* With kmproxy as ZooKeeper's writer the cluster is idle after the traffic: the active controller's NoOpRecords
+ * alone move /migration (kmproxy records the log's position as Kafka's driver does), so `verify --zookeeper` sees
+ * a writer making progress, not KAFKA-21062's stalled driver. */
+static void verify_sees_kmproxy_writing(rc_rig *r)
+{
+    char *out = NULL;
+    int rc = rc_sh(r, &out, "%s verify --json --timeout 20 --bootstrap-server 127.0.0.1:%d --cluster-id %s "
+                   "--zookeeper %s --watch-seconds 3 2>/dev/null", km_test_binary(), r->controllers[0].port,
+                   r->cluster_id, r->zk);
+    json_error_t jerr;
+    json_t *rep = out ? json_loads(out, 0, &jerr) : NULL, *d = json_object_get(rep, "dual_write");
+    long first = (long)json_integer_value(json_object_get(d, "migration_offset"));
+    long after = (long)json_integer_value(json_object_get(d, "migration_offset_after"));
+    fprintf(stderr, "kafka21062: with kmproxy idle: verify exit %d, /migration at %ld then %ld over 3 s, lag %ld, "
+                    "driver_stalled %s\n", rc, first, after, (long)json_integer_value(json_object_get(d, "lag_records")),
+            json_is_true(json_object_get(d, "driver_stalled")) ? "true" : "false");
+    rc_assert(r, d && json_is_false(json_object_get(d, "driver_stalled")) && after > first,
+              "verify took kmproxy's writing for a stalled driver (exit %d): %.3000s", rc, out ? out : "");
+    json_decref(rep);
+    free(out);
+}
+
+/* The rest of part 2, whichever link lost the ack: t-0 moved to KRaft broker 2 under the traffic, the move in
+ * ZooKeeper and at broker 0 (the window printed), the loss counted, /migration moving while idle; kmproxy stopped,
+ * nothing acknowledged with acks=all lost. */
+static void move_t0_under_kmproxy(rc_rig *r, pid_t kmp, pid_t producers, const char *what)
+{
+    rc_assert(r, admin(r, "reassign t 0 2,0,1 \\; elect-preferred t 0") == 0, "moving t-0 to broker 2 failed");
+    rc_assert(r, wait_zk_leader(r, "t", 2, 300), "t-0's move to broker 2 never reached ZooKeeper");
+    rc_assert(r, wait_lines(r, "acked-all", 200, 300) && wait_lines(r, "acked-1", 200, 300),
+              "the producers stopped being acknowledged");
+    stop_producers(r, producers);
+    long ms = learn_ms(r);
+    json_t *st = rig_json(r, "zkfault status");
+    fprintf(stderr, "kafka21062: %s: the fault proxy dropped %zu replies\n", what,
+            st ? json_array_size(json_object_get(st, "drops")) : 0);
+    json_decref(st);
+    long acked_all, lost_all, acked_1, lost_1;
+    count_loss(r, what, &acked_all, &lost_all, &acked_1, &lost_1);
+    verify_sees_kmproxy_writing(r);
+    kill(kmp, SIGTERM);
+    waitpid(kmp, NULL, 0);
+    rc_assert(r, acked_all > 0 && lost_all == 0, "acks=all lost %ld of %ld %s", lost_all, acked_all, what);
+    rc_assert(r, ms != LONG_MIN, "broker 0 never became t-0's follower (no log line)");
+    rc_rig_stop(r, false);
+}
+
 /* Part 2: the same mixed cluster, the same lost /migration ack on the controller's link, the same traffic and
  * leader move, with one kmproxy instance deployed as the runbook says (it takes the KRaft leader's claim over;
  * Kafka's driver stays fenced).  Broker 0 learns the move from kmproxy, no controller election needed; nothing
@@ -573,21 +624,61 @@ Test(kafka21062, kmproxy_deployed_the_leader_move_reaches_zk_brokers_and_acks_al
     pid_t kmp = kmproxy_start(r);
     rc_assert(r, kmproxy_ready(r, 300), "kmproxy never became ready");
     pid_t producers = fault_under_traffic(r);
-    rc_assert(r, admin(r, "reassign t 0 2,0,1 \\; elect-preferred t 0") == 0, "moving t-0 to broker 2 failed");
-    rc_assert(r, wait_zk_leader(r, "t", 2, 300), "t-0's move to broker 2 never reached ZooKeeper");
-    rc_assert(r, wait_lines(r, "acked-all", 200, 300) && wait_lines(r, "acked-1", 200, 300),
-              "the producers stopped being acknowledged");
-    stop_producers(r, producers);
-    long ms = learn_ms(r);
+    move_t0_under_kmproxy(r, kmp, producers, "with kmproxy");
+}
+
+/* ---- part 2 on the other link: a lost ack on kmproxy's own ZooKeeper connection ---- */
+
+/* The fault proxy's replies dropped so far (-1: no answer). */
+static long fault_drops(rc_rig *r)
+{
     json_t *st = rig_json(r, "zkfault status");
-    size_t drops = st ? json_array_size(json_object_get(st, "drops")) : 0;
+    long n = st ? (long)json_array_size(json_object_get(st, "drops")) : -1;
     json_decref(st);
-    fprintf(stderr, "kafka21062: with kmproxy: the fault proxy dropped %zu replies\n", drops);
-    long acked_all, lost_all, acked_1, lost_1;
-    count_loss(r, "with kmproxy", &acked_all, &lost_all, &acked_1, &lost_1);
-    kill(kmp, SIGTERM);
-    waitpid(kmp, NULL, 0);
-    rc_assert(r, acked_all > 0 && lost_all == 0, "acks=all lost %ld of %ld with kmproxy", lost_all, acked_all);
-    rc_assert(r, ms != LONG_MIN, "broker 0 never became t-0's follower (no log line)");
-    rc_rig_stop(r, false);
+    return n;
+}
+
+/* The kmproxy log holds `needle` within timeout_s. */
+static bool kmproxy_logged(rc_rig *r, const char *needle, int timeout_s)
+{
+    for (int i = 0; i < timeout_s * 2; i++, usleep(500 * 1000)) {
+        char *out = NULL;
+        rc_sh(r, &out, "grep -c -F '%s' $DIR/kmproxy-a.log", needle);
+        bool seen = out && atoi(out) > 0;
+        free(out);
+        if (seen)
+            return true;
+    }
+    return false;
+}
+
+/* KAFKA-21062's fault where kmproxy is the writer: the reply to one of kmproxy's own /migration multis is dropped
+ * (the fault proxy between kmproxy and ZooKeeper; the controllers reach ZooKeeper directly), under the same
+ * traffic, then the same leader move.  kmproxy reconnects within its session, finds that its write landed and
+ * adopts the zkVersion (where Kafka's driver caches the stale one and wedges); the move reaches ZooKeeper and
+ * broker 0, nothing acknowledged with acks=all is lost, and /migration keeps moving. */
+Test(kafka21062, a_lost_ack_on_kmproxys_own_zookeeper_link_is_adopted_and_loses_nothing)
+{
+    rc_rig *r = start_with_fault_or_skip("kmproxy");
+    mixed_cluster_with_t(r);
+    json_t *st = rig_json(r, "zkfault status");
+    char zk[64], log[700];
+    snprintf(zk, sizeof zk, "127.0.0.1:%d", st ? (int)json_integer_value(json_object_get(st, "port")) : 0);
+    json_decref(st);
+    pid_t kmp = rc_kmproxy_run_via(r, "kmproxy-a", zk, NULL, log, sizeof log);
+    rc_assert(r, kmproxy_ready(r, 300), "kmproxy never became ready");
+    pid_t producers = start_producers(r);
+    rc_assert(r, wait_lines(r, "acked-1", 100, 300) && wait_lines(r, "acked-all", 100, 300),
+              "the producers acknowledged nothing");
+    json_decref(rig_json(r, "zkfault arm")); /* kmproxy's next /migration multi: a NoOp batch's at the latest */
+    long drops = 0;
+    for (int i = 0; i < 120 && drops < 1; i++, usleep(500 * 1000))
+        drops = fault_drops(r);
+    rc_assert(r, drops == 1, "the fault proxy dropped %ld replies to kmproxy's /migration multis, not one", drops);
+    rc_assert(r, kmproxy_logged(r, "had landed (lost ack)", 120), "kmproxy did not find its lost-ack write landed");
+    char *out = NULL;
+    rc_sh(r, &out, "grep -F 'had landed (lost ack)' $DIR/kmproxy-a.log | head -2");
+    fprintf(stderr, "kafka21062: kmproxy's own link: %s", out ? out : "?\n");
+    free(out);
+    move_t0_under_kmproxy(r, kmp, producers, "kmproxy's own link");
 }
