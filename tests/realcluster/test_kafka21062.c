@@ -1,5 +1,6 @@
 /* test_kafka21062.c - KAFKA-21062 on real Kafka 3.9.2, without kmproxy (issue 26 part 1) and with it (part 2:
- * the fault on the controllers' link, then on kmproxy's own), docs/kafka21062.md.
+ * the fault on the controllers' link with one instance and with the runbook's HA pair, then on kmproxy's own
+ * link), docs/kafka21062.md.
  *
  * The active KRaft controller reaches ZooKeeper through tests/realcluster/zkfault.py (rig.py --zk-fault), which
  * lets one multi writing /migration through to ZooKeeper, swallows its reply and closes the connection: the
@@ -587,12 +588,17 @@ static void verify_sees_kmproxy_writing(rc_rig *r)
     free(out);
 }
 
-/* The rest of part 2, whichever link lost the ack: t-0 moved to KRaft broker 2 under the traffic, the move in
- * ZooKeeper and at broker 0 (the window printed), the loss counted, /migration moving while idle; kmproxy stopped,
- * nothing acknowledged with acks=all lost. */
-static void move_t0_under_kmproxy(rc_rig *r, pid_t kmp, pid_t producers, const char *what)
+/* Part 2's leader move on the KRaft side: t-0 to KRaft broker 2, through the Admin API. */
+static void move_t0_to_kraft_broker_2(rc_rig *r)
 {
     rc_assert(r, admin(r, "reassign t 0 2,0,1 \\; elect-preferred t 0") == 0, "moving t-0 to broker 2 failed");
+}
+
+/* The rest of part 2, whichever link lost the ack: after move_t0_to_kraft_broker_2 under the traffic, the move in
+ * ZooKeeper and at broker 0 (the window printed), the loss counted, /migration moving while idle; kmproxy stopped,
+ * nothing acknowledged with acks=all lost. */
+static void moved_t0_under_kmproxy(rc_rig *r, pid_t kmp, pid_t producers, const char *what)
+{
     rc_assert(r, wait_zk_leader(r, "t", 2, 300), "t-0's move to broker 2 never reached ZooKeeper");
     rc_assert(r, wait_lines(r, "acked-all", 200, 300) && wait_lines(r, "acked-1", 200, 300),
               "the producers stopped being acknowledged");
@@ -624,7 +630,55 @@ Test(kafka21062, kmproxy_deployed_the_leader_move_reaches_zk_brokers_and_acks_al
     pid_t kmp = kmproxy_start(r);
     rc_assert(r, kmproxy_ready(r, 300), "kmproxy never became ready");
     pid_t producers = fault_under_traffic(r);
-    move_t0_under_kmproxy(r, kmp, producers, "with kmproxy");
+    move_t0_to_kraft_broker_2(r);
+    moved_t0_under_kmproxy(r, kmp, producers, "with kmproxy");
+}
+
+/* ---- part 2 with the runbook's HA pair, losing its active instance under the fault ---- */
+
+/* The index of the instance among NAMES (kmproxy-NAME.log) whose log holds `first` and, after it, `then`; -1
+ * when none does within timeout_s. */
+static int instance_logged(rc_rig *r, const char *const *names, int n, const char *first, const char *then,
+                           int timeout_s)
+{
+    for (int t = 0; t < timeout_s * 2; t++, usleep(500 * 1000)) {
+        for (int i = 0; i < n; i++) {
+            char *out = NULL;
+            rc_sh(r, &out, "sed -n '/%s/,$p' $DIR/kmproxy-%s.log | grep -c -F '%s'", first, names[i], then);
+            bool seen = out && atoi(out) > 0;
+            free(out);
+            if (seen)
+                return i;
+        }
+    }
+    return -1;
+}
+
+/* Part 2 as docs/runbook.md deploys kmproxy: two instances (ha.enabled=true), the same fault on the controllers'
+ * link and traffic.  While Kafka's driver is wedged the active instance is killed (SIGKILL: no hand-over); the
+ * standby's ZooKeeper election makes it active once the dead one's session expires, it claims, syncs ZooKeeper
+ * and carries t-0's move to broker 0.  Nothing acknowledged with acks=all is lost. */
+Test(kafka21062, the_runbooks_ha_pair_loses_its_active_instance_under_the_fault_and_loses_nothing)
+{
+    rc_rig *r = start_faulty_or_skip();
+    mixed_cluster_with_t(r);
+    const char *names[] = {"a", "b"}, *ha = "ha.enabled=true\nzookeeper.session.timeout.ms=6000\n";
+    char log[700];
+    pid_t kmp[2] = {rc_kmproxy_run(r, "kmproxy-a", ha, log, sizeof log), rc_kmproxy_run(r, "kmproxy-b", ha, log,
+                                                                                         sizeof log)};
+    int active = instance_logged(r, names, 2, "ha: ", "ready: active, ZooKeeper in sync", 300);
+    rc_assert(r, active >= 0, "neither kmproxy instance became active and ready");
+    pid_t producers = fault_under_traffic(r);
+    time_t killed = time(NULL);
+    kill(kmp[active], SIGKILL);
+    waitpid(kmp[active], NULL, 0);
+    move_t0_to_kraft_broker_2(r); /* while no instance is active: the standby carries it once it takes over */
+    const char *standby[] = {names[1 - active]};
+    rc_assert(r, instance_logged(r, standby, 1, "is now the active one", "zk: in sync; sending to ZK-mode brokers",
+                                 120) == 0, "the standby never took over");
+    fprintf(stderr, "kafka21062: the HA pair: kmproxy-%s killed, kmproxy-%s active and in sync %ld s later\n",
+            names[active], names[1 - active], (long)(time(NULL) - killed));
+    moved_t0_under_kmproxy(r, kmp[1 - active], producers, "the HA pair");
 }
 
 /* ---- part 2 on the other link: a lost ack on kmproxy's own ZooKeeper connection ---- */
@@ -680,5 +734,6 @@ Test(kafka21062, a_lost_ack_on_kmproxys_own_zookeeper_link_is_adopted_and_loses_
     rc_sh(r, &out, "grep -F 'had landed (lost ack)' $DIR/kmproxy-a.log | head -2");
     fprintf(stderr, "kafka21062: kmproxy's own link: %s", out ? out : "?\n");
     free(out);
-    move_t0_under_kmproxy(r, kmp, producers, "kmproxy's own link");
+    move_t0_to_kraft_broker_2(r);
+    moved_t0_under_kmproxy(r, kmp, producers, "kmproxy's own link");
 }
