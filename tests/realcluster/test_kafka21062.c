@@ -537,7 +537,7 @@ static bool kmproxy_ready(rc_rig *r, int timeout_s)
  * t-0 to leader 2, else KRaft broker 2 last becoming its leader) to ZK-mode broker 0 last becoming its follower:
  * the last lines, since t-0 may have moved between 0 and 2 while the test set it up.  LONG_MIN if a line is
  * missing.  Printed, never asserted. */
-static long learn_ms(rc_rig *r)
+static long learn_ms(rc_rig *r, const char *what)
 {
     char *out = NULL;
     rc_sh(r, &out, "python3 - $DIR <<'PY'\n"
@@ -561,7 +561,7 @@ static long learn_ms(rc_rig *r)
                    "print(int((learn - commit).total_seconds() * 1000) if commit and learn else 'never', 'ms, from', src)\n"
                    "PY");
     long ms = out && strncmp(out, "never", 5) ? atol(out) : LONG_MIN;
-    fprintf(stderr, "kafka21062: with kmproxy: ZK-mode broker 0 became t-0's follower %s", out ? out : "?\n");
+    fprintf(stderr, "kafka21062: %s: ZK-mode broker 0 became t-0's follower %s", what, out ? out : "?\n");
     free(out);
     return ms;
 }
@@ -603,7 +603,7 @@ static void moved_t0_under_kmproxy(rc_rig *r, pid_t kmp, pid_t producers, const 
     rc_assert(r, wait_lines(r, "acked-all", 200, 300) && wait_lines(r, "acked-1", 200, 300),
               "the producers stopped being acknowledged");
     stop_producers(r, producers);
-    long ms = learn_ms(r);
+    long ms = learn_ms(r, what);
     json_t *st = rig_json(r, "zkfault status");
     fprintf(stderr, "kafka21062: %s: the fault proxy dropped %zu replies\n", what,
             st ? json_array_size(json_object_get(st, "drops")) : 0);
