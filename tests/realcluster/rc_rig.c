@@ -467,8 +467,10 @@ void rc_verify_streaks(const char *log, long from, long to, rc_streaks *s)
         if (!at || sscanf(at, "verify: cycle %ld: the brokers are %31s", &cycle, verdict) != 2 || cycle > to)
             continue;
         bool bad = strcmp(verdict, "consistent") != 0;
-        if (!bad && bad_since >= 0 && cycle > from) { /* a streak that ended inside the window */
-            long len = cycle - (bad_since > from ? bad_since : from + 1);
+        /* a streak that ended inside the window; one whose bad checks all came before it (the window opened on
+         * the last of them) is not counted */
+        long len = cycle - (bad_since > from ? bad_since : from + 1);
+        if (!bad && bad_since >= 0 && cycle > from && len > 0) {
             s->longest = len > s->longest ? len : s->longest;
             s->streaks++;
         }
@@ -491,4 +493,23 @@ void rc_admin(rc_rig *r, const char *ops)
                    ops);
     rc_assert(r, rc == 0, "Admin API calls failed (%d): %s\n%s", rc, ops, out ? out : "");
     free(out);
+}
+
+/* kafka.tools.DumpLogSegments over the broker's segments of TOPIC-0, summed by awk (rc_rig.h). */
+bool rc_dumped_log(rc_rig *r, int broker, const char *topic, int64_t from, int64_t below, int64_t *bytes,
+                   int64_t *end, int64_t *batches)
+{
+    char *out = NULL;
+    rc_sh(r, &out, "$JAVA -cp \"$CP\" kafka.tools.DumpLogSegments --files $(ls $DIR/broker-%d/logs/%s-0/*.log | "
+          "paste -sd,) 2>/dev/null | awk -v t=%lld -v hw=%lld '/^baseOffset:/ { for (i = 1; i < NF; i++) { "
+          "if ($i == \"baseOffset:\") b = $(i + 1); if ($i == \"lastOffset:\") l = $(i + 1); "
+          "if ($i == \"size:\") s = $(i + 1) } n++; if (l >= t && b < hw) sum += s; if (l + 1 > e) e = l + 1 } "
+          "END { print n + 0, sum + 0, e + 0 }'", broker, topic, (long long)from, (long long)below);
+    long long n = 0, sum = 0, e = 0;
+    bool ok = out && sscanf(out, "%lld %lld %lld", &n, &sum, &e) == 3 && n > 0;
+    fprintf(stderr, "realcluster: DumpLogSegments of broker %d's %s-0 from %lld below %lld: %s", broker, topic,
+            (long long)from, (long long)below, out ? out : "(nothing)\n");
+    free(out);
+    *bytes = sum, *end = e, *batches = n;
+    return ok;
 }
