@@ -342,10 +342,10 @@ static void print_verify(FILE *to, json_t *st)
         fprintf(to, "  broker %lld %s-%lld %s since %lld: %s", (long long)num(f, "broker"), str(f, "topic"),
                 (long long)num(f, "partition"), str(f, "class"), (long long)num(f, "first_seen"), str(f, "detail"));
         if (json_is_integer(json_object_get(f, "exposed_bytes"))) /* a stale leader's exposure */
-            fprintf(to, "; truncation point %lld, %lld offsets and %s%lld bytes exposed",
+            fprintf(to, "; truncation point %lld, %lld offsets and %s%lld bytes exposed up to offset %lld",
                     (long long)num(f, "truncation_offset"), (long long)num(f, "exposed_offsets"),
                     json_is_true(json_object_get(f, "exposed_bytes_capped")) ? "at least " : "",
-                    (long long)num(f, "exposed_bytes"));
+                    (long long)num(f, "exposed_bytes"), (long long)num(f, "exposed_bytes_to"));
         fputc('\n', to);
     }
 }

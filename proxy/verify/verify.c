@@ -368,7 +368,7 @@ static void leader_answer(v_run *r, v_broker *b, const char *topic, const km_par
 }
 
 /* The stale leader's log end: what it wrote past its high watermark (acks=1 producers were acknowledged for it)
- * is lost too when it truncates, but no consumer can read it, so it is counted in offsets only. */
+ * is lost too when it truncates; no consumer can read it (v_exposed_bytes reads it otherwise). */
 static void past_high_watermark(v_run *r, json_t *f, v_broker *stale, const char *topic, int32_t part,
                                 int64_t high_watermark, int64_t truncation)
 {
@@ -402,7 +402,9 @@ static void claimant_answer(v_run *r, v_broker *b, const char *topic, const km_p
     if (!t)
         return; /* nothing to measure from; truncation_unknown says why */
     past_high_watermark(r, f, b, topic, p->id, a->offset, json_integer_value(t));
-    v_exposed_bytes(r, f, b, topic, p->id, m->leader_epoch, json_integer_value(t), a->offset);
+    const json_t *end = json_object_get(f, "stale_log_end");
+    v_exposed_bytes(r, f, b, topic, p->id, m->leader_epoch, json_integer_value(t), a->offset,
+                    end ? json_integer_value(end) : -1);
 }
 
 static void compare_offsets(v_run *r, v_broker *b, const km_list_offsets_response *rs)
@@ -525,10 +527,14 @@ static void print_exposure(FILE *to, const json_t *f)
 {
     const json_t *bytes = json_object_get(f, "exposed_bytes");
     const json_t *past = json_object_get(f, "offsets_past_high_watermark");
+    const json_t *beyond = json_object_get(f, "exposed_bytes_past_high_watermark_unknown");
     if (bytes)
-        fprintf(to, ", %s%lld bytes exposed",
+        fprintf(to, ", %s%lld bytes exposed up to offset %lld",
                 json_is_true(json_object_get(f, "exposed_bytes_capped")) ? "at least " : "",
-                (long long)json_integer_value(bytes));
+                (long long)json_integer_value(bytes),
+                (long long)json_integer_value(json_object_get(f, "exposed_bytes_to")));
+    if (bytes && beyond)
+        fprintf(to, " (past the high watermark unknown: %s)", json_string_value(beyond));
     else if (json_object_get(f, "exposed_bytes_unknown"))
         fprintf(to, ", bytes exposed unknown: %s", json_string_value(json_object_get(f, "exposed_bytes_unknown")));
     if (json_integer_value(past) > 0)

@@ -1,8 +1,15 @@
 /* The bytes a stale leader holds past the truncation point (verify_internal.h), on a stale_leader finding only:
- * read as a consumer reads them (Fetch, replica id -1, READ_UNCOMMITTED) from the truncation point, whole record
- * batches summed up to the stale leader's high watermark.  Kafka truncates a log at batch boundaries, so a batch
- * holding the truncation point goes whole and counts whole.  A consumer reads no further than the high watermark,
- * which is also where exposed_offsets ends; the offsets past it are counted by the caller (stale_log_end). */
+ * whole record batches summed from the truncation point to its log end.  Kafka truncates a log at batch
+ * boundaries, so a batch holding the truncation point goes whole and counts whole.
+ *
+ * A consumer (replica id -1 or -2) reads no further than the high watermark, and on a stale leader in a KRaft
+ * migration the loss lies past it: the new leader is in its ISR and fetches from it no more, so its high
+ * watermark stands still while acks=1 producers are acknowledged.  So the read is a Fetch with replica id -3,
+ * Kafka's FetchRequest.FUTURE_LOCAL_REPLICA_ID (the id its log-dir mover reads a partition with): Kafka 3.9 takes
+ * it for no consumer (FetchRequest.isConsumer) and so reads to the log end (FetchIsolation.LOG_END), and for no
+ * follower either (replica id < 0), so no follower state moves and no high watermark advances; it is authorized
+ * as a consumer's read of the topic.  A broker that refuses it leaves the bytes up to the high watermark, read as
+ * a consumer, and says why the rest is unknown. */
 #include "km_metalog.h"
 #include "verify_internal.h"
 
@@ -13,9 +20,12 @@
 #define V_EXPOSURE_CAP_DEFAULT (8LL << 20)     /* bytes read per finding at most, unless the options say */
 #define V_MAX_BATCH (64u * 1024u * 1024u)      /* a batch beyond it is not Kafka's (message.max.bytes is far less) */
 
-/* One Fetch of topic-part at `offset` as a consumer; *recs the partition's records.  0, or -1 + err. */
-static int fetch_once(v_run *r, v_broker *b, const char *topic, int32_t part, int32_t epoch, int64_t offset,
-                      int32_t max_bytes, km_bytes *recs, km_err *err)
+#define V_READER_LOG_END (-3)               /* FetchRequest.FUTURE_LOCAL_REPLICA_ID: read to the log end */
+#define V_READER_CONSUMER (-1)              /* read to the high watermark */
+
+/* One Fetch of topic-part at `offset` as `reader`; *recs the partition's records.  0, or -1 + err. */
+static int fetch_once(v_run *r, v_broker *b, int32_t reader, const char *topic, int32_t part, int32_t epoch,
+                      int64_t offset, int32_t max_bytes, km_bytes *recs, km_err *err)
 {
     km_fetch_request_partition qp = { .partition = part, .current_leader_epoch = epoch, .fetch_offset = offset,
                                       .last_fetched_epoch = -1, .log_start_offset = -1,
@@ -25,7 +35,7 @@ static int fetch_once(v_run *r, v_broker *b, const char *topic, int32_t part, in
     qt.partitions.items = &qp;
     km_fetch_request rq;
     km_fetch_request_init(&rq);
-    rq.replica_id = -1;      /* a consumer: the broker's state is not touched */
+    rq.replica_id = reader;  /* no follower: the broker's replication state is not touched */
     rq.max_wait_ms = 0;      /* what is there now, never a wait for more */
     rq.min_bytes = 0;
     rq.max_bytes = max_bytes;
@@ -79,9 +89,9 @@ static int tally(const km_bytes *recs, int64_t *next, int64_t end, int64_t *byte
     return n;
 }
 
-/* Fetches from `from` until `end` or the cap: 0 with *bytes and *capped, or -1 + err. */
-static int sum_exposed(v_run *r, v_broker *b, const char *topic, int32_t part, int32_t epoch, int64_t from,
-                       int64_t end, int64_t *bytes, bool *capped, km_err *err)
+/* Fetches from `from` until `end` or the cap as `reader`: 0 with *bytes and *capped, or -1 + err. */
+static int sum_exposed(v_run *r, v_broker *b, int32_t reader, const char *topic, int32_t part, int32_t epoch,
+                       int64_t from, int64_t end, int64_t *bytes, bool *capped, km_err *err)
 {
     int64_t cap = r->o->max_exposure_bytes > 0 ? r->o->max_exposure_bytes : V_EXPOSURE_CAP_DEFAULT, read = 0;
     int32_t chunk = cap < V_FETCH_CHUNK ? (int32_t)cap : V_FETCH_CHUNK;
@@ -93,30 +103,43 @@ static int sum_exposed(v_run *r, v_broker *b, const char *topic, int32_t part, i
             return 0;
         }
         km_bytes recs = { NULL, 0 };
-        if (fetch_once(r, b, topic, part, epoch, next, chunk, &recs, err) < 0)
+        if (fetch_once(r, b, reader, topic, part, epoch, next, chunk, &recs, err) < 0)
             return -1;
         int n = tally(&recs, &next, end, bytes, err);
         if (n < 0)
             return -1;
         if (n == 0)
-            return km_fail(err, "%s: Fetch of %s-%d at offset %lld answered %s below its high watermark %lld",
-                           b->c.where, topic, part, (long long)next,
-                           recs.len > 0 ? "no whole record batch" : "no records", (long long)end);
+            return km_fail(err, "%s: Fetch of %s-%d at offset %lld answered %s below offset %lld", b->c.where,
+                           topic, part, (long long)next, recs.len > 0 ? "no whole record batch" : "no records",
+                           (long long)end);
         read += recs.len;
     }
     return 0;
 }
 
+static void put_bytes(json_t *f, int64_t bytes, bool capped, int64_t to)
+{
+    json_object_set_new(f, "exposed_bytes", json_integer(bytes));
+    json_object_set_new(f, "exposed_bytes_capped", json_boolean(capped));
+    json_object_set_new(f, "exposed_bytes_to", json_integer(to));
+}
+
 void v_exposed_bytes(v_run *r, json_t *f, v_broker *stale, const char *topic, int32_t part, int32_t epoch,
-                     int64_t from, int64_t end)
+                     int64_t from, int64_t high_watermark, int64_t log_end)
 {
     int64_t bytes = 0;
     bool capped = false;
     km_err err;
-    if (from < end && sum_exposed(r, stale, topic, part, epoch, from, end, &bytes, &capped, &err) < 0) {
+    if (log_end >= 0) {
+        if (from >= log_end ||
+            sum_exposed(r, stale, V_READER_LOG_END, topic, part, epoch, from, log_end, &bytes, &capped, &err) == 0)
+            return put_bytes(f, bytes, capped, log_end);
+        json_object_set_new(f, "exposed_bytes_past_high_watermark_unknown", json_string(err.msg));
+    }
+    if (from < high_watermark &&
+        sum_exposed(r, stale, V_READER_CONSUMER, topic, part, epoch, from, high_watermark, &bytes, &capped, &err) < 0) {
         json_object_set_new(f, "exposed_bytes_unknown", json_string(err.msg));
         return;
     }
-    json_object_set_new(f, "exposed_bytes", json_integer(bytes));
-    json_object_set_new(f, "exposed_bytes_capped", json_boolean(capped));
+    put_bytes(f, bytes, capped, high_watermark > from ? high_watermark : from);
 }

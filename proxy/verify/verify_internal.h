@@ -81,11 +81,12 @@ json_t *v_finding(v_run *r, v_broker *b, const char *topic, int32_t part, km_ver
 void v_producers(v_run *r, json_t *f, v_broker *stale, const char *topic, int32_t part, int32_t leader);
 /* Mismatch only: the logs b holds for partitions the image does not place on it (DescribeLogDirs). */
 void v_stray_logs(v_run *r, v_broker *b);
-/* Stale leader only (verify_bytes.c): the bytes of the record batches the stale leader serves from `from` (the
- * truncation point) below `end` (its high watermark), Fetch as a consumer at its own leader epoch, at most
- * max_exposure_bytes read: "exposed_bytes" and "exposed_bytes_capped" (true: at least that many) into f, or
- * "exposed_bytes_unknown" saying why. */
+/* Stale leader only (verify_bytes.c): the bytes of the record batches the stale leader holds from `from` (the
+ * truncation point) below its log end (-1: unknown), Fetch at its own leader epoch, at most max_exposure_bytes
+ * read: "exposed_bytes", "exposed_bytes_capped" (true: at least that many) and "exposed_bytes_to" (the offset
+ * the bytes end at) into f.  A broker that will not serve past its high watermark: the bytes below it, and
+ * "exposed_bytes_past_high_watermark_unknown" saying why; "exposed_bytes_unknown" when none could be read. */
 void v_exposed_bytes(v_run *r, json_t *f, v_broker *stale, const char *topic, int32_t part, int32_t epoch,
-                     int64_t from, int64_t end);
+                     int64_t from, int64_t high_watermark, int64_t log_end);
 
 #endif

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include <jansson.h>
@@ -108,5 +109,11 @@ void rc_verify_streaks(const char *log, long from, long to, rc_streaks *s);
 
 /* Admin API calls through RcAdmin (OPS: its commands, `\;`-separated); a failure fails the test with its output. */
 void rc_admin(rc_rig *r, const char *ops);
+
+/* Kafka's own reading of broker's log of TOPIC-0 (kafka.tools.DumpLogSegments over its segments): the bytes of the
+ * batches holding offsets in [from, below) (a batch holding `from` whole: truncation drops whole batches), the log
+ * end (the last batch's last offset + 1) and the batches read.  false if the tool read none. */
+bool rc_dumped_log(rc_rig *r, int broker, const char *topic, int64_t from, int64_t below, int64_t *bytes,
+                   int64_t *end, int64_t *batches);
 
 #endif

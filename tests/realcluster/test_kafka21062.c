@@ -441,6 +441,40 @@ static void checker_clears(rc_rig *r, int port, const char *log, long repaired)
     json_decref(st);
 }
 
+/* The stale leader's exposure as one `kmproxy verify` reads it during the wedge, against Kafka's own reading of
+ * broker 0's log: the bytes of the record batches from the truncation point to the log end that check saw (the
+ * batches below it stay as they are while the producers append), acks=1 records past the high watermark
+ * included, read with Fetch replica id -3 (docs/verify.md). */
+static void exposure_matches_kafkas_reading(rc_rig *r)
+{
+    char *out = NULL;
+    int rc = rc_sh(r, &out, "%s verify --json --timeout 20 --bootstrap-server 127.0.0.1:%d --cluster-id %s "
+                   "2>/dev/null", km_test_binary(), r->controllers[0].port, r->cluster_id);
+    json_error_t jerr;
+    json_t *rep = out ? json_loads(out, 0, &jerr) : NULL, *st = json_pack("{s:O?}", "verify", rep);
+    json_t *sl = status_finding(st, 0, "stale_leader", "t");
+    rc_assert(r, rc == 1 && sl, "verify during the wedge: exit %d, no stale leader on broker 0: %.3000s", rc,
+              out ? out : "");
+    long trunc = (long)json_integer_value(json_object_get(sl, "truncation_offset")),
+         hw = (long)json_integer_value(json_object_get(sl, "stale_offset")),
+         to = (long)json_integer_value(json_object_get(sl, "exposed_bytes_to")),
+         bytes = (long)json_integer_value(json_object_get(sl, "exposed_bytes"));
+    rc_assert(r, json_is_integer(json_object_get(sl, "exposed_bytes")) && bytes > 0 &&
+                     to == json_integer_value(json_object_get(sl, "stale_log_end")) && to > hw &&
+                     json_is_false(json_object_get(sl, "exposed_bytes_capped")) &&
+                     !json_object_get(sl, "exposed_bytes_past_high_watermark_unknown"),
+              "the stale leader's exposure not read to its log end: %.3000s", out);
+    int64_t kbytes, kend, batches;
+    rc_assert(r, rc_dumped_log(r, 0, "t", trunc, to, &kbytes, &kend, &batches), "DumpLogSegments read nothing");
+    fprintf(stderr, "kafka21062: the stale leader's exposure: truncation point %ld, high watermark %ld, log end %ld: "
+                    "%ld bytes (Kafka's DumpLogSegments: %lld)\n", trunc, hw, to, bytes, (long long)kbytes);
+    rc_assert(r, kbytes == bytes, "verify read %ld bytes from %ld to %ld, DumpLogSegments %lld", bytes, trunc, to,
+              (long long)kbytes);
+    json_decref(st);
+    json_decref(rep);
+    free(out);
+}
+
 /* The reproduction: a mixed cluster (broker 2 restarted into KRaft mode, 0 and 1 still ZK-mode), a producer
  * with acks=all and one with acks=1 on t-0 led by ZK-mode broker 0, one /migration ack lost (the driver
  * wedges), then the KRaft side moves t-0's leadership to broker 2 (a reassignment making it preferred and a
@@ -482,6 +516,7 @@ Test(kafka21062, leader_moved_while_wedged_loses_acknowledged_records)
     print_first_failure(r);
     rc_assert(r, later == stuck && applied > later && lag < applied - later, "no wedge: /migration %ld -> %ld, "
               "applied %ld, lag %ld", stuck, later, applied, lag);
+    exposure_matches_kafkas_reading(r);
     /* a controller election unwedges the driver: it reads /migration afresh and brings the brokers up to date */
     long wedged_checks = rc_kmproxy_verify_cycles(port);
     rc_assert(r, found_on_broker(clog, 2, committed, wedged_checks) == 0, "the checker found something on KRaft "

@@ -151,48 +151,30 @@ static json_t *find(json_t *report, int broker, const char *cls, const char *top
     return NULL;
 }
 
-/* Kafka's own reading of a broker's log of topic-0 (kafka.tools.DumpLogSegments over its segments): the bytes of
- * the batches holding offsets in [from, below) (a batch holding `from` whole: truncation drops whole batches), the
- * log end (the last batch's last offset + 1) and the batches read.  false if the tool read none. */
-static bool dumped_log(rc_rig *r, int broker, const char *topic, int64_t from, int64_t below, int64_t *bytes,
-                       int64_t *end, int64_t *batches)
-{
-    char *out = NULL;
-    rc_sh(r, &out, "$JAVA -cp \"$CP\" kafka.tools.DumpLogSegments --files $(ls $DIR/broker-%d/logs/%s-0/*.log | "
-          "paste -sd,) 2>/dev/null | awk -v t=%lld -v hw=%lld '/^baseOffset:/ { for (i = 1; i < NF; i++) { "
-          "if ($i == \"baseOffset:\") b = $(i + 1); if ($i == \"lastOffset:\") l = $(i + 1); "
-          "if ($i == \"size:\") s = $(i + 1) } n++; if (l >= t && b < hw) sum += s; if (l + 1 > e) e = l + 1 } "
-          "END { print n + 0, sum + 0, e + 0 }'", broker, topic, (long long)from, (long long)below);
-    long long n = 0, sum = 0, e = 0;
-    bool ok = out && sscanf(out, "%lld %lld %lld", &n, &sum, &e) == 3 && n > 0;
-    fprintf(stderr, "verify: DumpLogSegments of broker %d's %s-0 from %lld below %lld: %s", broker, topic,
-            (long long)from, (long long)below, out ? out : "(nothing)\n");
-    free(out);
-    *bytes = sum, *end = e, *batches = n;
-    return ok;
-}
-
 /* The stale leader's exposure in bytes against Kafka's own reading of its log: exactly the batches from the
- * truncation point below its high watermark, its log end, and the offsets between the two. */
+ * truncation point to its log end (read past its high watermark), the log end, and the offsets past the high
+ * watermark. */
 static void assert_exposed_bytes(rc_rig *r, int broker, json_t *sl, const char *out)
 {
     int64_t trunc = json_integer_value(json_object_get(sl, "truncation_offset")),
-            hw = json_integer_value(json_object_get(sl, "stale_offset")), bytes, end, batches;
+            hw = json_integer_value(json_object_get(sl, "stale_offset")),
+            got_end = json_integer_value(json_object_get(sl, "stale_log_end")), bytes, end, batches;
     rc_assert(r, json_is_integer(json_object_get(sl, "exposed_bytes")) &&
                      json_is_false(json_object_get(sl, "exposed_bytes_capped")) &&
-                     json_is_integer(json_object_get(sl, "stale_log_end")),
-              "no exposure in bytes or no log end in the stale leader's finding: %s", out);
-    rc_assert(r, dumped_log(r, broker, "v", trunc, hw, &bytes, &end, &batches),
+                     json_is_integer(json_object_get(sl, "stale_log_end")) &&
+                     json_integer_value(json_object_get(sl, "exposed_bytes_to")) == got_end &&
+                     !json_object_get(sl, "exposed_bytes_past_high_watermark_unknown"),
+              "no exposure in bytes to the log end in the stale leader's finding: %s", out);
+    rc_assert(r, rc_dumped_log(r, broker, "v", trunc, got_end, &bytes, &end, &batches),
               "DumpLogSegments read no batch of the stale leader's log");
-    int64_t got = json_integer_value(json_object_get(sl, "exposed_bytes")),
-            got_end = json_integer_value(json_object_get(sl, "stale_log_end"));
+    int64_t got = json_integer_value(json_object_get(sl, "exposed_bytes"));
     rc_assert(r, got == bytes && got_end == end &&
                      json_integer_value(json_object_get(sl, "offsets_past_high_watermark")) ==
                          end - (hw > trunc ? hw : trunc),
               "verify: %lld bytes exposed, log end %lld; Kafka's DumpLogSegments: %lld bytes, log end %lld: %s",
               (long long)got, (long long)got_end, (long long)bytes, (long long)end, out);
-    rc_assert(r, (got > 0) == (hw > trunc), "%lld bytes for %lld offsets exposed", (long long)got,
-              (long long)(hw - trunc));
+    rc_assert(r, (got > 0) == (end > trunc), "%lld bytes for %lld offsets exposed", (long long)got,
+              (long long)(end - trunc));
 }
 
 /* Partition 0's leader and replicas in the image (`kmproxy metadata image`). */

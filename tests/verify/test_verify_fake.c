@@ -625,8 +625,10 @@ static json_t *stale_finding(json_t *rep)
 
 /* The stale leader holds batches [0-2] [3-5] [6] [7-9] [10-12]; the image's leader ends its epoch at 4 (inside
  * [3-5], which truncation removes whole), the stale leader's high watermark is 10 and its log ends at 13.  The
- * bytes exposed are exactly [3-5] + [6] + [7-9] (read over several Fetches, each answer cut after two batches);
- * offsets 10-12 past the high watermark are counted as offsets.  With a cap of one batch: "at least" the first. */
+ * bytes exposed are exactly [3-5] + [6] + [7-9] + [10-12], to the log end (Fetch with replica id -3, over several
+ * answers, each cut after two batches); offsets 10-12 are past the high watermark.  With a cap of one batch: "at
+ * least" the first.  A broker that serves no further than its high watermark: [3-5] + [6] + [7-9] read as a
+ * consumer, the rest said unknown. */
 Test(verify_fake, a_stale_leaders_exposed_bytes_are_its_batches_past_the_truncation_point)
 {
     km_buf log;
@@ -642,14 +644,15 @@ Test(verify_fake, a_stale_leaders_exposed_bytes_are_its_batches_past_the_truncat
     char *dump = json_dumps(f, JSON_COMPACT);
     cr_assert(jget(f, "truncation_offset") == 4 && jget(f, "stale_offset") == 10 && jget(f, "exposed_offsets") == 6,
               "%s", dump);
-    cr_assert(json_is_integer(json_object_get(f, "exposed_bytes")) &&
-                  jget(f, "exposed_bytes") == (int64_t)(sz[1] + sz[2] + sz[3]) &&
-                  json_is_false(json_object_get(f, "exposed_bytes_capped")),
-              "want %zu exposed bytes: %s", sz[1] + sz[2] + sz[3], dump);
+    size_t all = sz[1] + sz[2] + sz[3] + sz[4];
+    cr_assert(json_is_integer(json_object_get(f, "exposed_bytes")) && jget(f, "exposed_bytes") == (int64_t)all &&
+                  json_is_false(json_object_get(f, "exposed_bytes_capped")) && jget(f, "exposed_bytes_to") == 13 &&
+                  !json_object_get(f, "exposed_bytes_past_high_watermark_unknown"),
+              "want %zu exposed bytes to offset 13: %s", all, dump);
     cr_assert(jget(f, "stale_log_end") == 13 && jget(f, "offsets_past_high_watermark") == 3, "%s", dump);
     char want[200];
-    snprintf(want, sizeof want, ", %zu bytes exposed, 3 more offsets past its high watermark (log end 13",
-             sz[1] + sz[2] + sz[3]);
+    snprintf(want, sizeof want, ", %zu bytes exposed up to offset 13, 3 more offsets past its high watermark (log "
+             "end 13", all);
     cr_assert(strstr(text, want), "the text report lacks '%s':\n%s", want, text);
     free(dump);
     free(text);
@@ -662,6 +665,21 @@ Test(verify_fake, a_stale_leaders_exposed_bytes_are_its_batches_past_the_truncat
     cr_assert(jget(f, "exposed_bytes") == (int64_t)sz[1] && json_is_true(json_object_get(f, "exposed_bytes_capped")),
               "capped at %zu: %s", sz[1], dump);
     snprintf(want, sizeof want, ", at least %zu bytes exposed", sz[1]);
+    cr_assert(strstr(text, want), "the text report lacks '%s':\n%s", want, text);
+    free(dump);
+    free(text);
+    json_decref(rep);
+
+    /* a broker that refuses the read to the log end: the bytes below the high watermark, the rest unknown */
+    st.consumer_fetch_only = true;
+    rep = verify_stale(st, 0, &text);
+    f = stale_finding(rep);
+    dump = json_dumps(f, JSON_COMPACT);
+    const char *why = json_string_value(json_object_get(f, "exposed_bytes_past_high_watermark_unknown"));
+    cr_assert(jget(f, "exposed_bytes") == (int64_t)(sz[1] + sz[2] + sz[3]) && jget(f, "exposed_bytes_to") == 10 &&
+                  why && strstr(why, "error -1"), "%s", dump);
+    snprintf(want, sizeof want, ", %zu bytes exposed up to offset 10 (past the high watermark unknown: ",
+             sz[1] + sz[2] + sz[3]);
     cr_assert(strstr(text, want), "the text report lacks '%s':\n%s", want, text);
     free(dump);
     free(text);

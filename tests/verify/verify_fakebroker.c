@@ -157,10 +157,10 @@ static void *producers_answer(const km_describe_producers_request *rq, km_arena 
     return rs;
 }
 
-/* The batches of the stale leader's log from the one holding `offset`, below its high watermark: at most
- * max_batches whole ones and max_bytes (the first one whole whatever its size, as Kafka answers), then the head of
- * the next (an answer cut at its size, as Kafka's may be). */
-static km_bytes fetch_records(const vf_stale *st, int64_t offset, int32_t max_bytes)
+/* The batches of the stale leader's log from the one holding `offset`, below `below`: at most max_batches whole
+ * ones and max_bytes (the first one whole whatever its size, as Kafka answers), then the head of the next (an
+ * answer cut at its size, as Kafka's may be). */
+static km_bytes fetch_records(const vf_stale *st, int64_t offset, int32_t max_bytes, int64_t below)
 {
     static const uint8_t garbage[40] = { 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 28, 0, 0, 0, 0, 7 }; /* magic 7 */
     if (st->malformed_fetch)
@@ -174,7 +174,7 @@ static km_bytes fetch_records(const vf_stale *st, int64_t offset, int32_t max_by
             base = base << 8 | b[i];
         size_t size = 12 + ((size_t)b[8] << 24 | (size_t)b[9] << 16 | (size_t)b[10] << 8 | b[11]);
         int64_t last = base + ((int64_t)b[23] << 24 | b[24] << 16 | b[25] << 8 | b[26]);
-        if (base >= st->high_watermark)
+        if (base >= below)
             break;
         if (last >= offset && from == st->log_len)
             from = pos;
@@ -194,7 +194,7 @@ static void *fetch_answer(const km_fetch_request *rq, km_arena *a, const vf_stal
 {
     km_fetch_response *rs = km_arena_alloc(a, sizeof *rs);
     km_init(km_fetch_response_desc.root, rs);
-    cr_assert(rq->replica_id == -1 && rq->isolation_level == 0 && rq->topics.count == 1 &&
+    cr_assert((rq->replica_id == -1 || rq->replica_id == -3) && rq->isolation_level == 0 && rq->topics.count == 1 &&
               rq->topics.items[0].partitions.count == 1);
     km_fetch_response_able_topic_response *t = km_arena_alloc(a, sizeof *t);
     km_fetch_response_partition_data *p = km_arena_alloc(a, sizeof *p);
@@ -205,8 +205,12 @@ static void *fetch_answer(const km_fetch_request *rq, km_arena *a, const vf_stal
                                              .current_leader = { .leader_id = -1, .leader_epoch = -1 },
                                              .snapshot_id = { .end_offset = -1, .epoch = -1 } };
     p->aborted_transactions.count = -1;
-    p->records = fetch_records(st, rq->topics.items[0].partitions.items[0].fetch_offset,
-                               rq->topics.items[0].partitions.items[0].partition_max_bytes);
+    if (rq->replica_id == -3 && st->consumer_fetch_only)
+        p->error_code = -1; /* UNKNOWN_SERVER_ERROR */
+    else
+        p->records = fetch_records(st, rq->topics.items[0].partitions.items[0].fetch_offset,
+                                   rq->topics.items[0].partitions.items[0].partition_max_bytes,
+                                   rq->replica_id == -3 ? log_end(st) : st->high_watermark);
     *t = (km_fetch_response_able_topic_response){ .topic = rq->topics.items[0].topic };
     t->partitions.count = 1;
     t->partitions.items = p;

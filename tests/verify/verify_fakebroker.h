@@ -32,10 +32,12 @@ typedef struct vf_stale {
     size_t log_len;
     int max_batches;          /* whole batches a Fetch answer holds at most, then a cut one (Kafka's size limit) */
     bool malformed_fetch;     /* Fetch answers records that are no record batch */
+    bool consumer_fetch_only; /* Fetch with replica id -3 (to the log end) answered UNKNOWN_SERVER_ERROR */
 } vf_stale;
 
 /* vf_answer_one, then as s says: Metadata and ListOffsets of topic-0-0, OffsetForLeaderEpoch, DescribeProducers
- * (none), DescribeLogDirs (no log dir) and Fetch (the log from the offset asked, below the high watermark). */
+ * (none), DescribeLogDirs (no log dir) and Fetch (the log from the offset asked, below the high watermark for
+ * replica id -1, below the log end for -3, as Kafka 3.9 reads them). */
 bool vf_answer_stale(int c, const km_image *img, uint16_t port, const vf_stale *s);
 
 /* A child answering every connection on lfd as broker `self` of s (vf_answer_stale), until the parent ends. */
