@@ -52,8 +52,10 @@ const char *km_verify_class_name(km_verify_class c)
 
 json_t *v_finding(v_run *r, v_broker *b, const char *topic, int32_t part, km_verify_class cls, const char *detail)
 {
-    json_t *f = json_pack("{s:i,s:s,s:i,s:s,s:s}", "broker", b->id, "topic", topic, "partition", part, "class",
-                          km_verify_class_name(cls), "detail", detail);
+    /* one check sees a finding at one moment: its first and last seen (the daemon keeps the first across checks) */
+    json_int_t now = (json_int_t)time(NULL);
+    json_t *f = json_pack("{s:i,s:s,s:i,s:s,s:s,s:I,s:I}", "broker", b->id, "topic", topic, "partition", part,
+                          "class", km_verify_class_name(cls), "detail", detail, "first_seen", now, "last_seen", now);
     json_array_append_new(r->findings, f);
     b->findings++;
     return f;

@@ -650,6 +650,7 @@ Test(verify_fake, a_stale_leaders_exposed_bytes_are_its_batches_past_the_truncat
                   !json_object_get(f, "exposed_bytes_past_high_watermark_unknown"),
               "want %zu exposed bytes to offset 13: %s", all, dump);
     cr_assert(jget(f, "stale_log_end") == 13 && jget(f, "offsets_past_high_watermark") == 3, "%s", dump);
+    cr_assert(jget(f, "first_seen") > 1700000000 && jget(f, "first_seen") == jget(f, "last_seen"), "%s", dump);
     char want[200];
     snprintf(want, sizeof want, ", %zu bytes exposed up to offset 13, 3 more offsets past its high watermark (log "
              "end 13", all);
