@@ -263,6 +263,21 @@ Test(quorum_daemon, zookeeper_holds_the_committed_image_only_across_a_failover, 
     drig_stop(&r);
 }
 
+/* A rig whose simulators lead the generated log at its last epoch (*epoch) and a daemon that mirrored all of it
+ * into ZooKeeper; the log's end. */
+static int64_t drig_mirrored(drig *r, bool voters, int32_t *epoch)
+{
+    drig_start(r);
+    *epoch = km_rsim_last_epoch(r->sims[0]);
+    int64_t end = km_rsim_log_end(r->sims[0]);
+    for (int i = 0; i < 2; i++)
+        km_rsim_set_leader(r->sims[i], 1, *epoch);
+    drig_daemon(r, voters);
+    g_offset = end - 1;
+    cr_assert(run_until(r, mirrored_at), "never mirrored the log");
+    return end;
+}
+
 /* /migration's kraft_metadata_offset in ZooKeeper (-1: unreadable). */
 static int64_t migration_offset(drig *r)
 {
@@ -284,14 +299,8 @@ static int64_t migration_offset(drig *r)
 Test(quorum_daemon, noop_records_alone_move_migrations_offset, .timeout = 240)
 {
     drig r = {0};
-    drig_start(&r);
-    int32_t e = km_rsim_last_epoch(r.sims[0]);
-    int64_t end = km_rsim_log_end(r.sims[0]);
-    for (int i = 0; i < 2; i++)
-        km_rsim_set_leader(r.sims[i], 1, e);
-    drig_daemon(&r, false);
-    g_offset = end - 1;
-    cr_assert(run_until(&r, mirrored_at), "never mirrored the log");
+    int32_t e;
+    int64_t end = drig_mirrored(&r, false, &e);
     cr_assert_eq(migration_offset(&r), end - 1);
     km_buf noops;
     km_buf_init(&noops);
@@ -314,14 +323,8 @@ Test(quorum_daemon, noop_records_alone_move_migrations_offset, .timeout = 240)
 Test(quorum_daemon, a_contradiction_of_applied_records_stops_the_daemon, .timeout = 240)
 {
     drig r = {0};
-    drig_start(&r);
-    int32_t e = km_rsim_last_epoch(r.sims[0]);
-    int64_t end = km_rsim_log_end(r.sims[0]);
-    for (int i = 0; i < 2; i++)
-        km_rsim_set_leader(r.sims[i], 1, e);
-    drig_daemon(&r, true);
-    g_offset = end - 1;
-    cr_assert(run_until(&r, mirrored_at));
+    int32_t e;
+    int64_t end = drig_mirrored(&r, true, &e);
     /* A "leader" whose log lost committed records and wrote others at a newer epoch. */
     km_rsim_truncate(r.sims[1], end - 10);
     km_buf b;
